@@ -1,0 +1,65 @@
+"""cudnn_graph: a framework-neutral runtime for cuDNN-style op graphs.
+
+Buffers from any producer (DLPack, the CUDA array interface, raw addresses) become ``Slot`` objects;
+a call's buffers become one ``VariantPack``. ``import cudnn_graph as cudnn`` is meant to run code
+written for ``cudnn.pygraph``.
+
+Example:
+    >>> import numpy as np, cudnn_graph
+    >>> cudnn_graph.Slot.from_object(np.zeros((2, 3), np.float16)).dtype
+    'float16'
+"""
+from __future__ import annotations
+
+import logging as _logging
+import os as _os
+import sys as _sys
+
+
+def _use_installed_core() -> None:
+    """Imported from a source checkout (e.g. ``python -m cudnn_graph`` in the clone's root)?
+
+    The compiled core lives in the installed package; put it first on this package's search path so
+    that the README commands work from the source tree too.
+    """
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    if any(f.startswith("_slot.") and not f.endswith((".pyx", ".pxd")) for f in _os.listdir(here)):
+        return
+    for entry in _sys.path:
+        candidate = _os.path.join(_os.path.abspath(entry or _os.curdir), "cudnn_graph")
+        if candidate != here and _os.path.isdir(candidate) and any(
+                f.startswith("_slot.") and f.endswith((".so", ".pyd")) for f in _os.listdir(candidate)):
+            __path__.insert(0, candidate)
+            return
+    # An editable install's import hook serves the compiled modules itself; otherwise say what to do.
+    if not any(type(f).__module__.startswith("_cudnn_graph_editable_loader") for f in _sys.meta_path):
+        raise ImportError("cudnn_graph's compiled core is not built here: run `python -m pip install .` "
+                          "(or `pip install --no-build-isolation -e .`)")
+
+
+_use_installed_core()
+
+from ._slot import Slot, refresh_exchange_api_cache
+from ._variant_pack import TensorSpec, PackLayout, VariantPack, check
+from ._stream import as_stream_handle
+from .data_type import DataType, data_type_of
+from . import errors
+from .errors import (
+    CudnnGraphError, BufferImportError, MalformedBufferError, TensorMismatchError, DataTypeMismatchError,
+    ShapeMismatchError, StrideMismatchError, DeviceMismatchError, AlignmentError, ReadOnlyOutputError,
+    MissingTensorError, UnknownTensorError, GraphValidationError, GraphNotSupportedError,
+    cudnnGraphNotSupportedError, GraphFrozenError,
+)
+
+__version__ = "0.1.0"
+
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
+
+__all__ = [
+    "Slot", "TensorSpec", "PackLayout", "VariantPack", "check", "refresh_exchange_api_cache",
+    "as_stream_handle", "DataType", "data_type_of", "errors", "CudnnGraphError", "BufferImportError",
+    "MalformedBufferError", "TensorMismatchError", "DataTypeMismatchError", "ShapeMismatchError",
+    "StrideMismatchError", "DeviceMismatchError", "AlignmentError", "ReadOnlyOutputError",
+    "MissingTensorError", "UnknownTensorError", "GraphValidationError", "GraphNotSupportedError",
+    "cudnnGraphNotSupportedError", "GraphFrozenError",
+]

@@ -1,0 +1,104 @@
+"""Every exception cudnn_graph raises, in one place.
+
+Buffer errors name the tensor (name and uid), what was expected and what arrived. They subclass
+``ValueError`` or ``TypeError`` so callers that already catch those keep working.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "CudnnGraphError", "BufferError_", "BufferImportError", "MalformedBufferError", "TensorMismatchError",
+    "DataTypeMismatchError", "ShapeMismatchError", "StrideMismatchError", "DeviceMismatchError",
+    "AlignmentError", "ReadOnlyOutputError", "MissingTensorError", "UnknownTensorError",
+    "GraphValidationError", "GraphNotSupportedError", "cudnnGraphNotSupportedError", "GraphFrozenError",
+]
+
+
+class CudnnGraphError(Exception):
+    """Base of every cudnn_graph error."""
+
+
+class BufferImportError(CudnnGraphError, TypeError):
+    """An object is not a buffer cudnn_graph can read (no DLPack, no CUDA array interface, ...)."""
+
+
+class MalformedBufferError(CudnnGraphError, ValueError):
+    """A producer handed over something that breaks the DLPack or CUDA-array-interface rules."""
+
+
+BufferError_ = MalformedBufferError
+
+
+def _label(name, uid) -> str:
+    if name and uid is not None:
+        return f"tensor '{name}' (uid {uid})"
+    if uid is not None:
+        return f"tensor uid {uid}"
+    if name:
+        return f"tensor '{name}'"
+    return "tensor"
+
+
+class TensorMismatchError(CudnnGraphError, ValueError):
+    """A buffer does not match the geometry the graph declares for its tensor."""
+
+    def __init__(self, name, uid, what: str, expected, got):
+        self.tensor_name = name
+        self.uid = uid
+        self.what = what
+        self.expected = expected
+        self.got = got
+        super().__init__(f"{_label(name, uid)}: {what} expected {expected}; got {got}")
+
+
+class DataTypeMismatchError(TensorMismatchError, TypeError):
+    pass
+
+
+class ShapeMismatchError(TensorMismatchError):
+    pass
+
+
+class StrideMismatchError(TensorMismatchError):
+    pass
+
+
+class DeviceMismatchError(TensorMismatchError):
+    pass
+
+
+class AlignmentError(TensorMismatchError):
+    pass
+
+
+class ReadOnlyOutputError(TensorMismatchError):
+    pass
+
+
+class MissingTensorError(CudnnGraphError, ValueError):
+    """The variant pack lacks a buffer for a tensor the plan reads or writes."""
+
+
+class UnknownTensorError(CudnnGraphError, ValueError):
+    """The variant pack names a tensor (or uid) the graph does not have."""
+
+
+class GraphValidationError(CudnnGraphError, ValueError):
+    """A graph is ill-formed; names the node, the op and the port."""
+
+    def __init__(self, node: str, op: str, port: str, message: str):
+        self.node = node
+        self.op = op
+        self.port = port
+        super().__init__(f"node '{node}' ({op}), port '{port}': {message}")
+
+
+class GraphNotSupportedError(CudnnGraphError, NotImplementedError):
+    """No engine (or the engine asked) can run this graph; the message says why."""
+
+
+# The name cudnn.pygraph users catch.
+cudnnGraphNotSupportedError = GraphNotSupportedError
+
+
+class GraphFrozenError(CudnnGraphError, RuntimeError):
+    """The graph was lowered or planned and can no longer change."""

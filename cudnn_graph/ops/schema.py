@@ -1,0 +1,131 @@
+"""Declarative op schemas: the one description of every op that the IR, the validators and the engines read.
+
+An ``OpSchema`` names an op's ports exactly as ``cudnn.pygraph``'s keyword arguments, its attributes with
+their defaults, its outputs (some conditional) and an ``infer`` function that checks the inputs and
+computes each output's dims and data type. The graph builder methods are generated from these tables;
+no op has a hand-written method.
+
+Contract for ``infer(ctx)``:
+  * ``ctx.inputs``: ``{port: TensorInfo | None}`` for every declared input port (None when not given);
+  * ``ctx.attrs``: ``{attr: value}`` after ``Attr.convert`` and defaults;
+  * ``ctx.compute_data_type`` / ``ctx.intermediate_data_type`` / ``ctx.io_data_type``: ``DataType``;
+  * returns ``{output port: OutputInfo(dim, data_type)}`` for every output that exists for these attrs;
+    ``data_type=None`` means "the graph's intermediate data type" (virtual tensors) and ``dim=None`` means
+    the caller must set it;
+  * raises through ``ctx.fail(port, message)`` (a ``GraphValidationError`` naming node and port) or
+    ``ctx.unsupported(message)`` (``GraphNotSupportedError``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from ..data_type import DataType
+from ..errors import GraphNotSupportedError, GraphValidationError
+
+__all__ = ["REQUIRED", "Port", "Attr", "Output", "TensorInfo", "OutputInfo", "InferContext", "OpSchema",
+           "register", "SCHEMAS"]
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True)
+class Port:
+    """An input port. ``name`` is the keyword of the cudnn.pygraph builder method."""
+    name: str
+    optional: bool = False
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Attr:
+    """A non-tensor parameter; ``convert`` normalises what the user passed (and may raise)."""
+    name: str
+    default: Any = REQUIRED
+    convert: Optional[Callable[[Any], Any]] = None
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Output:
+    """An output port; ``when(attrs, given_inputs)`` decides whether it exists for a node."""
+    name: str
+    when: Optional[Callable[[Mapping[str, Any], frozenset], bool]] = None
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What inference sees of an input tensor."""
+    dim: tuple
+    stride: tuple
+    data_type: DataType
+    is_virtual: bool = False
+    is_pass_by_value: bool = False
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class OutputInfo:
+    dim: Optional[tuple]
+    data_type: Optional[DataType] = None
+    stride: Optional[tuple] = None   # provisional unless the user sets one
+
+
+@dataclass
+class InferContext:
+    node: str
+    op: str
+    inputs: Mapping[str, Optional[TensorInfo]]
+    attrs: Mapping[str, Any]
+    compute_data_type: DataType = DataType.NOT_SET
+    intermediate_data_type: DataType = DataType.NOT_SET
+    io_data_type: DataType = DataType.NOT_SET
+
+    def fail(self, port: str, message: str) -> "NoReturn":  # noqa: F821
+        raise GraphValidationError(self.node, self.op, port, message)
+
+    def unsupported(self, message: str) -> "NoReturn":  # noqa: F821
+        raise GraphNotSupportedError(f"node '{self.node}' ({self.op}): {message}")
+
+    def need(self, port: str) -> TensorInfo:
+        t = self.inputs.get(port)
+        if t is None:
+            self.fail(port, "is required but was not given")
+        return t
+
+
+@dataclass(frozen=True)
+class OpSchema:
+    name: str                                  # builder method name, as in cudnn.pygraph
+    family: str                                # pointwise | matmul | reduction | conv | norm | layout | quant | sdpa | linear_attention | ...
+    inputs: Sequence[Port]
+    outputs: Sequence[Output]
+    infer: Callable[[InferContext], Mapping[str, OutputInfo]]
+    attrs: Sequence[Attr] = ()
+    positional: Sequence[str] = ()             # order of positional arguments the builder accepts
+    returns: str = "single"                    # "single": one Tensor; "list": a list in outputs order (absent ones as None)
+    python_only: bool = False                  # only python engines run it (no cuDNN lowering)
+    doc: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)  # e.g. pointwise mode, reduction mode
+
+    def port_names(self) -> tuple:
+        return tuple(p.name for p in self.inputs)
+
+    def output_names(self) -> tuple:
+        return tuple(o.name for o in self.outputs)
+
+
+SCHEMAS: dict[str, OpSchema] = {}
+
+
+def register(*schemas: OpSchema) -> None:
+    for s in schemas:
+        if s.name in SCHEMAS:
+            raise RuntimeError(f"op {s.name!r} is declared twice")
+        SCHEMAS[s.name] = s

@@ -1,0 +1,1 @@
+"""Engines: the contract every engine implements and the engines shipped with cudnn_graph."""

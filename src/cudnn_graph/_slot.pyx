@@ -1,0 +1,764 @@
+"""Slot: one operand as a DLTensor that owns its geometry, imported from any producer, exported as DLPack.
+
+Import paths, fastest first: the producer type's C exchange table (``__dlpack_c_exchange_api__``),
+``__dlpack__`` (versioned capsule, legacy fallback), ``__cuda_array_interface__`` v2/v3, a bare
+address with a declared geometry, another Slot. Every path ends in ``Slot._fill``, which validates
+what the producer handed over and copies shape and strides into the slot's own storage.
+"""
+cimport cython
+from cpython.pycapsule cimport (PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_Destructor,
+                                PyCapsule_SetName, PyCapsule_IsValid, PyCapsule_New)
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.exc cimport PyErr_Occurred
+from libc.stdint cimport int32_t, int64_t, uint64_t, intptr_t, uintptr_t, INT64_MAX
+from libc.stdlib cimport malloc, free
+from libc.string cimport strcmp, strncmp, memcpy
+
+from cudnn_graph._dlpack cimport *
+from cudnn_graph._dtypes cimport validate_dtype, dtype_name, parse_dtype, parse_typestr, dtype_bits
+from cudnn_graph._driver cimport pointer_device
+from cudnn_graph._stream cimport stream_handle
+
+from cudnn_graph.errors import BufferImportError, MalformedBufferError
+
+# Device kinds a DLDevice may name (DLPack 1.3).
+_DEVICE_NAMES = {
+    kDLCPU: "cpu", kDLCUDA: "cuda", kDLCUDAHost: "cuda_host", kDLOpenCL: "opencl",
+    kDLVulkan: "vulkan", kDLMetal: "metal", kDLVPI: "vpi", kDLROCM: "rocm", kDLROCMHost: "rocm_host",
+    kDLExtDev: "ext_dev", kDLCUDAManaged: "cuda_managed", kDLOneAPI: "oneapi", kDLWebGPU: "webgpu",
+    kDLHexagon: "hexagon", kDLMAIA: "maia", kDLTrn: "trn",
+}
+_DEVICE_CODES = {name: code for code, name in _DEVICE_NAMES.items()}
+_DEVICE_CODES["gpu"] = kDLCUDA
+_DEVICE_CODES["host"] = kDLCPU
+
+_MAX_VERSION = (CG_DLPACK_MAJOR, CG_DLPACK_MINOR)
+
+
+def device_name(int32_t device_type, int32_t device_id) -> str:
+    """'cpu', 'cuda:1', ... for messages."""
+    name = _DEVICE_NAMES.get(device_type, f"device_type_{device_type}")
+    if device_type == kDLCPU:
+        return name
+    return f"{name}:{device_id}"
+
+
+cdef DLDevice parse_device(object device) except *:
+    """A DLDevice from 'cpu', 'cuda', 'cuda:1', (type, id) or a bare CUDA ordinal."""
+    cdef DLDevice d
+    if isinstance(device, tuple) and len(device) == 2:
+        d.device_type = int(device[0])
+        d.device_id = int(device[1])
+    elif isinstance(device, int) and not isinstance(device, bool):
+        d.device_type = kDLCUDA
+        d.device_id = device
+    elif isinstance(device, str):
+        kind, _, ordinal = device.strip().lower().partition(":")
+        if kind not in _DEVICE_CODES:
+            raise ValueError(f"unknown device {device!r}")
+        d.device_type = _DEVICE_CODES[kind]
+        d.device_id = int(ordinal) if ordinal else 0
+    else:
+        raise TypeError(f"device must be 'cpu', 'cuda[:N]', (type, id) or an ordinal; got {device!r}")
+    if d.device_type not in _DEVICE_NAMES:
+        raise ValueError(f"unknown DLPack device type {d.device_type}")
+    if d.device_id < 0:
+        raise ValueError(f"device ordinal cannot be negative; got {d.device_id}")
+    return d
+
+
+def _parse_device(device):
+    cdef DLDevice d = parse_device(device)
+    return (d.device_type, d.device_id)
+
+
+@cython.final
+cdef class ManagedRef:
+    def __cinit__(self):
+        self.versioned = NULL
+        self.legacy = NULL
+
+    def __init__(self):
+        raise TypeError("ManagedRef is created by the DLPack importer only")
+
+    def __dealloc__(self):
+        self.release()
+
+    cdef void release(self) noexcept:
+        cdef DLManagedTensorVersioned* v = self.versioned
+        cdef DLManagedTensor* m = self.legacy
+        self.versioned = NULL
+        self.legacy = NULL
+        if v != NULL and v.deleter != NULL:
+            v.deleter(v)
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
+
+
+cdef inline ManagedRef _ref_versioned(DLManagedTensorVersioned* m):
+    cdef ManagedRef r = ManagedRef.__new__(ManagedRef)
+    r.versioned = m
+    return r
+
+
+cdef inline ManagedRef _ref_legacy(DLManagedTensor* m):
+    cdef ManagedRef r = ManagedRef.__new__(ManagedRef)
+    r.legacy = m
+    return r
+
+
+cdef inline int64_t _abs64(int64_t v) noexcept nogil:
+    return -v if v < 0 else v
+
+
+# The C exchange table Slot publishes, so DSL launchers read slots without Python calls.
+cdef int _api_allocate(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
+                       DLPackSetError set_error) noexcept:
+    out[0] = NULL
+    if set_error != NULL:
+        set_error(error_ctx, "NotImplementedError",
+                  "cudnn_graph.Slot views caller memory and does not allocate tensors")
+    return -1
+
+
+cdef int _api_from_py_managed(void* py_object, DLManagedTensorVersioned** out) noexcept with gil:
+    try:
+        out[0] = export_versioned(<Slot?><object>py_object)
+        return 0
+    except BaseException:
+        out[0] = NULL
+        return -1
+
+
+cdef int _api_to_py(DLManagedTensorVersioned* tensor, void** out_py_object) noexcept with gil:
+    cdef Slot s
+    try:
+        s = _slot_from_managed_versioned(tensor, "managed tensor")
+        Py_INCREF(s)
+        out_py_object[0] = <void*>s
+        return 0
+    except BaseException:
+        out_py_object[0] = NULL
+        return -1
+
+
+cdef int _api_dltensor(void* py_object, DLTensor* out) noexcept:
+    # Borrowed view: valid while the slot lives, which the caller guarantees by holding it.
+    out[0] = (<Slot>py_object).tensor
+    return 0
+
+
+cdef int _api_stream(DLDeviceType device_type, int32_t device_id, void** out_stream) noexcept:
+    out_stream[0] = NULL    # a slot carries no stream: the consumer's own stream orders the work
+    return 0
+
+
+cdef DLPackExchangeAPI SLOT_EXCHANGE_API
+SLOT_EXCHANGE_API.header.version.major = CG_DLPACK_MAJOR
+SLOT_EXCHANGE_API.header.version.minor = CG_DLPACK_MINOR
+SLOT_EXCHANGE_API.header.prev_api = NULL
+SLOT_EXCHANGE_API.managed_tensor_allocator = _api_allocate
+SLOT_EXCHANGE_API.managed_tensor_from_py_object_no_sync = _api_from_py_managed
+SLOT_EXCHANGE_API.managed_tensor_to_py_object_no_sync = _api_to_py
+SLOT_EXCHANGE_API.dltensor_from_py_object_no_sync = _api_dltensor
+SLOT_EXCHANGE_API.current_work_stream = _api_stream
+
+
+@cython.final
+cdef class Slot:
+    """One operand as a DLTensor that owns its shape/stride storage and keeps its memory alive.
+
+    Build one with ``Slot.from_object(buffer)`` (any DLPack / CUDA-array-interface producer) or
+    ``Slot.from_address(ptr, shape, strides, dtype, device)``. A Slot is itself a DLPack producer.
+
+    Example:
+        >>> import numpy as np
+        >>> s = Slot.from_object(np.arange(6, dtype=np.float32).reshape(2, 3))
+        >>> s.shape, s.strides, s.dtype, s.device
+        ((2, 3), (3, 1), 'float32', ('cpu', 0))
+        >>> np.from_dlpack(s).sum()
+        np.float32(15.0)
+    """
+
+    def __cinit__(self):
+        self._heap = NULL
+        self.tensor.data = NULL
+        self.tensor.ndim = 0
+        self.tensor.shape = self._inline
+        self.tensor.strides = self._inline + SLOT_INLINE_DIMS
+        self.tensor.byte_offset = 0
+        self.tensor.device.device_type = kDLCPU
+        self.tensor.device.device_id = 0
+        self.owner = None
+        self._readonly = False
+        self._producer_stream = 0
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use Slot.from_object(buffer) or Slot.from_address(ptr, shape, ...)")
+
+    def __dealloc__(self):
+        if self._heap != NULL:
+            free(self._heap)
+            self._heap = NULL
+
+    cdef int _alloc_geometry(self, int ndim) except -1:
+        if ndim <= SLOT_INLINE_DIMS:
+            self.tensor.shape = self._inline
+            self.tensor.strides = self._inline + SLOT_INLINE_DIMS
+        else:
+            self._heap = <int64_t*>malloc(2 * ndim * sizeof(int64_t))
+            if self._heap == NULL:
+                raise MemoryError()
+            self.tensor.shape = self._heap
+            self.tensor.strides = self._heap + ndim
+        self.tensor.ndim = ndim
+        return 0
+
+    cdef int _fill(self, const DLTensor* src, bint null_strides_are_row_major, object what) except -1:
+        """Validate a producer's DLTensor and copy it in (geometry copied, byte_offset folded)."""
+        cdef int ndim = src.ndim
+        cdef int i
+        cdef int64_t extent, numel = 1, span = 0, stride, bits
+        if ndim < 0 or ndim > SLOT_MAX_NDIM:
+            raise MalformedBufferError(f"{what}: ndim {ndim} is outside [0, {SLOT_MAX_NDIM}]")
+        if ndim > 0 and src.shape == NULL:
+            raise MalformedBufferError(f"{what}: shape is NULL for a {ndim}-d tensor")
+        if ndim > 0 and src.strides == NULL and not null_strides_are_row_major:
+            raise MalformedBufferError(
+                f"{what}: strides is NULL for a {ndim}-d tensor (DLPack >= 1.2 requires strides)")
+        if src.device.device_type not in _DEVICE_NAMES:
+            raise MalformedBufferError(f"{what}: unknown DLPack device type {src.device.device_type}")
+        if src.device.device_id < 0:
+            raise MalformedBufferError(f"{what}: negative device ordinal {src.device.device_id}")
+        validate_dtype(src.dtype, what)
+        self._alloc_geometry(ndim)
+        for i in range(ndim):
+            extent = src.shape[i]
+            if extent < 0:
+                raise MalformedBufferError(f"{what}: shape[{i}] = {extent} is negative")
+            self.tensor.shape[i] = extent
+        # Element count, with overflow detection.
+        for i in range(ndim):
+            extent = self.tensor.shape[i]
+            if extent == 0:
+                numel = 0
+                break
+            if numel > INT64_MAX // extent:
+                raise MalformedBufferError(
+                    f"{what}: shape {tuple(self.tensor.shape[j] for j in range(ndim))} overflows int64")
+            numel *= extent
+        if src.strides == NULL:
+            stride = 1
+            for i in range(ndim - 1, -1, -1):
+                self.tensor.strides[i] = stride
+                extent = self.tensor.shape[i]
+                stride *= extent if extent > 0 else 1
+        else:
+            for i in range(ndim):
+                self.tensor.strides[i] = src.strides[i]
+        # The farthest element must be addressable: sum((extent - 1) * |stride|) * bytes fits in int64.
+        if numel > 0:
+            bits = dtype_bits(src.dtype)
+            for i in range(ndim):
+                stride = _abs64(self.tensor.strides[i])
+                extent = self.tensor.shape[i] - 1
+                if stride != 0 and extent > (INT64_MAX // 16 - span) // stride:
+                    raise MalformedBufferError(
+                        f"{what}: strides {tuple(self.tensor.strides[j] for j in range(ndim))} "
+                        f"address beyond int64 for shape {tuple(self.tensor.shape[j] for j in range(ndim))}")
+                span += extent * stride
+            if span > (INT64_MAX // 16) // (bits if bits > 0 else 1):
+                raise MalformedBufferError(f"{what}: the tensor spans more than 2^63 bytes")
+            if src.data == NULL:
+                raise MalformedBufferError(f"{what}: data is NULL for a tensor of {numel} elements")
+        if src.byte_offset > <uint64_t>INT64_MAX:
+            raise MalformedBufferError(f"{what}: byte_offset {src.byte_offset} is absurd")
+        self.tensor.data = <void*>(<char*>src.data + src.byte_offset)
+        self.tensor.byte_offset = 0
+        self.tensor.dtype = src.dtype
+        self.tensor.device = src.device
+        return 0
+
+    # ---- construction ---------------------------------------------------------------------
+
+    @staticmethod
+    def from_object(obj, *, stream=None):
+        """Import any buffer: DLPack (C exchange table or ``__dlpack__``), CUDA array interface, a Slot.
+
+        ``stream`` (None, an int handle or an object with ``__cuda_stream__``) is handed to
+        ``__dlpack__`` so the producer can order its pending work before the consumer's stream.
+        """
+        return slot_from_object(obj, stream)
+
+    @staticmethod
+    def from_address(ptr, shape, strides=None, dtype="float32", device="cuda", *,
+                     readonly=False):
+        """A slot over raw memory with a declared geometry; ``strides`` in elements (None: row-major).
+
+        ``device`` is 'cpu', 'cuda', 'cuda:N', a (DLPack device type, ordinal) pair or an ordinal.
+        The caller keeps the memory alive.
+
+        Example:
+            >>> s = Slot.from_address(0x7f0000000000, (4, 8), dtype="bfloat16", device="cuda:0")
+            >>> s.strides
+            (8, 1)
+        """
+        if isinstance(ptr, bool) or not isinstance(ptr, int):
+            raise TypeError(f"ptr must be an int address; got {type(ptr).__name__}")
+        return slot_from_address(ptr, shape, strides, parse_dtype(dtype), parse_device(device), readonly)
+
+    # ---- introspection --------------------------------------------------------------------
+
+    @property
+    def data_ptr(self) -> int:
+        return <uintptr_t>self.tensor.data
+
+    @property
+    def ndim(self) -> int:
+        return self.tensor.ndim
+
+    @property
+    def shape(self) -> tuple:
+        return tuple([self.tensor.shape[i] for i in range(self.tensor.ndim)])
+
+    @property
+    def strides(self) -> tuple:
+        """Strides in elements."""
+        return tuple([self.tensor.strides[i] for i in range(self.tensor.ndim)])
+
+    @property
+    def dtype(self) -> str:
+        """Canonical name of the element type ('float32', 'bfloat16', 'float8_e4m3fn', ...)."""
+        return dtype_name(self.tensor.dtype)
+
+    @property
+    def dtype_code(self) -> tuple:
+        """The DLPack (code, bits, lanes) triple."""
+        return (self.tensor.dtype.code, self.tensor.dtype.bits, self.tensor.dtype.lanes)
+
+    @property
+    def device(self) -> tuple:
+        """(kind, ordinal), e.g. ('cuda', 0)."""
+        return (_DEVICE_NAMES[self.tensor.device.device_type], self.tensor.device.device_id)
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    @property
+    def producer_stream(self) -> int:
+        """The stream a CUDA-array-interface v3 producer declared (0 when none)."""
+        return self._producer_stream
+
+    @property
+    def numel(self) -> int:
+        return slot_numel(self)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the elements occupy when packed (sub-byte types round up)."""
+        return (slot_numel(self) * dtype_bits(self.tensor.dtype) + 7) // 8
+
+    def __repr__(self):
+        return (f"Slot(shape={self.shape}, strides={self.strides}, dtype={self.dtype}, "
+                f"device={device_name(self.tensor.device.device_type, self.tensor.device.device_id)}, "
+                f"data_ptr=0x{self.data_ptr:x}{', readonly' if self._readonly else ''})")
+
+    # ---- DLPack producer ------------------------------------------------------------------
+
+    def __dlpack_device__(self):
+        return (self.tensor.device.device_type, self.tensor.device.device_id)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export as a DLPack capsule: versioned when ``max_version`` allows it, legacy otherwise.
+
+        The managed tensor owns copies of shape and strides and holds a reference to this slot,
+        so a consumer may outlive the slot. ``copy=True`` is refused (a slot is a view).
+        """
+        if copy:
+            raise BufferError("a Slot is a view of its producer's memory and cannot copy")
+        if dl_device is not None:
+            if tuple(dl_device) != (self.tensor.device.device_type, self.tensor.device.device_id):
+                raise BufferError(f"a Slot lives on {self.__dlpack_device__()}; "
+                                  f"cannot export to {tuple(dl_device)}")
+        if stream is not None:
+            stream_handle(stream)   # validate the form; a slot has no pending work of its own
+        if max_version is not None and max_version[0] >= 1:
+            return PyCapsule_New(export_versioned(self), CG_CAPSULE_VERSIONED,
+                                 <PyCapsule_Destructor>_versioned_capsule_destructor)
+        if self._readonly:
+            raise BufferError("a read-only Slot can only be exported as a versioned DLPack capsule "
+                              "(the legacy capsule cannot carry the read-only flag)")
+        return PyCapsule_New(export_legacy(self), CG_CAPSULE_LEGACY,
+                             <PyCapsule_Destructor>_legacy_capsule_destructor)
+
+    __dlpack_c_exchange_api__ = PyCapsule_New(<void*>&SLOT_EXCHANGE_API, CG_CAPSULE_EXCHANGE_API, NULL)
+
+
+cdef int64_t slot_numel(Slot s) noexcept:
+    cdef int64_t n = 1
+    cdef int i
+    for i in range(s.tensor.ndim):
+        n *= s.tensor.shape[i]
+    return n
+
+
+# ---- export ---------------------------------------------------------------------------------
+
+cdef void _versioned_deleter(DLManagedTensorVersioned* m) noexcept with gil:
+    if m == NULL:
+        return
+    Py_DECREF(<object>m.manager_ctx)
+    free(m)
+
+
+cdef void _legacy_deleter(DLManagedTensor* m) noexcept with gil:
+    if m == NULL:
+        return
+    Py_DECREF(<object>m.manager_ctx)
+    free(m)
+
+
+cdef void _versioned_capsule_destructor(object capsule) noexcept:
+    # Called when the capsule dies: only an unconsumed capsule still owns its managed tensor.
+    cdef DLManagedTensorVersioned* m
+    if PyCapsule_IsValid(capsule, CG_CAPSULE_VERSIONED):
+        m = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, CG_CAPSULE_VERSIONED)
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
+
+
+cdef void _legacy_capsule_destructor(object capsule) noexcept:
+    cdef DLManagedTensor* m
+    if PyCapsule_IsValid(capsule, CG_CAPSULE_LEGACY):
+        m = <DLManagedTensor*>PyCapsule_GetPointer(capsule, CG_CAPSULE_LEGACY)
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
+
+
+cdef DLManagedTensorVersioned* export_versioned(Slot s) except NULL:
+    cdef int ndim = s.tensor.ndim
+    cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>malloc(
+        sizeof(DLManagedTensorVersioned) + 2 * ndim * sizeof(int64_t))
+    if m == NULL:
+        raise MemoryError()
+    cdef int64_t* geometry = <int64_t*>(<char*>m + sizeof(DLManagedTensorVersioned))
+    m.version.major = CG_DLPACK_MAJOR
+    m.version.minor = CG_DLPACK_MINOR
+    m.flags = DLPACK_FLAG_BITMASK_READ_ONLY if s._readonly else 0
+    m.dl_tensor = s.tensor
+    m.dl_tensor.shape = geometry if ndim > 0 else NULL
+    m.dl_tensor.strides = geometry + ndim if ndim > 0 else NULL
+    if ndim > 0:
+        memcpy(geometry, s.tensor.shape, ndim * sizeof(int64_t))
+        memcpy(geometry + ndim, s.tensor.strides, ndim * sizeof(int64_t))
+    Py_INCREF(s)
+    m.manager_ctx = <void*>s
+    m.deleter = _versioned_deleter
+    return m
+
+
+cdef DLManagedTensor* export_legacy(Slot s) except NULL:
+    cdef int ndim = s.tensor.ndim
+    cdef DLManagedTensor* m = <DLManagedTensor*>malloc(
+        sizeof(DLManagedTensor) + 2 * ndim * sizeof(int64_t))
+    if m == NULL:
+        raise MemoryError()
+    cdef int64_t* geometry = <int64_t*>(<char*>m + sizeof(DLManagedTensor))
+    m.dl_tensor = s.tensor
+    m.dl_tensor.shape = geometry if ndim > 0 else NULL
+    m.dl_tensor.strides = geometry + ndim if ndim > 0 else NULL
+    if ndim > 0:
+        memcpy(geometry, s.tensor.shape, ndim * sizeof(int64_t))
+        memcpy(geometry + ndim, s.tensor.strides, ndim * sizeof(int64_t))
+    Py_INCREF(s)
+    m.manager_ctx = <void*>s
+    m.deleter = _legacy_deleter
+    return m
+
+
+# ---- import ---------------------------------------------------------------------------------
+
+cdef Slot _slot_from_managed_versioned(DLManagedTensorVersioned* m, object what):
+    """Take ownership of a versioned managed tensor (its deleter runs exactly once, even on error)."""
+    if m == NULL:
+        raise MalformedBufferError(f"{what}: the managed tensor pointer is NULL")
+    cdef ManagedRef ref = _ref_versioned(m)
+    if m.version.major != CG_DLPACK_MAJOR:
+        raise MalformedBufferError(
+            f"{what}: DLPack major version {m.version.major} is not supported "
+            f"(this consumer speaks {CG_DLPACK_MAJOR}.x)")
+    cdef Slot s = Slot.__new__(Slot)
+    s._fill(&m.dl_tensor, m.version.minor < 2, what)
+    s._readonly = (m.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
+    s.owner = ref
+    return s
+
+
+cdef Slot _slot_from_managed_legacy(DLManagedTensor* m, object what):
+    if m == NULL:
+        raise MalformedBufferError(f"{what}: the managed tensor pointer is NULL")
+    cdef ManagedRef ref = _ref_legacy(m)
+    cdef Slot s = Slot.__new__(Slot)
+    s._fill(&m.dl_tensor, True, what)
+    s.owner = ref
+    return s
+
+
+cdef Slot slot_from_capsule(object capsule, object what):
+    """Consume a DLPack capsule: check its name, rename it used_*, own its managed tensor."""
+    cdef const char* name
+    cdef void* pointer
+    if not PyCapsule_CheckExact(capsule):
+        raise BufferImportError(f"{what}: __dlpack__ returned {type(capsule).__name__}, not a capsule")
+    name = PyCapsule_GetName(capsule)
+    if name == NULL:
+        raise MalformedBufferError(f"{what}: the DLPack capsule has no name")
+    if strcmp(name, CG_CAPSULE_VERSIONED) == 0:
+        pointer = PyCapsule_GetPointer(capsule, name)
+        PyCapsule_SetName(capsule, CG_CAPSULE_VERSIONED_USED)
+        return _slot_from_managed_versioned(<DLManagedTensorVersioned*>pointer, what)
+    if strcmp(name, CG_CAPSULE_LEGACY) == 0:
+        pointer = PyCapsule_GetPointer(capsule, name)
+        PyCapsule_SetName(capsule, CG_CAPSULE_LEGACY_USED)
+        return _slot_from_managed_legacy(<DLManagedTensor*>pointer, what)
+    if strncmp(name, b"used_", 5) == 0:
+        raise MalformedBufferError(f"{what}: the DLPack capsule was already consumed ('{name.decode()}')")
+    raise MalformedBufferError(
+        f"{what}: capsule named '{name.decode(errors='replace')}' is not a DLPack tensor "
+        "(expected 'dltensor_versioned' or 'dltensor')")
+
+
+# Per-type cache of exchange tables. A miss is re-probed every _RECHECK lookups, so a table that a
+# producer library installs later is found without a restart; refresh_exchange_api_cache() forces it.
+cdef dict _exchange_tables = {}
+cdef enum:
+    _RECHECK = 256
+
+
+@cython.final
+cdef class _TableEntry:
+    cdef const DLPackExchangeAPI* api
+    cdef int countdown
+
+
+cdef const DLPackExchangeAPI* _find_compatible_table(object capsule, object tp) except? NULL:
+    if not PyCapsule_CheckExact(capsule) or not PyCapsule_IsValid(capsule, CG_CAPSULE_EXCHANGE_API):
+        raise MalformedBufferError(
+            f"{tp.__name__}.__dlpack_c_exchange_api__ is not a capsule named 'dlpack_exchange_api'")
+    cdef DLPackExchangeAPIHeader* header = <DLPackExchangeAPIHeader*>PyCapsule_GetPointer(
+        capsule, CG_CAPSULE_EXCHANGE_API)
+    cdef int hops = 0
+    while header != NULL and hops < 64:
+        if header.version.major == CG_DLPACK_MAJOR:
+            return <const DLPackExchangeAPI*>header
+        header = header.prev_api
+        hops += 1
+    return NULL
+
+
+cdef const DLPackExchangeAPI* exchange_table(object tp) except? NULL:
+    """The producer type's exchange table with our major version, or NULL (cached per type)."""
+    cdef _TableEntry entry
+    cdef PyObject* found
+    cdef const DLPackExchangeAPI* api
+    item = _exchange_tables.get(tp)
+    if item is not None:
+        entry = <_TableEntry>item
+        if entry.api != NULL:
+            return entry.api
+        if entry.countdown > 0:
+            entry.countdown -= 1
+            return NULL
+    capsule = getattr(tp, "__dlpack_c_exchange_api__", None)
+    api = NULL
+    if capsule is not None:
+        api = _find_compatible_table(capsule, tp)
+    entry = _TableEntry.__new__(_TableEntry)
+    entry.api = api
+    entry.countdown = _RECHECK
+    _exchange_tables[tp] = entry
+    if capsule is not None and api == NULL and not hasattr(tp, "__dlpack__"):
+        raise MalformedBufferError(
+            f"{tp.__name__} publishes no DLPack exchange table with major version {CG_DLPACK_MAJOR}, "
+            "and has no __dlpack__ to fall back on")
+    return api
+
+
+def refresh_exchange_api_cache():
+    """Forget every cached exchange-table lookup (positive and negative)."""
+    _exchange_tables.clear()
+
+
+cdef int _raise_producer_error(object what) except -1:
+    if PyErr_Occurred() != NULL:
+        return -1
+    raise BufferImportError(f"{what}: the producer's DLPack exchange function failed without an error")
+
+
+cdef Slot _slot_from_table(object obj, const DLPackExchangeAPI* api):
+    cdef DLTensor view
+    cdef DLManagedTensorVersioned* managed = NULL
+    cdef Slot s
+    if api.dltensor_from_py_object_no_sync != NULL:
+        if api.dltensor_from_py_object_no_sync(<void*>obj, &view) != 0:
+            _raise_producer_error(type(obj).__name__)
+        s = Slot.__new__(Slot)
+        s._fill(&view, False, type(obj).__name__)
+        s.owner = obj
+        return s
+    if api.managed_tensor_from_py_object_no_sync == NULL:
+        raise MalformedBufferError(f"{type(obj).__name__}'s DLPack exchange table has no export function")
+    if api.managed_tensor_from_py_object_no_sync(<void*>obj, &managed) != 0:
+        _raise_producer_error(type(obj).__name__)
+    return _slot_from_managed_versioned(managed, type(obj).__name__)
+
+
+cdef Slot _slot_from_dlpack_method(object obj, object method, object stream):
+    what = type(obj).__name__
+    if stream is not None:
+        # CPU producers must be given stream=None; CUDA ones get the raw handle (0 means legacy default).
+        dev = obj.__dlpack_device__()
+        if dev[0] in (kDLCPU, kDLCUDAHost):
+            stream = None
+        else:
+            stream = stream_handle(stream) or 1
+    try:
+        if stream is None:
+            capsule = method(max_version=_MAX_VERSION)
+        else:
+            capsule = method(stream=stream, max_version=_MAX_VERSION)
+    except TypeError:
+        # Producers older than DLPack 1.0 take no max_version.
+        capsule = method() if stream is None else method(stream=stream)
+    return slot_from_capsule(capsule, what)
+
+
+cdef Slot _slot_from_cai(object obj, dict cai):
+    what = f"{type(obj).__name__}.__cuda_array_interface__"
+    cdef DLTensor view
+    cdef int64_t shape_buf[SLOT_MAX_NDIM]
+    cdef int64_t stride_buf[SLOT_MAX_NDIM]
+    cdef int64_t itemsize, byte_stride
+    cdef int i, ndim
+    cdef int32_t device_type, ordinal
+    cdef intptr_t ptr
+    version = cai.get("version")
+    if version not in (2, 3):
+        raise MalformedBufferError(f"{what}: version {version!r} is not supported (expected 2 or 3)")
+    try:
+        shape = tuple(cai["shape"])
+        typestr = cai["typestr"]
+        data = cai["data"]
+    except (KeyError, TypeError) as exc:
+        raise MalformedBufferError(f"{what}: missing or malformed entry {exc}") from None
+    if cai.get("mask") is not None:
+        raise MalformedBufferError(f"{what}: masked arrays are not supported")
+    if not isinstance(typestr, str):
+        raise MalformedBufferError(f"{what}: typestr must be a str; got {typestr!r}")
+    if not (isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], int)):
+        raise MalformedBufferError(f"{what}: data must be (address, readonly); got {data!r}")
+    ndim = len(shape)
+    if ndim > SLOT_MAX_NDIM:
+        raise MalformedBufferError(f"{what}: ndim {ndim} is outside [0, {SLOT_MAX_NDIM}]")
+    view.dtype = parse_typestr(typestr, cai.get("descr"))
+    itemsize = (view.dtype.bits + 7) // 8
+    for i in range(ndim):
+        if not isinstance(shape[i], int):
+            raise MalformedBufferError(f"{what}: shape {shape!r} holds a non-integer")
+        shape_buf[i] = shape[i]
+    strides = cai.get("strides")
+    if strides is not None:
+        strides = tuple(strides)
+        if len(strides) != ndim:
+            raise MalformedBufferError(
+                f"{what}: {len(strides)} strides for a {ndim}-d shape {shape}")
+        for i in range(ndim):
+            byte_stride = strides[i]
+            if byte_stride % itemsize != 0:
+                raise MalformedBufferError(
+                    f"{what}: byte stride {byte_stride} is not a multiple of the item size {itemsize}")
+            stride_buf[i] = byte_stride // itemsize
+    ptr = data[0]
+    pointer_device(ptr, &device_type, &ordinal)
+    view.data = <void*>ptr
+    view.ndim = ndim
+    view.shape = shape_buf
+    view.strides = stride_buf if strides is not None else NULL
+    view.byte_offset = 0
+    view.device.device_type = device_type
+    view.device.device_id = ordinal
+    cdef Slot s = Slot.__new__(Slot)
+    s._fill(&view, True, what)
+    s._readonly = bool(data[1])
+    stream = cai.get("stream")
+    if stream is not None:
+        if version < 3 or not isinstance(stream, int) or stream == 0:
+            raise MalformedBufferError(f"{what}: stream {stream!r} is not a valid v3 stream handle")
+        s._producer_stream = stream
+    s.owner = obj
+    return s
+
+
+cdef Slot slot_from_address(intptr_t ptr, object shape, object strides, DLDataType dtype,
+                            DLDevice device, bint readonly):
+    cdef DLTensor view
+    cdef int64_t shape_buf[SLOT_MAX_NDIM]
+    cdef int64_t stride_buf[SLOT_MAX_NDIM]
+    cdef int i, ndim
+    if ptr < 0:
+        raise ValueError(f"address {ptr} is negative")
+    shape = tuple(shape)
+    ndim = len(shape)
+    if ndim > SLOT_MAX_NDIM:
+        raise ValueError(f"ndim {ndim} is outside [0, {SLOT_MAX_NDIM}]")
+    for i in range(ndim):
+        shape_buf[i] = shape[i]
+    if strides is not None:
+        strides = tuple(strides)
+        if len(strides) != ndim:
+            raise ValueError(f"{len(strides)} strides given for the {ndim}-d shape {shape}")
+        for i in range(ndim):
+            stride_buf[i] = strides[i]
+    view.data = <void*>ptr
+    view.ndim = ndim
+    view.shape = shape_buf
+    view.strides = stride_buf if strides is not None else NULL
+    view.byte_offset = 0
+    view.dtype = dtype
+    view.device = device
+    cdef Slot s = Slot.__new__(Slot)
+    try:
+        s._fill(&view, True, "address")
+    except MalformedBufferError as exc:
+        raise ValueError(str(exc)) from None
+    s._readonly = readonly
+    return s
+
+
+cdef Slot slot_from_object(object obj, object stream):
+    cdef type tp = type(obj)
+    cdef const DLPackExchangeAPI* api
+    if tp is Slot:
+        return <Slot>obj
+    api = exchange_table(tp)
+    if api != NULL:
+        return _slot_from_table(obj, api)
+    method = getattr(obj, "__dlpack__", None)
+    if method is not None:
+        return _slot_from_dlpack_method(obj, method, stream)
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        if not isinstance(cai, dict):
+            raise MalformedBufferError(
+                f"{tp.__name__}.__cuda_array_interface__ is a {type(cai).__name__}, not a dict")
+        return _slot_from_cai(obj, <dict>cai)
+    if PyCapsule_CheckExact(obj):
+        return slot_from_capsule(obj, "capsule")
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        raise BufferImportError(
+            "a bare address needs a declared geometry: use Slot.from_address(ptr, shape, ...) "
+            "or pass it for a tensor of a graph, which declares one")
+    raise BufferImportError(
+        f"{tp.__name__} is not a buffer: it has no __dlpack__, no __dlpack_c_exchange_api__ and no "
+        "__cuda_array_interface__")

@@ -1,0 +1,40 @@
+from libc.stdint cimport int32_t, int64_t, intptr_t
+from cudnn_graph._dlpack cimport DLDataType, DLDevice
+from cudnn_graph._slot cimport Slot, SLOT_MAX_NDIM
+
+cdef enum:
+    PACK_INLINE = 16     # packs up to this many operands keep their arrays inline
+
+cdef class TensorSpec:
+    cdef readonly str name
+    cdef readonly int64_t uid
+    cdef readonly tuple shape
+    cdef readonly object strides          # tuple, or None when any layout is accepted
+    cdef readonly bint is_output
+    cdef readonly bint required
+    cdef readonly int64_t alignment
+    cdef DLDataType _dtype
+    cdef DLDevice _device
+    cdef int _ndim
+    cdef int64_t _shape[SLOT_MAX_NDIM]
+    cdef int64_t _strides[SLOT_MAX_NDIM]
+
+
+cdef class PackLayout:
+    cdef readonly tuple specs             # sorted by uid
+    cdef dict _index                      # uid -> position
+    cdef dict _by_name                    # name -> uid
+
+
+cdef class VariantPack:
+    cdef readonly tuple slots             # sorted by uid
+    cdef readonly PackLayout layout
+    cdef int _n
+    cdef int64_t _uid_inline[PACK_INLINE]
+    cdef void* _ptr_inline[PACK_INLINE]
+    cdef int64_t* _uids
+    cdef void** _ptrs
+
+
+cdef int check_slot(Slot s, TensorSpec spec) except -1
+cdef VariantPack pack_from_mapping(object mapping, PackLayout layout, object stream)

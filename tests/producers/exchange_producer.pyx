@@ -1,0 +1,293 @@
+"""Hand-made DLPack producers for the tests: exchange-API types and capsules built field by field.
+
+Every managed tensor made here counts its deleter calls, so tests can prove that a consumer calls
+each deleter exactly once and never on a tensor it did not take.
+"""
+cimport cython
+from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
+from cpython.ref cimport Py_INCREF, Py_DECREF
+from cpython.exc cimport PyErr_SetObject
+from libc.stdint cimport int32_t, int64_t, uint64_t, intptr_t, uintptr_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+
+from cudnn_graph._dlpack cimport *
+
+cdef long _deleter_calls = 0
+cdef long _tensors_made = 0
+
+
+def counts():
+    """(managed tensors made, deleter calls) since the last reset."""
+    return (_tensors_made, _deleter_calls)
+
+
+def reset_counts():
+    global _deleter_calls, _tensors_made
+    _deleter_calls = 0
+    _tensors_made = 0
+
+
+# A managed tensor and its geometry in one block; manager_ctx holds a reference to the owner array.
+ctypedef struct VersionedBlock:
+    DLManagedTensorVersioned m
+    int64_t geometry[128]
+
+ctypedef struct LegacyBlock:
+    DLManagedTensor m
+    int64_t geometry[128]
+
+
+cdef void _count_versioned(DLManagedTensorVersioned* m) noexcept with gil:
+    global _deleter_calls
+    _deleter_calls += 1
+    if m.manager_ctx != NULL:
+        Py_DECREF(<object>m.manager_ctx)
+    free(m)
+
+
+cdef void _count_legacy(DLManagedTensor* m) noexcept with gil:
+    global _deleter_calls
+    _deleter_calls += 1
+    if m.manager_ctx != NULL:
+        Py_DECREF(<object>m.manager_ctx)
+    free(m)
+
+
+cdef void _capsule_versioned_dtor(object cap) noexcept:
+    cdef DLManagedTensorVersioned* m
+    if PyCapsule_IsValid(cap, "dltensor_versioned"):
+        m = <DLManagedTensorVersioned*>PyCapsule_GetPointer(cap, "dltensor_versioned")
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
+
+
+cdef void _capsule_legacy_dtor(object cap) noexcept:
+    cdef DLManagedTensor* m
+    if PyCapsule_IsValid(cap, "dltensor"):
+        m = <DLManagedTensor*>PyCapsule_GetPointer(cap, "dltensor")
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
+
+
+cdef void _fill_tensor(DLTensor* t, int64_t* geometry, object owner, data, shape, strides, dtype,
+                       device, byte_offset, ndim, null_shape, null_strides):
+    cdef int i
+    t.data = <void*><uintptr_t>(data if data is not None else owner.__array_interface__["data"][0])
+    shape = tuple(owner.shape) if shape is None else tuple(shape)
+    if strides is None:
+        strides = tuple(s // owner.itemsize for s in owner.strides)
+    t.ndim = len(shape) if ndim is None else ndim
+    for i in range(min(len(shape), 64)):
+        geometry[i] = shape[i]
+    for i in range(min(len(strides), 64)):
+        geometry[64 + i] = strides[i]
+    t.shape = NULL if null_shape else geometry
+    t.strides = NULL if null_strides else geometry + 64
+    t.dtype.code, t.dtype.bits, t.dtype.lanes = dtype
+    t.device.device_type, t.device.device_id = device
+    t.byte_offset = byte_offset
+
+
+def make_capsule(owner, *, versioned=True, name=None, version=(1, 3), data=None, shape=None,
+                 strides=None, dtype=(2, 32, 1), device=(1, 0), byte_offset=0, ndim=None,
+                 null_shape=False, null_strides=False, null_deleter=False, flags=0):
+    """A DLPack capsule over ``owner`` (a NumPy array) with every field overridable."""
+    global _tensors_made
+    cdef VersionedBlock* vb
+    cdef LegacyBlock* lb
+    _tensors_made += 1
+    if versioned:
+        vb = <VersionedBlock*>malloc(sizeof(VersionedBlock))
+        memset(vb, 0, sizeof(VersionedBlock))
+        vb.m.version.major, vb.m.version.minor = version
+        vb.m.flags = flags
+        _fill_tensor(&vb.m.dl_tensor, vb.geometry, owner, data, shape, strides, dtype, device,
+                     byte_offset, ndim, null_shape, null_strides)
+        Py_INCREF(owner)
+        vb.m.manager_ctx = <void*>owner
+        vb.m.deleter = _count_versioned
+        if null_deleter:
+            vb.m.deleter = NULL
+            Py_DECREF(owner)   # nobody will release it: do not hold the reference
+            vb.m.manager_ctx = NULL
+        return PyCapsule_New(<void*>vb, "dltensor_versioned" if name is None else name,
+                             _capsule_versioned_dtor)
+    lb = <LegacyBlock*>malloc(sizeof(LegacyBlock))
+    memset(lb, 0, sizeof(LegacyBlock))
+    _fill_tensor(&lb.m.dl_tensor, lb.geometry, owner, data, shape, strides, dtype, device,
+                 byte_offset, ndim, null_shape, null_strides)
+    Py_INCREF(owner)
+    lb.m.manager_ctx = <void*>owner
+    lb.m.deleter = _count_legacy
+    if null_deleter:
+        lb.m.deleter = NULL
+        Py_DECREF(owner)
+        lb.m.manager_ctx = NULL
+    return PyCapsule_New(<void*>lb, "dltensor" if name is None else name, _capsule_legacy_dtor)
+
+
+class CapsuleProducer:
+    """An object whose __dlpack__ hands out whatever capsule the factory makes."""
+
+    def __init__(self, factory, *, device=(1, 0), accepts_max_version=True):
+        self._factory = factory
+        self._device = device
+        self._accepts = accepts_max_version
+        self.calls = []
+
+    def __dlpack_device__(self):
+        return self._device
+
+    def __dlpack__(self, **kwargs):
+        self.calls.append(kwargs)
+        if "max_version" in kwargs and not self._accepts:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
+        return self._factory(**kwargs)
+
+
+# ---- exchange-API producer types ------------------------------------------------------------
+
+cdef class ProducerBase:
+    """Wraps a NumPy array; subclasses publish different exchange tables (or none)."""
+    cdef public object array
+    cdef int64_t shape[64]
+    cdef int64_t strides[64]
+    cdef public bint readonly
+    cdef public object fail_with
+
+    def __init__(self, array, readonly=False, fail_with=None):
+        self.array = array
+        self.readonly = readonly
+        self.fail_with = fail_with
+        for i in range(array.ndim):
+            self.shape[i] = array.shape[i]
+            self.strides[i] = array.strides[i] // array.itemsize
+
+
+cdef int _fill_view(ProducerBase p, DLTensor* out) except -1:
+    a = p.array
+    out.data = <void*><uintptr_t>a.__array_interface__["data"][0]
+    out.device.device_type = kDLCPU
+    out.device.device_id = 0
+    out.ndim = a.ndim
+    code = {"f": kDLFloat, "i": kDLInt, "u": kDLUInt, "b": kDLBool, "c": kDLComplex}[a.dtype.kind]
+    out.dtype.code = code
+    out.dtype.bits = a.dtype.itemsize * 8
+    out.dtype.lanes = 1
+    out.shape = p.shape
+    out.strides = p.strides
+    out.byte_offset = 0
+    return 0
+
+
+cdef int _dltensor_from_py(void* obj, DLTensor* out) noexcept with gil:
+    cdef ProducerBase p = <ProducerBase><object>obj
+    try:
+        if p.fail_with is not None:
+            raise p.fail_with
+        _fill_view(p, out)
+        return 0
+    except BaseException as exc:
+
+        PyErr_SetObject(type(exc), exc)
+        return -1
+
+
+cdef int _managed_from_py(void* obj, DLManagedTensorVersioned** out) noexcept with gil:
+    global _tensors_made
+    cdef ProducerBase p = <ProducerBase><object>obj
+    cdef VersionedBlock* vb = <VersionedBlock*>malloc(sizeof(VersionedBlock))
+    memset(vb, 0, sizeof(VersionedBlock))
+    _fill_view(p, &vb.m.dl_tensor)
+    for i in range(p.array.ndim):
+        vb.geometry[i] = p.shape[i]
+        vb.geometry[64 + i] = p.strides[i]
+    vb.m.dl_tensor.shape = vb.geometry
+    vb.m.dl_tensor.strides = vb.geometry + 64
+    vb.m.version.major = 1
+    vb.m.version.minor = 3
+    vb.m.flags = DLPACK_FLAG_BITMASK_READ_ONLY if p.readonly else 0
+    Py_INCREF(p.array)
+    vb.m.manager_ctx = <void*>p.array
+    vb.m.deleter = _count_versioned
+    _tensors_made += 1
+    out[0] = &vb.m
+    return 0
+
+
+cdef int _no_alloc(DLTensor* prototype, DLManagedTensorVersioned** out, void* ctx,
+                   DLPackSetError set_error) noexcept:
+    set_error(ctx, "NotImplementedError", "test producer does not allocate")
+    return -1
+
+
+cdef int _to_py(DLManagedTensorVersioned* t, void** out) noexcept:
+    return -1
+
+
+cdef int _stream(DLDeviceType device_type, int32_t device_id, void** out) noexcept:
+    out[0] = NULL
+    return 0
+
+
+cdef DLPackExchangeAPI API_FULL
+cdef DLPackExchangeAPI API_MANAGED_ONLY
+cdef DLPackExchangeAPI API_FUTURE
+cdef DLPackExchangeAPI API_CHAIN
+
+
+cdef void _init_table(DLPackExchangeAPI* api, int major, DLPackExchangeAPIHeader* prev, bint with_view):
+    api.header.version.major = major
+    api.header.version.minor = 3 if major == 1 else 0
+    api.header.prev_api = prev
+    api.managed_tensor_allocator = _no_alloc
+    api.managed_tensor_from_py_object_no_sync = _managed_from_py
+    api.managed_tensor_to_py_object_no_sync = _to_py
+    api.dltensor_from_py_object_no_sync = NULL
+    if with_view:
+        api.dltensor_from_py_object_no_sync = _dltensor_from_py
+    api.current_work_stream = _stream
+
+
+_init_table(&API_FULL, 1, NULL, True)
+_init_table(&API_MANAGED_ONLY, 1, NULL, False)
+_init_table(&API_FUTURE, 2, NULL, True)
+_init_table(&API_CHAIN, 2, &API_FULL.header, True)
+
+
+def table_capsule(kind="full"):
+    """A capsule over one of the test tables, to install on a type after the fact."""
+    tables = {"full": <uintptr_t>&API_FULL, "managed_only": <uintptr_t>&API_MANAGED_ONLY,
+              "future": <uintptr_t>&API_FUTURE, "chain": <uintptr_t>&API_CHAIN}
+    return PyCapsule_New(<void*><uintptr_t>tables[kind], "dlpack_exchange_api", NULL)
+
+
+cdef class ExchangeProducer(ProducerBase):
+    """Publishes a full DLPack 1.3 table (borrowed-view export)."""
+    __dlpack_c_exchange_api__ = PyCapsule_New(<void*>&API_FULL, "dlpack_exchange_api", NULL)
+
+
+cdef class ManagedOnlyProducer(ProducerBase):
+    """Publishes a table without the borrowed-view function: the consumer must use managed export."""
+    __dlpack_c_exchange_api__ = PyCapsule_New(<void*>&API_MANAGED_ONLY, "dlpack_exchange_api", NULL)
+
+
+cdef class FutureMajorProducer(ProducerBase):
+    """Publishes only a DLPack 2.x table and no __dlpack__."""
+    __dlpack_c_exchange_api__ = PyCapsule_New(<void*>&API_FUTURE, "dlpack_exchange_api", NULL)
+
+
+cdef class ChainedProducer(ProducerBase):
+    """Publishes a 2.x table whose prev_api leads to a 1.x table."""
+    __dlpack_c_exchange_api__ = PyCapsule_New(<void*>&API_CHAIN, "dlpack_exchange_api", NULL)
+
+
+cdef class WrongCapsuleNameProducer(ProducerBase):
+    """Publishes the table under a wrong capsule name."""
+    __dlpack_c_exchange_api__ = PyCapsule_New(<void*>&API_FULL, "not_dlpack_exchange_api", NULL)
+
+
+cdef class PlainProducer(ProducerBase):
+    """No table at all; a Python subclass may install one later."""
+    pass
