@@ -42,6 +42,9 @@ _use_installed_core()
 from ._slot import Slot, refresh_exchange_api_cache
 from ._variant_pack import TensorSpec, PackLayout, VariantPack, check
 from ._stream import as_stream_handle
+from ._ir import Tensor, Node, GraphContext
+from .graph import pygraph, Graph, PlanEntryError
+from .router import Router, get_default_router, set_default_router
 from .data_type import DataType, data_type_of
 from . import errors
 from .errors import (
@@ -53,10 +56,14 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+# cudnn.pygraph spellings.
+data_type = DataType
+
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
-    "Slot", "TensorSpec", "PackLayout", "VariantPack", "check", "refresh_exchange_api_cache",
+    "pygraph", "Graph", "Tensor", "Node", "GraphContext", "PlanEntryError", "Router",
+    "get_default_router", "set_default_router", "Slot", "TensorSpec", "PackLayout", "VariantPack", "check", "refresh_exchange_api_cache",
     "as_stream_handle", "DataType", "data_type_of", "errors", "CudnnGraphError", "BufferImportError",
     "MalformedBufferError", "TensorMismatchError", "DataTypeMismatchError", "ShapeMismatchError",
     "StrideMismatchError", "DeviceMismatchError", "AlignmentError", "ReadOnlyOutputError",

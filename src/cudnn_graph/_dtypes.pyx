@@ -50,19 +50,33 @@ cdef inline DLDataType _make(int code, int bits) noexcept:
     return dt
 
 
+# _VALID[code][bits]: the (code, bits) pairs _NAMES knows, as a C table for the import hot path.
+cdef bint _VALID[CG_DL_TYPE_CODE_COUNT][256]
+for (_code, _bits) in _NAMES:
+    _VALID[_code][_bits] = True
+
+
+cdef str _describe(object what):
+    """``what`` names the producer in messages: a str, or a type (named lazily, on the error path)."""
+    if isinstance(what, type):
+        return (<type>what).__name__
+    return str(what)
+
+
 cdef int validate_dtype(DLDataType dt, object what) except -1:
     """Reject what no consumer can interpret: unknown codes, vector lanes, impossible widths."""
+    if dt.lanes == 1 and dt.code < CG_DL_TYPE_CODE_COUNT and _VALID[dt.code][dt.bits]:
+        return 0
     if dt.lanes != 1:
         raise MalformedBufferError(
-            f"{what}: vector data types are not supported (lanes={dt.lanes}; expected 1)")
+            f"{_describe(what)}: vector data types are not supported (lanes={dt.lanes}; expected 1)")
     if dt.code == kDLOpaqueHandle:
-        raise MalformedBufferError(f"{what}: opaque-handle data (type code 3) has no element type")
-    if dt.code >= CG_DL_TYPE_CODE_COUNT:
-        raise MalformedBufferError(f"{what}: unknown DLPack type code {dt.code}")
-    if (dt.code, dt.bits) not in _NAMES:
         raise MalformedBufferError(
-            f"{what}: DLPack type code {dt.code} cannot have {dt.bits} bits")
-    return 0
+            f"{_describe(what)}: opaque-handle data (type code 3) has no element type")
+    if dt.code >= CG_DL_TYPE_CODE_COUNT:
+        raise MalformedBufferError(f"{_describe(what)}: unknown DLPack type code {dt.code}")
+    raise MalformedBufferError(
+        f"{_describe(what)}: DLPack type code {dt.code} cannot have {dt.bits} bits")
 
 
 cdef str dtype_name(DLDataType dt):

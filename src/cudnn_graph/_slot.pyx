@@ -10,6 +10,7 @@ from cpython.pycapsule cimport (PyCapsule_CheckExact, PyCapsule_GetName, PyCapsu
                                 PyCapsule_SetName, PyCapsule_IsValid, PyCapsule_New)
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_Occurred
+from cpython.number cimport PyNumber_Index
 from libc.stdint cimport int32_t, int64_t, uint64_t, intptr_t, uintptr_t, INT64_MAX
 from libc.stdlib cimport malloc, free
 from libc.string cimport strcmp, strncmp, memcpy
@@ -29,6 +30,45 @@ _DEVICE_NAMES = {
     kDLHexagon: "hexagon", kDLMAIA: "maia", kDLTrn: "trn",
 }
 _DEVICE_CODES = {name: code for code, name in _DEVICE_NAMES.items()}
+# The same set as a C table, so the import hot path validates a device without Python objects.
+cdef enum:
+    _DEVICE_TABLE = 64
+cdef bint _DEVICE_OK[_DEVICE_TABLE]
+for _code in _DEVICE_NAMES:
+    _DEVICE_OK[_code] = True
+
+
+cdef inline bint _device_ok(int32_t device_type) noexcept nogil:
+    return 0 <= device_type < _DEVICE_TABLE and _DEVICE_OK[device_type]
+
+
+cdef str _describe(object what):
+    """``what`` names the producer in messages: a str, or a type (named lazily, on the error path)."""
+    if isinstance(what, type):
+        return (<type>what).__name__
+    return str(what)
+
+
+cdef int64_t _as_int64(object value, object what, str field, bint malformed) except? -1:
+    """An integer field of a caller's or producer's description, with typed errors.
+
+    Non-integers (2.5, '3') are refused instead of truncated; values outside int64 are refused instead
+    of surfacing as OverflowError. ``malformed`` picks MalformedBufferError (a producer broke its
+    protocol) over TypeError / ValueError (a caller passed a bad argument).
+    """
+    if type(value) is not int:
+        try:
+            value = PyNumber_Index(value)
+        except TypeError:
+            if malformed:
+                raise MalformedBufferError(f"{_describe(what)}: {field} {value!r} is not an integer") from None
+            raise TypeError(f"{_describe(what)}: {field} {value!r} is not an integer") from None
+    try:
+        return value
+    except OverflowError:
+        if malformed:
+            raise MalformedBufferError(f"{_describe(what)}: {field} {value} does not fit in int64") from None
+        raise ValueError(f"{_describe(what)}: {field} {value} does not fit in int64") from None
 _DEVICE_CODES["gpu"] = kDLCUDA
 _DEVICE_CODES["host"] = kDLCPU
 
@@ -73,6 +113,7 @@ def _parse_device(device):
 
 
 @cython.final
+@cython.freelist(64)
 cdef class ManagedRef:
     def __cinit__(self):
         self.versioned = NULL
@@ -165,6 +206,7 @@ SLOT_EXCHANGE_API.current_work_stream = _api_stream
 
 
 @cython.final
+@cython.freelist(64)
 cdef class Slot:
     """One operand as a DLTensor that owns its shape/stride storage and keeps its memory alive.
 
@@ -215,38 +257,40 @@ cdef class Slot:
         return 0
 
     cdef int _fill(self, const DLTensor* src, bint null_strides_are_row_major, object what) except -1:
-        """Validate a producer's DLTensor and copy it in (geometry copied, byte_offset folded)."""
+        """Validate a producer's DLTensor and copy it in (geometry copied, byte_offset folded).
+
+        ``what`` names the producer in error messages (a str, or a type named only when raising).
+        """
         cdef int ndim = src.ndim
         cdef int i
         cdef int64_t extent, numel = 1, span = 0, stride, bits
         if ndim < 0 or ndim > SLOT_MAX_NDIM:
-            raise MalformedBufferError(f"{what}: ndim {ndim} is outside [0, {SLOT_MAX_NDIM}]")
+            raise MalformedBufferError(f"{_describe(what)}: ndim {ndim} is outside [0, {SLOT_MAX_NDIM}]")
         if ndim > 0 and src.shape == NULL:
-            raise MalformedBufferError(f"{what}: shape is NULL for a {ndim}-d tensor")
+            raise MalformedBufferError(f"{_describe(what)}: shape is NULL for a {ndim}-d tensor")
         if ndim > 0 and src.strides == NULL and not null_strides_are_row_major:
             raise MalformedBufferError(
-                f"{what}: strides is NULL for a {ndim}-d tensor (DLPack >= 1.2 requires strides)")
-        if src.device.device_type not in _DEVICE_NAMES:
-            raise MalformedBufferError(f"{what}: unknown DLPack device type {src.device.device_type}")
+                f"{_describe(what)}: strides is NULL for a {ndim}-d tensor (DLPack >= 1.2 requires strides)")
+        if not _device_ok(src.device.device_type):
+            raise MalformedBufferError(
+                f"{_describe(what)}: unknown DLPack device type {src.device.device_type}")
         if src.device.device_id < 0:
-            raise MalformedBufferError(f"{what}: negative device ordinal {src.device.device_id}")
+            raise MalformedBufferError(f"{_describe(what)}: negative device ordinal {src.device.device_id}")
         validate_dtype(src.dtype, what)
         self._alloc_geometry(ndim)
         for i in range(ndim):
             extent = src.shape[i]
             if extent < 0:
-                raise MalformedBufferError(f"{what}: shape[{i}] = {extent} is negative")
+                raise MalformedBufferError(f"{_describe(what)}: shape[{i}] = {extent} is negative")
             self.tensor.shape[i] = extent
-        # Element count, with overflow detection.
-        for i in range(ndim):
-            extent = self.tensor.shape[i]
-            if extent == 0:
-                numel = 0
-                break
-            if numel > INT64_MAX // extent:
-                raise MalformedBufferError(
-                    f"{what}: shape {tuple(self.tensor.shape[j] for j in range(ndim))} overflows int64")
-            numel *= extent
+            if numel != 0:
+                if extent == 0:
+                    numel = 0
+                elif numel > INT64_MAX // extent:
+                    raise MalformedBufferError(
+                        f"{_describe(what)}: shape {tuple(src.shape[j] for j in range(ndim))} overflows int64")
+                else:
+                    numel *= extent
         if src.strides == NULL:
             stride = 1
             for i in range(ndim - 1, -1, -1):
@@ -254,8 +298,7 @@ cdef class Slot:
                 extent = self.tensor.shape[i]
                 stride *= extent if extent > 0 else 1
         else:
-            for i in range(ndim):
-                self.tensor.strides[i] = src.strides[i]
+            memcpy(self.tensor.strides, src.strides, ndim * sizeof(int64_t))
         # The farthest element must be addressable: sum((extent - 1) * |stride|) * bytes fits in int64.
         if numel > 0:
             bits = dtype_bits(src.dtype)
@@ -264,15 +307,18 @@ cdef class Slot:
                 extent = self.tensor.shape[i] - 1
                 if stride != 0 and extent > (INT64_MAX // 16 - span) // stride:
                     raise MalformedBufferError(
-                        f"{what}: strides {tuple(self.tensor.strides[j] for j in range(ndim))} "
+                        f"{_describe(what)}: strides {tuple(self.tensor.strides[j] for j in range(ndim))} "
                         f"address beyond int64 for shape {tuple(self.tensor.shape[j] for j in range(ndim))}")
                 span += extent * stride
             if span > (INT64_MAX // 16) // (bits if bits > 0 else 1):
-                raise MalformedBufferError(f"{what}: the tensor spans more than 2^63 bytes")
+                raise MalformedBufferError(
+                    f"{_describe(what)}: the tensor spans {span + 1} elements of {bits} bits, more bytes "
+                    "than this consumer addresses (2^56)")
             if src.data == NULL:
-                raise MalformedBufferError(f"{what}: data is NULL for a tensor of {numel} elements")
+                raise MalformedBufferError(
+                    f"{_describe(what)}: data is NULL for a tensor of {numel} elements")
         if src.byte_offset > <uint64_t>INT64_MAX:
-            raise MalformedBufferError(f"{what}: byte_offset {src.byte_offset} is absurd")
+            raise MalformedBufferError(f"{_describe(what)}: byte_offset {src.byte_offset} is absurd")
         self.tensor.data = <void*>(<char*>src.data + src.byte_offset)
         self.tensor.byte_offset = 0
         self.tensor.dtype = src.dtype
@@ -305,7 +351,8 @@ cdef class Slot:
         """
         if isinstance(ptr, bool) or not isinstance(ptr, int):
             raise TypeError(f"ptr must be an int address; got {type(ptr).__name__}")
-        return slot_from_address(ptr, shape, strides, parse_dtype(dtype), parse_device(device), readonly)
+        return slot_from_address(<intptr_t>_as_int64(ptr, "address", "ptr", False), shape, strides,
+                                 parse_dtype(dtype), parse_device(device), readonly)
 
     # ---- introspection --------------------------------------------------------------------
 
@@ -482,11 +529,11 @@ cdef DLManagedTensor* export_legacy(Slot s) except NULL:
 cdef Slot _slot_from_managed_versioned(DLManagedTensorVersioned* m, object what):
     """Take ownership of a versioned managed tensor (its deleter runs exactly once, even on error)."""
     if m == NULL:
-        raise MalformedBufferError(f"{what}: the managed tensor pointer is NULL")
+        raise MalformedBufferError(f"{_describe(what)}: the managed tensor pointer is NULL")
     cdef ManagedRef ref = _ref_versioned(m)
     if m.version.major != CG_DLPACK_MAJOR:
         raise MalformedBufferError(
-            f"{what}: DLPack major version {m.version.major} is not supported "
+            f"{_describe(what)}: DLPack major version {m.version.major} is not supported "
             f"(this consumer speaks {CG_DLPACK_MAJOR}.x)")
     cdef Slot s = Slot.__new__(Slot)
     s._fill(&m.dl_tensor, m.version.minor < 2, what)
@@ -497,7 +544,7 @@ cdef Slot _slot_from_managed_versioned(DLManagedTensorVersioned* m, object what)
 
 cdef Slot _slot_from_managed_legacy(DLManagedTensor* m, object what):
     if m == NULL:
-        raise MalformedBufferError(f"{what}: the managed tensor pointer is NULL")
+        raise MalformedBufferError(f"{_describe(what)}: the managed tensor pointer is NULL")
     cdef ManagedRef ref = _ref_legacy(m)
     cdef Slot s = Slot.__new__(Slot)
     s._fill(&m.dl_tensor, True, what)
@@ -510,10 +557,11 @@ cdef Slot slot_from_capsule(object capsule, object what):
     cdef const char* name
     cdef void* pointer
     if not PyCapsule_CheckExact(capsule):
-        raise BufferImportError(f"{what}: __dlpack__ returned {type(capsule).__name__}, not a capsule")
+        raise BufferImportError(
+            f"{_describe(what)}: __dlpack__ returned {type(capsule).__name__}, not a capsule")
     name = PyCapsule_GetName(capsule)
     if name == NULL:
-        raise MalformedBufferError(f"{what}: the DLPack capsule has no name")
+        raise MalformedBufferError(f"{_describe(what)}: the DLPack capsule has no name")
     if strcmp(name, CG_CAPSULE_VERSIONED) == 0:
         pointer = PyCapsule_GetPointer(capsule, name)
         PyCapsule_SetName(capsule, CG_CAPSULE_VERSIONED_USED)
@@ -523,23 +571,27 @@ cdef Slot slot_from_capsule(object capsule, object what):
         PyCapsule_SetName(capsule, CG_CAPSULE_LEGACY_USED)
         return _slot_from_managed_legacy(<DLManagedTensor*>pointer, what)
     if strncmp(name, b"used_", 5) == 0:
-        raise MalformedBufferError(f"{what}: the DLPack capsule was already consumed ('{name.decode()}')")
+        raise MalformedBufferError(
+            f"{_describe(what)}: the DLPack capsule was already consumed ('{name.decode()}')")
     raise MalformedBufferError(
-        f"{what}: capsule named '{name.decode(errors='replace')}' is not a DLPack tensor "
+        f"{_describe(what)}: capsule named '{name.decode(errors='replace')}' is not a DLPack tensor "
         "(expected 'dltensor_versioned' or 'dltensor')")
 
 
-# Per-type cache of exchange tables. A miss is re-probed every _RECHECK lookups, so a table that a
-# producer library installs later is found without a restart; refresh_exchange_api_cache() forces it.
-cdef dict _exchange_tables = {}
+# Per-type decisions. A type's exchange table is cached for good once found; a miss is re-probed
+# every _RECHECK lookups (and whenever an object would otherwise be refused), so a table that a
+# producer library installs later is found without a restart. refresh_exchange_api_cache() forces it.
+cdef dict _type_cache = {}
 cdef enum:
     _RECHECK = 256
 
 
 @cython.final
-cdef class _TableEntry:
+cdef class _TypeEntry:
     cdef const DLPackExchangeAPI* api
     cdef int countdown
+    cdef bint has_dlpack       # the type defines __dlpack__: call it as a method, no bound object
+    cdef bint incompatible     # it publishes a table, but none with our major version
 
 
 cdef const DLPackExchangeAPI* _find_compatible_table(object capsule, object tp) except? NULL:
@@ -557,65 +609,79 @@ cdef const DLPackExchangeAPI* _find_compatible_table(object capsule, object tp) 
     return NULL
 
 
-cdef const DLPackExchangeAPI* exchange_table(object tp) except? NULL:
-    """The producer type's exchange table with our major version, or NULL (cached per type)."""
-    cdef _TableEntry entry
-    cdef PyObject* found
-    cdef const DLPackExchangeAPI* api
-    item = _exchange_tables.get(tp)
-    if item is not None:
-        entry = <_TableEntry>item
-        if entry.api != NULL:
-            return entry.api
-        if entry.countdown > 0:
-            entry.countdown -= 1
-            return NULL
+cdef _TypeEntry _probe(type tp, _TypeEntry entry):
+    """Look at the type afresh and record what it offers (a misnamed table raises, uncached)."""
+    cdef const DLPackExchangeAPI* api = NULL
     capsule = getattr(tp, "__dlpack_c_exchange_api__", None)
-    api = NULL
     if capsule is not None:
         api = _find_compatible_table(capsule, tp)
-    entry = _TableEntry.__new__(_TableEntry)
+    if entry is None:
+        entry = _TypeEntry.__new__(_TypeEntry)
+        _type_cache[tp] = entry
     entry.api = api
     entry.countdown = _RECHECK
-    _exchange_tables[tp] = entry
-    if capsule is not None and api == NULL and not hasattr(tp, "__dlpack__"):
-        raise MalformedBufferError(
-            f"{tp.__name__} publishes no DLPack exchange table with major version {CG_DLPACK_MAJOR}, "
-            "and has no __dlpack__ to fall back on")
-    return api
+    entry.has_dlpack = hasattr(tp, "__dlpack__")
+    entry.incompatible = capsule is not None and api == NULL
+    return entry
+
+
+cdef inline _TypeEntry _type_entry(type tp):
+    cdef _TypeEntry entry
+    item = _type_cache.get(tp)
+    if item is None:
+        return _probe(tp, None)
+    entry = <_TypeEntry>item
+    if entry.api == NULL:
+        if entry.countdown <= 0:
+            return _probe(tp, entry)
+        entry.countdown -= 1
+    return entry
 
 
 def refresh_exchange_api_cache():
-    """Forget every cached exchange-table lookup (positive and negative)."""
-    _exchange_tables.clear()
+    """Forget every cached per-type decision (exchange tables found or missed)."""
+    _type_cache.clear()
+
+
+def _exchange_table_address(tp) -> int:
+    """Address of the exchange table used for ``tp`` (0 when none); for tests and diagnostics."""
+    return <uintptr_t>_type_entry(tp).api
 
 
 cdef int _raise_producer_error(object what) except -1:
     if PyErr_Occurred() != NULL:
         return -1
-    raise BufferImportError(f"{what}: the producer's DLPack exchange function failed without an error")
+    raise BufferImportError(
+        f"{_describe(what)}: the producer's DLPack exchange function failed without an error")
 
 
-cdef Slot _slot_from_table(object obj, const DLPackExchangeAPI* api):
+cdef Slot _slot_from_table(object obj, const DLPackExchangeAPI* api, type tp):
     cdef DLTensor view
     cdef DLManagedTensorVersioned* managed = NULL
     cdef Slot s
     if api.dltensor_from_py_object_no_sync != NULL:
         if api.dltensor_from_py_object_no_sync(<void*>obj, &view) != 0:
-            _raise_producer_error(type(obj).__name__)
+            _raise_producer_error(tp)
         s = Slot.__new__(Slot)
-        s._fill(&view, False, type(obj).__name__)
+        s._fill(&view, False, tp)
         s.owner = obj
         return s
     if api.managed_tensor_from_py_object_no_sync == NULL:
-        raise MalformedBufferError(f"{type(obj).__name__}'s DLPack exchange table has no export function")
+        raise MalformedBufferError(f"{tp.__name__}'s DLPack exchange table has no export function")
     if api.managed_tensor_from_py_object_no_sync(<void*>obj, &managed) != 0:
-        _raise_producer_error(type(obj).__name__)
-    return _slot_from_managed_versioned(managed, type(obj).__name__)
+        _raise_producer_error(tp)
+    return _slot_from_managed_versioned(managed, tp)
 
 
-cdef Slot _slot_from_dlpack_method(object obj, object method, object stream):
-    what = type(obj).__name__
+cdef object _MAX_VERSION_ARG = (CG_DLPACK_MAJOR, CG_DLPACK_MINOR)
+
+
+cdef Slot _slot_from_dlpack(object obj, type tp, object method, object stream):
+    """``__dlpack__``: ask for a versioned capsule, fall back to a legacy one on TypeError.
+
+    ``method`` is None when the type defines ``__dlpack__`` (then it is called as a method, with no
+    bound-method object made), or the attribute an instance carries.
+    """
     if stream is not None:
         # CPU producers must be given stream=None; CUDA ones get the raw handle (0 means legacy default).
         dev = obj.__dlpack_device__()
@@ -624,14 +690,21 @@ cdef Slot _slot_from_dlpack_method(object obj, object method, object stream):
         else:
             stream = stream_handle(stream) or 1
     try:
-        if stream is None:
-            capsule = method(max_version=_MAX_VERSION)
+        if method is None:
+            if stream is None:
+                capsule = obj.__dlpack__(max_version=_MAX_VERSION_ARG)
+            else:
+                capsule = obj.__dlpack__(stream=stream, max_version=_MAX_VERSION_ARG)
+        elif stream is None:
+            capsule = method(max_version=_MAX_VERSION_ARG)
         else:
-            capsule = method(stream=stream, max_version=_MAX_VERSION)
+            capsule = method(stream=stream, max_version=_MAX_VERSION_ARG)
     except TypeError:
         # Producers older than DLPack 1.0 take no max_version.
+        if method is None:
+            method = obj.__dlpack__
         capsule = method() if stream is None else method(stream=stream)
-    return slot_from_capsule(capsule, what)
+    return slot_from_capsule(capsule, tp)
 
 
 cdef Slot _slot_from_cai(object obj, dict cai):
@@ -639,12 +712,11 @@ cdef Slot _slot_from_cai(object obj, dict cai):
     cdef DLTensor view
     cdef int64_t shape_buf[SLOT_MAX_NDIM]
     cdef int64_t stride_buf[SLOT_MAX_NDIM]
-    cdef int64_t itemsize, byte_stride
+    cdef int64_t itemsize, byte_stride, address
     cdef int i, ndim
     cdef int32_t device_type, ordinal
-    cdef intptr_t ptr
     version = cai.get("version")
-    if version not in (2, 3):
+    if type(version) is not int or version not in (2, 3):
         raise MalformedBufferError(f"{what}: version {version!r} is not supported (expected 2 or 3)")
     try:
         shape = tuple(cai["shape"])
@@ -656,45 +728,52 @@ cdef Slot _slot_from_cai(object obj, dict cai):
         raise MalformedBufferError(f"{what}: masked arrays are not supported")
     if not isinstance(typestr, str):
         raise MalformedBufferError(f"{what}: typestr must be a str; got {typestr!r}")
-    if not (isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], int)):
+    if not (isinstance(data, tuple) and len(data) == 2):
         raise MalformedBufferError(f"{what}: data must be (address, readonly); got {data!r}")
+    address = _as_int64(data[0], what, "data address", True)
+    if address < 0:
+        raise MalformedBufferError(f"{what}: data address {address} is negative")
     ndim = len(shape)
     if ndim > SLOT_MAX_NDIM:
         raise MalformedBufferError(f"{what}: ndim {ndim} is outside [0, {SLOT_MAX_NDIM}]")
-    view.dtype = parse_typestr(typestr, cai.get("descr"))
+    try:
+        view.dtype = parse_typestr(typestr, cai.get("descr"))
+    except MalformedBufferError as exc:
+        raise MalformedBufferError(f"{what}: {exc}") from None
     itemsize = (view.dtype.bits + 7) // 8
     for i in range(ndim):
-        if not isinstance(shape[i], int):
-            raise MalformedBufferError(f"{what}: shape {shape!r} holds a non-integer")
-        shape_buf[i] = shape[i]
+        shape_buf[i] = _as_int64(shape[i], what, f"shape[{i}]", True)
     strides = cai.get("strides")
     if strides is not None:
-        strides = tuple(strides)
+        try:
+            strides = tuple(strides)
+        except TypeError:
+            raise MalformedBufferError(f"{what}: strides {strides!r} is not a sequence") from None
         if len(strides) != ndim:
             raise MalformedBufferError(
                 f"{what}: {len(strides)} strides for a {ndim}-d shape {shape}")
         for i in range(ndim):
-            byte_stride = strides[i]
+            byte_stride = _as_int64(strides[i], what, f"strides[{i}]", True)
             if byte_stride % itemsize != 0:
                 raise MalformedBufferError(
                     f"{what}: byte stride {byte_stride} is not a multiple of the item size {itemsize}")
             stride_buf[i] = byte_stride // itemsize
-    ptr = data[0]
-    pointer_device(ptr, &device_type, &ordinal)
-    view.data = <void*>ptr
+    pointer_device(<intptr_t>address, &device_type, &ordinal)
+    view.data = <void*><intptr_t>address
     view.ndim = ndim
     view.shape = shape_buf
     view.strides = stride_buf if strides is not None else NULL
     view.byte_offset = 0
     view.device.device_type = device_type
     view.device.device_id = ordinal
+    stream = cai.get("stream")
+    if stream is not None:
+        if version < 3 or type(stream) is not int or stream == 0:
+            raise MalformedBufferError(f"{what}: stream {stream!r} is not a valid v3 stream handle")
     cdef Slot s = Slot.__new__(Slot)
     s._fill(&view, True, what)
     s._readonly = bool(data[1])
-    stream = cai.get("stream")
     if stream is not None:
-        if version < 3 or not isinstance(stream, int) or stream == 0:
-            raise MalformedBufferError(f"{what}: stream {stream!r} is not a valid v3 stream handle")
         s._producer_stream = stream
     s.owner = obj
     return s
@@ -713,13 +792,13 @@ cdef Slot slot_from_address(intptr_t ptr, object shape, object strides, DLDataTy
     if ndim > SLOT_MAX_NDIM:
         raise ValueError(f"ndim {ndim} is outside [0, {SLOT_MAX_NDIM}]")
     for i in range(ndim):
-        shape_buf[i] = shape[i]
+        shape_buf[i] = _as_int64(shape[i], "address", f"shape[{i}]", False)
     if strides is not None:
         strides = tuple(strides)
         if len(strides) != ndim:
             raise ValueError(f"{len(strides)} strides given for the {ndim}-d shape {shape}")
         for i in range(ndim):
-            stride_buf[i] = strides[i]
+            stride_buf[i] = _as_int64(strides[i], "address", f"strides[{i}]", False)
     view.data = <void*>ptr
     view.ndim = ndim
     view.shape = shape_buf
@@ -738,15 +817,22 @@ cdef Slot slot_from_address(intptr_t ptr, object shape, object strides, DLDataTy
 
 cdef Slot slot_from_object(object obj, object stream):
     cdef type tp = type(obj)
-    cdef const DLPackExchangeAPI* api
+    cdef _TypeEntry entry
     if tp is Slot:
         return <Slot>obj
-    api = exchange_table(tp)
-    if api != NULL:
-        return _slot_from_table(obj, api)
+    entry = _type_entry(tp)
+    if entry.api != NULL:
+        return _slot_from_table(obj, entry.api, tp)
+    if entry.has_dlpack:
+        return _slot_from_dlpack(obj, tp, None, stream)
+    return _slot_from_other(obj, tp, entry, stream)
+
+
+cdef Slot _slot_from_other(object obj, type tp, _TypeEntry entry, object stream):
+    """The rarer forms: an instance's own __dlpack__, the CUDA array interface, a bare capsule."""
     method = getattr(obj, "__dlpack__", None)
     if method is not None:
-        return _slot_from_dlpack_method(obj, method, stream)
+        return _slot_from_dlpack(obj, tp, method, stream)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         if not isinstance(cai, dict):
@@ -755,6 +841,15 @@ cdef Slot slot_from_object(object obj, object stream):
         return _slot_from_cai(obj, <dict>cai)
     if PyCapsule_CheckExact(obj):
         return slot_from_capsule(obj, "capsule")
+    # Nothing usable. Before refusing, look at the type again: a table installed since the last
+    # probe must not be missed, and a table of another major version must be named, every time.
+    entry = _probe(tp, entry)
+    if entry.api != NULL:
+        return _slot_from_table(obj, entry.api, tp)
+    if entry.incompatible:
+        raise MalformedBufferError(
+            f"{tp.__name__} publishes no DLPack exchange table with major version {CG_DLPACK_MAJOR}, "
+            "and has no __dlpack__ or __cuda_array_interface__ to fall back on")
     if isinstance(obj, int) and not isinstance(obj, bool):
         raise BufferImportError(
             "a bare address needs a declared geometry: use Slot.from_address(ptr, shape, ...) "

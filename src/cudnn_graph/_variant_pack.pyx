@@ -7,10 +7,12 @@ and arrays belong to that call alone, so concurrent calls never see each other's
 cimport cython
 from libc.stdint cimport int32_t, int64_t, intptr_t, uintptr_t
 from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
+from cpython.number cimport PyNumber_Index
 
 from cudnn_graph._dlpack cimport DLDataType, DLDevice, kDLCUDA, kDLCUDAManaged
 from cudnn_graph._dtypes cimport parse_dtype, dtype_name
-from cudnn_graph._slot cimport Slot, slot_from_object, slot_from_address, SLOT_MAX_NDIM
+from cudnn_graph._slot cimport Slot, slot_from_object, slot_from_address, SLOT_MAX_NDIM, SLOT_INLINE_DIMS
 from cudnn_graph._slot import device_name, _parse_device
 
 from cudnn_graph.errors import (
@@ -45,17 +47,24 @@ cdef class TensorSpec:
         cdef int i
         self.uid = uid
         self.name = str(name)
-        self.shape = tuple(int(x) for x in shape)
+        # Extents and strides must be integers: 2.5 is refused, never truncated.
+        self.shape = tuple([PyNumber_Index(x) for x in shape])
         self._ndim = len(self.shape)
         if self._ndim > SLOT_MAX_NDIM:
             raise ValueError(f"a {self._ndim}-d tensor exceeds {SLOT_MAX_NDIM} dimensions")
-        self.strides = None if strides is None else tuple(int(x) for x in strides)
+        self.strides = None if strides is None else tuple([PyNumber_Index(x) for x in strides])
         if self.strides is not None and len(self.strides) != self._ndim:
             raise ValueError(f"{len(self.strides)} strides for the {self._ndim}-d shape {self.shape}")
         self._dtype = parse_dtype(dtype)
         device_type, device_id = _parse_device(device)
         self._device.device_type = device_type
         self._device.device_id = device_id
+        # The geometry must describe addressable memory (no negative extent, nothing beyond int64):
+        # a bare address takes it verbatim, so it is validated once, here.
+        try:
+            slot_from_address(4096, self.shape, self.strides, self._dtype, self._device, False)
+        except (ValueError, OverflowError) as exc:
+            raise ValueError(f"{self.label()}: {exc}") from None
         self.alignment = max(1, (self._dtype.bits + 7) // 8) if alignment is None else int(alignment)
         if self.alignment <= 0 or self.alignment & (self.alignment - 1):
             raise ValueError(f"alignment must be a positive power of two; got {alignment}")
@@ -175,12 +184,13 @@ cdef class PackLayout:
         return len(self.specs)
 
 
-cdef inline int64_t _key_uid(object key, PackLayout layout) except? -1:
+cdef object _key_uid(object key, PackLayout layout):
+    """A mapping key (Tensor, uid or tensor name) as a Python int uid."""
     if type(key) is int:
         return key
     uid = getattr(key, "uid", None)
     if uid is not None:
-        return uid
+        return PyNumber_Index(uid)
     if isinstance(key, str) and layout is not None:
         found = layout._by_name.get(key)
         if found is None:
@@ -191,16 +201,60 @@ cdef inline int64_t _key_uid(object key, PackLayout layout) except? -1:
     raise TypeError(f"variant pack keys are tensors, uids or tensor names; got {type(key).__name__}")
 
 
+cdef Slot _slot_from_spec_address(object buffer, TensorSpec spec):
+    """A bare address shaped by the spec (geometry validated when the spec was made)."""
+    cdef intptr_t ptr
+    cdef int i, ndim = spec._ndim
+    cdef int64_t acc
+    cdef bint empty = False
+    cdef Slot s
+    try:
+        ptr = buffer
+    except OverflowError:
+        raise ValueError(f"{spec.label()}: address {buffer} does not fit in a pointer") from None
+    if ptr < 0:
+        raise ValueError(f"{spec.label()}: address {buffer} is negative")
+    s = Slot.__new__(Slot)
+    if ndim > SLOT_INLINE_DIMS:
+        s._alloc_geometry(ndim)
+    else:
+        s.tensor.ndim = ndim
+    memcpy(s.tensor.shape, spec._shape, ndim * sizeof(int64_t))
+    if spec.strides is not None:
+        memcpy(s.tensor.strides, spec._strides, ndim * sizeof(int64_t))
+    else:
+        acc = 1
+        for i in range(ndim - 1, -1, -1):
+            s.tensor.strides[i] = acc
+            acc *= spec._shape[i] if spec._shape[i] > 0 else 1
+    for i in range(ndim):
+        if spec._shape[i] == 0:
+            empty = True
+    if ptr == 0 and not empty:
+        raise ValueError(f"{spec.label()}: address 0 (NULL) for a tensor of shape {spec.shape}")
+    s.tensor.data = <void*>ptr
+    s.tensor.dtype = spec._dtype
+    s.tensor.device = spec._device
+    if (<uintptr_t>ptr) % <uintptr_t>spec.alignment != 0:
+        raise AlignmentError(spec.name, spec.uid, f"data address aligned to {spec.alignment} bytes",
+                             f"a multiple of {spec.alignment}", f"0x{<uintptr_t>ptr:x}")
+    return s
+
+
 cdef Slot _slot_for(object buffer, TensorSpec spec, object stream):
+    cdef Slot s
     if type(buffer) is int:
         # A bare address takes the geometry the graph declares for the tensor.
-        return slot_from_address(buffer, spec.shape,
-                                 spec.strides if spec.strides is not None else None,
-                                 spec._dtype, spec._device, False)
-    try:
-        return slot_from_object(buffer, stream)
-    except BufferImportError as exc:
-        raise BufferImportError(f"{spec.label()}: {exc}") from None
+        return _slot_from_spec_address(buffer, spec)
+    if type(buffer) is Slot:
+        s = <Slot>buffer
+    else:
+        try:
+            s = slot_from_object(buffer, stream)
+        except BufferImportError as exc:
+            raise BufferImportError(f"{spec.label()}: {exc}") from None
+    check_slot(s, spec)
+    return s
 
 
 @cython.final
@@ -264,53 +318,93 @@ cdef class VariantPack:
         raise KeyError(uid)
 
 
-cdef VariantPack pack_from_mapping(object mapping, PackLayout layout, object stream):
-    cdef VariantPack pack = VariantPack.__new__(VariantPack)
-    cdef int n, i
-    cdef int64_t uid
-    cdef Slot s
-    cdef TensorSpec spec
-    if not hasattr(mapping, "items"):
-        raise TypeError(f"a variant pack is a mapping {{tensor or uid: buffer}}; got {type(mapping).__name__}")
-    n = len(mapping)
+cdef int _alloc_arrays(VariantPack pack, Py_ssize_t n) except -1:
     if n > PACK_INLINE:
         pack._uids = <int64_t*>malloc(n * sizeof(int64_t))
         pack._ptrs = <void**>malloc(n * sizeof(void*))
         if pack._uids == NULL or pack._ptrs == NULL:
             raise MemoryError()
-    entries = []
-    seen = set()
+    return 0
+
+
+cdef VariantPack pack_from_mapping(object mapping, PackLayout layout, object stream):
+    if layout is None:
+        return _pack_unchecked(mapping, stream)
+    cdef VariantPack pack = VariantPack.__new__(VariantPack)
+    cdef Py_ssize_t nspec = len(layout.specs), i, j, n = 0
+    cdef TensorSpec spec
+    cdef Slot s
+    if not hasattr(mapping, "items"):
+        raise TypeError(f"a variant pack is a mapping {{tensor or uid: buffer}}; got {type(mapping).__name__}")
+    # Each slot lands at its spec's position (specs are sorted by uid): no sort, and a position
+    # filled twice is a uid given twice (e.g. by its name and by its uid).
+    cdef list placed = [None] * nspec
     for key, buffer in mapping.items():
         uid = _key_uid(key, layout)
-        if uid in seen:
+        position = layout._index.get(uid)
+        if position is None:
+            raise UnknownTensorError(
+                f"uid {uid} is not a tensor of this graph (its uids: {sorted(layout._index)})")
+        i = position
+        if placed[i] is not None:
             raise ValueError(f"tensor uid {uid} is given twice in the variant pack")
-        seen.add(uid)
-        if layout is not None:
-            position = layout._index.get(uid)
-            if position is None:
-                raise UnknownTensorError(
-                    f"uid {uid} is not a tensor of this graph (its uids: {sorted(layout._index)})")
-            spec = <TensorSpec>layout.specs[position]
-            s = _slot_for(buffer, spec, stream)
-            check_slot(s, spec)
-        else:
-            if type(buffer) is int:
-                raise BufferImportError(
-                    f"tensor uid {uid}: a bare address needs the geometry a graph declares; "
-                    "pack it through the graph (or a PackLayout) or use Slot.from_address")
-            s = slot_from_object(buffer, stream)
-        entries.append((uid, s))
-    if layout is not None and len(entries) < len(layout.specs):
-        missing = [sp for sp in layout.specs if sp.required and sp.uid not in seen]
+        spec = <TensorSpec>layout.specs[i]
+        placed[i] = _slot_for(buffer, spec, stream)
+        n += 1
+    if n < nspec:
+        missing = [sp for sp, got in zip(layout.specs, placed) if got is None and sp.required]
         if missing:
             raise MissingTensorError(
                 "the variant pack lacks " + ", ".join((<TensorSpec>sp).label() for sp in missing))
-    entries.sort(key=lambda e: e[0])
-    for i in range(n):
-        uid, s = entries[i]
-        pack._uids[i] = uid
-        pack._ptrs[i] = s.tensor.data
-    pack._n = n
-    pack.slots = tuple([e[1] for e in entries])
+    _alloc_arrays(pack, n)
+    j = 0
+    for i in range(nspec):
+        item = placed[i]
+        if item is None:
+            continue
+        s = <Slot>item
+        pack._uids[j] = (<TensorSpec>layout.specs[i]).uid
+        pack._ptrs[j] = s.tensor.data
+        j += 1
+    pack._n = <int>n
+    if n == nspec:
+        pack.slots = tuple(placed)
+    else:
+        pack.slots = tuple([x for x in placed if x is not None])
     pack.layout = layout
     return pack
+
+
+cdef VariantPack _pack_unchecked(object mapping, object stream):
+    """No layout: any buffer with its own geometry; a bare address is refused (it has none)."""
+    cdef VariantPack pack = VariantPack.__new__(VariantPack)
+    cdef Py_ssize_t n, i
+    cdef Slot s
+    if not hasattr(mapping, "items"):
+        raise TypeError(f"a variant pack is a mapping {{tensor or uid: buffer}}; got {type(mapping).__name__}")
+    entries = []
+    for key, buffer in mapping.items():
+        uid = _key_uid(key, None)
+        if type(buffer) is int:
+            raise BufferImportError(
+                f"tensor uid {uid}: a bare address needs the geometry a graph declares; "
+                "pack it through the graph (or a PackLayout) or use Slot.from_address")
+        entries.append((uid, slot_from_object(buffer, stream)))
+    entries.sort(key=_first)
+    n = len(entries)
+    for i in range(1, n):
+        if entries[i][0] == entries[i - 1][0]:
+            raise ValueError(f"tensor uid {entries[i][0]} is given twice in the variant pack")
+    _alloc_arrays(pack, n)
+    for i in range(n):
+        uid, item = entries[i]
+        s = <Slot>item
+        pack._uids[i] = uid
+        pack._ptrs[i] = s.tensor.data
+    pack._n = <int>n
+    pack.slots = tuple([e[1] for e in entries])
+    return pack
+
+
+def _first(entry):
+    return entry[0]

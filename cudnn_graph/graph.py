@@ -1,0 +1,597 @@
+"""``pygraph``: the graph users build — op builders generated from the op tables, inference, the plan
+list and execute.
+
+``cudnn_graph.pygraph`` takes ``cudnn.pygraph``'s constructor and methods, so graph code written for
+cudnn-frontend ports by changing the import; buffers come from any framework.
+
+Example:
+    >>> import numpy as np
+    >>> import cudnn_graph as cudnn
+    >>> g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT,
+    ...                   device="cpu")
+    >>> a = g.tensor(name="a", dim=[1, 2, 3], stride=[6, 3, 1])
+    >>> b = g.tensor(name="b", dim=[1, 3, 2], stride=[6, 2, 1])
+    >>> c = g.relu(g.matmul(a, b)).set_output(True)
+    >>> g.build([cudnn.heur_mode.A])
+    >>> A, B = np.ones((1, 2, 3), np.float32), np.ones((1, 3, 2), np.float32)
+    >>> C = np.empty((1, 2, 2), np.float32)
+    >>> g.execute({a: A, b: B, c: C})
+    >>> C[0].tolist()
+    [[3.0, 3.0], [3.0, 3.0]]
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from ._ir import Graph as _GraphCore, Tensor, Node
+from ._variant_pack import PackLayout, TensorSpec
+from ._stream import as_stream_handle
+from .data_type import DataType, data_type_of
+from .errors import (GraphFrozenError, GraphNotSupportedError, GraphValidationError)
+from .ops import SCHEMAS
+from .ops.schema import REQUIRED, InferContext, TensorInfo
+from .router import Router, get_default_router
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["pygraph", "Graph", "PlanEntryError"]
+
+_GENERIC = ("compute_data_type", "name")
+
+
+class PlanEntryError(GraphNotSupportedError):
+    """No entry of the plan list could be built; ``declines`` says which engine declined and why."""
+
+    def __init__(self, message: str, declines: Sequence[tuple[str, str]]):
+        self.declines = list(declines)
+        lines = [message] + [f"  - {who}: {why}" for who, why in self.declines]
+        super().__init__("\n".join(lines))
+
+
+@dataclass
+class _PlanState:
+    validated: bool = False
+    lowered: bool = False
+    planned: bool = False
+    entries: list = field(default_factory=list)        # ranked PlanConfig list (graph.plans)
+    declines: list = field(default_factory=list)       # (engine, reason) gathered while planning/building
+    compiled: dict = field(default_factory=dict)        # index -> CompiledPlan
+    selected: int = 0
+    pinned: bool = False
+    layouts: dict = field(default_factory=dict)         # engine binds strides? -> PackLayout
+    scalar_defaults: dict = field(default_factory=dict)  # uid -> value of tensor_scalar tensors
+    backend_lowering: Any = None
+
+
+# ---- builders generated from the op tables -------------------------------------------------------
+
+def _bind(schema, order, args, kwargs):
+    """Map positional and keyword arguments onto the schema's names (ports, attrs, generic)."""
+    expanders = schema.extra.get("keyword_expanders", {})
+    known = set(schema.port_names()) | {a.name for a in schema.attrs} | set(_GENERIC) | set(expanders)
+    if len(args) > len(order):
+        raise TypeError(f"{schema.name}() takes at most {len(order)} positional arguments "
+                        f"({', '.join(order)}); got {len(args)}")
+    bound = dict(zip(order, args))
+    for key, value in kwargs.items():
+        if key not in known:
+            raise TypeError(f"{schema.name}() got an unexpected keyword argument '{key}' "
+                            f"(it takes {', '.join(sorted(known))})")
+        if key in bound:
+            raise TypeError(f"{schema.name}() got multiple values for argument '{key}'")
+        bound[key] = value
+    # pygraph keywords that stand for several ports/attrs (sdpa's dropout=(p, seed, offset)).
+    for key, expand in expanders.items():
+        if key in bound:
+            for k, v in expand(bound.pop(key)).items():
+                if bound.get(k) is not None:
+                    raise TypeError(f"{schema.name}(): '{key}' and '{k}' both set '{k}'")
+                bound[k] = v
+    return bound
+
+
+def _make_builder(schema):
+    order = tuple(schema.extra.get("pygraph_positional") or schema.positional or schema.port_names())
+
+    def builder(self, *args, **kwargs):
+        return self._build_node(schema, order, args, kwargs)
+
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
+    seen = set()
+    for name in order:
+        params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None))
+        seen.add(name)
+    for name in (list(schema.port_names()) + [a.name for a in schema.attrs] + list(_GENERIC)
+                 + list(schema.extra.get("keyword_expanders", {}))):
+        if name not in seen:
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None))
+            seen.add(name)
+    builder.__signature__ = inspect.Signature(params)
+    builder.__name__ = builder.__qualname__ = schema.name
+    outs = ", ".join(o.name for o in schema.outputs)
+    builder.__doc__ = (f"{schema.doc or schema.name} ({schema.family}).\n\n"
+                       f"Inputs: {', '.join(schema.port_names())}. Outputs: {outs}.\n"
+                       f"Returns {'a list of tensors' if schema.returns == 'list' else 'the output tensor'}.")
+    return builder
+
+
+class pygraph(_GraphCore):
+    """A graph of tensors and ops, with cudnn.pygraph's constructor and methods.
+
+    ``device`` ('cpu', 'cuda', 'cuda:N') is optional: a handle or ``tensor_like`` templates give it,
+    and otherwise it is CUDA device 0 where a GPU is visible, the host elsewhere. ``router`` ranks the
+    plan list (default: the process default router).
+    """
+
+    def __init__(self, io_data_type=None, intermediate_data_type=None, compute_data_type=None,
+                 handle=None, *, name: str = "", device=None, router: Optional[Router] = None,
+                 sm_count=None, sm_version=None, kernel_cache=None):
+        super().__init__(io_data_type, intermediate_data_type, compute_data_type, name=name,
+                         device=device, handle=handle, router=router)
+        self._state = _PlanState()
+
+    # -- node construction ------------------------------------------------------------------------
+
+    def _build_node(self, schema, order, args, kwargs):
+        if self.frozen:
+            raise GraphFrozenError("the graph was lowered or planned; it can no longer change")
+        bound = _bind(schema, order, args, kwargs)
+        name = bound.pop("name", None)
+        compute = bound.pop("compute_data_type", None)
+        node_name = str(name) if name else f"{schema.name}_{len(self.nodes)}"
+        list_ports = set(schema.extra.get("list_ports", ()))
+        scalar_ports = schema.extra.get("scalar_ports", {})
+        inputs = {}
+        for port in schema.inputs:
+            value = bound.pop(port.name, None)
+            if value is None:
+                if not port.optional:
+                    raise GraphValidationError(node_name, schema.name, port.name, "is required but was not given")
+                inputs[port.name] = None
+                continue
+            if port.name in list_ports:
+                if not isinstance(value, (list, tuple)) or not value:
+                    raise GraphValidationError(node_name, schema.name, port.name,
+                                               "takes a non-empty list of tensors")
+                inputs[port.name] = tuple(self._as_tensor(v, node_name, schema, port.name) for v in value)
+            else:
+                inputs[port.name] = self._as_tensor(value, node_name, schema, port.name,
+                                                    scalar_ports.get(port.name))
+        params = {}
+        for attr in schema.attrs:
+            value = bound.pop(attr.name, None)
+            if value is None:
+                if attr.default is REQUIRED:
+                    raise GraphValidationError(node_name, schema.name, attr.name, "is required but was not given")
+                value = attr.default
+            elif attr.convert is not None:
+                try:
+                    value = attr.convert(value)
+                except GraphValidationError:
+                    raise
+                except (TypeError, ValueError) as exc:
+                    raise GraphValidationError(node_name, schema.name, attr.name, str(exc)) from None
+            params[attr.name] = value
+        given = frozenset(k for k, v in inputs.items() if v is not None)
+        out_names = [o.name for o in schema.outputs if o.when is None or o.when(params, given)]
+        outs = self._add_node(schema.name, schema, node_name, inputs, params, out_names, compute)
+        node = self.nodes[-1]
+        # An output the caller asked to receive in a tensor it made (e.g. sdpa_backward(dBias=t)).
+        for i, oname in enumerate(out_names):
+            requested = params.get(oname)
+            if isinstance(requested, Tensor):
+                outs[i] = self._redirect_output(node, oname, requested)
+        by_name = dict(zip(out_names, outs))
+        returned = schema.extra.get("returned_outputs")
+        if returned is not None:
+            return [by_name.get(o) for o in returned]
+        if schema.returns == "list":
+            return [by_name.get(o.name) for o in schema.outputs]
+        return outs[0]
+
+    def _as_tensor(self, value, node_name, schema, port, scalar_type=None):
+        if isinstance(value, Tensor):
+            return value
+        if isinstance(value, numbers.Number) and not isinstance(value, bool):
+            t = self.tensor_scalar(value, data_type=scalar_type, name=f"{node_name}::{port}")
+            if scalar_type is not None:
+                # cuDNN's scalar operands of 4-d ops are 4-d too.
+                t.set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1))
+            return t
+        raise GraphValidationError(node_name, schema.name, port,
+                                   f"expects a Tensor (or a Python number for a scalar); got {type(value).__name__}")
+
+    def _redirect_output(self, node, oname, tensor):
+        if tensor.producer is not None:
+            raise GraphValidationError(node.name, node.op, oname, "the tensor given to receive it is already produced")
+        return self._adopt_output(node, oname, tensor)
+
+    # -- inference and validation -----------------------------------------------------------------
+
+    def _resolved_type(self, t: Tensor) -> DataType:
+        dt = t.data_type if t.data_type_set_by_user else None
+        if dt is not None and dt != DataType.NOT_SET:
+            return dt
+        inferred = t._inferred_type()
+        if t.producer is not None and inferred != DataType.NOT_SET:
+            return inferred
+        return self._default_type(t.is_virtual)
+
+    def _default_type(self, virtual: bool) -> DataType:
+        # Intermediates without a declared type live in the compute type (FLOAT when none is set either),
+        # which is what cuDNN's fused engines keep them in.
+        ctx = self.context
+        if not virtual:
+            return ctx.io_data_type
+        for dt in (ctx.intermediate_data_type, ctx.compute_data_type):
+            if dt != DataType.NOT_SET:
+                return dt
+        return DataType.FLOAT
+
+    def _info(self, t: Tensor, node, port) -> TensorInfo:
+        if not t.dim_set_by_user and t.producer is None:
+            raise GraphValidationError(node.name, node.op, port, f"tensor '{t.name}' has no dims")
+        dims = t._raw_dim()
+        if dims is None:
+            raise GraphValidationError(node.name, node.op, port,
+                                       f"tensor '{t.name}' has no dims (set them with set_dim)")
+        return TensorInfo(tuple(dims), tuple(t.stride), self._resolved_type(t), t.is_virtual,
+                          t.is_pass_by_value, t.name)
+
+    def _ensure_inferred(self):
+        if not self._inferred:
+            self._infer_all()
+
+    def _infer_all(self):
+        # Marked done first: the tensor getters used below must not re-enter inference.
+        self._inferred = True
+        try:
+            self._infer_nodes()
+        except BaseException:
+            self._inferred = False
+            raise
+
+    def _infer_nodes(self):
+        ctx_types = self.context
+        for node in self.nodes:
+            schema = node.schema
+            infos = {}
+            for port, value in node.inputs.items():
+                if value is None:
+                    infos[port] = None
+                elif isinstance(value, tuple):
+                    infos[port] = [self._info(v, node, port) for v in value]
+                else:
+                    infos[port] = self._info(value, node, port)
+            compute = DataType(node.compute_data_type) if node.compute_data_type != -1 else ctx_types.compute_data_type
+            ictx = InferContext(node.name, node.op, infos, node.params, compute,
+                                ctx_types.intermediate_data_type, ctx_types.io_data_type)
+            result = schema.infer(ictx)
+            for oname, t in node.outputs.items():
+                info = result.get(oname)
+                if info is None:
+                    continue
+                dtype = info.data_type
+                if dtype is None:
+                    dtype = self._default_type(t.is_virtual)
+                t._set_inferred(info.dim, info.stride, dtype)
+            check = schema.extra.get("validate_outputs")
+            if check is not None:
+                pending = {o: t._raw_dim() for o, t in node.outputs.items()
+                           if result.get(o) is not None and result[o].dim is None}
+                if pending:
+                    missing = [o for o, d in pending.items() if d is None]
+                    if missing:
+                        raise GraphValidationError(node.name, node.op, missing[0],
+                                                   "output dims must be set by the caller (set_dim)")
+                    check(ictx, pending)
+
+    def validate(self) -> None:
+        """Infer every output's dims and data type and check the graph; raises naming node and port."""
+        self._infer_all()
+        consumed = set()
+        for node in self.nodes:
+            for value in node.inputs.values():
+                for t in (value if isinstance(value, tuple) else (value,)):
+                    if t is not None:
+                        consumed.add(t.uid)
+            for key in node.schema.extra.get("tensor_list_attrs", ()):
+                for t in node.params.get(key) or ():
+                    consumed.add(t.uid)
+        for t in self.tensors:
+            if t.producer is None:
+                if t.uid not in consumed and not self._is_side_tensor(t):
+                    raise GraphValidationError("<graph>", "input", t.name,
+                                               "is an input that no node uses")
+                if self._resolved_type(t) == DataType.NOT_SET:
+                    raise GraphValidationError("<graph>", "input", t.name,
+                                               "has no data type (set it, or give the graph an io_data_type)")
+            else:
+                node = t.producer
+                port = next(o for o, v in node.outputs.items() if v is t)
+                if t.is_virtual and t.uid not in consumed:
+                    raise GraphValidationError(node.name, node.op, port,
+                                               "output is neither used by another node nor marked set_output(True)")
+                if self._resolved_type(t) == DataType.NOT_SET:
+                    raise GraphValidationError(node.name, node.op, port,
+                                               "has no data type (set it, or give the graph an "
+                                               + ("intermediate_data_type" if t.is_virtual else "io_data_type") + ")")
+        self._state.validated = True
+
+    def _is_side_tensor(self, t) -> bool:
+        # Ragged offsets are read through the tensors that name them.
+        return any(o.ragged_offset is t for o in self.tensors if o is not t)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def build_operation_graph(self) -> None:
+        """Validate, lower for the cuDNN backend when it is present, and freeze the graph."""
+        if not self._state.validated:
+            self.validate()
+        self._freeze()
+        self._state.lowered = True
+
+    def create_execution_plans(self, heur_modes=None) -> None:
+        """Rank every engine's plans for this graph into one list (``graph.plans``). One-shot."""
+        st = self._state
+        if st.planned:
+            raise RuntimeError("create_execution_plans() was already called for this graph; "
+                               "use select_plan(i) to switch plans")
+        if not st.lowered:
+            self.build_operation_graph()
+        from .engines import manifest
+        entries, declines = [], []
+        modes = list(heur_modes) if heur_modes is not None else None
+        for engine in manifest.engines():
+            try:
+                proposed = engine.propose_plans(self) if modes is None or not hasattr(engine, "propose_plans_for_modes") \
+                    else engine.propose_plans_for_modes(self, modes)
+            except (NotImplementedError, GraphNotSupportedError) as exc:
+                declines.append((engine.name, str(exc) or type(exc).__name__))
+                continue
+            for p in proposed:
+                if p.engine is None:
+                    object.__setattr__(p, "engine", engine)
+                entries.append(p)
+        router = self.router if self.router is not None else get_default_router()
+        st.entries = router.rank(self, entries)
+        st.declines = declines
+        st.planned = True
+        logger.debug("graph %s: %d plan entries, %d engines declined", self.context.name, len(entries), len(declines))
+
+    def check_support(self) -> None:
+        """Raise ``GraphNotSupportedError`` (saying which engines declined and why) when no plan exists."""
+        st = self._require_planned()
+        kept = []
+        for entry in st.entries:
+            try:
+                entry.engine.check_support(self, entry)
+            except (NotImplementedError, GraphNotSupportedError) as exc:
+                st.declines.append((entry.label, str(exc)))
+                continue
+            kept.append(entry)
+        st.entries = kept
+        if not kept:
+            raise PlanEntryError("no engine supports this graph", st.declines)
+
+    def build_plans(self, policy=None) -> None:
+        """Build from the selected entry on; a decline advances (a pinned one raises). ``ALL`` builds all."""
+        st = self._require_planned()
+        if not st.entries:
+            raise PlanEntryError("no engine supports this graph", st.declines)
+        build_all = policy is not None and getattr(policy, "name", str(policy)).upper().endswith("ALL")
+        if build_all:
+            for i in range(len(st.entries)):
+                if i not in st.compiled:
+                    try:
+                        self._build_index(i)
+                    except (NotImplementedError, GraphNotSupportedError) as exc:
+                        st.declines.append((st.entries[i].label, str(exc)))
+            if not st.compiled:
+                raise PlanEntryError("no plan of the list could be built", st.declines)
+            if st.selected not in st.compiled:
+                st.selected = min(st.compiled)
+            return
+        start = st.selected
+        for i in range(start, len(st.entries)):
+            if i in st.compiled:
+                st.selected = i
+                return
+            try:
+                self._build_index(i)
+            except (NotImplementedError, GraphNotSupportedError) as exc:
+                if st.pinned:
+                    raise GraphNotSupportedError(
+                        f"the pinned plan {i} ({st.entries[i].label}) declined: {exc}") from exc
+                st.declines.append((st.entries[i].label, str(exc)))
+                continue
+            st.selected = i
+            return
+        raise PlanEntryError("no plan of the list could be built", st.declines)
+
+    def build(self, heur_modes=None) -> None:
+        """validate + build_operation_graph + create_execution_plans + check_support + build_plans."""
+        if not self._state.validated:
+            self.validate()
+        if not self._state.lowered:
+            self.build_operation_graph()
+        self.create_execution_plans(heur_modes)
+        self.check_support()
+        self.build_plans()
+
+    def _require_planned(self) -> _PlanState:
+        if not self._state.planned:
+            raise RuntimeError("create_execution_plans() has not been called for this graph")
+        return self._state
+
+    def _build_index(self, i):
+        st = self._state
+        entry = st.entries[i]
+        from .engines.base import ExecutionContext
+        ctx = ExecutionContext(handle=self.handle, device=self.device)
+        compiled = entry.engine.build_plan(self, entry, ctx)
+        compiled.layout = self._layout_for(entry.engine)
+        st.compiled[i] = compiled
+        return compiled
+
+    def _layout_for(self, engine) -> PackLayout:
+        """The operands a plan of ``engine`` packs: every non-virtual tensor, checked as declared."""
+        key = (bool(engine.binds_provisional_strides), bool(engine.host_scalars))
+        layout = self._state.layouts.get(key)
+        if layout is not None:
+            return layout
+        device = self.device_code
+        dev = "cpu" if device[0] == 1 else (device[0], device[1])
+        specs = []
+        for t in self.tensors:
+            if t.is_virtual:
+                continue
+            dtype = self._resolved_type(t)
+            try:
+                from .data_type import dlpack_code_of
+                code = dlpack_code_of(dtype)
+            except ValueError:
+                continue
+            binds = t.stride_set_by_user or engine.binds_provisional_strides
+            scalar = t.is_pass_by_value
+            if scalar and t.value is not None:
+                self._state.scalar_defaults[t.uid] = t.value
+            specs.append(TensorSpec(
+                t.uid, t.dim, code + (1,), strides=t.stride if binds else None,
+                device="cpu" if (scalar and engine.host_scalars) else dev, name=t.name,
+                is_output=t.producer is not None, required=not (scalar and t.value is not None)))
+        layout = PackLayout(specs)
+        self._state.layouts[key] = layout
+        return layout
+
+    # -- the plan list -----------------------------------------------------------------------------
+
+    @property
+    def plans(self) -> list:
+        """The ranked plan list (PlanConfig entries)."""
+        return list(self._require_planned().entries)
+
+    @property
+    def declines(self) -> list:
+        """(engine, reason) for every engine or entry that declined."""
+        return list(self._state.declines)
+
+    def select_plan(self, index: int) -> None:
+        """Pin entry ``index``: build_plans() builds it or raises."""
+        st = self._require_planned()
+        if not 0 <= index < len(st.entries):
+            raise IndexError(f"plan index {index} is outside [0, {len(st.entries)})")
+        st.selected = index
+        st.pinned = True
+
+    @property
+    def selected_plan(self):
+        st = self._require_planned()
+        return st.entries[st.selected] if st.entries else None
+
+    def get_execution_plan_count(self) -> int:
+        return len(self._require_planned().entries)
+
+    def get_plan_name_at_index(self, index: int) -> str:
+        return self._require_planned().entries[index].label
+
+    def build_plan_at_index(self, index: int) -> None:
+        st = self._require_planned()
+        if index not in st.compiled:
+            self._build_index(index)
+
+    def get_workspace_size(self) -> int:
+        st = self._require_planned()
+        compiled = st.compiled.get(st.selected)
+        if compiled is None:
+            raise RuntimeError("no plan is built yet: call build_plans()")
+        return compiled.workspace_size
+
+    def get_workspace_size_plan_at_index(self, index: int) -> int:
+        st = self._require_planned()
+        if index not in st.compiled:
+            self._build_index(index)
+        return st.compiled[index].workspace_size
+
+    # -- execute -----------------------------------------------------------------------------------
+
+    def execute(self, variant_pack: Mapping, workspace=None, handle=None, stream=None, *,
+                override_uids=None, override_shapes=None, override_strides=None) -> None:
+        """Run the selected plan on ``{Tensor | uid | name: buffer}``.
+
+        Buffers may be any DLPack or CUDA-array-interface object, a Slot, or a bare int address
+        (shaped by the tensor's declared geometry). Every buffer is checked before any launch.
+        """
+        st = self._state
+        compiled = st.compiled.get(st.selected) if st.planned else None
+        if compiled is None:
+            raise RuntimeError("no plan is built: call build() or build_plans() before execute()")
+        self._run(compiled, variant_pack, workspace, handle, stream, override_uids, override_shapes,
+                  override_strides)
+
+    def execute_plan_at_index(self, variant_pack: Mapping, workspace=None, index: int = 0, handle=None,
+                              stream=None, *, override_uids=None, override_shapes=None,
+                              override_strides=None) -> None:
+        st = self._require_planned()
+        if index not in st.compiled:
+            self._build_index(index)
+        self._run(st.compiled[index], variant_pack, workspace, handle, stream, override_uids,
+                  override_shapes, override_strides)
+
+    def _run(self, compiled, variant_pack, workspace, handle, stream, override_uids, override_shapes,
+             override_strides):
+        if override_uids is not None or override_shapes is not None or override_strides is not None:
+            # Never drop overrides silently: say what is missing instead.
+            raise GraphNotSupportedError(
+                f"{compiled.plan.label} does not take override shapes/strides (dynamic shapes are not "
+                "enabled for this graph)")
+        defaults = self._state.scalar_defaults
+        if defaults:
+            variant_pack = self._with_scalars(variant_pack, defaults)
+        pack = compiled.layout.pack(variant_pack, stream=stream)
+        from .engines.base import ExecutionContext
+        ctx = ExecutionContext(handle=handle if handle is not None else self.handle,
+                               stream=as_stream_handle(stream), workspace=workspace, device=self.device)
+        compiled.execute(self, pack, ctx)
+
+    def _with_scalars(self, variant_pack, defaults):
+        given = set()
+        for key in variant_pack:
+            given.add(key if isinstance(key, int) else getattr(key, "uid", key))
+        missing = {uid: value for uid, value in defaults.items() if uid not in given}
+        if not missing:
+            return variant_pack
+        import numpy as np
+        merged = dict(variant_pack)
+        layout_specs = {s.uid: s for s in self._state.layouts[next(iter(self._state.layouts))].specs}
+        for uid, value in missing.items():
+            spec = layout_specs.get(uid)
+            merged[uid] = np.full(spec.shape if spec is not None else (1,), value,
+                                  dtype=_numpy_dtype(spec.dtype) if spec is not None else np.float32)
+        return merged
+
+    def __repr__(self):
+        return (f"pygraph(name={self.context.name!r}, device={self.device}, nodes={len(self.nodes)}, "
+                f"tensors={len(self.tensors)}{', frozen' if self.frozen else ''})")
+
+
+def _numpy_dtype(name: str):
+    import numpy as np
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+        return np.dtype(getattr(ml_dtypes, name))
+
+
+for _schema in SCHEMAS.values():
+    for _method in (_schema.name,) + tuple(_schema.extra.get("aliases", ())):
+        if hasattr(_GraphCore, _method):
+            raise RuntimeError(f"op {_method!r} would shadow a Graph method")
+        setattr(pygraph, _method, _make_builder(_schema))
+
+Graph = pygraph

@@ -1,0 +1,87 @@
+"""The engine contract.
+
+An engine proposes plans for a graph, builds a plan once (the expensive step: JIT, descriptor
+finalisation) and returns a ``CompiledPlan`` whose ``execute`` receives only the VariantPack's
+slots. An engine declines ONLY by raising ``NotImplementedError`` or ``GraphNotSupportedError``
+(with the reason); anything else is a bug and propagates.
+
+Example (a toy engine that runs nothing but declines politely):
+
+    >>> from cudnn_graph.engines.base import BaseEngine
+    >>> class Nope(BaseEngine):
+    ...     name, engine_id = "nope", 30_000
+    ...     def propose_plans(self, graph):
+    ...         raise NotImplementedError("nope runs no graph")
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+__all__ = ["PlanConfig", "ExecutionContext", "CompiledPlan", "BaseEngine"]
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """One entry of the plan list: which engine, with which knobs."""
+    engine_id: int
+    knobs: Mapping[str, Any] = field(default_factory=dict)
+    name: str = ""
+    engine: Any = field(default=None, compare=False, repr=False)
+    priority: float = 0.0                 # higher ranks first under the default router
+    source: str = "python"                # python | heuristics_A | heuristics_B | fallback | pinned
+    numerical_notes: Sequence[Any] = ()
+    behavior_notes: Sequence[Any] = ()
+    workspace_size: Optional[int] = None  # known before building, when the engine can tell
+    payload: Any = field(default=None, compare=False, repr=False)   # engine-private (e.g. an engine config)
+
+    @property
+    def label(self) -> str:
+        return self.name or f"engine{self.engine_id}"
+
+
+@dataclass
+class ExecutionContext:
+    """What a plan executes with: handle, stream (raw handle) and workspace (a Slot or None)."""
+    handle: Any = None
+    stream: int = 0
+    workspace: Any = None
+    device: tuple = ("cpu", 0)
+
+
+class CompiledPlan:
+    """A built plan. Subclasses implement ``execute``; ``layout`` is the graph's operand list."""
+
+    def __init__(self, plan: PlanConfig, workspace_size: int = 0):
+        self.plan = plan
+        self.workspace_size = int(workspace_size)
+        self.layout = None   # set by the graph: the PackLayout its execute() packs against
+
+    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.plan.label}, workspace={self.workspace_size})"
+
+
+class BaseEngine:
+    """Base of every engine. Subclasses set ``name`` and ``engine_id`` and implement the two methods."""
+
+    name: str = "engine"
+    engine_id: int = -1
+    # Whether strides the IR inferred (not set by the user) must match the caller's buffers.
+    binds_provisional_strides: bool = True
+    # Whether a pass-by-value tensor's buffer must be on the host (cuDNN) or may be anywhere.
+    host_scalars: bool = True
+
+    def propose_plans(self, graph) -> list[PlanConfig]:
+        raise NotImplementedError(f"{self.name} proposes no plans")
+
+    def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
+        raise NotImplementedError(f"{self.name} builds no plans")
+
+    def check_support(self, graph, plan: PlanConfig) -> None:
+        """Cheap support check before building; decline by raising. Default: supported."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} id={self.engine_id}>"

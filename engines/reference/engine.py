@@ -1,0 +1,118 @@
+"""ReferenceEngine: NumPy execution of a whole graph, one node after another."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
+from ..ids import REFERENCE
+from ...data_type import DataType
+from ...errors import GraphNotSupportedError
+from . import _kernels_basic, _kernels_conv, _kernels_norm, _kernels_sdpa
+
+logger = logging.getLogger(__name__)
+
+KERNELS: dict = {}
+for _module in (_kernels_basic, _kernels_conv, _kernels_norm, _kernels_sdpa):
+    KERNELS.update(_module.KERNELS)
+
+
+def numpy_dtype(dt: DataType) -> np.dtype:
+    """The NumPy (or ml_dtypes) dtype that stores a cuDNN data type on the host."""
+    import ml_dtypes
+    table = {
+        DataType.FLOAT: np.float32, DataType.DOUBLE: np.float64, DataType.HALF: np.float16,
+        DataType.BFLOAT16: ml_dtypes.bfloat16, DataType.INT8: np.int8, DataType.UINT8: np.uint8,
+        DataType.INT32: np.int32, DataType.INT64: np.int64, DataType.UINT32: np.uint32,
+        DataType.BOOLEAN: np.bool_, DataType.FP8_E4M3: ml_dtypes.float8_e4m3fn,
+        DataType.FP8_E5M2: ml_dtypes.float8_e5m2, DataType.FP8_E8M0: ml_dtypes.float8_e8m0fnu,
+        DataType.COMPLEX_FP32: np.complex64, DataType.COMPLEX_FP64: np.complex128,
+    }
+    try:
+        return np.dtype(table[DataType(dt)])
+    except KeyError:
+        raise GraphNotSupportedError(f"the reference engine has no host type for {DataType(dt).name}") from None
+
+
+class _ArrayInterface:
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, iface):
+        self.__array_interface__ = iface
+
+
+def host_view(slot, dtype: np.dtype) -> np.ndarray:
+    """A NumPy view of a host slot (no copy; negative and zero strides kept)."""
+    itemsize = dtype.itemsize
+    shape = slot.shape
+    if slot.numel == 0:
+        return np.empty(shape, dtype)
+    iface = {
+        "data": (slot.data_ptr, slot.readonly), "shape": shape,
+        "strides": tuple(s * itemsize for s in slot.strides),
+        "typestr": ("|u1" if itemsize == 1 else f"<u{itemsize}"), "version": 3,
+    }
+    return np.asarray(_ArrayInterface(iface)).view(dtype)
+
+
+class ReferencePlan(CompiledPlan):
+    def __init__(self, plan: PlanConfig, graph):
+        super().__init__(plan, 0)
+        resolve = graph._resolved_type
+        self._types = {t.uid: numpy_dtype(resolve(t)) for t in graph.tensors}
+        ctx = graph.context
+        self._steps = []
+        for node in graph.nodes:
+            compute = DataType(node.compute_data_type) if node.compute_data_type != -1 else ctx.compute_data_type
+            outputs = {name: (t.dim, self._types[t.uid]) for name, t in node.outputs.items()}
+            self._steps.append((node, KERNELS[node.op], outputs,
+                                np.float64 if compute == DataType.DOUBLE else np.float32))
+
+    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
+        values = {}
+        for uid, slot in zip(variant_pack.uids, variant_pack.slots):
+            values[uid] = host_view(slot, self._types[uid])
+        for node, kernel, outputs, compute in self._steps:
+            inputs = {}
+            for port, value in node.inputs.items():
+                if value is None:
+                    inputs[port] = None
+                elif isinstance(value, tuple):
+                    inputs[port] = [values[t.uid] for t in value]
+                else:
+                    inputs[port] = values[value.uid]
+            results = kernel(inputs, dict(node.params), outputs, compute)
+            for name, t in node.outputs.items():
+                result = results.get(name)
+                if result is None:
+                    continue
+                dims, dtype = outputs[name]
+                result = np.asarray(result).reshape(dims)
+                if t.is_virtual:
+                    # Round through the intermediate type, as a fused kernel keeps it there.
+                    values[t.uid] = result.astype(dtype)
+                else:
+                    np.copyto(values[t.uid], result.astype(dtype), casting="unsafe")
+
+
+class ReferenceEngine(BaseEngine):
+    """Runs every op with a NumPy kernel on host-device graphs."""
+
+    name = "reference"
+    engine_id = REFERENCE
+    binds_provisional_strides = False   # any caller layout is fine on the host
+    host_scalars = True
+
+    def propose_plans(self, graph) -> list[PlanConfig]:
+        kind, _ = graph.device
+        if kind != "cpu":
+            raise GraphNotSupportedError(f"the reference engine runs host graphs; this graph is on {kind}")
+        missing = sorted({n.op for n in graph.nodes if n.op not in KERNELS})
+        if missing:
+            raise GraphNotSupportedError(f"the reference engine has no kernel for {', '.join(missing)}")
+        # Ranked last: it is the oracle, not the fast path.
+        return [PlanConfig(REFERENCE, name="reference", engine=self, priority=-1000.0)]
+
+    def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
+        return ReferencePlan(plan, graph)

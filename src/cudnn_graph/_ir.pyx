@@ -1,0 +1,637 @@
+"""The graph IR: Tensor, Node, Graph and GraphContext.
+
+These classes hold the graph and own its invariants: the uid namespace, freezing, read-only
+introspection, JSON and the fingerprint. Op builders, inference and the plan list live in
+``cudnn_graph.graph``, which subclasses ``Graph``.
+"""
+cimport cython
+from libc.stdint cimport int64_t
+from types import MappingProxyType
+import hashlib
+import json
+
+from cudnn_graph.data_type import DataType, data_type_of
+from cudnn_graph.errors import GraphFrozenError, GraphValidationError
+from cudnn_graph._slot import Slot, device_name, _parse_device
+
+_NOT_SET = -1
+
+
+def _as_dims(value, what):
+    if value is None:
+        return None
+    try:
+        dims = tuple(int(v) for v in value)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of ints; got {value!r}") from None
+    return dims
+
+
+def row_major_strides(dims) -> tuple:
+    """Packed row-major strides (in elements) for ``dims``."""
+    strides = []
+    acc = 1
+    for d in reversed(dims):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+@cython.final
+cdef class GraphContext:
+    """A graph's default data types and name (as ``cudnn.pygraph``'s constructor takes them)."""
+    cdef readonly object io_data_type
+    cdef readonly object intermediate_data_type
+    cdef readonly object compute_data_type
+    cdef readonly str name
+
+    def __init__(self, io_data_type=None, intermediate_data_type=None, compute_data_type=None,
+                 name=""):
+        self.io_data_type = DataType.NOT_SET if io_data_type is None else data_type_of(io_data_type)
+        self.intermediate_data_type = (DataType.NOT_SET if intermediate_data_type is None
+                                       else data_type_of(intermediate_data_type))
+        self.compute_data_type = (DataType.NOT_SET if compute_data_type is None
+                                  else data_type_of(compute_data_type))
+        self.name = str(name or "")
+
+    def __repr__(self):
+        return (f"GraphContext(io={self.io_data_type.name}, intermediate={self.intermediate_data_type.name}, "
+                f"compute={self.compute_data_type.name}, name={self.name!r})")
+
+
+@cython.final
+cdef class Tensor:
+    """A graph tensor. Created by ``graph.tensor(...)``, ``graph.tensor_like(...)`` or an op builder.
+
+    Setters return the tensor so calls chain, as in ``cudnn.pygraph``::
+
+        y = graph.matmul(a, b).set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    """
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("tensors are created by a graph: graph.tensor(...), graph.tensor_like(...)")
+
+    cdef int _mutable(self) except -1:
+        if self.graph is not None and (<Graph>self.graph).frozen:
+            raise GraphFrozenError(
+                f"tensor '{self._name}' belongs to a graph that was lowered or planned; it can no longer change")
+        if self.graph is not None:
+            (<Graph>self.graph)._inferred = False
+        return 0
+
+    # ---- pygraph-style setters (chainable) --------------------------------------------------
+
+    def set_name(self, name):
+        self._mutable()
+        self._name = str(name)
+        return self
+
+    def set_dim(self, dim):
+        self._mutable()
+        self._dim = _as_dims(dim, "dim")
+        self._dim_user = self._dim is not None
+        return self
+
+    def set_stride(self, stride):
+        self._mutable()
+        self._stride = _as_dims(stride, "stride")
+        self._stride_user = self._stride is not None
+        return self
+
+    def set_data_type(self, data_type):
+        self._mutable()
+        self._data_type = int(data_type_of(data_type))
+        return self
+
+    def set_output(self, bint is_output=True):
+        self._mutable()
+        self._virtual = not is_output
+        self._virtual_user = True
+        return self
+
+    def set_is_virtual(self, bint is_virtual):
+        self._mutable()
+        self._virtual = is_virtual
+        self._virtual_user = True
+        return self
+
+    def set_is_pass_by_value(self, bint value):
+        self._mutable()
+        self._pass_by_value = value
+        return self
+
+    def set_ragged_offset(self, offset):
+        self._mutable()
+        if offset is not None and not isinstance(offset, Tensor):
+            raise TypeError(f"a ragged offset is a Tensor of the same graph; got {type(offset).__name__}")
+        if offset is not None and (<Tensor>offset).graph is not self.graph:
+            raise ValueError("the ragged offset tensor belongs to another graph")
+        self._ragged_offset = offset
+        return self
+
+    def set_reordering_type(self, reordering):
+        self._mutable()
+        self._reordering = int(reordering)
+        return self
+
+    def set_uid(self, uid):
+        self._mutable()
+        if self.graph is None:
+            self._uid = int(uid)
+        else:
+            (<Graph>self.graph)._claim_uid(self, int(uid))
+        self._uid_user = True
+        return self
+
+    # ---- getters ------------------------------------------------------------------------------
+
+    def get_name(self):
+        return self._name
+
+    def get_dim(self):
+        return list(self.dim)
+
+    def get_stride(self):
+        return list(self.stride)
+
+    def get_data_type(self):
+        return self.data_type
+
+    def get_uid(self):
+        return self._uid
+
+    def get_is_virtual(self):
+        return self._virtual
+
+    def get_is_pass_by_value(self):
+        return self._pass_by_value
+
+    def get_ragged_offset(self):
+        return self._ragged_offset
+
+    @property
+    def uid(self) -> int:
+        return self._uid
+
+    @property
+    def uid_assigned_by_user(self) -> bool:
+        return self._uid_user
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> tuple:
+        if self._dim is None and self._producer is not None and self.graph is not None:
+            self.graph._ensure_inferred()
+        return self._dim if self._dim is not None else ()
+
+    @property
+    def stride(self) -> tuple:
+        if self._stride is None and self._producer is not None and self.graph is not None:
+            self.graph._ensure_inferred()
+        if self._stride is not None:
+            return self._stride
+        return row_major_strides(self._dim) if self._dim is not None else ()
+
+    @property
+    def dim_set_by_user(self) -> bool:
+        return self._dim_user
+
+    @property
+    def stride_set_by_user(self) -> bool:
+        """Only user-assigned strides bind; inferred ones are provisional."""
+        return self._stride_user
+
+    @property
+    def data_type(self):
+        """The user's data type, else the one inference gave (NOT_SET before validate())."""
+        if self._data_type == _NOT_SET and self.graph is not None and not (<Graph>self.graph)._inferred:
+            try:
+                self.graph._ensure_inferred()
+            except Exception:
+                pass
+        return DataType(self._data_type if self._data_type != _NOT_SET else self._dtype_inferred)
+
+    @property
+    def is_virtual(self) -> bool:
+        return self._virtual
+
+    @property
+    def is_output(self) -> bool:
+        return self._producer is not None and not self._virtual
+
+    @property
+    def is_pass_by_value(self) -> bool:
+        return self._pass_by_value
+
+    @property
+    def value(self):
+        """The host value of a pass-by-value tensor made by ``tensor_scalar`` (None otherwise)."""
+        return self._value
+
+    @property
+    def ragged_offset(self):
+        return self._ragged_offset
+
+    @property
+    def reordering_type(self) -> int:
+        return self._reordering
+
+    @property
+    def producer(self):
+        """The Node that computes this tensor (None for graph inputs)."""
+        return self._producer
+
+    @property
+    def device(self):
+        """The device of the buffer ``tensor_like`` read this tensor from (None otherwise)."""
+        return self._device
+
+    def _set_inferred(self, dim, stride, data_type):
+        """Record inference results without touching what the user set (IR-internal)."""
+        if not self._dim_user and dim is not None:
+            self._dim = tuple(dim)
+        if not self._stride_user:
+            if stride is not None:
+                self._stride = tuple(stride)
+            elif self._dim is not None:
+                self._stride = None
+        self._dtype_inferred = _NOT_SET if data_type is None else int(data_type)
+
+    def _raw_dim(self):
+        return self._dim
+
+    def _inferred_type(self):
+        return DataType(self._dtype_inferred)
+
+    @property
+    def data_type_set_by_user(self) -> bool:
+        return self._data_type != _NOT_SET
+
+    def __repr__(self):
+        kind = "virtual" if self._virtual else ("output" if self._producer is not None else "input")
+        return (f"Tensor(name={self._name!r}, uid={self._uid}, dim={self._dim}, "
+                f"stride={self._stride}, data_type={self.data_type.name}, {kind})")
+
+
+@cython.final
+cdef class Node:
+    """One op of a graph. ``inputs``, ``outputs`` and ``params`` are read-only mappings."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("nodes are created by a graph's op builders")
+
+    @property
+    def inputs(self):
+        return MappingProxyType(self._inputs)
+
+    @property
+    def outputs(self):
+        return MappingProxyType(self._outputs)
+
+    @property
+    def params(self):
+        return MappingProxyType(self._params)
+
+    def __repr__(self):
+        return f"Node({self.op!r}, name={self.name!r}, inputs={list(self._inputs)}, outputs={list(self._outputs)})"
+
+
+cdef class Graph:
+    """The graph core: tensors, nodes, uids, device and freezing. Build graphs with ``cudnn_graph.pygraph``."""
+
+    def __cinit__(self):
+        self._tensors = []
+        self._nodes = []
+        self._uids = {}
+        self._next_uid = 1
+        self.frozen = False
+        self._device = None
+        self.device_explicit = False
+        self.handle = None
+        self.router = None
+        self._state = None
+        self._inferred = False
+
+    def __init__(self, io_data_type=None, intermediate_data_type=None, compute_data_type=None, *,
+                 name="", device=None, handle=None, router=None):
+        self.context = GraphContext(io_data_type, intermediate_data_type, compute_data_type, name)
+        self.handle = handle
+        self.router = router
+        if device is not None:
+            self._device = _parse_device(device)
+            self.device_explicit = True
+        elif handle is not None and getattr(handle, "device", None) is not None:
+            self._device = _parse_device(handle.device)
+            self.device_explicit = True
+
+    cdef int _mutable(self) except -1:
+        if self.frozen:
+            raise GraphFrozenError("the graph was lowered or planned; it can no longer change")
+        self._inferred = False
+        return 0
+
+    def _freeze(self):
+        self.frozen = True
+
+    # ---- uids ---------------------------------------------------------------------------------
+
+    cdef int64_t _claim_uid(self, Tensor t, int64_t uid) except -1:
+        """User uids win: an auto uid in the way is renumbered; two user uids that collide raise."""
+        cdef Tensor holder = self._uids.get(uid)
+        if holder is t:
+            return uid
+        if holder is not None:
+            if holder._uid_user:
+                raise ValueError(f"uid {uid} is already held by tensor '{holder._name}'; "
+                                 f"tensor '{t._name}' cannot take it")
+            del self._uids[uid]
+            holder._uid = self._fresh_uid()
+            self._uids[holder._uid] = holder
+        if self._uids.get(t._uid) is t:
+            del self._uids[t._uid]
+        t._uid = uid
+        self._uids[uid] = t
+        if uid >= self._next_uid:
+            self._next_uid = uid + 1
+        return uid
+
+    def _fresh_uid(self):
+        while self._next_uid in self._uids:
+            self._next_uid += 1
+        uid = self._next_uid
+        self._next_uid += 1
+        return uid
+
+    cdef Tensor _new_tensor(self):
+        cdef Tensor t = Tensor.__new__(Tensor)
+        t.graph = self
+        t._uid = self._fresh_uid()
+        t._uid_user = False
+        t._name = ""
+        t._dim = None
+        t._stride = None
+        t._dim_user = False
+        t._stride_user = False
+        t._data_type = _NOT_SET
+        t._dtype_inferred = _NOT_SET
+        t._virtual = False
+        t._virtual_user = False
+        t._pass_by_value = False
+        t._value = None
+        t._ragged_offset = None
+        t._producer = None
+        t._reordering = 0
+        t._device = None
+        self._uids[t._uid] = t
+        self._tensors.append(t)
+        return t
+
+    # ---- tensors ------------------------------------------------------------------------------
+
+    def tensor(self, name=None, dim=None, stride=None, data_type=None, is_virtual=False,
+               is_pass_by_value=False, ragged_offset=None, reordering_type=None, uid=None):
+        """A graph input (or, with ``is_virtual=True``, an intermediate) tensor.
+
+        Example:
+            >>> import cudnn_graph as cudnn
+            >>> g = cudnn.pygraph(device="cpu")
+            >>> x = g.tensor(name="x", dim=[4, 8], stride=[8, 1], data_type=cudnn.data_type.FLOAT)
+            >>> x.dim, x.stride
+            ((4, 8), (8, 1))
+        """
+        self._mutable()
+        cdef Tensor t = self._new_tensor()
+        t._name = str(name) if name else f"tensor_{t._uid}"
+        if dim is not None:
+            t._dim = _as_dims(dim, "dim")
+            t._dim_user = True
+        if stride is not None:
+            t._stride = _as_dims(stride, "stride")
+            t._stride_user = True
+            if t._dim is not None and len(t._stride) != len(t._dim):
+                raise ValueError(f"tensor '{t._name}': {len(t._stride)} strides for {len(t._dim)} dims")
+        if data_type is not None:
+            t._data_type = int(data_type_of(data_type))
+        t._virtual = bool(is_virtual)
+        t._virtual_user = bool(is_virtual)
+        t._pass_by_value = bool(is_pass_by_value)
+        if ragged_offset is not None:
+            t.set_ragged_offset(ragged_offset)
+        if reordering_type is not None:
+            t._reordering = int(reordering_type)
+        if uid is not None:
+            t.set_uid(uid)
+        return t
+
+    def tensor_like(self, template, name=None):
+        """A tensor with the dims, strides and data type of ``template`` (any buffer, or a Tensor).
+
+        A buffer also gives the graph its device when none was set.
+        """
+        self._mutable()
+        cdef Tensor src
+        cdef Tensor t
+        if isinstance(template, Tensor):
+            src = <Tensor>template
+            t = self._new_tensor()
+            t._name = str(name) if name else f"tensor_{t._uid}"
+            t._dim = src.dim
+            t._stride = src.stride
+            t._dim_user = True
+            t._stride_user = True
+            t._data_type = src._data_type
+            t._pass_by_value = src._pass_by_value
+            t._device = src._device
+            return t
+        slot = Slot.from_object(template)
+        from cudnn_graph.data_type import data_type_of as _dt_of
+        try:
+            dt = _dt_of(slot.dtype)
+        except TypeError:
+            raise TypeError(f"tensor_like: cuDNN has no data type for {slot.dtype}") from None
+        t = self._new_tensor()
+        t._name = str(name) if name else f"tensor_{t._uid}"
+        t._dim = slot.shape
+        t._stride = slot.strides
+        t._dim_user = True
+        t._stride_user = True
+        t._data_type = int(dt)
+        dev = slot.device
+        t._device = dev
+        self._adopt_device(dev, f"tensor_like '{t._name}'")
+        return t
+
+    def tensor_scalar(self, value, data_type=None, name=None):
+        """A pass-by-value scalar tensor holding ``value`` (dims [1] unless set otherwise)."""
+        self._mutable()
+        cdef Tensor t = self._new_tensor()
+        t._name = str(name) if name else f"scalar_{t._uid}"
+        t._dim = (1,)
+        t._stride = (1,)
+        t._dim_user = True
+        t._stride_user = True
+        t._pass_by_value = True
+        t._value = value
+        if data_type is None:
+            data_type = DataType.FLOAT if isinstance(value, float) else (
+                DataType.INT32 if isinstance(value, int) and not isinstance(value, bool) else DataType.FLOAT)
+        t._data_type = int(data_type_of(data_type))
+        return t
+
+    def _adopt_device(self, dev, what):
+        kind, ordinal = dev
+        kind = "cpu" if kind in ("cpu", "cuda_host") else ("cuda" if kind in ("cuda", "cuda_managed") else kind)
+        parsed = _parse_device(f"{kind}:{ordinal}" if kind != "cpu" else "cpu")
+        if self._device is None:
+            self._device = parsed
+        elif self._device != parsed:
+            raise ValueError(f"{what} lives on {device_name(*parsed)} but the graph is on "
+                             f"{device_name(*self._device)}")
+
+    # ---- nodes --------------------------------------------------------------------------------
+
+    def _add_node(self, op, schema, name, inputs, params, output_names, compute_data_type):
+        """Append a node; returns its output tensors (in ``output_names`` order)."""
+        self._mutable()
+        cdef Node n = Node.__new__(Node)
+        cdef Tensor t
+        n.op = op
+        n.schema = schema
+        n.index = len(self._nodes)
+        n.name = str(name) if name else f"{op}_{n.index}"
+        n._inputs = dict(inputs)
+        n._params = dict(params)
+        n.compute_data_type = int(data_type_of(compute_data_type)) if compute_data_type is not None else _NOT_SET
+        for port, value in n._inputs.items():
+            for item in (value if isinstance(value, (list, tuple)) else (value,)):
+                if item is not None and (not isinstance(item, Tensor) or (<Tensor>item).graph is not self):
+                    raise GraphValidationError(n.name, op, port,
+                                               "expects a Tensor of this graph; got "
+                                               + type(item).__name__)
+        outs = []
+        n._outputs = {}
+        for out_name in output_names:
+            t = self._new_tensor()
+            t._name = f"{n.name}::{out_name}"
+            t._virtual = True
+            t._producer = n
+            n._outputs[out_name] = t
+            outs.append(t)
+        self._nodes.append(n)
+        return outs
+
+    def _adopt_output(self, Node node, oname, Tensor tensor):
+        """Make a caller-made tensor the node's ``oname`` output, dropping the one the builder made."""
+        cdef Tensor made = node._outputs[oname]
+        if tensor.graph is not self:
+            raise GraphValidationError(node.name, node.op, oname, "the tensor to receive it belongs to another graph")
+        self._tensors.remove(made)
+        del self._uids[made._uid]
+        node._outputs[oname] = tensor
+        tensor._producer = node
+        if not tensor._virtual_user:
+            tensor._virtual = False
+        return tensor
+
+    # ---- introspection ------------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> tuple:
+        return tuple(self._nodes)
+
+    @property
+    def tensors(self) -> tuple:
+        return tuple(self._tensors)
+
+    def tensor_by_uid(self, uid):
+        return self._uids[uid]
+
+    @property
+    def device(self):
+        """('cpu', 0) or ('cuda', N); resolved at first use when nothing set it."""
+        if self._device is None:
+            from cudnn_graph import _driver
+            self._device = _parse_device("cuda:0" if _driver.device_count() > 0 else "cpu")
+        return (device_name(self._device[0], self._device[1]).split(":")[0], self._device[1])
+
+    @property
+    def device_code(self):
+        """The graph's DLPack (device type, ordinal)."""
+        self.device
+        return self._device
+
+    def set_device(self, device):
+        self._mutable()
+        self._device = _parse_device(device)
+        self.device_explicit = True
+        return self
+
+    def _ensure_inferred(self):
+        raise NotImplementedError   # cudnn_graph.graph.pygraph provides inference
+
+    # ---- serialization ------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """The graph's structure (no buffers) as plain data."""
+        def tensor_ref(t):
+            return None if t is None else (<Tensor>t)._uid
+
+        def encode(v):
+            if isinstance(v, Tensor):
+                return {"tensor": (<Tensor>v)._uid}
+            if isinstance(v, (list, tuple)):
+                return [encode(x) for x in v]
+            if hasattr(v, "name") and hasattr(v, "value") and not isinstance(v, (int, float, str)):
+                return {"enum": type(v).__name__, "name": v.name}
+            return v
+
+        tensors = []
+        for t in self._tensors:
+            tensors.append({
+                "uid": (<Tensor>t)._uid, "name": (<Tensor>t)._name,
+                "dim": list((<Tensor>t)._dim) if (<Tensor>t)._dim is not None else None,
+                "stride": list((<Tensor>t)._stride) if (<Tensor>t)._stride_user else None,
+                "dim_user": (<Tensor>t)._dim_user,
+                "data_type": DataType((<Tensor>t)._data_type).name,
+                "data_type_inferred": DataType((<Tensor>t)._dtype_inferred).name,
+                "is_virtual": (<Tensor>t)._virtual, "virtual_user": (<Tensor>t)._virtual_user,
+                "is_pass_by_value": (<Tensor>t)._pass_by_value,
+                "value": (<Tensor>t)._value if isinstance((<Tensor>t)._value, (int, float)) else None,
+                "uid_user": (<Tensor>t)._uid_user,
+                "ragged_offset": tensor_ref((<Tensor>t)._ragged_offset),
+                "producer": (<Node>(<Tensor>t)._producer).index if (<Tensor>t)._producer is not None else None,
+            })
+        nodes = []
+        for n in self._nodes:
+            nodes.append({
+                "op": (<Node>n).op, "name": (<Node>n).name,
+                "inputs": {k: encode(v) for k, v in (<Node>n)._inputs.items()},
+                "params": {k: encode(v) for k, v in (<Node>n)._params.items()},
+                "outputs": {k: (<Tensor>v)._uid for k, v in (<Node>n)._outputs.items()},
+                "compute_data_type": DataType((<Node>n).compute_data_type).name,
+            })
+        ctx = self.context
+        return {
+            "format": "cudnn_graph/1",
+            "context": {"io_data_type": ctx.io_data_type.name,
+                        "intermediate_data_type": ctx.intermediate_data_type.name,
+                        "compute_data_type": ctx.compute_data_type.name, "name": ctx.name},
+            "device": list(self.device_code) if self._device is not None else None,
+            "tensors": tensors, "nodes": nodes,
+        }
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def key(self) -> str:
+        """A stable fingerprint of the structure (names excluded): equal graphs share plans."""
+        d = self.to_dict()
+        d["context"].pop("name", None)
+        for t in d["tensors"]:
+            t.pop("name", None)
+        for n in d["nodes"]:
+            n.pop("name", None)
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:32]
