@@ -58,11 +58,35 @@ __version__ = "0.1.0"
 
 # cudnn.pygraph spellings.
 data_type = DataType
+from .enums import (heur_mode, reduction_mode, norm_forward_phase, build_plan_policy, numerical_note,
+                    behavior_note, knob_type, pointwise_mode, convolution_mode, diagonal_alignment,
+                    attention_implementation, reshape_mode, tensor_reordering)
+from ._cudnn_errors import (CudnnNotFoundError, CudnnVersionError, CudnnStatusError)
+from . import _loader as _cudnn_loader
+
+
+def backend_version() -> int:
+    """cuDNN's version as an int (e.g. 91900); loads libcudnn, raising CudnnNotFoundError without it."""
+    return _cudnn_loader.backend_version()
+
+
+def backend_version_string() -> str:
+    """cuDNN's version as 'major.minor.patch'."""
+    return _cudnn_loader.backend_version_string()
+
+
+def get_last_error_string() -> str:
+    """cuDNN's last error message for this thread (reading it clears it)."""
+    return _cudnn_loader.get_last_error_string()
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
-    "pygraph", "Graph", "Tensor", "Node", "GraphContext", "PlanEntryError", "Router",
+    "data_type", "heur_mode", "reduction_mode", "norm_forward_phase", "build_plan_policy", "numerical_note",
+    "behavior_note", "knob_type", "pointwise_mode", "convolution_mode", "diagonal_alignment",
+    "attention_implementation", "reshape_mode", "tensor_reordering", "CudnnNotFoundError",
+    "CudnnVersionError", "CudnnStatusError", "backend_version", "backend_version_string",
+    "get_last_error_string", "pygraph", "Graph", "Tensor", "Node", "GraphContext", "PlanEntryError", "Router",
     "get_default_router", "set_default_router", "Slot", "TensorSpec", "PackLayout", "VariantPack", "check", "refresh_exchange_api_cache",
     "as_stream_handle", "DataType", "data_type_of", "errors", "CudnnGraphError", "BufferImportError",
     "MalformedBufferError", "TensorMismatchError", "DataTypeMismatchError", "ShapeMismatchError",
