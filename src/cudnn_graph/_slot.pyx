@@ -11,7 +11,7 @@ from cpython.pycapsule cimport (PyCapsule_CheckExact, PyCapsule_GetName, PyCapsu
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_Occurred
 from cpython.number cimport PyNumber_Index
-from libc.stdint cimport int32_t, int64_t, uint64_t, intptr_t, uintptr_t, INT64_MAX
+from libc.stdint cimport int32_t, int64_t, uint64_t, intptr_t, uintptr_t, INT64_MAX, INT64_MIN
 from libc.stdlib cimport malloc, free
 from libc.string cimport strcmp, strncmp, memcpy
 
@@ -152,6 +152,26 @@ cdef inline int64_t _abs64(int64_t v) noexcept nogil:
     return -v if v < 0 else v
 
 
+# Overflow-checked int64 arithmetic (GCC / Clang builtins): no divisions on the import hot path.
+cdef extern from *:
+    """
+    #include <stdint.h>
+    static inline int cg_mul_overflows(int64_t a, int64_t b, int64_t* out) {
+        return __builtin_mul_overflow(a, b, out);
+    }
+    static inline int cg_add_overflows(int64_t a, int64_t b, int64_t* out) {
+        return __builtin_add_overflow(a, b, out);
+    }
+    """
+    bint cg_mul_overflows(int64_t a, int64_t b, int64_t* out) noexcept nogil
+    bint cg_add_overflows(int64_t a, int64_t b, int64_t* out) noexcept nogil
+
+# The largest byte span a tensor may cover (2^56): far beyond any memory, small enough that
+# data + offset arithmetic on it can never wrap.
+cdef enum:
+    _SPAN_LIMIT_SHIFT = 56
+
+
 # The C exchange table Slot publishes, so DSL launchers read slots without Python calls.
 cdef int _api_allocate(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
                        DLPackSetError set_error) noexcept:
@@ -283,14 +303,9 @@ cdef class Slot:
             if extent < 0:
                 raise MalformedBufferError(f"{_describe(what)}: shape[{i}] = {extent} is negative")
             self.tensor.shape[i] = extent
-            if numel != 0:
-                if extent == 0:
-                    numel = 0
-                elif numel > INT64_MAX // extent:
-                    raise MalformedBufferError(
-                        f"{_describe(what)}: shape {tuple(src.shape[j] for j in range(ndim))} overflows int64")
-                else:
-                    numel *= extent
+            if numel != 0 and cg_mul_overflows(numel, extent, &numel):
+                raise MalformedBufferError(
+                    f"{_describe(what)}: shape {tuple(src.shape[j] for j in range(ndim))} overflows int64")
         if src.strides == NULL:
             stride = 1
             for i in range(ndim - 1, -1, -1):
@@ -299,18 +314,18 @@ cdef class Slot:
                 stride *= extent if extent > 0 else 1
         else:
             memcpy(self.tensor.strides, src.strides, ndim * sizeof(int64_t))
-        # The farthest element must be addressable: sum((extent - 1) * |stride|) * bytes fits in int64.
+        # The farthest element must be addressable: sum((extent - 1) * |stride|) elements, in bytes,
+        # stays below 2^56.
         if numel > 0:
-            bits = dtype_bits(src.dtype)
             for i in range(ndim):
-                stride = _abs64(self.tensor.strides[i])
-                extent = self.tensor.shape[i] - 1
-                if stride != 0 and extent > (INT64_MAX // 16 - span) // stride:
+                stride = self.tensor.strides[i]
+                if (stride == INT64_MIN or cg_mul_overflows(self.tensor.shape[i] - 1, _abs64(stride), &extent)
+                        or cg_add_overflows(span, extent, &span)):
                     raise MalformedBufferError(
                         f"{_describe(what)}: strides {tuple(self.tensor.strides[j] for j in range(ndim))} "
                         f"address beyond int64 for shape {tuple(self.tensor.shape[j] for j in range(ndim))}")
-                span += extent * stride
-            if span > (INT64_MAX // 16) // (bits if bits > 0 else 1):
+            bits = dtype_bits(src.dtype)
+            if span >= ((<int64_t>1) << (_SPAN_LIMIT_SHIFT + 3)) // (bits if bits > 0 else 1):
                 raise MalformedBufferError(
                     f"{_describe(what)}: the tensor spans {span + 1} elements of {bits} bits, more bytes "
                     "than this consumer addresses (2^56)")
@@ -428,8 +443,10 @@ cdef class Slot:
             if tuple(dl_device) != (self.tensor.device.device_type, self.tensor.device.device_id):
                 raise BufferError(f"a Slot lives on {self.__dlpack_device__()}; "
                                   f"cannot export to {tuple(dl_device)}")
-        if stream is not None:
-            stream_handle(stream)   # validate the form; a slot has no pending work of its own
+        if stream is not None and not (type(stream) is int and stream == -1):
+            # Validate the form (-1 is the protocol's "no synchronisation"); a slot has no pending
+            # work of its own to order.
+            stream_handle(stream)
         if max_version is not None and max_version[0] >= 1:
             return PyCapsule_New(export_versioned(self), CG_CAPSULE_VERSIONED,
                                  <PyCapsule_Destructor>_versioned_capsule_destructor)
@@ -625,12 +642,24 @@ cdef _TypeEntry _probe(type tp, _TypeEntry entry):
     return entry
 
 
+# The last type seen and its entry: a run of buffers of one type skips the dict lookup.
+cdef object _last_type = None
+cdef _TypeEntry _last_entry = None
+
+
 cdef inline _TypeEntry _type_entry(type tp):
+    global _last_type, _last_entry
     cdef _TypeEntry entry
-    item = _type_cache.get(tp)
-    if item is None:
-        return _probe(tp, None)
-    entry = <_TypeEntry>item
+    if tp is _last_type:
+        entry = _last_entry
+    else:
+        item = _type_cache.get(tp)
+        if item is None:
+            entry = _probe(tp, None)
+        else:
+            entry = <_TypeEntry>item
+        _last_type = tp
+        _last_entry = entry
     if entry.api == NULL:
         if entry.countdown <= 0:
             return _probe(tp, entry)
@@ -640,7 +669,10 @@ cdef inline _TypeEntry _type_entry(type tp):
 
 def refresh_exchange_api_cache():
     """Forget every cached per-type decision (exchange tables found or missed)."""
+    global _last_type, _last_entry
     _type_cache.clear()
+    _last_type = None
+    _last_entry = None
 
 
 def _exchange_table_address(tp) -> int:
@@ -704,11 +736,40 @@ cdef Slot _slot_from_dlpack(object obj, type tp, object method, object stream):
         if method is None:
             method = obj.__dlpack__
         capsule = method() if stream is None else method(stream=stream)
-    return slot_from_capsule(capsule, tp)
+    except BufferError:
+        # NumPy cannot export its extension types (ml_dtypes bfloat16, float8_*) through DLPack, but
+        # describes them through the array interface; the dtype's name says which type the bytes hold.
+        host = _array_interface_of(obj)
+        if host is None:
+            raise
+        return _slot_from_cai(obj, host, True)
+    try:
+        return slot_from_capsule(capsule, tp)
+    except MalformedBufferError:
+        # Some producers describe a geometry through DLPack wrongly that their CUDA array interface
+        # gets right (CuPy 14 turns negative strides into huge positive ones, dividing by an unsigned
+        # item size). The capsule's deleter has run; read the interface instead when there is one.
+        cai = getattr(obj, "__cuda_array_interface__", None)
+        if type(cai) is not dict:
+            raise
+        return _slot_from_cai(obj, <dict>cai)
 
 
-cdef Slot _slot_from_cai(object obj, dict cai):
-    what = f"{type(obj).__name__}.__cuda_array_interface__"
+cdef object _array_interface_of(object obj):
+    iface = getattr(obj, "__array_interface__", None)
+    dtype_name = getattr(getattr(obj, "dtype", None), "name", None)
+    if type(iface) is not dict or not isinstance(dtype_name, str):
+        return None
+    iface = dict(iface)
+    iface["descr"] = [(dtype_name, iface.get("typestr"))]
+    iface.setdefault("version", 3)
+    if iface["version"] not in (2, 3):
+        iface["version"] = 3
+    return iface
+
+
+cdef Slot _slot_from_cai(object obj, dict cai, bint host=False):
+    what = f"{type(obj).__name__}.{'__array_interface__' if host else '__cuda_array_interface__'}"
     cdef DLTensor view
     cdef int64_t shape_buf[SLOT_MAX_NDIM]
     cdef int64_t stride_buf[SLOT_MAX_NDIM]
@@ -758,7 +819,10 @@ cdef Slot _slot_from_cai(object obj, dict cai):
                 raise MalformedBufferError(
                     f"{what}: byte stride {byte_stride} is not a multiple of the item size {itemsize}")
             stride_buf[i] = byte_stride // itemsize
-    pointer_device(<intptr_t>address, &device_type, &ordinal)
+    if host:
+        device_type, ordinal = kDLCPU, 0
+    else:
+        pointer_device(<intptr_t>address, &device_type, &ordinal)
     view.data = <void*><intptr_t>address
     view.ndim = ndim
     view.shape = shape_buf

@@ -160,12 +160,14 @@ cdef class PackLayout:
     """
 
     def __init__(self, specs):
-        specs = sorted(specs, key=lambda s: s.uid)
+        specs = list(specs)
+        for spec in specs:
+            if not isinstance(spec, TensorSpec):
+                raise TypeError(f"PackLayout takes TensorSpec objects; got {type(spec).__name__}")
+        specs.sort(key=lambda s: s.uid)
         self._index = {}
         self._by_name = {}
         for i, spec in enumerate(specs):
-            if not isinstance(spec, TensorSpec):
-                raise TypeError(f"PackLayout takes TensorSpec objects; got {type(spec).__name__}")
             if spec.uid in self._index:
                 raise ValueError(f"uid {spec.uid} appears twice in the layout")
             self._index[spec.uid] = i
@@ -198,6 +200,8 @@ cdef object _key_uid(object key, PackLayout layout):
         return found
     if isinstance(key, int) and not isinstance(key, bool):
         return int(key)
+    if not isinstance(key, (bool, float, str, bytes)) and hasattr(type(key), "__index__"):
+        return PyNumber_Index(key)         # NumPy and other integer scalars
     raise TypeError(f"variant pack keys are tensors, uids or tensor names; got {type(key).__name__}")
 
 
@@ -327,6 +331,8 @@ cdef int _alloc_arrays(VariantPack pack, Py_ssize_t n) except -1:
     return 0
 
 
+@cython.boundscheck(False)
+@cython.wraparound(False)
 cdef VariantPack pack_from_mapping(object mapping, PackLayout layout, object stream):
     if layout is None:
         return _pack_unchecked(mapping, stream)
@@ -334,7 +340,7 @@ cdef VariantPack pack_from_mapping(object mapping, PackLayout layout, object str
     cdef Py_ssize_t nspec = len(layout.specs), i, j, n = 0
     cdef TensorSpec spec
     cdef Slot s
-    if not hasattr(mapping, "items"):
+    if type(mapping) is not dict and not hasattr(mapping, "items"):
         raise TypeError(f"a variant pack is a mapping {{tensor or uid: buffer}}; got {type(mapping).__name__}")
     # Each slot lands at its spec's position (specs are sorted by uid): no sort, and a position
     # filled twice is a uid given twice (e.g. by its name and by its uid).
@@ -346,6 +352,8 @@ cdef VariantPack pack_from_mapping(object mapping, PackLayout layout, object str
             raise UnknownTensorError(
                 f"uid {uid} is not a tensor of this graph (its uids: {sorted(layout._index)})")
         i = position
+        if i < 0 or i >= nspec:
+            raise AssertionError(f"corrupt PackLayout index for uid {uid}")
         if placed[i] is not None:
             raise ValueError(f"tensor uid {uid} is given twice in the variant pack")
         spec = <TensorSpec>layout.specs[i]

@@ -4,43 +4,52 @@ Every managed tensor made here counts its deleter calls, so tests can prove that
 each deleter exactly once and never on a tensor it did not take.
 """
 cimport cython
-from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
+from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer, PyCapsule_GetName
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_SetObject
 from libc.stdint cimport int32_t, int64_t, uint64_t, intptr_t, uintptr_t
 from libc.stdlib cimport malloc, free
-from libc.string cimport memset
+from libc.string cimport memset, strncmp
 
 from cudnn_graph._dlpack cimport *
 
 cdef long _deleter_calls = 0
 cdef long _tensors_made = 0
+cdef long _generation = 0      # a tensor counts only in the generation it was made in
 
 
 def counts():
-    """(managed tensors made, deleter calls) since the last reset."""
+    """(managed tensors made, deleter calls) since the last reset.
+
+    Only tensors made since the reset are counted when deleted, so a tensor that an earlier test
+    left in a reference cycle (collected whenever the GC runs) cannot skew a later test's counts.
+    """
     return (_tensors_made, _deleter_calls)
 
 
 def reset_counts():
-    global _deleter_calls, _tensors_made
+    global _deleter_calls, _tensors_made, _generation
     _deleter_calls = 0
     _tensors_made = 0
+    _generation += 1
 
 
 # A managed tensor and its geometry in one block; manager_ctx holds a reference to the owner array.
 ctypedef struct VersionedBlock:
     DLManagedTensorVersioned m
     int64_t geometry[128]
+    long generation
 
 ctypedef struct LegacyBlock:
     DLManagedTensor m
     int64_t geometry[128]
+    long generation
 
 
 cdef void _count_versioned(DLManagedTensorVersioned* m) noexcept with gil:
     global _deleter_calls
-    _deleter_calls += 1
+    if (<VersionedBlock*>m).generation == _generation:
+        _deleter_calls += 1
     if m.manager_ctx != NULL:
         Py_DECREF(<object>m.manager_ctx)
     free(m)
@@ -48,26 +57,40 @@ cdef void _count_versioned(DLManagedTensorVersioned* m) noexcept with gil:
 
 cdef void _count_legacy(DLManagedTensor* m) noexcept with gil:
     global _deleter_calls
-    _deleter_calls += 1
+    if (<LegacyBlock*>m).generation == _generation:
+        _deleter_calls += 1
     if m.manager_ctx != NULL:
         Py_DECREF(<object>m.manager_ctx)
     free(m)
 
 
+# An unconsumed capsule (any name but used_*: the tests also make misnamed ones) frees its tensor.
+cdef void* _unconsumed(object cap) noexcept:
+    cdef const char* name = PyCapsule_GetName(cap)
+    if name != NULL and strncmp(name, "used_", 5) == 0:
+        return NULL
+    return PyCapsule_GetPointer(cap, name)
+
+
 cdef void _capsule_versioned_dtor(object cap) noexcept:
-    cdef DLManagedTensorVersioned* m
-    if PyCapsule_IsValid(cap, "dltensor_versioned"):
-        m = <DLManagedTensorVersioned*>PyCapsule_GetPointer(cap, "dltensor_versioned")
-        if m != NULL and m.deleter != NULL:
-            m.deleter(m)
+    cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>_unconsumed(cap)
+    if m != NULL and m.deleter != NULL:
+        m.deleter(m)
 
 
 cdef void _capsule_legacy_dtor(object cap) noexcept:
-    cdef DLManagedTensor* m
-    if PyCapsule_IsValid(cap, "dltensor"):
-        m = <DLManagedTensor*>PyCapsule_GetPointer(cap, "dltensor")
-        if m != NULL and m.deleter != NULL:
-            m.deleter(m)
+    cdef DLManagedTensor* m = <DLManagedTensor*>_unconsumed(cap)
+    if m != NULL and m.deleter != NULL:
+        m.deleter(m)
+
+
+# PyCapsule keeps the name pointer it is given: custom names must outlive their capsules.
+cdef dict _capsule_names = {}
+
+
+cdef bytes _capsule_name(object name):
+    key = name if isinstance(name, bytes) else str(name).encode()
+    return _capsule_names.setdefault(key, key)
 
 
 cdef void _fill_tensor(DLTensor* t, int64_t* geometry, object owner, data, shape, strides, dtype,
@@ -96,10 +119,12 @@ def make_capsule(owner, *, versioned=True, name=None, version=(1, 3), data=None,
     global _tensors_made
     cdef VersionedBlock* vb
     cdef LegacyBlock* lb
+    cdef bytes name_b
     _tensors_made += 1
     if versioned:
         vb = <VersionedBlock*>malloc(sizeof(VersionedBlock))
         memset(vb, 0, sizeof(VersionedBlock))
+        vb.generation = _generation
         vb.m.version.major, vb.m.version.minor = version
         vb.m.flags = flags
         _fill_tensor(&vb.m.dl_tensor, vb.geometry, owner, data, shape, strides, dtype, device,
@@ -111,10 +136,13 @@ def make_capsule(owner, *, versioned=True, name=None, version=(1, 3), data=None,
             vb.m.deleter = NULL
             Py_DECREF(owner)   # nobody will release it: do not hold the reference
             vb.m.manager_ctx = NULL
-        return PyCapsule_New(<void*>vb, "dltensor_versioned" if name is None else name,
-                             _capsule_versioned_dtor)
+        if name is None:
+            return PyCapsule_New(<void*>vb, "dltensor_versioned", _capsule_versioned_dtor)
+        name_b = _capsule_name(name)      # kept alive by _capsule_names
+        return PyCapsule_New(<void*>vb, <char*>name_b, _capsule_versioned_dtor)
     lb = <LegacyBlock*>malloc(sizeof(LegacyBlock))
     memset(lb, 0, sizeof(LegacyBlock))
+    lb.generation = _generation
     _fill_tensor(&lb.m.dl_tensor, lb.geometry, owner, data, shape, strides, dtype, device,
                  byte_offset, ndim, null_shape, null_strides)
     Py_INCREF(owner)
@@ -124,7 +152,10 @@ def make_capsule(owner, *, versioned=True, name=None, version=(1, 3), data=None,
         lb.m.deleter = NULL
         Py_DECREF(owner)
         lb.m.manager_ctx = NULL
-    return PyCapsule_New(<void*>lb, "dltensor" if name is None else name, _capsule_legacy_dtor)
+    if name is None:
+        return PyCapsule_New(<void*>lb, "dltensor", _capsule_legacy_dtor)
+    name_b = _capsule_name(name)
+    return PyCapsule_New(<void*>lb, <char*>name_b, _capsule_legacy_dtor)
 
 
 class CapsuleProducer:
@@ -148,11 +179,20 @@ class CapsuleProducer:
 
 # ---- exchange-API producer types ------------------------------------------------------------
 
+_KIND_CODES = {"f": kDLFloat, "i": kDLInt, "u": kDLUInt, "b": kDLBool, "c": kDLComplex}
+
+
 cdef class ProducerBase:
-    """Wraps a NumPy array; subclasses publish different exchange tables (or none)."""
+    """Wraps a NumPy array; subclasses publish different exchange tables (or none).
+
+    The DLTensor view is built once, here, so an export costs what a framework's C export costs
+    (a struct copy), not Python attribute lookups. ``fail_with``: an exception instance that every
+    export raises, or the string "silent" for an export that fails without setting an error.
+    """
     cdef public object array
     cdef int64_t shape[64]
     cdef int64_t strides[64]
+    cdef DLTensor view
     cdef public bint readonly
     cdef public object fail_with
 
@@ -163,42 +203,49 @@ cdef class ProducerBase:
         for i in range(array.ndim):
             self.shape[i] = array.shape[i]
             self.strides[i] = array.strides[i] // array.itemsize
+        self.view.data = <void*><uintptr_t>array.__array_interface__["data"][0]
+        self.view.device.device_type = kDLCPU
+        self.view.device.device_id = 0
+        self.view.ndim = array.ndim
+        self.view.dtype.code = _KIND_CODES[array.dtype.kind]
+        self.view.dtype.bits = array.dtype.itemsize * 8
+        self.view.dtype.lanes = 1
+        self.view.shape = self.shape
+        self.view.strides = self.strides
+        self.view.byte_offset = 0
 
 
-cdef int _fill_view(ProducerBase p, DLTensor* out) except -1:
-    a = p.array
-    out.data = <void*><uintptr_t>a.__array_interface__["data"][0]
-    out.device.device_type = kDLCPU
-    out.device.device_id = 0
-    out.ndim = a.ndim
-    code = {"f": kDLFloat, "i": kDLInt, "u": kDLUInt, "b": kDLBool, "c": kDLComplex}[a.dtype.kind]
-    out.dtype.code = code
-    out.dtype.bits = a.dtype.itemsize * 8
-    out.dtype.lanes = 1
-    out.shape = p.shape
-    out.strides = p.strides
-    out.byte_offset = 0
+cdef inline int _fill_view(ProducerBase p, DLTensor* out) noexcept:
+    out[0] = p.view
     return 0
 
 
-cdef int _dltensor_from_py(void* obj, DLTensor* out) noexcept with gil:
-    cdef ProducerBase p = <ProducerBase><object>obj
-    try:
-        if p.fail_with is not None:
-            raise p.fail_with
-        _fill_view(p, out)
+cdef int _fail(ProducerBase p) noexcept with gil:
+    """-1 (with the producer's exception set, unless it fails silently) when the producer must fail."""
+    if p.fail_with is None:
         return 0
-    except BaseException as exc:
+    if isinstance(p.fail_with, BaseException):
+        PyErr_SetObject(type(p.fail_with), p.fail_with)
+    return -1
 
-        PyErr_SetObject(type(exc), exc)
-        return -1
+
+cdef int _dltensor_from_py(void* obj, DLTensor* out) noexcept:
+    cdef ProducerBase p = <ProducerBase>obj      # the consumer holds the GIL and a reference
+    if p.fail_with is not None:
+        return _fail(p)
+    _fill_view(p, out)
+    return 0
 
 
 cdef int _managed_from_py(void* obj, DLManagedTensorVersioned** out) noexcept with gil:
     global _tensors_made
     cdef ProducerBase p = <ProducerBase><object>obj
+    if p.fail_with is not None:
+        out[0] = NULL
+        return _fail(p)
     cdef VersionedBlock* vb = <VersionedBlock*>malloc(sizeof(VersionedBlock))
     memset(vb, 0, sizeof(VersionedBlock))
+    vb.generation = _generation
     _fill_view(p, &vb.m.dl_tensor)
     for i in range(p.array.ndim):
         vb.geometry[i] = p.shape[i]
