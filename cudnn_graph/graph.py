@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import inspect
 import logging
-import numbers
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from ._ir import Graph as _GraphCore, Tensor, Node
+from ._ir import Graph as _GraphCore, Tensor, Node, OpBinding
+from ._slot import Slot
 from ._variant_pack import PackLayout, TensorSpec
 from ._stream import as_stream_handle
 from .data_type import DataType, data_type_of
-from .errors import (GraphFrozenError, GraphNotSupportedError, GraphValidationError)
+from .errors import (WorkspaceError, GraphFrozenError, GraphNotSupportedError, GraphValidationError)
 from .ops import SCHEMAS
 from .ops.schema import REQUIRED, InferContext, TensorInfo
 from .router import Router, get_default_router
@@ -69,36 +70,13 @@ class _PlanState:
 
 # ---- builders generated from the op tables -------------------------------------------------------
 
-def _bind(schema, order, args, kwargs):
-    """Map positional and keyword arguments onto the schema's names (ports, attrs, generic)."""
-    expanders = schema.extra.get("keyword_expanders", {})
-    known = set(schema.port_names()) | {a.name for a in schema.attrs} | set(_GENERIC) | set(expanders)
-    if len(args) > len(order):
-        raise TypeError(f"{schema.name}() takes at most {len(order)} positional arguments "
-                        f"({', '.join(order)}); got {len(args)}")
-    bound = dict(zip(order, args))
-    for key, value in kwargs.items():
-        if key not in known:
-            raise TypeError(f"{schema.name}() got an unexpected keyword argument '{key}' "
-                            f"(it takes {', '.join(sorted(known))})")
-        if key in bound:
-            raise TypeError(f"{schema.name}() got multiple values for argument '{key}'")
-        bound[key] = value
-    # pygraph keywords that stand for several ports/attrs (sdpa's dropout=(p, seed, offset)).
-    for key, expand in expanders.items():
-        if key in bound:
-            for k, v in expand(bound.pop(key)).items():
-                if bound.get(k) is not None:
-                    raise TypeError(f"{schema.name}(): '{key}' and '{k}' both set '{k}'")
-                bound[k] = v
-    return bound
-
-
 def _make_builder(schema):
-    order = tuple(schema.extra.get("pygraph_positional") or schema.positional or schema.port_names())
+    # The per-op tables are computed here, once; a call binds against them in Cython (Graph._build).
+    binding = OpBinding(schema, REQUIRED, _GENERIC)
+    order = binding.order
 
     def builder(self, *args, **kwargs):
-        return self._build_node(schema, order, args, kwargs)
+        return self._build(binding, args, kwargs)
 
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
     seen = set()
@@ -135,80 +113,7 @@ class pygraph(_GraphCore):
         self._state = _PlanState()
 
     # -- node construction ------------------------------------------------------------------------
-
-    def _build_node(self, schema, order, args, kwargs):
-        if self.frozen:
-            raise GraphFrozenError("the graph was lowered or planned; it can no longer change")
-        bound = _bind(schema, order, args, kwargs)
-        name = bound.pop("name", None)
-        compute = bound.pop("compute_data_type", None)
-        node_name = str(name) if name else f"{schema.name}_{len(self.nodes)}"
-        list_ports = set(schema.extra.get("list_ports", ()))
-        scalar_ports = schema.extra.get("scalar_ports", {})
-        inputs = {}
-        for port in schema.inputs:
-            value = bound.pop(port.name, None)
-            if value is None:
-                if not port.optional:
-                    raise GraphValidationError(node_name, schema.name, port.name, "is required but was not given")
-                inputs[port.name] = None
-                continue
-            if port.name in list_ports:
-                if not isinstance(value, (list, tuple)) or not value:
-                    raise GraphValidationError(node_name, schema.name, port.name,
-                                               "takes a non-empty list of tensors")
-                inputs[port.name] = tuple(self._as_tensor(v, node_name, schema, port.name) for v in value)
-            else:
-                inputs[port.name] = self._as_tensor(value, node_name, schema, port.name,
-                                                    scalar_ports.get(port.name))
-        params = {}
-        for attr in schema.attrs:
-            value = bound.pop(attr.name, None)
-            if value is None:
-                if attr.default is REQUIRED:
-                    raise GraphValidationError(node_name, schema.name, attr.name, "is required but was not given")
-                value = attr.default
-            elif attr.convert is not None:
-                try:
-                    value = attr.convert(value)
-                except GraphValidationError:
-                    raise
-                except (TypeError, ValueError) as exc:
-                    raise GraphValidationError(node_name, schema.name, attr.name, str(exc)) from None
-            params[attr.name] = value
-        given = frozenset(k for k, v in inputs.items() if v is not None)
-        out_names = [o.name for o in schema.outputs if o.when is None or o.when(params, given)]
-        outs = self._add_node(schema.name, schema, node_name, inputs, params, out_names, compute)
-        node = self.nodes[-1]
-        # An output the caller asked to receive in a tensor it made (e.g. sdpa_backward(dBias=t)).
-        for i, oname in enumerate(out_names):
-            requested = params.get(oname)
-            if isinstance(requested, Tensor):
-                outs[i] = self._redirect_output(node, oname, requested)
-        by_name = dict(zip(out_names, outs))
-        returned = schema.extra.get("returned_outputs")
-        if returned is not None:
-            return [by_name.get(o) for o in returned]
-        if schema.returns == "list":
-            return [by_name.get(o.name) for o in schema.outputs]
-        return outs[0]
-
-    def _as_tensor(self, value, node_name, schema, port, scalar_type=None):
-        if isinstance(value, Tensor):
-            return value
-        if isinstance(value, numbers.Number) and not isinstance(value, bool):
-            t = self.tensor_scalar(value, data_type=scalar_type, name=f"{node_name}::{port}")
-            if scalar_type is not None:
-                # cuDNN's scalar operands of 4-d ops are 4-d too.
-                t.set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1))
-            return t
-        raise GraphValidationError(node_name, schema.name, port,
-                                   f"expects a Tensor (or a Python number for a scalar); got {type(value).__name__}")
-
-    def _redirect_output(self, node, oname, tensor):
-        if tensor.producer is not None:
-            raise GraphValidationError(node.name, node.op, oname, "the tensor given to receive it is already produced")
-        return self._adopt_output(node, oname, tensor)
+    # Builders (one per op schema, generated below) call Graph._build with the op's OpBinding.
 
     # -- inference and validation -----------------------------------------------------------------
 
@@ -249,11 +154,23 @@ class pygraph(_GraphCore):
     def _infer_all(self):
         # Marked done first: the tensor getters used below must not re-enter inference.
         self._inferred = True
+        # Inference runs again only after a change, which a later validate() must see: a graph
+        # validated, then changed, is not valid any more until validate() passes again.
+        self._state.validated = False
         try:
             self._infer_nodes()
         except BaseException:
             self._inferred = False
             raise
+        # Graph inputs take the graph's io (virtual: intermediate) type when the user set none, as
+        # cudnn.pygraph's validate() fills them from the context; tensor.data_type then reports it.
+        for t in self.tensors:
+            if t.producer is None and not t.data_type_set_by_user:
+                t._set_inferred(None, None, self._default_type(t.is_virtual))
+
+    def _is_validated(self) -> bool:
+        # Any change after validate() resets _inferred (the IR's mutation hook).
+        return self._state.validated and self._inferred
 
     def _infer_nodes(self):
         ctx_types = self.context
@@ -330,7 +247,7 @@ class pygraph(_GraphCore):
 
     def build_operation_graph(self) -> None:
         """Validate, lower for the cuDNN backend when it is present, and freeze the graph."""
-        if not self._state.validated:
+        if not self._is_validated():
             self.validate()
         self._freeze()
         self._state.lowered = True
@@ -415,7 +332,7 @@ class pygraph(_GraphCore):
 
     def build(self, heur_modes=None) -> None:
         """validate + build_operation_graph + create_execution_plans + check_support + build_plans."""
-        if not self._state.validated:
+        if not self._is_validated():
             self.validate()
         if not self._state.lowered:
             self.build_operation_graph()
@@ -483,8 +400,7 @@ class pygraph(_GraphCore):
     def select_plan(self, index: int) -> None:
         """Pin entry ``index``: build_plans() builds it or raises."""
         st = self._require_planned()
-        if not 0 <= index < len(st.entries):
-            raise IndexError(f"plan index {index} is outside [0, {len(st.entries)})")
+        index = self._plan_index(index)
         st.selected = index
         st.pinned = True
 
@@ -496,12 +412,22 @@ class pygraph(_GraphCore):
     def get_execution_plan_count(self) -> int:
         return len(self._require_planned().entries)
 
+    def _plan_index(self, index) -> int:
+        """``index`` checked against the plan list (no Python negative indexing: ids are positions)."""
+        st = self._require_planned()
+        if isinstance(index, bool):
+            raise TypeError("a plan index is an int; got a bool")
+        i = operator.index(index)
+        if not 0 <= i < len(st.entries):
+            raise IndexError(f"plan index {i} is outside [0, {len(st.entries)})")
+        return i
+
     def get_plan_name_at_index(self, index: int) -> str:
-        return self._require_planned().entries[index].label
+        return self._state.entries[self._plan_index(index)].label
 
     def build_plan_at_index(self, index: int) -> None:
-        st = self._require_planned()
-        if index not in st.compiled:
+        index = self._plan_index(index)
+        if index not in self._state.compiled:
             self._build_index(index)
 
     def get_workspace_size(self) -> int:
@@ -513,6 +439,7 @@ class pygraph(_GraphCore):
 
     def get_workspace_size_plan_at_index(self, index: int) -> int:
         st = self._require_planned()
+        index = self._plan_index(index)
         if index not in st.compiled:
             self._build_index(index)
         return st.compiled[index].workspace_size
@@ -537,6 +464,7 @@ class pygraph(_GraphCore):
                               stream=None, *, override_uids=None, override_shapes=None,
                               override_strides=None) -> None:
         st = self._require_planned()
+        index = self._plan_index(index)
         if index not in st.compiled:
             self._build_index(index)
         self._run(st.compiled[index], variant_pack, workspace, handle, stream, override_uids,
@@ -551,23 +479,44 @@ class pygraph(_GraphCore):
                 "enabled for this graph)")
         defaults = self._state.scalar_defaults
         if defaults:
-            variant_pack = self._with_scalars(variant_pack, defaults)
+            variant_pack = self._with_scalars(variant_pack, defaults, compiled.layout)
         pack = compiled.layout.pack(variant_pack, stream=stream)
+        if workspace is not None:
+            workspace = self._workspace_slot(workspace, compiled, stream)
         from .engines.base import ExecutionContext
         ctx = ExecutionContext(handle=handle if handle is not None else self.handle,
-                               stream=as_stream_handle(stream), workspace=workspace, device=self.device)
+                               stream=None if stream is None else as_stream_handle(stream),
+                               workspace=workspace, device=self.device)
         compiled.execute(self, pack, ctx)
 
-    def _with_scalars(self, variant_pack, defaults):
+    def _workspace_slot(self, workspace, compiled, stream):
+        """The caller's workspace as a Slot (engines see slots only), checked to hold the plan's bytes."""
+        if type(workspace) is Slot:
+            ws = workspace
+        elif type(workspace) is int:
+            ws = Slot.from_address(workspace, (compiled.workspace_size,), dtype="uint8", device=self.device_code)
+        else:
+            ws = Slot.from_object(workspace, stream=stream)
+        if ws.nbytes < compiled.workspace_size:
+            raise WorkspaceError(f"the workspace holds {ws.nbytes} bytes but {compiled.plan.label} needs "
+                             f"{compiled.workspace_size} (get_workspace_size() is in bytes)",
+                                 compiled.workspace_size, ws.nbytes)
+        return ws
+
+    def _with_scalars(self, variant_pack, defaults, layout):
+        layout_specs = {s.uid: s for s in layout.specs}
+        by_name = {s.name: s.uid for s in layout.specs if s.name}
         given = set()
         for key in variant_pack:
-            given.add(key if isinstance(key, int) else getattr(key, "uid", key))
+            if isinstance(key, str):
+                given.add(by_name.get(key, key))
+            else:
+                given.add(key if isinstance(key, int) else getattr(key, "uid", key))
         missing = {uid: value for uid, value in defaults.items() if uid not in given}
         if not missing:
             return variant_pack
         import numpy as np
         merged = dict(variant_pack)
-        layout_specs = {s.uid: s for s in self._state.layouts[next(iter(self._state.layouts))].specs}
         for uid, value in missing.items():
             spec = layout_specs.get(uid)
             merged[uid] = np.full(spec.shape if spec is not None else (1,), value,
@@ -595,3 +544,19 @@ for _schema in SCHEMAS.values():
         setattr(pygraph, _method, _make_builder(_schema))
 
 Graph = pygraph
+
+
+def _attach_backend_methods() -> None:
+    """cudnn.pygraph's backend filters and knob queries (deselect_engines, get_knobs_for_engine, ...)."""
+    try:
+        from .engines.cudnn_backend.engine import GRAPH_METHODS
+    except ImportError as exc:   # an install without the backend engine: the methods are simply absent
+        logger.debug("cuDNN backend methods not attached: %s", exc)
+        return
+    for method_name, function in GRAPH_METHODS.items():
+        if hasattr(_GraphCore, method_name) or method_name in SCHEMAS:
+            raise RuntimeError(f"{method_name!r} would shadow a Graph method or an op")
+        setattr(pygraph, method_name, function)
+
+
+_attach_backend_methods()

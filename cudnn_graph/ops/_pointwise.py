@@ -170,12 +170,27 @@ _FORWARD_OPERANDS = ("CUDNN_ATTR_OPERATION_POINTWISE_XDESC", "CUDNN_ATTR_OPERATI
 _BACKWARD_OPERANDS = ("CUDNN_ATTR_OPERATION_POINTWISE_DYDESC", "CUDNN_ATTR_OPERATION_POINTWISE_XDESC")
 
 
+def _is_scalar(info) -> bool:
+    """A one-element pass-by-value operand (``tensor_scalar``, or a Python number given for a port)."""
+    return info.is_pass_by_value and all(d == 1 for d in info.dim)
+
+
 def broadcast_dims(ctx: InferContext, ports: tuple) -> tuple:
-    """Broadcast the dims of ``ports`` (all required, equal rank); fails naming the offending port."""
-    first = ports[0]
-    out = list(ctx.need(first).dim)
-    for port in ports[1:]:
-        dim = ctx.need(port).dim
+    """Broadcast the dims of ``ports`` (all required, equal rank); fails naming the offending port.
+
+    A one-element pass-by-value scalar broadcasts to any rank (``graph.mul(x, 0.5)``); a lowering gives
+    it the output's rank with unit dims, as cuDNN's descriptors need equal ranks.
+    """
+    if len(ports) == 1:
+        return tuple(ctx.need(ports[0]).dim)
+    infos = [ctx.need(p) for p in ports]
+    first = next((p for p, i in zip(ports, infos) if not _is_scalar(i)), ports[0])
+    rank = len(infos[ports.index(first)].dim)
+    out = [1] * rank
+    for port, info in zip(ports, infos):
+        dim = tuple(info.dim)
+        if len(dim) != rank and _is_scalar(info):
+            dim = (1,) * rank
         if len(dim) != len(out):
             ctx.fail(port, f"has rank {len(dim)} (dims {tuple(dim)}) but '{first}' has rank {len(out)}; "
                            "pointwise inputs must have equal rank (pad with size-1 axes to broadcast)")

@@ -9,19 +9,28 @@ from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
 from ..ids import REFERENCE
 from ...data_type import DataType
 from ...errors import GraphNotSupportedError
-from . import _kernels_basic, _kernels_conv, _kernels_norm, _kernels_sdpa
+from . import _kernels_basic, _kernels_conv, _kernels_linear_attention, _kernels_norm, _kernels_sdpa
 
 logger = logging.getLogger(__name__)
 
 KERNELS: dict = {}
-for _module in (_kernels_basic, _kernels_conv, _kernels_norm, _kernels_sdpa):
+for _module in (_kernels_basic, _kernels_conv, _kernels_norm, _kernels_sdpa, _kernels_linear_attention):
     KERNELS.update(_module.KERNELS)
 
+# Features a kernel cannot run, checked when plans are proposed (a decline), not when they execute:
+# op -> check(inputs, attrs) raising NotImplementedError. The kernels' own checks read only which
+# ports are given and the attributes, so they run on the graph's nodes as they run on arrays.
+SUPPORT_CHECKS: dict = {
+    "sdpa": _kernels_sdpa._unsupported,
+    "sdpa_backward": _kernels_sdpa._unsupported,
+    "batchnorm": lambda inputs, attrs: _kernels_norm._no_peers(attrs),
+    "batchnorm_backward": lambda inputs, attrs: _kernels_norm._no_peers(attrs),
+}
 
-def numpy_dtype(dt: DataType) -> np.dtype:
-    """The NumPy (or ml_dtypes) dtype that stores a cuDNN data type on the host."""
+
+def _host_types() -> dict:
     import ml_dtypes
-    table = {
+    return {
         DataType.FLOAT: np.float32, DataType.DOUBLE: np.float64, DataType.HALF: np.float16,
         DataType.BFLOAT16: ml_dtypes.bfloat16, DataType.INT8: np.int8, DataType.UINT8: np.uint8,
         DataType.INT32: np.int32, DataType.INT64: np.int64, DataType.UINT32: np.uint32,
@@ -29,8 +38,17 @@ def numpy_dtype(dt: DataType) -> np.dtype:
         DataType.FP8_E5M2: ml_dtypes.float8_e5m2, DataType.FP8_E8M0: ml_dtypes.float8_e8m0fnu,
         DataType.COMPLEX_FP32: np.complex64, DataType.COMPLEX_FP64: np.complex128,
     }
+
+
+_HOST_TYPES: dict = {}
+
+
+def numpy_dtype(dt: DataType) -> np.dtype:
+    """The NumPy (or ml_dtypes) dtype that stores a cuDNN data type on the host."""
+    if not _HOST_TYPES:
+        _HOST_TYPES.update({k: np.dtype(v) for k, v in _host_types().items()})
     try:
-        return np.dtype(table[DataType(dt)])
+        return _HOST_TYPES[DataType(dt)]
     except KeyError:
         raise GraphNotSupportedError(f"the reference engine has no host type for {DataType(dt).name}") from None
 
@@ -111,6 +129,14 @@ class ReferenceEngine(BaseEngine):
         missing = sorted({n.op for n in graph.nodes if n.op not in KERNELS})
         if missing:
             raise GraphNotSupportedError(f"the reference engine has no kernel for {', '.join(missing)}")
+        for node in graph.nodes:
+            check = SUPPORT_CHECKS.get(node.op)
+            if check is None:
+                continue
+            try:
+                check(node.inputs, node.params)
+            except NotImplementedError as exc:
+                raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {exc}") from None
         # Ranked last: it is the oracle, not the fast path.
         return [PlanConfig(REFERENCE, name="reference", engine=self, priority=-1000.0)]
 

@@ -6,6 +6,8 @@ introspection, JSON and the fingerprint. Op builders, inference and the plan lis
 """
 cimport cython
 from libc.stdint cimport int64_t
+from cpython.number cimport PyNumber_Index
+from numbers import Number
 from types import MappingProxyType
 import hashlib
 import json
@@ -17,14 +19,25 @@ from cudnn_graph._slot import Slot, device_name, _parse_device
 _NOT_SET = -1
 
 
-def _as_dims(value, what):
+cdef object _as_dims(object value, str what):
+    """A tuple of Python ints from a sequence of integers (NumPy integers too); floats are refused."""
+    cdef list out
     if value is None:
         return None
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{what} must be a sequence of ints; got {value!r}")
     try:
-        dims = tuple(int(v) for v in value)
+        out = [PyNumber_Index(v) for v in value]
     except TypeError:
         raise TypeError(f"{what} must be a sequence of ints; got {value!r}") from None
-    return dims
+    return tuple(out)
+
+
+cdef inline int _dt_code(object value) except -2:
+    """cuDNN data type code of anything ``data_type_of`` accepts (DataType members fast)."""
+    if type(value) is DataType:
+        return <int>(<object>value)
+    return <int>data_type_of(value)
 
 
 def row_major_strides(dims) -> tuple:
@@ -100,7 +113,7 @@ cdef class Tensor:
 
     def set_data_type(self, data_type):
         self._mutable()
-        self._data_type = int(data_type_of(data_type))
+        self._data_type = _dt_code(data_type)
         return self
 
     def set_output(self, bint is_output=True):
@@ -137,9 +150,9 @@ cdef class Tensor:
     def set_uid(self, uid):
         self._mutable()
         if self.graph is None:
-            self._uid = int(uid)
+            self._uid = PyNumber_Index(uid)
         else:
-            (<Graph>self.graph)._claim_uid(self, int(uid))
+            (<Graph>self.graph)._claim_uid(self, PyNumber_Index(uid))
         self._uid_user = True
         return self
 
@@ -299,6 +312,96 @@ cdef class Node:
         return f"Node({self.op!r}, name={self.name!r}, inputs={list(self._inputs)}, outputs={list(self._outputs)})"
 
 
+@cython.final
+cdef class OpBinding:
+    """What an op builder reads at call time, computed once per op schema (at import, by
+    ``cudnn_graph.graph``): positional order, the keywords it takes and its port / attribute /
+    output tables. ``Graph._build`` binds a call against it without building any set or dict of
+    names per call.
+    """
+    cdef readonly object schema
+    cdef readonly str op
+    cdef readonly tuple order            # positional names, pygraph's order
+    cdef readonly frozenset known        # every keyword the builder takes
+    cdef readonly tuple expanders        # (keyword, f(value) -> {name: value}) (sdpa's dropout=)
+    cdef readonly tuple ports            # (port, optional, takes a list, type of a Python number given)
+    cdef readonly tuple attrs            # (attr, default, convert)
+    cdef readonly tuple outputs          # (output, when(attrs, given) or None)
+    cdef readonly object static_outputs  # output names when none is conditional, else None
+    cdef readonly tuple redirect         # outputs the caller may hand in as a tensor it made
+    cdef readonly object returned        # output names the builder returns as a list, or None (one tensor)
+    cdef object required                 # the "no default" sentinel of the op tables
+
+    def __init__(self, schema, required, generic=("compute_data_type", "name")):
+        self.schema = schema
+        self.op = schema.name
+        self.required = required
+        extra = schema.extra
+        self.order = tuple(extra.get("pygraph_positional") or schema.positional or schema.port_names())
+        self.expanders = tuple(extra.get("keyword_expanders", {}).items())
+        attr_names = {a.name for a in schema.attrs}
+        self.known = frozenset(set(schema.port_names()) | attr_names | set(generic)
+                               | {k for k, _ in self.expanders})
+        list_ports = set(extra.get("list_ports", ()))
+        scalar_ports = extra.get("scalar_ports", {})
+        self.ports = tuple((p.name, bool(p.optional), p.name in list_ports, scalar_ports.get(p.name))
+                           for p in schema.inputs)
+        self.attrs = tuple((a.name, a.default, a.convert) for a in schema.attrs)
+        self.outputs = tuple((o.name, o.when) for o in schema.outputs)
+        self.static_outputs = (tuple(o.name for o in schema.outputs)
+                               if all(o.when is None for o in schema.outputs) else None)
+        self.redirect = tuple(o.name for o in schema.outputs if o.name in attr_names)
+        returned = extra.get("returned_outputs")
+        if returned is not None:
+            self.returned = tuple(returned)
+        elif schema.returns == "list":
+            self.returned = tuple(o.name for o in schema.outputs)
+        else:
+            self.returned = None
+
+    def __repr__(self):
+        return f"OpBinding({self.op!r}, positional={self.order})"
+
+
+cdef bint _operand(Graph g, object value, str node, str op, str port, bint number_ok) except -1:
+    """True for a Tensor of ``g``, False for a Python number (a scalar operand); raises otherwise."""
+    if isinstance(value, Tensor):
+        if (<Tensor>value).graph is not g:
+            raise GraphValidationError(node, op, port, f"tensor '{(<Tensor>value)._name}' belongs to another graph")
+        return True
+    if number_ok and isinstance(value, Number) and not isinstance(value, bool):
+        return False
+    raise GraphValidationError(node, op, port,
+                               f"expects a Tensor{' (or a Python number for a scalar)' if number_ok else ''}; "
+                               f"got {type(value).__name__}")
+
+
+cdef list _append_node(Graph g, str op, object schema, str name, dict inputs, dict params,
+                       tuple output_names, int compute):
+    """Append a checked node (inputs are tensors of ``g``); returns its new output tensors."""
+    cdef Node n = Node.__new__(Node)
+    cdef Tensor t
+    cdef list outs = []
+    n.op = op
+    n.schema = schema
+    n.index = len(g._nodes)
+    n.name = name
+    n._inputs = inputs
+    n._params = params
+    n.compute_data_type = compute
+    n._outputs = {}
+    for out_name in output_names:
+        t = g._new_tensor()
+        t._name = f"{name}::{out_name}"
+        t._virtual = True
+        t._producer = n
+        n._outputs[out_name] = t
+        outs.append(t)
+    g._nodes.append(n)
+    g._inferred = False
+    return outs
+
+
 cdef class Graph:
     """The graph core: tensors, nodes, uids, device and freezing. Build graphs with ``cudnn_graph.pygraph``."""
 
@@ -367,8 +470,11 @@ cdef class Graph:
 
     cdef Tensor _new_tensor(self):
         cdef Tensor t = Tensor.__new__(Tensor)
+        while self._next_uid in self._uids:
+            self._next_uid += 1
         t.graph = self
-        t._uid = self._fresh_uid()
+        t._uid = self._next_uid
+        self._next_uid += 1
         t._uid_user = False
         t._name = ""
         t._dim = None
@@ -403,27 +509,45 @@ cdef class Graph:
             ((4, 8), (8, 1))
         """
         self._mutable()
+        # Everything that can fail is checked before the tensor exists: a failed call leaves no
+        # half-made tensor (and no consumed uid) in the graph.
+        cdef object dims = _as_dims(dim, "dim")
+        cdef object strides = _as_dims(stride, "stride")
+        cdef int dt = _NOT_SET if data_type is None else _dt_code(data_type)
+        cdef int reorder = 0 if reordering_type is None else int(reordering_type)
+        cdef Tensor holder
+        cdef int64_t want_uid = 0
+        cdef bint has_uid = uid is not None
+        if dims is not None and strides is not None and len(strides) != len(dims):
+            raise ValueError(f"tensor '{name or '<unnamed>'}': {len(strides)} strides for {len(dims)} dims")
+        if ragged_offset is not None:
+            if not isinstance(ragged_offset, Tensor):
+                raise TypeError(f"a ragged offset is a Tensor of the same graph; got {type(ragged_offset).__name__}")
+            if (<Tensor>ragged_offset).graph is not self:
+                raise ValueError("the ragged offset tensor belongs to another graph")
+        if has_uid:
+            want_uid = PyNumber_Index(uid)
+            holder = self._uids.get(want_uid)
+            if holder is not None and holder._uid_user:
+                raise ValueError(f"uid {want_uid} is already held by tensor '{holder._name}'; "
+                                 f"tensor '{name or '<unnamed>'}' cannot take it")
         cdef Tensor t = self._new_tensor()
+        if has_uid:
+            self._claim_uid(t, want_uid)
+            t._uid_user = True
         t._name = str(name) if name else f"tensor_{t._uid}"
-        if dim is not None:
-            t._dim = _as_dims(dim, "dim")
+        if dims is not None:
+            t._dim = dims
             t._dim_user = True
-        if stride is not None:
-            t._stride = _as_dims(stride, "stride")
+        if strides is not None:
+            t._stride = strides
             t._stride_user = True
-            if t._dim is not None and len(t._stride) != len(t._dim):
-                raise ValueError(f"tensor '{t._name}': {len(t._stride)} strides for {len(t._dim)} dims")
-        if data_type is not None:
-            t._data_type = int(data_type_of(data_type))
+        t._data_type = dt
         t._virtual = bool(is_virtual)
         t._virtual_user = bool(is_virtual)
         t._pass_by_value = bool(is_pass_by_value)
-        if ragged_offset is not None:
-            t.set_ragged_offset(ragged_offset)
-        if reordering_type is not None:
-            t._reordering = int(reordering_type)
-        if uid is not None:
-            t.set_uid(uid)
+        t._ragged_offset = ragged_offset
+        t._reordering = reorder
         return t
 
     def tensor_like(self, template, name=None):
@@ -447,11 +571,13 @@ cdef class Graph:
             t._device = src._device
             return t
         slot = Slot.from_object(template)
-        from cudnn_graph.data_type import data_type_of as _dt_of
         try:
-            dt = _dt_of(slot.dtype)
+            dt = data_type_of(slot.dtype)
         except TypeError:
             raise TypeError(f"tensor_like: cuDNN has no data type for {slot.dtype}") from None
+        dev = slot.device
+        # Checked before the tensor exists, so a template on another device leaves nothing behind.
+        self._adopt_device(dev, f"tensor_like '{name}'" if name else "a tensor_like template")
         t = self._new_tensor()
         t._name = str(name) if name else f"tensor_{t._uid}"
         t._dim = slot.shape
@@ -459,14 +585,16 @@ cdef class Graph:
         t._dim_user = True
         t._stride_user = True
         t._data_type = int(dt)
-        dev = slot.device
         t._device = dev
-        self._adopt_device(dev, f"tensor_like '{t._name}'")
         return t
 
     def tensor_scalar(self, value, data_type=None, name=None):
         """A pass-by-value scalar tensor holding ``value`` (dims [1] unless set otherwise)."""
         self._mutable()
+        if data_type is None:
+            data_type = DataType.FLOAT if isinstance(value, float) else (
+                DataType.INT32 if isinstance(value, int) and not isinstance(value, bool) else DataType.FLOAT)
+        cdef int dt = _dt_code(data_type)
         cdef Tensor t = self._new_tensor()
         t._name = str(name) if name else f"scalar_{t._uid}"
         t._dim = (1,)
@@ -475,10 +603,7 @@ cdef class Graph:
         t._stride_user = True
         t._pass_by_value = True
         t._value = value
-        if data_type is None:
-            data_type = DataType.FLOAT if isinstance(value, float) else (
-                DataType.INT32 if isinstance(value, int) and not isinstance(value, bool) else DataType.FLOAT)
-        t._data_type = int(data_type_of(data_type))
+        t._data_type = dt
         return t
 
     def _adopt_device(self, dev, what):
@@ -496,32 +621,136 @@ cdef class Graph:
     def _add_node(self, op, schema, name, inputs, params, output_names, compute_data_type):
         """Append a node; returns its output tensors (in ``output_names`` order)."""
         self._mutable()
-        cdef Node n = Node.__new__(Node)
-        cdef Tensor t
-        n.op = op
-        n.schema = schema
-        n.index = len(self._nodes)
-        n.name = str(name) if name else f"{op}_{n.index}"
-        n._inputs = dict(inputs)
-        n._params = dict(params)
-        n.compute_data_type = int(data_type_of(compute_data_type)) if compute_data_type is not None else _NOT_SET
-        for port, value in n._inputs.items():
+        cdef int index = len(self._nodes)
+        cdef str node_name = str(name) if name else f"{op}_{index}"
+        cdef dict ins = dict(inputs)
+        for port, value in ins.items():
+            if value is None:
+                continue
+            if type(value) is Tensor and (<Tensor>value).graph is self:
+                continue
             for item in (value if isinstance(value, (list, tuple)) else (value,)):
-                if item is not None and (not isinstance(item, Tensor) or (<Tensor>item).graph is not self):
-                    raise GraphValidationError(n.name, op, port,
-                                               "expects a Tensor of this graph; got "
-                                               + type(item).__name__)
-        outs = []
-        n._outputs = {}
-        for out_name in output_names:
-            t = self._new_tensor()
-            t._name = f"{n.name}::{out_name}"
-            t._virtual = True
-            t._producer = n
-            n._outputs[out_name] = t
-            outs.append(t)
-        self._nodes.append(n)
-        return outs
+                if item is not None:
+                    _operand(self, item, node_name, op, port, False)
+        compute = _dt_code(compute_data_type) if compute_data_type is not None else _NOT_SET
+        return _append_node(self, op, schema, node_name, ins, dict(params), tuple(output_names), compute)
+
+    def _build(self, OpBinding b, tuple args, dict kwargs):
+        """Bind one op-builder call against ``b``, check it and append the node.
+
+        Everything is checked before anything is added, so a failed call leaves the graph as it was
+        (Python numbers given for ports become scalar tensors only once the call is known good).
+        Returns the output tensor, or a list of them when the op returns several.
+        """
+        if self.frozen:
+            raise GraphFrozenError("the graph was lowered or planned; it can no longer change")
+        cdef str op = b.op
+        cdef tuple order = b.order
+        cdef Py_ssize_t i, npos = len(args)
+        cdef dict bound = {}
+        cdef dict inputs = {}
+        cdef dict params = {}
+        cdef list scalars = None
+        cdef list redirects = None
+        cdef int compute = _NOT_SET
+        cdef Tensor t
+        if npos > len(order):
+            raise TypeError(f"{op}() takes at most {len(order)} positional arguments "
+                            f"({', '.join(order)}); got {npos}")
+        for i in range(npos):
+            bound[order[i]] = args[i]
+        if kwargs:
+            for key, value in kwargs.items():
+                if key not in b.known:
+                    raise TypeError(f"{op}() got an unexpected keyword argument '{key}' "
+                                    f"(it takes {', '.join(sorted(b.known))})")
+                if key in bound:
+                    raise TypeError(f"{op}() got multiple values for argument '{key}'")
+                bound[key] = value
+        # pygraph keywords that stand for several ports/attrs (sdpa's dropout=(p, seed, offset)).
+        for key, expand in b.expanders:
+            if key in bound:
+                for k, v in expand(bound.pop(key)).items():
+                    if bound.get(k) is not None:
+                        raise TypeError(f"{op}(): '{key}' and '{k}' both set '{k}'")
+                    bound[k] = v
+        name = bound.get("name")
+        cdef str node_name = str(name) if name else f"{op}_{len(self._nodes)}"
+        compute_value = bound.get("compute_data_type")
+        if compute_value is not None:
+            try:
+                compute = _dt_code(compute_value)
+            except TypeError as exc:
+                raise GraphValidationError(node_name, op, "compute_data_type", str(exc)) from None
+        for port, optional, is_list, scalar_type in b.ports:
+            value = bound.get(port)
+            if value is None:
+                if not optional:
+                    raise GraphValidationError(node_name, op, port, "is required but was not given")
+                inputs[port] = None
+            elif type(value) is Tensor and (<Tensor>value).graph is self:
+                inputs[port] = value
+            elif is_list:
+                if not isinstance(value, (list, tuple)) or not value:
+                    raise GraphValidationError(node_name, op, port, "takes a non-empty list of tensors")
+                for item in value:
+                    _operand(self, item, node_name, op, port, False)
+                inputs[port] = tuple(value)
+            elif _operand(self, value, node_name, op, port, True):
+                inputs[port] = value
+            else:
+                if scalars is None:
+                    scalars = []
+                scalars.append((port, value, scalar_type))
+                inputs[port] = value
+        for attr, default, convert in b.attrs:
+            value = bound.get(attr)
+            if value is None:
+                if default is b.required:
+                    raise GraphValidationError(node_name, op, attr, "is required but was not given")
+                value = default
+            elif convert is not None:
+                try:
+                    value = convert(value)
+                except GraphValidationError:
+                    raise
+                except (TypeError, ValueError) as exc:
+                    raise GraphValidationError(node_name, op, attr, str(exc)) from None
+            params[attr] = value
+        cdef tuple out_names = b.static_outputs
+        if out_names is None:
+            given = frozenset([k for k, v in inputs.items() if v is not None])
+            out_names = tuple([o for o, when in b.outputs if when is None or when(params, given)])
+        for oname in b.redirect:
+            requested = params.get(oname)
+            if isinstance(requested, Tensor) and oname in out_names:
+                if (<Tensor>requested).graph is not self:
+                    raise GraphValidationError(node_name, op, oname,
+                                               "the tensor to receive it belongs to another graph")
+                if (<Tensor>requested)._producer is not None:
+                    raise GraphValidationError(node_name, op, oname,
+                                               "the tensor given to receive it is already produced")
+                if redirects is None:
+                    redirects = []
+                redirects.append((oname, requested))
+        if scalars is not None:
+            for port, value, scalar_type in scalars:
+                t = self.tensor_scalar(value, data_type=scalar_type, name=f"{node_name}::{port}")
+                if scalar_type is not None:
+                    # cuDNN's scalar operands of 4-d ops are 4-d too.
+                    t._dim = (1, 1, 1, 1)
+                    t._stride = (1, 1, 1, 1)
+                inputs[port] = t
+        cdef list outs = _append_node(self, op, b.schema, node_name, inputs, params, out_names, compute)
+        if redirects is not None:
+            # An output the caller asked to receive in a tensor it made (e.g. sdpa_backward(dBias=t)).
+            node = (<Tensor>outs[0])._producer
+            for oname, requested in redirects:
+                outs[out_names.index(oname)] = self._adopt_output(node, oname, requested)
+        if b.returned is None:
+            return outs[0]
+        by_name = dict(zip(out_names, outs))
+        return [by_name.get(o) for o in b.returned]
 
     def _adopt_output(self, Node node, oname, Tensor tensor):
         """Make a caller-made tensor the node's ``oname`` output, dropping the one the builder made."""
@@ -545,6 +774,11 @@ cdef class Graph:
     @property
     def tensors(self) -> tuple:
         return tuple(self._tensors)
+
+    @property
+    def node_count(self) -> int:
+        """``len(graph.nodes)`` without building the tuple."""
+        return len(self._nodes)
 
     def tensor_by_uid(self, uid):
         return self._uids[uid]
@@ -627,7 +861,17 @@ cdef class Graph:
         return json.dumps(self.to_dict(), **kwargs)
 
     def key(self) -> str:
-        """A stable fingerprint of the structure (names excluded): equal graphs share plans."""
+        """A stable fingerprint of the structure (names excluded): equal graphs share plans.
+
+        Taken on the inferred graph with its device resolved, so it does not change when a graph is
+        validated, built or asked for its device (an invalid graph keys what it holds).
+        """
+        if not self._inferred:
+            try:
+                self._ensure_inferred()
+            except Exception:
+                pass
+        self.device_code
         d = self.to_dict()
         d["context"].pop("name", None)
         for t in d["tensors"]:
