@@ -8,7 +8,7 @@ from __future__ import annotations
 __all__ = [
     "CudnnGraphError", "BufferError_", "BufferImportError", "MalformedBufferError", "TensorMismatchError",
     "DataTypeMismatchError", "ShapeMismatchError", "StrideMismatchError", "DeviceMismatchError",
-    "AlignmentError", "ReadOnlyOutputError", "MissingTensorError", "UnknownTensorError",
+    "AlignmentError", "ReadOnlyOutputError", "MissingTensorError", "UnknownTensorError", "WorkspaceError",
     "GraphValidationError", "GraphNotSupportedError", "cudnnGraphNotSupportedError", "GraphFrozenError",
 ]
 
@@ -72,6 +72,15 @@ class AlignmentError(TensorMismatchError):
 
 class ReadOnlyOutputError(TensorMismatchError):
     pass
+
+
+class WorkspaceError(CudnnGraphError, ValueError):
+    """The workspace handed to execute() cannot serve the plan (too small, or not device memory)."""
+
+    def __init__(self, message, required=0, given=0):
+        self.required = int(required)
+        self.given = int(given)
+        super().__init__(message)
 
 
 class MissingTensorError(CudnnGraphError, ValueError):

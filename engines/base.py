@@ -42,9 +42,10 @@ class PlanConfig:
 
 @dataclass
 class ExecutionContext:
-    """What a plan executes with: handle, stream (raw handle) and workspace (a Slot or None)."""
+    """What a plan executes with: handle, stream (a raw handle; None keeps the handle's current
+    stream) and workspace (a Slot, or None for the engine's cached one)."""
     handle: Any = None
-    stream: int = 0
+    stream: Optional[int] = None
     workspace: Any = None
     device: tuple = ("cpu", 0)
 

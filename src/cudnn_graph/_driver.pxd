@@ -1,3 +1,17 @@
-from libc.stdint cimport int32_t, intptr_t
+from libc.stdint cimport int32_t, intptr_t, uintptr_t
 
 cdef int pointer_device(intptr_t ptr, int32_t* device_type, int32_t* ordinal) except -1
+
+# Make a device's primary context current on this thread (pushed only when another one is current:
+# pass the flag back to leave_device).
+cdef int enter_device(int device, bint* pushed) except -1
+cdef int leave_device(bint pushed) except -1
+
+cdef uintptr_t device_alloc(size_t nbytes, int device) except 0
+cdef int device_free(uintptr_t address, int device) noexcept
+
+
+cdef class DeviceAllocation:
+    cdef readonly uintptr_t ptr
+    cdef readonly size_t nbytes
+    cdef readonly int device

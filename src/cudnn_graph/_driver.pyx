@@ -1,8 +1,13 @@
-"""The few CUDA driver calls the DLPack boundary needs, resolved from libcuda at first use.
+"""The few CUDA driver calls cudnn_graph needs, resolved from libcuda at first use.
 
-Nothing here links against CUDA: libcuda.so.1 is dlopen'ed when first needed, and a machine without
-a driver simply reports "no driver" (CPU machines, CI).
+The DLPack boundary asks where a pointer lives; the cuDNN backend makes a device's primary context
+current (handle creation) and allocates cached workspaces. Nothing here links against CUDA:
+libcuda.so.1 is dlopen'ed when first needed, and a machine without a driver simply reports
+"no driver" (CPU machines, CI).
 """
+import atexit
+import sys
+
 from libc.stdint cimport int32_t, intptr_t, uintptr_t
 from cudnn_graph._dlpack cimport kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 
@@ -28,6 +33,17 @@ ctypedef int (*cuDeviceGetName_t)(char* name, int length, int device) noexcept n
 ctypedef int (*cuDeviceGetAttribute_t)(int* value, int attribute, int device) noexcept nogil
 ctypedef int (*cuDriverGetVersion_t)(int* version) noexcept nogil
 
+# Contexts and memory. The _v2 symbols are the 64-bit entry points cuda.h maps the plain names to.
+ctypedef int (*cuDeviceGet_t)(int* device, int ordinal) noexcept nogil
+ctypedef int (*cuDevicePrimaryCtxRetain_t)(void** context, int device) noexcept nogil
+ctypedef int (*cuCtxGetCurrent_t)(void** context) noexcept nogil
+ctypedef int (*cuCtxSetCurrent_t)(void* context) noexcept nogil
+ctypedef int (*cuCtxPushCurrent_t)(void* context) noexcept nogil
+ctypedef int (*cuCtxPopCurrent_t)(void** context) noexcept nogil
+ctypedef int (*cuMemAlloc_t)(uintptr_t* address, size_t nbytes) noexcept nogil
+ctypedef int (*cuMemFree_t)(uintptr_t address) noexcept nogil
+ctypedef int (*cuGetErrorName_t)(int error, const char** name) noexcept nogil
+
 cdef enum:
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
@@ -37,11 +53,27 @@ cdef cuDeviceGetCount_t _device_count = NULL
 cdef cuDeviceGetName_t _device_name = NULL
 cdef cuDeviceGetAttribute_t _device_attribute = NULL
 cdef cuDriverGetVersion_t _driver_version = NULL
+cdef cuDeviceGet_t _device_get = NULL
+cdef cuDevicePrimaryCtxRetain_t _primary_ctx_retain = NULL
+cdef cuCtxGetCurrent_t _ctx_get_current = NULL
+cdef cuCtxSetCurrent_t _ctx_set_current = NULL
+cdef cuCtxPushCurrent_t _ctx_push = NULL
+cdef cuCtxPopCurrent_t _ctx_pop = NULL
+cdef cuMemAlloc_t _mem_alloc = NULL
+cdef cuMemFree_t _mem_free = NULL
+cdef cuGetErrorName_t _error_name = NULL
 cdef int _load_state = 0   # 0: not tried, 1: loaded, -1: no driver
+
+cdef enum:
+    _MAX_PRIMARY_CONTEXTS = 64
+cdef void* _primary_contexts[_MAX_PRIMARY_CONTEXTS]   # retained once per device, never released
+cdef bint _finalizing = False                          # set at interpreter exit: frees are skipped
 
 
 cdef int _load() noexcept nogil:
     global _get_attribute, _load_state, _device_count, _device_name, _device_attribute, _driver_version
+    global _device_get, _primary_ctx_retain, _ctx_get_current, _ctx_set_current, _ctx_push, _ctx_pop
+    global _mem_alloc, _mem_free, _error_name
     if _load_state != 0:
         return _load_state
     cdef void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
@@ -54,6 +86,15 @@ cdef int _load() noexcept nogil:
     _device_name = <cuDeviceGetName_t>dlsym(lib, "cuDeviceGetName")
     _device_attribute = <cuDeviceGetAttribute_t>dlsym(lib, "cuDeviceGetAttribute")
     _driver_version = <cuDriverGetVersion_t>dlsym(lib, "cuDriverGetVersion")
+    _device_get = <cuDeviceGet_t>dlsym(lib, "cuDeviceGet")
+    _primary_ctx_retain = <cuDevicePrimaryCtxRetain_t>dlsym(lib, "cuDevicePrimaryCtxRetain")
+    _ctx_get_current = <cuCtxGetCurrent_t>dlsym(lib, "cuCtxGetCurrent")
+    _ctx_set_current = <cuCtxSetCurrent_t>dlsym(lib, "cuCtxSetCurrent")
+    _ctx_push = <cuCtxPushCurrent_t>dlsym(lib, "cuCtxPushCurrent_v2")
+    _ctx_pop = <cuCtxPopCurrent_t>dlsym(lib, "cuCtxPopCurrent_v2")
+    _mem_alloc = <cuMemAlloc_t>dlsym(lib, "cuMemAlloc_v2")
+    _mem_free = <cuMemFree_t>dlsym(lib, "cuMemFree_v2")
+    _error_name = <cuGetErrorName_t>dlsym(lib, "cuGetErrorName")
     if init == NULL or _get_attribute == NULL or init(0) != 0:
         _load_state = -1
     else:
@@ -111,3 +152,148 @@ def driver_version() -> int:
     if _load() != 1 or _driver_version == NULL or _driver_version(&v) != 0:
         return 0
     return v
+
+
+# ---- contexts and device memory (cold paths: handle creation, cached workspaces) ------------------
+
+cdef str _result_text(int result):
+    cdef const char* name = NULL
+    if _error_name != NULL and _error_name(result, &name) == 0 and name != NULL:
+        return f"{name.decode()} ({result})"
+    return f"CUresult {result}"
+
+
+cdef int _require_driver(const char* what) except -1:
+    if _load() != 1:
+        raise RuntimeError(f"{what.decode()}: no CUDA driver is available")
+    return 0
+
+
+cdef int _primary_context(int device, void** context) except -1:
+    """The primary context of ``device``, retained once for the life of the process."""
+    cdef int dev = 0, result
+    _require_driver(b"primary context")
+    if device < 0 or device >= _MAX_PRIMARY_CONTEXTS:
+        raise ValueError(f"CUDA device ordinal {device} is out of range")
+    if _primary_contexts[device] == NULL:
+        if _device_get == NULL or _primary_ctx_retain == NULL:
+            raise RuntimeError("the CUDA driver lacks cuDeviceGet / cuDevicePrimaryCtxRetain")
+        result = _device_get(&dev, device)
+        if result != 0:
+            raise RuntimeError(f"cuDeviceGet({device}) failed: {_result_text(result)}")
+        result = _primary_ctx_retain(&_primary_contexts[device], dev)
+        if result != 0:
+            raise RuntimeError(f"cuDevicePrimaryCtxRetain({device}) failed: {_result_text(result)}")
+    context[0] = _primary_contexts[device]
+    return 0
+
+
+cdef int enter_device(int device, bint* pushed) except -1:
+    """Make ``device``'s primary context current on this thread, as cudaSetDevice would.
+
+    A thread with no current context keeps the primary context afterwards (the CUDA runtime inside
+    cuDNN then finds the device it was created for); a thread with another context current gets
+    this one pushed, and ``leave_device`` pops it again.
+    """
+    cdef void* wanted = NULL
+    cdef void* current = NULL
+    cdef int result
+    pushed[0] = False
+    _primary_context(device, &wanted)
+    if _ctx_get_current == NULL or _ctx_get_current(&current) != 0:
+        current = NULL
+    if current == wanted:
+        return 0
+    if current == NULL:
+        result = _ctx_set_current(wanted)
+        if result != 0:
+            raise RuntimeError(f"cuCtxSetCurrent(device {device}) failed: {_result_text(result)}")
+        return 0
+    result = _ctx_push(wanted)
+    if result != 0:
+        raise RuntimeError(f"cuCtxPushCurrent(device {device}) failed: {_result_text(result)}")
+    pushed[0] = True
+    return 0
+
+
+cdef int leave_device(bint pushed) except -1:
+    cdef void* popped = NULL
+    if pushed:
+        _ctx_pop(&popped)
+    return 0
+
+
+cdef uintptr_t device_alloc(size_t nbytes, int device) except 0:
+    """cuMemAlloc on ``device`` (its primary context); raises MemoryError when the device is full."""
+    cdef uintptr_t address = 0
+    cdef bint pushed = False
+    cdef int result
+    _require_driver(b"device allocation")
+    if nbytes == 0:
+        raise ValueError("device_alloc: size 0")
+    enter_device(device, &pushed)
+    try:
+        with nogil:
+            result = _mem_alloc(&address, nbytes)
+    finally:
+        leave_device(pushed)
+    if result != 0 or address == 0:
+        raise MemoryError(f"cuMemAlloc({nbytes} bytes) on CUDA device {device} failed: {_result_text(result)}")
+    return address
+
+
+cdef int device_free(uintptr_t address, int device) noexcept:
+    """cuMemFree; skipped at interpreter exit (the driver reclaims everything then)."""
+    cdef void* wanted = NULL
+    cdef void* popped = NULL
+    cdef bint pushed = False
+    if address == 0 or _finalizing or _load_state != 1:
+        return 0
+    # The allocation's context must be current: push it (cheap) rather than assume it is.
+    if 0 <= device < _MAX_PRIMARY_CONTEXTS and _primary_contexts[device] != NULL:
+        wanted = _primary_contexts[device]
+        pushed = _ctx_push(wanted) == 0
+    with nogil:
+        _mem_free(address)
+        if pushed:
+            _ctx_pop(&popped)
+    return 0
+
+
+cdef class DeviceAllocation:
+    """Device memory from cuMemAlloc, freed (cuMemFree) when the object goes away.
+
+    Example (on a machine with a GPU):
+        >>> buf = DeviceAllocation(1 << 20)      # doctest: +SKIP
+        >>> buf.ptr != 0, buf.nbytes             # doctest: +SKIP
+        (True, 1048576)
+    """
+
+    def __cinit__(self, size_t nbytes, int device=0):
+        self.ptr = 0
+        self.nbytes = nbytes
+        self.device = device
+        self.ptr = device_alloc(nbytes, device)
+
+    def __dealloc__(self):
+        if self.ptr != 0:
+            device_free(self.ptr, self.device)
+            self.ptr = 0
+
+    def __int__(self):
+        return self.ptr
+
+    def __repr__(self):
+        return f"DeviceAllocation(ptr=0x{self.ptr:x}, nbytes={self.nbytes}, device={self.device})"
+
+
+def is_finalizing() -> bool:
+    return _finalizing or sys.is_finalizing()
+
+
+def _mark_finalizing():
+    global _finalizing
+    _finalizing = True
+
+
+atexit.register(_mark_finalizing)

@@ -1,0 +1,528 @@
+"""CudnnBackendEngine: cuDNN's own engines, reached through the backend descriptor API.
+
+Planning: ``propose_plans(graph)`` lowers the IR (``lowering.lower_program``), materializes and
+finalizes the operation graph once per graph structure (cached by ``graph.key()`` and device), asks
+cuDNN's heuristics for each requested mode (A, B, FALLBACK) and turns every engine config into a
+``PlanConfig`` whose ``engine_id`` is cuDNN's global engine index and whose knobs are
+``{knob_type: value}``. Building finalizes the execution plan (``cudnnBackendFinalize``) and wraps it
+in a ``_backend.PlanRunner``, whose ``execute`` is the nogil hot path.
+
+The pygraph-style plan filters and the engine-level queries are module functions that take the
+graph (the graph class attaches them as methods): ``deselect_engines``, ``select_numeric_notes``,
+``deselect_numeric_notes``, ``select_behavior_notes``, ``deselect_behavior_notes``,
+``deselect_workspace_greater_than``, ``get_engine_count``, ``get_knobs_for_engine``,
+``create_execution_plan``.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional
+
+from .. import ids
+from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
+from ...data_type import DataType
+from ...enums import behavior_note, heur_mode, knob_type, numerical_note
+from ...errors import GraphNotSupportedError
+from ... import _loader
+from .lowering import Program, check_lowerable, lower_program, materialize
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CudnnBackendEngine", "CudnnBackendPlan", "Knob", "BackendGraphState",
+           "deselect_engines", "select_numeric_notes", "deselect_numeric_notes", "select_behavior_notes",
+           "deselect_behavior_notes", "deselect_workspace_greater_than", "get_engine_count",
+           "get_knobs_for_engine", "create_execution_plan", "GRAPH_METHODS"]
+
+DEFAULT_HEUR_MODES = (heur_mode.A, heur_mode.FALLBACK)
+_WORKSPACE_QUERY_VERSION = 90200      # CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE
+_LOWERING_CACHE_SIZE = 256            # operation graphs kept per engine (by graph structure)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One tunable knob of an engine, as cuDNN describes it (``get_knobs_for_engine``)."""
+    type: Any          # a knob_type member (an int for types this build does not name)
+    minimum: int
+    maximum: int
+    stride: int
+
+
+@dataclass
+class _Filters:
+    barred_names: tuple = ()
+    numeric_keep: tuple = ()
+    numeric_bar: tuple = ()
+    behavior_keep: tuple = ()
+    behavior_bar: tuple = ()
+    max_workspace: Optional[int] = None
+
+
+@dataclass
+class BackendGraphState:
+    """What the backend keeps on a graph (``graph._state.backend_lowering``): its lowering and filters."""
+    lowered: Any = None
+    filters: _Filters = field(default_factory=_Filters)
+
+
+def _member(enum_cls, value):
+    try:
+        return enum_cls(value)
+    except ValueError:
+        return int(value)
+
+
+def _mode_of(mode) -> heur_mode:
+    """A heur_mode from ours, pygraph's (matched by name) or a name."""
+    if isinstance(mode, heur_mode):
+        return mode
+    name = mode if isinstance(mode, str) else getattr(mode, "name", None)
+    if isinstance(name, str):
+        key = name.strip().upper().rsplit(".", 1)[-1]
+        if key in heur_mode.__members__:
+            return heur_mode[key]
+    raise ValueError(f"unknown heuristics mode {mode!r}")
+
+
+def _notes_of(values, enum_cls) -> tuple:
+    return tuple(_member(enum_cls, v) for v in values)
+
+
+def _note_key(note, enum_cls) -> int:
+    if isinstance(note, str):
+        return int(enum_cls[note.strip().upper().rsplit(".", 1)[-1]])
+    name = getattr(note, "name", None)
+    if name is not None and not isinstance(note, enum_cls) and name in enum_cls.__members__:
+        return int(enum_cls[name])   # another binding's enum: matched by name
+    return int(note)
+
+
+# ---- the lowered graph (one per graph structure and device) ------------------------------------------
+
+class _Lowered:
+    """An operation graph finalized in cuDNN, with its heuristics results and built plans."""
+
+    def __init__(self, program: Program, device: int):
+        from ... import _backend
+        self.program = program
+        self.device = device
+        self.handle = _backend.thread_handle(device)
+        try:
+            self.descriptors = materialize(program, self.handle)
+        except Exception as exc:   # cuDNN refused the lowered graph: decline with its words
+            from ..._cudnn_errors import CudnnStatusError
+            if isinstance(exc, CudnnStatusError):
+                raise GraphNotSupportedError(f"cuDNN refused the operation graph: {exc}") from exc
+            raise
+        self.op_graph = self.descriptors[program.op_graph]
+        self.constants = _constant_arrays(program.constants)
+        self.lock = threading.Lock()
+        self.heuristics: dict = {}      # heur_mode -> (configs, reason)
+        self.runners: dict = {}         # (engine_id, knobs) -> PlanRunner
+
+    def engine_count(self) -> int:
+        return self.op_graph.get_int64("CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT")
+
+    def query(self, mode: heur_mode):
+        """[(engine config Descriptor, description dict)] for one heuristics mode, and why none."""
+        with self.lock:
+            found = self.heuristics.get(mode)
+            if found is not None:
+                return found
+            from ... import _backend
+            from ..._cudnn_errors import CudnnStatusError
+            try:
+                heur = _backend.Descriptor("CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR")
+                heur.set("CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH", "CUDNN_TYPE_BACKEND_DESCRIPTOR", self.op_graph)
+                heur.set("CUDNN_ATTR_ENGINEHEUR_MODE", "CUDNN_TYPE_HEUR_MODE", int(mode))
+                heur.finalize()
+                count = heur.count("CUDNN_ATTR_ENGINEHEUR_RESULTS", "CUDNN_TYPE_BACKEND_DESCRIPTOR")
+                configs = heur.get_descriptors("CUDNN_ATTR_ENGINEHEUR_RESULTS",
+                                               "CUDNN_BACKEND_ENGINECFG_DESCRIPTOR", count) if count else []
+                # cuDNN says why each engine refused only in its last-error text (reading clears it).
+                why = "" if configs else ("no engine config; cuDNN: " + " | ".join(
+                    line.strip() for line in _loader.get_last_error_string().splitlines()
+                    if "Reason:" in line or "engineId" in line)[:1500])
+                result = ([(cfg, describe_config(cfg)) for cfg in configs], why)
+            except CudnnStatusError as exc:
+                result = ([], str(exc))
+            self.heuristics[mode] = result
+            return result
+
+    def engine_config(self, engine_id: int, knobs: Mapping) -> Any:
+        """An engine config for (engine_id, knobs), made without heuristics."""
+        from ... import _backend
+        count = self.engine_count()
+        if not 0 <= engine_id < count:
+            raise GraphNotSupportedError(f"engine {engine_id} does not exist for this graph "
+                                         f"(cuDNN has {count} engines for it)")
+        engine = _backend.Descriptor("CUDNN_BACKEND_ENGINE_DESCRIPTOR")
+        engine.set("CUDNN_ATTR_ENGINE_OPERATION_GRAPH", "CUDNN_TYPE_BACKEND_DESCRIPTOR", self.op_graph)
+        engine.set("CUDNN_ATTR_ENGINE_GLOBAL_INDEX", "CUDNN_TYPE_INT64", int(engine_id))
+        engine.finalize()
+        choices = []
+        for kind, value in (knobs or {}).items():
+            choice = _backend.Descriptor("CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR")
+            choice.set("CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE", "CUDNN_TYPE_KNOB_TYPE", _note_key(kind, knob_type))
+            choice.set("CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE", "CUDNN_TYPE_INT64", int(value))
+            choices.append(choice.finalize())
+        cfg = _backend.Descriptor("CUDNN_BACKEND_ENGINECFG_DESCRIPTOR")
+        cfg.set("CUDNN_ATTR_ENGINECFG_ENGINE", "CUDNN_TYPE_BACKEND_DESCRIPTOR", engine)
+        if choices:
+            cfg.set("CUDNN_ATTR_ENGINECFG_KNOB_CHOICES", "CUDNN_TYPE_BACKEND_DESCRIPTOR", choices)
+        return cfg.finalize()
+
+    def knobs(self, engine_id: int) -> list:
+        from ... import _backend
+        engine = _backend.Descriptor("CUDNN_BACKEND_ENGINE_DESCRIPTOR")
+        engine.set("CUDNN_ATTR_ENGINE_OPERATION_GRAPH", "CUDNN_TYPE_BACKEND_DESCRIPTOR", self.op_graph)
+        engine.set("CUDNN_ATTR_ENGINE_GLOBAL_INDEX", "CUDNN_TYPE_INT64", int(engine_id))
+        engine.finalize()
+        count = _count(engine, "CUDNN_ATTR_ENGINE_KNOB_INFO")
+        infos = engine.get_descriptors("CUDNN_ATTR_ENGINE_KNOB_INFO", "CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR",
+                                       count) if count else []
+        out = []
+        for info in infos:
+            kind = info.get_enums("CUDNN_ATTR_KNOB_INFO_TYPE", "CUDNN_TYPE_KNOB_TYPE", 1)[0]
+            out.append(Knob(_member(knob_type, kind), info.get_int64("CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE"),
+                            info.get_int64("CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE"),
+                            info.get_int64("CUDNN_ATTR_KNOB_INFO_STRIDE")))
+        return out
+
+    def build(self, plan: PlanConfig):
+        """The PlanRunner of ``plan`` (finalized once per (engine, knobs), shared by equal graphs)."""
+        key = (plan.engine_id, tuple(sorted((int(k), int(v)) for k, v in plan.knobs.items())))
+        with self.lock:
+            runner = self.runners.get(key)
+        if runner is not None:
+            return runner
+        from ... import _backend
+        from ..._cudnn_errors import CudnnStatusError
+        cfg = plan.payload if plan.payload is not None else self.engine_config(plan.engine_id, plan.knobs)
+        try:
+            descriptor = _backend.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR")
+            # This thread's handle: a handle must not be used by two threads at once.
+            descriptor.set("CUDNN_ATTR_EXECUTION_PLAN_HANDLE", "CUDNN_TYPE_HANDLE",
+                           _backend.thread_handle(self.device))
+            descriptor.set("CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG", "CUDNN_TYPE_BACKEND_DESCRIPTOR", cfg)
+            descriptor.finalize()
+            workspace = descriptor.get_int64("CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE")
+        except CudnnStatusError as exc:
+            raise GraphNotSupportedError(f"cuDNN could not build {plan.label}: {exc}") from exc
+        runner = _backend.PlanRunner(descriptor, workspace, self.device, plan.label, self.constants, self)
+        with self.lock:
+            return self.runners.setdefault(key, runner)
+
+
+_KNOB_CAPACITY = 64   # more than the knob types any cuDNN 9 has (46 in 9.28)
+
+
+def _count(descriptor, attribute) -> int:
+    """How many descriptors an array attribute holds; the capacity bound when cuDNN will not say."""
+    from ..._cudnn_errors import CudnnStatusError
+    try:
+        return min(int(descriptor.count(attribute, "CUDNN_TYPE_BACKEND_DESCRIPTOR")), _KNOB_CAPACITY)
+    except CudnnStatusError:
+        return _KNOB_CAPACITY
+
+
+def describe_config(cfg) -> dict:
+    """engine_id, knobs, notes and workspace of an engine config Descriptor."""
+    from ... import _backend
+    engine = cfg.get_descriptors("CUDNN_ATTR_ENGINECFG_ENGINE", "CUDNN_BACKEND_ENGINE_DESCRIPTOR", 1)[0]
+    engine_id = engine.get_int64("CUDNN_ATTR_ENGINE_GLOBAL_INDEX")
+    numeric = engine.get_enums("CUDNN_ATTR_ENGINE_NUMERICAL_NOTE", "CUDNN_TYPE_NUMERICAL_NOTE")
+    behavior = engine.get_enums("CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE", "CUDNN_TYPE_BEHAVIOR_NOTE")
+    count = _count(cfg, "CUDNN_ATTR_ENGINECFG_KNOB_CHOICES")
+    choices = cfg.get_descriptors("CUDNN_ATTR_ENGINECFG_KNOB_CHOICES", "CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR",
+                                  count) if count else []
+    knobs = {}
+    for choice in choices:
+        kind = choice.get_enums("CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE", "CUDNN_TYPE_KNOB_TYPE", 1)[0]
+        knobs[_member(knob_type, kind)] = choice.get_int64("CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE")
+    workspace = None
+    if _loader.backend_version() >= _WORKSPACE_QUERY_VERSION:
+        try:
+            workspace = cfg.get_int64("CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE")
+        except Exception:   # an engine that cannot tell before the plan is built
+            workspace = None
+    return {"engine_id": int(engine_id), "knobs": knobs,
+            "numerical_notes": _notes_of(numeric, numerical_note),
+            "behavior_notes": _notes_of(behavior, behavior_note), "workspace_size": workspace}
+
+
+def plan_name(engine_id: int, knobs: Mapping) -> str:
+    """cudnn-frontend's tag: ``eng{id}`` then ``_k{type}={value}`` per knob, by knob type."""
+    parts = "".join(f"_k{int(k)}={int(v)}" for k, v in sorted(knobs.items(), key=lambda kv: int(kv[0])))
+    return f"eng{engine_id}{parts}"
+
+
+def _numpy_dtype(dtype: DataType):
+    import numpy as np
+    names = {DataType.FLOAT: "float32", DataType.DOUBLE: "float64", DataType.HALF: "float16",
+             DataType.INT8: "int8", DataType.UINT8: "uint8", DataType.INT32: "int32", DataType.INT64: "int64",
+             DataType.UINT32: "uint32", DataType.BOOLEAN: "bool"}
+    if dtype in names:
+        return np.dtype(names[dtype])
+    if dtype == DataType.BFLOAT16:
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    raise GraphNotSupportedError(f"a pass-by-value scalar of type {DataType(dtype).name} is not supported")
+
+
+def _constant_arrays(constants) -> list:
+    import numpy as np
+    return [(uid, np.array([value], dtype=_numpy_dtype(dtype))) for uid, dtype, value in constants]
+
+
+# ---- compiled plans ---------------------------------------------------------------------------------
+
+class CudnnBackendPlan(CompiledPlan):
+    """A built cuDNN plan; ``execute`` is the PlanRunner's (no Python frame of its own)."""
+
+    def __init__(self, plan: PlanConfig, runner):
+        super().__init__(plan, runner.workspace_size)
+        self.runner = runner
+        self.execute = runner.execute   # (graph, variant_pack, ctx): straight into Cython
+
+    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:  # pragma: no cover - shadowed
+        self.runner.execute(graph, variant_pack, ctx)
+
+
+# ---- the engine -------------------------------------------------------------------------------------
+
+class CudnnBackendEngine(BaseEngine):
+    """cuDNN's backend engines; ``available`` is False when libcudnn cannot be loaded."""
+
+    name = "cudnn_backend"
+    engine_id = ids.CUDNN_BACKEND.start
+    binds_provisional_strides = True   # the descriptors bake every stride in
+    host_scalars = True                # cuDNN reads pass-by-value scalars from host memory
+    operand_alignment = 16             # what every tensor descriptor promises (checked at execute)
+
+    def __init__(self):
+        self.available = _loader.is_available()
+        self._lock = threading.Lock()
+        self._lowerings: OrderedDict = OrderedDict()
+
+    # -- planning --------------------------------------------------------------------------------
+
+    def propose_plans(self, graph) -> list:
+        return self.propose_plans_for_modes(graph, DEFAULT_HEUR_MODES)
+
+    def propose_plans_for_modes(self, graph, modes) -> list:
+        _check_device(graph)
+        check_lowerable(graph)
+        _check_versions(graph)
+        lowered = self.lowered(graph)
+        wanted = [_mode_of(mode) for mode in modes]
+        entries, seen, reasons = [], set(), []
+        for mode in wanted:
+            if mode.value < 0:
+                continue   # OPENSOURCE: cudnn-frontend's own engines, not the backend's
+            configs, reason = lowered.query(mode)
+            if reason:
+                reasons.append(f"heuristics {mode.name}: {reason}")
+            for cfg, info in configs:
+                key = (info["engine_id"], tuple(sorted((int(k), v) for k, v in info["knobs"].items())))
+                if key in seen:
+                    continue
+                seen.add(key)
+                entries.append(PlanConfig(
+                    engine_id=info["engine_id"], knobs=dict(info["knobs"]),
+                    name=plan_name(info["engine_id"], info["knobs"]), engine=self,
+                    source="fallback" if mode == heur_mode.FALLBACK else f"heuristics_{mode.name}",
+                    numerical_notes=info["numerical_notes"], behavior_notes=info["behavior_notes"],
+                    workspace_size=info["workspace_size"], payload=cfg))
+        if not entries:
+            raise GraphNotSupportedError("cuDNN's heuristics offered no engine for this graph"
+                                         + (f" ({'; '.join(reasons)})" if reasons else ""))
+        return entries
+
+    def lowered(self, graph) -> _Lowered:
+        """The graph's finalized operation graph (made once per structure and device)."""
+        state = graph_state(graph)
+        if state.lowered is not None:
+            return state.lowered
+        _check_device(graph)
+        if not self.available:
+            raise GraphNotSupportedError("libcudnn could not be loaded")
+        device = graph.device[1]
+        key = (graph.key(), device)
+        with self._lock:
+            lowered = self._lowerings.get(key)
+            if lowered is not None:
+                self._lowerings.move_to_end(key)
+        if lowered is None:
+            lowered = _Lowered(lower_program(graph), device)
+            with self._lock:
+                lowered = self._lowerings.setdefault(key, lowered)
+                while len(self._lowerings) > _LOWERING_CACHE_SIZE:
+                    self._lowerings.popitem(last=False)
+        state.lowered = lowered
+        return lowered
+
+    def check_support(self, graph, plan: PlanConfig) -> None:
+        reason = _filtered_out(graph_state(graph).filters, plan)
+        if reason:
+            raise GraphNotSupportedError(reason)
+
+    def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
+        self.check_support(graph, plan)
+        runner = self.lowered(graph).build(plan)
+        return CudnnBackendPlan(plan, runner)
+
+
+def _check_versions(graph) -> None:
+    """Ops newer than the loaded cuDNN are declined before cuDNN sees them (it would refuse them
+    with an unhelpful status, e.g. FLOOR_MOD on 9.19 fails finalize with NOT_INITIALIZED)."""
+    from ..._cudnn_errors import CudnnVersionError
+    version = _loader.backend_version()
+    for node in graph.nodes:
+        needed = node.schema.extra.get("min_cudnn", 0) or 0
+        if needed > version:
+            raise CudnnVersionError(f"node '{node.name}' ({node.op})", needed, version)
+
+
+def _check_device(graph) -> None:
+    kind, _ = graph.device
+    if kind != "cuda":
+        raise GraphNotSupportedError(f"the cuDNN backend runs CUDA graphs; this graph is on {kind}")
+
+
+def graph_state(graph) -> BackendGraphState:
+    """The backend's state on ``graph`` (made on first use)."""
+    st = graph._state
+    state = getattr(st, "backend_lowering", None)
+    if not isinstance(state, BackendGraphState):
+        state = BackendGraphState()
+        st.backend_lowering = state
+    return state
+
+
+def _filtered_out(filters: _Filters, plan: PlanConfig) -> str:
+    label = plan.label
+    for name in filters.barred_names:
+        if name and name in label:
+            return f"{label} is deselected (deselect_engines: {name!r})"
+    numeric = {int(n) for n in plan.numerical_notes}
+    behavior = {int(n) for n in plan.behavior_notes}
+    for note in filters.numeric_keep:
+        if note not in numeric:
+            return f"{label} lacks the numerical note {_member(numerical_note, note)!s} (select_numeric_notes)"
+    for note in filters.numeric_bar:
+        if note in numeric:
+            return f"{label} has the numerical note {_member(numerical_note, note)!s} (deselect_numeric_notes)"
+    for note in filters.behavior_keep:
+        if note not in behavior:
+            return f"{label} lacks the behavior note {_member(behavior_note, note)!s} (select_behavior_notes)"
+    for note in filters.behavior_bar:
+        if note in behavior:
+            return f"{label} has the behavior note {_member(behavior_note, note)!s} (deselect_behavior_notes)"
+    if filters.max_workspace is not None and plan.workspace_size is not None \
+            and plan.workspace_size > filters.max_workspace:
+        return (f"{label} needs {plan.workspace_size} bytes of workspace, more than "
+                f"{filters.max_workspace} (deselect_workspace_greater_than)")
+    return ""
+
+
+# ---- graph-level functions (attached to pygraph as methods) ----------------------------------------
+
+def _engine() -> CudnnBackendEngine:
+    from .. import manifest
+    for engine in manifest.engines():
+        if isinstance(engine, CudnnBackendEngine):
+            return engine
+    raise GraphNotSupportedError("the cuDNN backend is not available in this process (libcudnn could not "
+                                 "be loaded)")
+
+
+def _lowered_for(graph) -> _Lowered:
+    if not graph._state.lowered:
+        graph.build_operation_graph()
+    return _engine().lowered(graph)
+
+
+def deselect_engines(graph, names: Iterable[str]):
+    """Skip cuDNN plans whose name contains any of ``names`` (e.g. ``["eng0", "eng4_k2=1"]``)."""
+    if isinstance(names, str):
+        names = [names]
+    graph_state(graph).filters.barred_names = tuple(str(n) for n in names)
+    return graph
+
+
+def select_numeric_notes(graph, notes):
+    """Keep only cuDNN plans that have every one of ``notes`` (numerical_note members or names)."""
+    graph_state(graph).filters.numeric_keep = tuple(_note_key(n, numerical_note) for n in notes)
+    return graph
+
+
+def deselect_numeric_notes(graph, notes):
+    """Skip cuDNN plans that have any of ``notes``."""
+    graph_state(graph).filters.numeric_bar = tuple(_note_key(n, numerical_note) for n in notes)
+    return graph
+
+
+def select_behavior_notes(graph, notes):
+    """Keep only cuDNN plans that have every one of ``notes`` (behavior_note members or names)."""
+    graph_state(graph).filters.behavior_keep = tuple(_note_key(n, behavior_note) for n in notes)
+    return graph
+
+
+def deselect_behavior_notes(graph, notes):
+    """Skip cuDNN plans that have any of ``notes``."""
+    graph_state(graph).filters.behavior_bar = tuple(_note_key(n, behavior_note) for n in notes)
+    return graph
+
+
+def deselect_workspace_greater_than(graph, workspace: int):
+    """Skip cuDNN plans that need more than ``workspace`` bytes of workspace."""
+    graph_state(graph).filters.max_workspace = int(workspace)
+    return graph
+
+
+def get_engine_count(graph) -> int:
+    """How many engines cuDNN has for this graph (CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT)."""
+    return _lowered_for(graph).engine_count()
+
+
+def get_knobs_for_engine(graph, engine_id: int) -> list:
+    """The knobs of engine ``engine_id`` for this graph: ``[Knob(type, minimum, maximum, stride)]``."""
+    return _lowered_for(graph).knobs(int(engine_id))
+
+
+def create_execution_plan(graph, engine_id: int, knobs: Optional[Mapping] = None) -> PlanConfig:
+    """A plan list entry for cuDNN engine ``engine_id`` with ``knobs`` ({knob_type: value}).
+
+    It is appended to the graph's plan list (made with just this entry when planning has not run),
+    with source "pinned"; build it with build_plans() / build_plan_at_index().
+    """
+    engine = _engine()
+    lowered = _lowered_for(graph)
+    cfg = lowered.engine_config(int(engine_id), dict(knobs or {}))
+    info = describe_config(cfg)
+    entry = PlanConfig(engine_id=info["engine_id"], knobs=dict(info["knobs"]),
+                       name=plan_name(info["engine_id"], info["knobs"]), engine=engine, source="pinned",
+                       numerical_notes=info["numerical_notes"], behavior_notes=info["behavior_notes"],
+                       workspace_size=info["workspace_size"], payload=cfg)
+    st = graph._state
+    if not st.planned:
+        st.entries, st.declines, st.planned = [], [], True
+    st.entries.append(entry)
+    return entry
+
+
+# name -> function, for the graph class to attach as methods
+GRAPH_METHODS = {
+    "deselect_engines": deselect_engines,
+    "select_numeric_notes": select_numeric_notes,
+    "deselect_numeric_notes": deselect_numeric_notes,
+    "select_behavior_notes": select_behavior_notes,
+    "deselect_behavior_notes": deselect_behavior_notes,
+    "deselect_workspace_greater_than": deselect_workspace_greater_than,
+    "get_engine_count": get_engine_count,
+    "get_knobs_for_engine": get_knobs_for_engine,
+    "create_execution_plan": create_execution_plan,
+}

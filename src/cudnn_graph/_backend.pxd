@@ -1,0 +1,82 @@
+# cuDNN backend objects: descriptors, handles, per-thread state and the execute hot path.
+#
+# Everything here runs on the dlopen'ed API of cudnn_graph._loader; nothing links against cuDNN.
+from libc.stdint cimport int32_t, int64_t, intptr_t, uint8_t
+from cudnn_graph._variant_pack cimport VariantPack, PackLayout
+
+cdef enum:
+    BACKEND_MAX_DEVICES = 64            # handles per thread are kept in a list indexed by ordinal
+    VARIANT_PACK_CACHE_ENTRIES = 4      # finalized variant packs kept per thread (content-keyed)
+    VARIANT_PACK_CACHE_OPERANDS = 32    # larger packs are built per call and never cached
+    PLAN_MAX_CONSTANTS = 16             # pass-by-value scalars a plan can supply itself
+
+
+cdef class Descriptor:
+    cdef void* ptr                      # cudnnBackendDescriptor_t, destroyed in __dealloc__
+    cdef readonly int descriptor_type
+    cdef readonly bint finalized
+    cdef object _children               # descriptors this one references (kept alive with it)
+
+    cdef int set_raw(self, int32_t attribute, int32_t attribute_type, int64_t count,
+                     const void* elements) except -1
+    cdef int64_t get_raw(self, int32_t attribute, int32_t attribute_type, int64_t capacity,
+                         void* elements) except -1
+    cdef int finalize_raw(self) except -1
+    cdef list _get_numbers(self, object attribute, int32_t kind, Py_ssize_t capacity)
+
+
+cdef class Handle:
+    cdef void* ptr                      # cudnnHandle_t
+    cdef readonly int device
+    cdef intptr_t _stream               # the stream last set on it through cudnn_graph
+    cdef bint _owned                    # destroyed with the object (handles we created)
+
+    cdef int bind_stream(self, intptr_t stream) except -1
+
+
+ctypedef struct VariantPackCacheEntry:
+    void* descriptor                    # a finalized CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, or NULL
+    void* workspace
+    int count
+    int64_t uids[VARIANT_PACK_CACHE_OPERANDS]
+    void* ptrs[VARIANT_PACK_CACHE_OPERANDS]
+
+
+cdef class ThreadState:
+    cdef list _handles                  # device ordinal -> Handle (None until first use)
+    cdef VariantPackCacheEntry _entries[VARIANT_PACK_CACHE_ENTRIES]
+    cdef int _next_victim
+
+    cdef Handle handle_for(self, int device)
+
+
+cdef ThreadState thread_state()
+
+# Build the variant pack from the pack's uid / pointer arrays (plus ``extra`` operands the plan
+# supplies itself) and run cudnnBackendExecute with the GIL released. ``state`` (may be None)
+# holds this thread's cache of finalized variant packs.
+cdef int execute_plan(void* handle, void* plan, VariantPack pack, void* workspace,
+                      const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
+                      ThreadState state) except -1
+
+
+cdef class PlanRunner:
+    cdef Descriptor _plan
+    cdef readonly int64_t workspace_size
+    cdef readonly int device
+    cdef readonly str name
+    cdef object _keepalive              # the lowered graph the plan was finalized from
+    cdef int _n_constants
+    cdef int64_t _constant_uids[PLAN_MAX_CONSTANTS]
+    cdef void* _constant_ptrs[PLAN_MAX_CONSTANTS]
+    cdef object _constant_storage       # host arrays behind _constant_ptrs
+    cdef dict _workspaces               # stream handle -> DeviceAllocation
+    cdef object _workspace_lock
+    cdef object _checked_layout         # the PackLayout _device_operand was computed for
+    cdef int _n_specs
+    cdef uint8_t* _device_operand       # per layout position: 1 for device operands (16-byte aligned)
+
+    cdef int _run(self, VariantPack pack, object handle, object stream, object workspace) except -1
+    cdef void* _workspace_pointer(self, object workspace, intptr_t stream_key) except? NULL
+    cdef int _check_alignment(self, VariantPack pack) except -1
+    cdef int _prepare_layout(self, PackLayout layout) except -1
