@@ -36,6 +36,7 @@ from .errors import (WorkspaceError, GraphFrozenError, GraphNotSupportedError, G
 from .ops import SCHEMAS
 from .ops.schema import REQUIRED, InferContext, TensorInfo
 from .router import Router, get_default_router
+from .engines.base import ExecutionContext
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ class pygraph(_GraphCore):
     and otherwise it is CUDA device 0 where a GPU is visible, the host elsewhere. ``router`` ranks the
     plan list (default: the process default router).
     """
+
+    _hot = None   # the selected plan's fast executor (False: it has none); reset when the selection moves
 
     def __init__(self, io_data_type=None, intermediate_data_type=None, compute_data_type=None,
                  handle=None, *, name: str = "", device=None, router: Optional[Router] = None,
@@ -312,11 +315,13 @@ class pygraph(_GraphCore):
                 raise PlanEntryError("no plan of the list could be built", st.declines)
             if st.selected not in st.compiled:
                 st.selected = min(st.compiled)
+                self._hot = None
             return
         start = st.selected
         for i in range(start, len(st.entries)):
             if i in st.compiled:
                 st.selected = i
+                self._hot = None
                 return
             try:
                 self._build_index(i)
@@ -327,6 +332,7 @@ class pygraph(_GraphCore):
                 st.declines.append((st.entries[i].label, str(exc)))
                 continue
             st.selected = i
+            self._hot = None
             return
         raise PlanEntryError("no plan of the list could be built", st.declines)
 
@@ -403,6 +409,7 @@ class pygraph(_GraphCore):
         index = self._plan_index(index)
         st.selected = index
         st.pinned = True
+        self._hot = None
 
     @property
     def selected_plan(self):
@@ -453,10 +460,18 @@ class pygraph(_GraphCore):
         Buffers may be any DLPack or CUDA-array-interface object, a Slot, or a bare int address
         (shaped by the tensor's declared geometry). Every buffer is checked before any launch.
         """
+        hot = self._hot
+        if hot and workspace is None and override_uids is None and override_shapes is None \
+                and override_strides is None:
+            hot(variant_pack, self.handle if handle is None else handle, stream)
+            return
         st = self._state
         compiled = st.compiled.get(st.selected) if st.planned else None
         if compiled is None:
             raise RuntimeError("no plan is built: call build() or build_plans() before execute()")
+        if hot is None:
+            # The selected plan's one-call path (pack + launch in C), found once per selection.
+            self._hot = compiled.fast_executor(compiled.layout) or False
         self._run(compiled, variant_pack, workspace, handle, stream, override_uids, override_shapes,
                   override_strides)
 
@@ -483,7 +498,6 @@ class pygraph(_GraphCore):
         pack = compiled.layout.pack(variant_pack, stream=stream)
         if workspace is not None:
             workspace = self._workspace_slot(workspace, compiled, stream)
-        from .engines.base import ExecutionContext
         ctx = ExecutionContext(handle=handle if handle is not None else self.handle,
                                stream=None if stream is None else as_stream_handle(stream),
                                workspace=workspace, device=self.device)

@@ -61,6 +61,11 @@ class CompiledPlan:
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
         raise NotImplementedError
 
+    def fast_executor(self, layout):
+        """Optional: a callable ``(mapping, handle, stream)`` that packs against ``layout`` and runs,
+        used by execute() when no workspace or overrides are given. None: use ``execute``."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.plan.label}, workspace={self.workspace_size})"
 

@@ -290,6 +290,11 @@ class CudnnBackendPlan(CompiledPlan):
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:  # pragma: no cover - shadowed
         self.runner.execute(graph, variant_pack, ctx)
 
+    def fast_executor(self, layout):
+        """(mapping, handle, stream) -> None: pack and run in Cython; the plan supplies fixed scalars."""
+        self.runner.bind_layout(layout)
+        return self.runner.execute_mapping
+
 
 # ---- the engine -------------------------------------------------------------------------------------
 

@@ -75,6 +75,7 @@ cdef class PlanRunner:
     cdef object _checked_layout         # the PackLayout _device_operand was computed for
     cdef int _n_specs
     cdef uint8_t* _device_operand       # per layout position: 1 for device operands (16-byte aligned)
+    cdef PackLayout _bound_layout       # the graph's layout, for execute_mapping
 
     cdef int _run(self, VariantPack pack, object handle, object stream, object workspace) except -1
     cdef void* _workspace_pointer(self, object workspace, intptr_t stream_key) except? NULL

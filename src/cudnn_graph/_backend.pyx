@@ -29,7 +29,7 @@ from cudnn_graph._loader cimport CudnnApi, cudnn_api, loaded_api, check, check_n
 from cudnn_graph._dlpack cimport kDLCPU, kDLCUDA, kDLCUDAManaged
 from cudnn_graph._dtypes cimport dtype_bits
 from cudnn_graph._slot cimport Slot, slot_from_object, slot_numel
-from cudnn_graph._variant_pack cimport VariantPack, PackLayout, TensorSpec
+from cudnn_graph._variant_pack cimport VariantPack, PackLayout, TensorSpec, pack_from_mapping
 from cudnn_graph._stream cimport stream_handle
 from cudnn_graph._driver cimport enter_device, leave_device, DeviceAllocation
 
@@ -894,6 +894,14 @@ cdef class PlanRunner:
 
     def run(self, VariantPack pack, *, handle=None, stream=None, workspace=None):
         self._run(pack, handle, stream, workspace)
+
+    def bind_layout(self, PackLayout layout):
+        """Remember the graph's layout so ``execute_mapping`` packs and runs in one call."""
+        self._bound_layout = layout
+
+    def execute_mapping(self, mapping, handle, stream):
+        """pygraph.execute's fast path: normalise ``{tensor | uid: buffer}`` and run, with no Python frame."""
+        self._run(pack_from_mapping(mapping, self._bound_layout, stream), handle, stream, None)
 
     cdef int _run(self, VariantPack pack, object handle, object stream, object workspace) except -1:
         cdef ThreadState state = thread_state()
