@@ -166,8 +166,16 @@ def _gpu_producers():
 
 
 def _layout(spec, n):
+    # Strides declared, as a cuDNN plan declares them (its descriptors bake every stride in).
     shape, dtype, device = spec
-    return PackLayout([TensorSpec(i + 1, shape, dtype, device=device, name=f"t{i}") for i in range(n)])
+    strides = []
+    acc = 1
+    for extent in reversed(shape):
+        strides.append(acc)
+        acc *= max(extent, 1)
+    strides = tuple(reversed(strides))
+    return PackLayout([TensorSpec(i + 1, shape, dtype, strides=strides, device=device, name=f"t{i}")
+                       for i in range(n)])
 
 
 def measure(p: _Producer, calls: int, repeats: int, empty: float) -> dict:

@@ -30,3 +30,4 @@ cdef Slot slot_from_object(object obj, object stream)
 cdef Slot slot_from_address(intptr_t ptr, object shape, object strides, DLDataType dtype,
                             DLDevice device, bint readonly)
 cdef int64_t slot_numel(Slot s) noexcept
+cdef int borrow_view(object obj, DLTensor* view) except -1

@@ -687,6 +687,24 @@ cdef int _raise_producer_error(object what) except -1:
         f"{_describe(what)}: the producer's DLPack exchange function failed without an error")
 
 
+cdef int borrow_view(object obj, DLTensor* view) except -1:
+    """1 and ``view`` filled when obj's type lends borrowed C views through its exchange table, else 0.
+
+    The view (shape, strides) is valid only until control returns to the producer; its data
+    pointer does not include ``byte_offset``.
+    """
+    cdef type tp = type(obj)
+    cdef _TypeEntry entry
+    if tp is Slot or tp is int:
+        return 0
+    entry = _type_entry(tp)
+    if entry.api == NULL or entry.api.dltensor_from_py_object_no_sync == NULL:
+        return 0
+    if entry.api.dltensor_from_py_object_no_sync(<void*>obj, view) != 0:
+        _raise_producer_error(tp)
+    return 1
+
+
 cdef Slot _slot_from_table(object obj, const DLPackExchangeAPI* api, type tp):
     cdef DLTensor view
     cdef DLManagedTensorVersioned* managed = NULL

@@ -4,6 +4,7 @@ from cudnn_graph._slot cimport Slot, SLOT_MAX_NDIM
 
 cdef enum:
     PACK_INLINE = 16     # packs up to this many operands keep their arrays inline
+    PACK_DENSE_UIDS = 256  # uids below this resolve through an array, not the dict
 
 cdef class TensorSpec:
     cdef readonly str name
@@ -18,16 +19,19 @@ cdef class TensorSpec:
     cdef int _ndim
     cdef int64_t _shape[SLOT_MAX_NDIM]
     cdef int64_t _strides[SLOT_MAX_NDIM]
+    cdef bint _empty                      # some extent is 0: a NULL address is fine
 
 
 cdef class PackLayout:
     cdef readonly tuple specs             # sorted by uid
     cdef dict _index                      # uid -> position
     cdef dict _by_name                    # name -> uid
+    cdef int32_t _dense[PACK_DENSE_UIDS]  # uid -> position + 1 for small uids (0: not in the layout)
 
 
 cdef class VariantPack:
-    cdef readonly tuple slots             # sorted by uid
+    cdef tuple _items                     # per operand: a Slot, or an int address not yet made a Slot
+    cdef tuple _slots                     # made on first access of .slots
     cdef readonly PackLayout layout
     cdef int _n
     cdef int64_t _uid_inline[PACK_INLINE]

@@ -7,12 +7,13 @@ and arrays belong to that call alone, so concurrent calls never see each other's
 cimport cython
 from libc.stdint cimport int32_t, int64_t, intptr_t, uintptr_t
 from libc.stdlib cimport malloc, free
-from libc.string cimport memcpy
+from libc.string cimport memset, memcpy
 from cpython.number cimport PyNumber_Index
 
-from cudnn_graph._dlpack cimport DLDataType, DLDevice, kDLCUDA, kDLCUDAManaged
+from cudnn_graph._dlpack cimport DLTensor, DLDataType, DLDevice, kDLCUDA, kDLCUDAManaged
 from cudnn_graph._dtypes cimport parse_dtype, dtype_name
-from cudnn_graph._slot cimport Slot, slot_from_object, slot_from_address, SLOT_MAX_NDIM, SLOT_INLINE_DIMS
+from cudnn_graph._ir cimport Tensor
+from cudnn_graph._slot cimport borrow_view, Slot, slot_from_object, slot_from_address, SLOT_MAX_NDIM, SLOT_INLINE_DIMS
 from cudnn_graph._slot import device_name, _parse_device
 
 from cudnn_graph.errors import (
@@ -70,9 +71,12 @@ cdef class TensorSpec:
             raise ValueError(f"alignment must be a positive power of two; got {alignment}")
         self.is_output = bool(is_output)
         self.required = bool(required)
+        self._empty = False
         for i in range(self._ndim):
             self._shape[i] = self.shape[i]
             self._strides[i] = self.strides[i] if self.strides is not None else 0
+            if self._shape[i] == 0:
+                self._empty = True
 
     @property
     def dtype(self) -> str:
@@ -104,37 +108,55 @@ cdef inline bint _same_device(DLDevice got, DLDevice want) noexcept:
     return want.device_type == kDLCUDA and got.device_type == kDLCUDAManaged
 
 
-cdef int check_slot(Slot s, TensorSpec spec) except -1:
-    """Raise a typed error naming the tensor unless the slot matches what the spec declares."""
+cdef tuple _dims(const int64_t* values, int n):
+    return tuple([values[i] for i in range(n)])
+
+
+cdef int check_tensor(const DLTensor* t, void* data, bint readonly, TensorSpec spec) except -1:
+    """Raise a typed error naming the tensor unless ``t`` (data at ``data``) matches the spec.
+
+    ``t`` may be a borrowed producer view (shape/strides valid for this call only); only the
+    spec's own validated geometry is trusted, so a view that matches it is well formed.
+    """
     cdef int i
     cdef bint zero_size = False
-    cdef DLDataType got = s.tensor.dtype
+    cdef DLDataType got = t.dtype
     if got.code != spec._dtype.code or got.bits != spec._dtype.bits or got.lanes != spec._dtype.lanes:
         raise DataTypeMismatchError(spec.name, spec.uid, "dtype", spec.dtype, dtype_name(got))
-    if s.tensor.ndim != spec._ndim:
-        raise ShapeMismatchError(spec.name, spec.uid, "shape", spec.shape, s.shape)
+    if t.ndim != spec._ndim or (t.ndim > 0 and t.shape == NULL):
+        raise ShapeMismatchError(spec.name, spec.uid, "shape", spec.shape,
+                                 _dims(t.shape, t.ndim) if t.shape != NULL else f"{t.ndim}-d (no shape)")
     for i in range(spec._ndim):
-        if s.tensor.shape[i] != spec._shape[i]:
-            raise ShapeMismatchError(spec.name, spec.uid, "shape", spec.shape, s.shape)
+        if t.shape[i] != spec._shape[i]:
+            raise ShapeMismatchError(spec.name, spec.uid, "shape", spec.shape, _dims(t.shape, t.ndim))
         if spec._shape[i] == 0:
             zero_size = True
     if spec.strides is not None and not zero_size:
+        if t.ndim > 0 and t.strides == NULL:
+            raise StrideMismatchError(spec.name, spec.uid, "strides (in elements)", spec.strides, "none")
         for i in range(spec._ndim):
-            if spec._shape[i] != 1 and s.tensor.strides[i] != spec._strides[i]:
+            if spec._shape[i] != 1 and t.strides[i] != spec._strides[i]:
                 raise StrideMismatchError(spec.name, spec.uid, "strides (in elements)", spec.strides,
-                                          s.strides)
-    if not _same_device(s.tensor.device, spec._device):
+                                          _dims(t.strides, t.ndim))
+    if not _same_device(t.device, spec._device):
         raise DeviceMismatchError(
             spec.name, spec.uid, "device",
             device_name(spec._device.device_type, spec._device.device_id),
-            device_name(s.tensor.device.device_type, s.tensor.device.device_id))
-    if (<uintptr_t>s.tensor.data) % <uintptr_t>spec.alignment != 0:
+            device_name(t.device.device_type, t.device.device_id))
+    if data == NULL and not spec._empty:
+        raise ValueError(f"{spec.label()}: the producer's data pointer is NULL")
+    if (<uintptr_t>data) % <uintptr_t>spec.alignment != 0:
         raise AlignmentError(spec.name, spec.uid, f"data address aligned to {spec.alignment} bytes",
-                             f"a multiple of {spec.alignment}", f"0x{<uintptr_t>s.tensor.data:x}")
-    if spec.is_output and s._readonly:
+                             f"a multiple of {spec.alignment}", f"0x{<uintptr_t>data:x}")
+    if spec.is_output and readonly:
         raise ReadOnlyOutputError(spec.name, spec.uid, "a writable buffer (it is an output)",
                                   "writable", "a read-only buffer")
     return 0
+
+
+cdef int check_slot(Slot s, TensorSpec spec) except -1:
+    """Raise a typed error naming the tensor unless the slot matches what the spec declares."""
+    return check_tensor(&s.tensor, s.tensor.data, s._readonly, spec)
 
 
 def check(Slot slot, TensorSpec expected) -> None:
@@ -167,10 +189,13 @@ cdef class PackLayout:
         specs.sort(key=lambda s: s.uid)
         self._index = {}
         self._by_name = {}
+        memset(self._dense, 0, sizeof(self._dense))
         for i, spec in enumerate(specs):
             if spec.uid in self._index:
                 raise ValueError(f"uid {spec.uid} appears twice in the layout")
             self._index[spec.uid] = i
+            if 0 <= spec.uid < PACK_DENSE_UIDS:
+                self._dense[spec.uid] = i + 1
             if spec.name:
                 self._by_name[spec.name] = spec.uid
         self.specs = tuple(specs)
@@ -190,6 +215,8 @@ cdef object _key_uid(object key, PackLayout layout):
     """A mapping key (Tensor, uid or tensor name) as a Python int uid."""
     if type(key) is int:
         return key
+    if type(key) is Tensor:
+        return (<Tensor>key)._uid
     uid = getattr(key, "uid", None)
     if uid is not None:
         return PyNumber_Index(uid)
@@ -203,6 +230,23 @@ cdef object _key_uid(object key, PackLayout layout):
     if not isinstance(key, (bool, float, str, bytes)) and hasattr(type(key), "__index__"):
         return PyNumber_Index(key)         # NumPy and other integer scalars
     raise TypeError(f"variant pack keys are tensors, uids or tensor names; got {type(key).__name__}")
+
+
+cdef intptr_t _checked_address(object buffer, TensorSpec spec) except? -1:
+    """A bare address for ``spec``: in range, non-NULL unless the tensor is empty, aligned."""
+    cdef intptr_t ptr
+    try:
+        ptr = buffer
+    except OverflowError:
+        raise ValueError(f"{spec.label()}: address {buffer} does not fit in a pointer") from None
+    if ptr < 0:
+        raise ValueError(f"{spec.label()}: address {buffer} is negative")
+    if ptr == 0 and not spec._empty:
+        raise ValueError(f"{spec.label()}: address 0 (NULL) for a tensor of shape {spec.shape}")
+    if (<uintptr_t>ptr) % <uintptr_t>spec.alignment != 0:
+        raise AlignmentError(spec.name, spec.uid, f"data address aligned to {spec.alignment} bytes",
+                             f"a multiple of {spec.alignment}", f"0x{<uintptr_t>ptr:x}")
+    return ptr
 
 
 cdef Slot _slot_from_spec_address(object buffer, TensorSpec spec):
@@ -262,6 +306,15 @@ cdef Slot _slot_for(object buffer, TensorSpec spec, object stream):
 
 
 @cython.final
+cdef class _Borrowed:
+    """A producer object whose exchange-table view was checked; its Slot is made only on demand."""
+    cdef readonly object obj
+
+    def __cinit__(self, obj):
+        self.obj = obj
+
+
+@cython.final
 cdef class VariantPack:
     """One call's operands: slots sorted by uid, with C arrays of uids and data pointers.
 
@@ -277,7 +330,8 @@ cdef class VariantPack:
         self._n = 0
         self._uids = self._uid_inline
         self._ptrs = self._ptr_inline
-        self.slots = ()
+        self._items = ()
+        self._slots = None
         self.layout = None
 
     def __init__(self, *args, **kwargs):
@@ -315,6 +369,17 @@ cdef class VariantPack:
     def __len__(self):
         return self._n
 
+    @property
+    def slots(self) -> tuple:
+        """One Slot per operand, uids ascending (bare addresses become Slots here, on first access)."""
+        if self._slots is None:
+            self._slots = tuple([
+                _slot_from_spec_address(item, <TensorSpec>self.layout.specs[self.layout._index[self._uids[i]]])
+                if type(item) is int else (
+                    slot_from_object((<_Borrowed>item).obj, None) if type(item) is _Borrowed else item)
+                for i, item in enumerate(self._items)])
+        return self._slots
+
     def __getitem__(self, uid) -> Slot:
         for i in range(self._n):
             if self._uids[i] == uid:
@@ -345,40 +410,58 @@ cdef VariantPack pack_from_mapping(object mapping, PackLayout layout, object str
     # Each slot lands at its spec's position (specs are sorted by uid): no sort, and a position
     # filled twice is a uid given twice (e.g. by its name and by its uid).
     cdef list placed = [None] * nspec
+    cdef DLTensor view
+    cdef void* data
+    _alloc_arrays(pack, nspec)
     for key, buffer in mapping.items():
         uid = _key_uid(key, layout)
-        position = layout._index.get(uid)
-        if position is None:
+        if type(uid) is int and 0 <= <object>uid < PACK_DENSE_UIDS:
+            i = layout._dense[<Py_ssize_t>uid] - 1
+        else:
+            position = layout._index.get(uid)
+            i = -1 if position is None else position
+        if i < 0:
             raise UnknownTensorError(
                 f"uid {uid} is not a tensor of this graph (its uids: {sorted(layout._index)})")
-        i = position
-        if i < 0 or i >= nspec:
+        if i >= nspec:
             raise AssertionError(f"corrupt PackLayout index for uid {uid}")
         if placed[i] is not None:
             raise ValueError(f"tensor uid {uid} is given twice in the variant pack")
         spec = <TensorSpec>layout.specs[i]
-        placed[i] = _slot_for(buffer, spec, stream)
+        if type(buffer) is int:
+            # Engines that read only pointers never need a Slot for it: .slots makes one on demand.
+            pack._ptrs[i] = <void*>_checked_address(buffer, spec)
+            placed[i] = buffer
+        elif spec.strides is not None and borrow_view(buffer, &view):
+            # A producer's borrowed C view checked against the spec's full geometry: no Slot is made
+            # unless an engine asks for .slots (then the producer is read again).
+            data = <void*>(<char*>view.data + view.byte_offset)
+            check_tensor(&view, data, False, spec)
+            pack._ptrs[i] = data
+            placed[i] = _Borrowed(buffer)
+        else:
+            item = _slot_for(buffer, spec, stream)
+            pack._ptrs[i] = (<Slot>item).tensor.data
+            placed[i] = item
         n += 1
     if n < nspec:
         missing = [sp for sp, got in zip(layout.specs, placed) if got is None and sp.required]
         if missing:
             raise MissingTensorError(
                 "the variant pack lacks " + ", ".join((<TensorSpec>sp).label() for sp in missing))
-    _alloc_arrays(pack, n)
+    # Pointers were written at spec positions; close the gaps of optional operands not given.
     j = 0
     for i in range(nspec):
-        item = placed[i]
-        if item is None:
+        if placed[i] is None:
             continue
-        s = <Slot>item
         pack._uids[j] = (<TensorSpec>layout.specs[i]).uid
-        pack._ptrs[j] = s.tensor.data
+        pack._ptrs[j] = pack._ptrs[i]
         j += 1
     pack._n = <int>n
     if n == nspec:
-        pack.slots = tuple(placed)
+        pack._items = tuple(placed)
     else:
-        pack.slots = tuple([x for x in placed if x is not None])
+        pack._items = tuple([x for x in placed if x is not None])
     pack.layout = layout
     return pack
 
@@ -410,7 +493,7 @@ cdef VariantPack _pack_unchecked(object mapping, object stream):
         pack._uids[i] = uid
         pack._ptrs[i] = s.tensor.data
     pack._n = <int>n
-    pack.slots = tuple([e[1] for e in entries])
+    pack._items = pack._slots = tuple([e[1] for e in entries])
     return pack
 
 
