@@ -609,6 +609,7 @@ cdef class _TypeEntry:
     cdef int countdown
     cdef bint has_dlpack       # the type defines __dlpack__: call it as a method, no bound object
     cdef bint incompatible     # it publishes a table, but none with our major version
+    cdef bint legacy_dlpack    # its __dlpack__ refused max_version once: ask for a legacy capsule
 
 
 cdef const DLPackExchangeAPI* _find_compatible_table(object capsule, object tp) except? NULL:
@@ -726,7 +727,7 @@ cdef Slot _slot_from_table(object obj, const DLPackExchangeAPI* api, type tp):
 cdef object _MAX_VERSION_ARG = (CG_DLPACK_MAJOR, CG_DLPACK_MINOR)
 
 
-cdef Slot _slot_from_dlpack(object obj, type tp, object method, object stream):
+cdef Slot _slot_from_dlpack(object obj, type tp, object method, object stream, _TypeEntry entry):
     """``__dlpack__``: ask for a versioned capsule, fall back to a legacy one on TypeError.
 
     ``method`` is None when the type defines ``__dlpack__`` (then it is called as a method, with no
@@ -739,6 +740,12 @@ cdef Slot _slot_from_dlpack(object obj, type tp, object method, object stream):
             stream = None
         else:
             stream = stream_handle(stream) or 1
+    if entry is not None and entry.legacy_dlpack:
+        # A producer older than DLPack 1.0 (JAX 0.11): one call, not a refused one and a retry.
+        if method is None:
+            method = obj.__dlpack__
+        capsule = method() if stream is None else method(stream=stream)
+        return _capsule_or_fallback(obj, tp, capsule)
     try:
         if method is None:
             if stream is None:
@@ -754,6 +761,8 @@ cdef Slot _slot_from_dlpack(object obj, type tp, object method, object stream):
         if method is None:
             method = obj.__dlpack__
         capsule = method() if stream is None else method(stream=stream)
+        if entry is not None:
+            entry.legacy_dlpack = True
     except BufferError:
         # NumPy cannot export its extension types (ml_dtypes bfloat16, float8_*) through DLPack, but
         # describes them through the array interface; the dtype's name says which type the bytes hold.
@@ -761,6 +770,10 @@ cdef Slot _slot_from_dlpack(object obj, type tp, object method, object stream):
         if host is None:
             raise
         return _slot_from_cai(obj, host, True)
+    return _capsule_or_fallback(obj, tp, capsule)
+
+
+cdef Slot _capsule_or_fallback(object obj, type tp, object capsule):
     try:
         return slot_from_capsule(capsule, tp)
     except MalformedBufferError:
@@ -906,7 +919,7 @@ cdef Slot slot_from_object(object obj, object stream):
     if entry.api != NULL:
         return _slot_from_table(obj, entry.api, tp)
     if entry.has_dlpack:
-        return _slot_from_dlpack(obj, tp, None, stream)
+        return _slot_from_dlpack(obj, tp, None, stream, entry)
     return _slot_from_other(obj, tp, entry, stream)
 
 
@@ -914,7 +927,7 @@ cdef Slot _slot_from_other(object obj, type tp, _TypeEntry entry, object stream)
     """The rarer forms: an instance's own __dlpack__, the CUDA array interface, a bare capsule."""
     method = getattr(obj, "__dlpack__", None)
     if method is not None:
-        return _slot_from_dlpack(obj, tp, method, stream)
+        return _slot_from_dlpack(obj, tp, method, stream, None)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         if not isinstance(cai, dict):
