@@ -91,7 +91,8 @@ def test_legacy_fallback_when_max_version_is_refused():
         made.append(cap)
         return cap
 
-    p = ep.CapsuleProducer(factory, device=(kDLCPU, 0), accepts_max_version=False)
+    cudnn_graph.refresh_exchange_api_cache()
+    p = ep.LegacyCapsuleProducer(factory, device=(kDLCPU, 0))
     s = Slot.from_object(p)
     # First try with max_version (refused with TypeError), then the pre-1.0 call.
     assert p.calls == [{"max_version": (1, 3)}, {}]
@@ -104,10 +105,20 @@ def test_legacy_fallback_when_max_version_is_refused():
 
 def test_legacy_fallback_through_numpy_itself():
     a = np.arange(12, dtype=np.int32).reshape(3, 4)[:, ::2]
-    p = ep.CapsuleProducer(lambda **kw: a.__dlpack__(**kw), device=(kDLCPU, 0), accepts_max_version=False)
+    p = ep.LegacyCapsuleProducer(lambda **kw: a.__dlpack__(**kw), device=(kDLCPU, 0))
     s = Slot.from_object(p)
     assert s.shape == (3, 2) and s.strides == (4, 2) and s.dtype == "int32"
     np.testing.assert_array_equal(np.from_dlpack(s), a)
+
+
+def test_a_type_that_refused_max_version_is_asked_once_per_import_afterwards():
+    a = np.arange(4, dtype=np.float32)
+    cudnn_graph.refresh_exchange_api_cache()
+    p = ep.LegacyCapsuleProducer(lambda **kw: a.__dlpack__(**kw), device=(kDLCPU, 0))
+    Slot.from_object(p)
+    p.calls.clear()
+    Slot.from_object(p)
+    assert p.calls == [{}]
 
 
 def test_stream_is_passed_to_cuda_producers_and_not_to_cpu_ones():

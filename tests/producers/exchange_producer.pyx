@@ -177,6 +177,13 @@ class CapsuleProducer:
         return self._factory(**kwargs)
 
 
+class LegacyCapsuleProducer(CapsuleProducer):
+    """A pre-DLPack-1.0 producer: its __dlpack__ takes no max_version (consumers remember it per type)."""
+
+    def __init__(self, factory, *, device=(1, 0)):
+        super().__init__(factory, device=device, accepts_max_version=False)
+
+
 # ---- exchange-API producer types ------------------------------------------------------------
 
 _KIND_CODES = {"f": kDLFloat, "i": kDLInt, "u": kDLUInt, "b": kDLBool, "c": kDLComplex}
