@@ -5,43 +5,24 @@ out here element by element (``math`` functions, explicit loops), never against 
 """
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
 import pathlib
 import re
-import sys
-import types
 import zlib
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-try:
-    import cudnn_graph  # noqa: F401
-except ImportError:
-    # The package's __init__ imports compiled modules; load only its pure-Python parts.
-    _stub = types.ModuleType("cudnn_graph")
-    _stub.__path__ = [str(ROOT / "cudnn_graph")]
-    sys.modules["cudnn_graph"] = _stub
-
-from cudnn_graph.data_type import DataType  # noqa: E402
-from cudnn_graph.errors import GraphValidationError  # noqa: E402
-from cudnn_graph.ops import SCHEMAS  # noqa: E402
-from cudnn_graph.ops._pointwise import POINTWISE_OPS  # noqa: E402
-from cudnn_graph.ops.schema import REQUIRED, InferContext, TensorInfo  # noqa: E402
+from cudnn_graph.data_type import DataType
+from cudnn_graph.engines.reference import _kernels_basic
+from cudnn_graph.errors import GraphValidationError
+from cudnn_graph.ops import SCHEMAS
+from cudnn_graph.ops._pointwise import POINTWISE_OPS
+from cudnn_graph.ops.schema import REQUIRED, InferContext, TensorInfo
 
 
-def _load_kernels():
-    path = ROOT / "engines" / "reference" / "_kernels_basic.py"
-    spec = importlib.util.spec_from_file_location("_test_kernels_basic", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.KERNELS
-
-
-KERNELS = _load_kernels()
+KERNELS = _kernels_basic.KERNELS
 STRUCTURED = ("matmul", "reduction", "reshape", "transpose", "slice", "concatenate",
               "block_scale_quantize", "block_scale_dequantize")
 MY_OPS = {row[0] for row in POINTWISE_OPS} | set(STRUCTURED)

@@ -7,45 +7,23 @@ formulas for the norm backwards.
 """
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
-import pathlib
-import sys
 import types
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-try:
-    import cudnn_graph  # noqa: F401
-except ImportError:
-    # The package __init__ imports compiled modules; when they are not built, reach the pure-Python
-    # submodules through a bare package object instead.
-    _pkg = types.ModuleType("cudnn_graph")
-    _pkg.__path__ = [str(ROOT / "cudnn_graph")]
-    sys.modules["cudnn_graph"] = _pkg
-
-from cudnn_graph.data_type import DataType  # noqa: E402
-from cudnn_graph.errors import GraphValidationError  # noqa: E402
-from cudnn_graph.ops import SCHEMAS  # noqa: E402
-from cudnn_graph.ops._norms import NormFwdPhase  # noqa: E402
-from cudnn_graph.ops.schema import REQUIRED, InferContext, TensorInfo  # noqa: E402
+from cudnn_graph.engines.reference import _kernels_conv, _kernels_norm
+from cudnn_graph.data_type import DataType
+from cudnn_graph.errors import GraphValidationError
+from cudnn_graph.ops import SCHEMAS
+from cudnn_graph.ops._norms import NormFwdPhase
+from cudnn_graph.ops.schema import REQUIRED, InferContext, TensorInfo
 
 
-def _load(name):
-    path = ROOT / "engines" / "reference" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_test_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-KC = _load("_kernels_conv").KERNELS
-KN = _load("_kernels_norm").KERNELS
+KC = _kernels_conv.KERNELS
+KN = _kernels_norm.KERNELS
 TRAIN, INFER = NormFwdPhase.TRAINING, NormFwdPhase.INFERENCE
 F64 = DataType.DOUBLE
 

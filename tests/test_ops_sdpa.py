@@ -6,44 +6,21 @@ of the forward kernel in float64.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
-import sys
-import types
 import zlib
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-try:
-    import cudnn_graph  # noqa: F401
-except ImportError:
-    # The package __init__ imports compiled modules; when they are not built, reach the pure-Python
-    # submodules through a bare package object instead.
-    _pkg = types.ModuleType("cudnn_graph")
-    _pkg.__path__ = [str(ROOT / "cudnn_graph")]
-    sys.modules["cudnn_graph"] = _pkg
-
-from cudnn_graph.data_type import DataType  # noqa: E402
-from cudnn_graph.errors import GraphValidationError  # noqa: E402
-from cudnn_graph.ops import SCHEMAS  # noqa: E402
-from cudnn_graph.ops._sdpa import DiagonalAlignment, resolve_masking  # noqa: E402
-from cudnn_graph.ops.schema import REQUIRED, InferContext, TensorInfo  # noqa: E402
+from cudnn_graph.engines.reference import _kernels_sdpa
+from cudnn_graph.data_type import DataType
+from cudnn_graph.errors import GraphValidationError
+from cudnn_graph.ops import SCHEMAS
+from cudnn_graph.ops._sdpa import DiagonalAlignment, resolve_masking
+from cudnn_graph.ops.schema import REQUIRED, InferContext, TensorInfo
 
 
-def _load(name):
-    path = ROOT / "engines" / "reference" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_test_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-K_SDPA = _load("_kernels_sdpa").KERNELS
+K_SDPA = _kernels_sdpa.KERNELS
 H, BF, F32, I32, I64 = DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.INT32, DataType.INT64
 
 

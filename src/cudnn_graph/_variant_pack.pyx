@@ -251,18 +251,10 @@ cdef intptr_t _checked_address(object buffer, TensorSpec spec) except? -1:
 
 cdef Slot _slot_from_spec_address(object buffer, TensorSpec spec):
     """A bare address shaped by the spec (geometry validated when the spec was made)."""
-    cdef intptr_t ptr
+    cdef intptr_t ptr = _checked_address(buffer, spec)
     cdef int i, ndim = spec._ndim
     cdef int64_t acc
-    cdef bint empty = False
-    cdef Slot s
-    try:
-        ptr = buffer
-    except OverflowError:
-        raise ValueError(f"{spec.label()}: address {buffer} does not fit in a pointer") from None
-    if ptr < 0:
-        raise ValueError(f"{spec.label()}: address {buffer} is negative")
-    s = Slot.__new__(Slot)
+    cdef Slot s = Slot.__new__(Slot)
     if ndim > SLOT_INLINE_DIMS:
         s._alloc_geometry(ndim)
     else:
@@ -275,17 +267,9 @@ cdef Slot _slot_from_spec_address(object buffer, TensorSpec spec):
         for i in range(ndim - 1, -1, -1):
             s.tensor.strides[i] = acc
             acc *= spec._shape[i] if spec._shape[i] > 0 else 1
-    for i in range(ndim):
-        if spec._shape[i] == 0:
-            empty = True
-    if ptr == 0 and not empty:
-        raise ValueError(f"{spec.label()}: address 0 (NULL) for a tensor of shape {spec.shape}")
     s.tensor.data = <void*>ptr
     s.tensor.dtype = spec._dtype
     s.tensor.device = spec._device
-    if (<uintptr_t>ptr) % <uintptr_t>spec.alignment != 0:
-        raise AlignmentError(spec.name, spec.uid, f"data address aligned to {spec.alignment} bytes",
-                             f"a multiple of {spec.alignment}", f"0x{<uintptr_t>ptr:x}")
     return s
 
 
