@@ -8,7 +8,7 @@ from __future__ import annotations
 __all__ = [
     "CudnnGraphError", "BufferError_", "BufferImportError", "MalformedBufferError", "TensorMismatchError",
     "DataTypeMismatchError", "ShapeMismatchError", "StrideMismatchError", "DeviceMismatchError",
-    "AlignmentError", "ReadOnlyOutputError", "MissingTensorError", "UnknownTensorError", "WorkspaceError",
+    "AlignmentError", "ReadOnlyOutputError", "MissingTensorError", "UnknownTensorError", "WorkspaceError", "StreamDeviceError",
     "GraphValidationError", "GraphNotSupportedError", "cudnnGraphNotSupportedError", "GraphFrozenError",
 ]
 
@@ -81,6 +81,10 @@ class WorkspaceError(CudnnGraphError, ValueError):
         self.required = int(required)
         self.given = int(given)
         super().__init__(message)
+
+
+class StreamDeviceError(CudnnGraphError, ValueError):
+    """A stream of one device was given for a graph that runs on another."""
 
 
 class MissingTensorError(CudnnGraphError, ValueError):

@@ -31,7 +31,7 @@ from cudnn_graph._dtypes cimport dtype_bits
 from cudnn_graph._slot cimport Slot, slot_from_object, slot_numel
 from cudnn_graph._variant_pack cimport VariantPack, PackLayout, TensorSpec, pack_from_mapping
 from cudnn_graph._stream cimport stream_handle
-from cudnn_graph._driver cimport enter_device, leave_device, DeviceAllocation
+from cudnn_graph._driver cimport enter_device, leave_device, stream_device, DeviceAllocation
 
 import atexit
 import threading
@@ -47,7 +47,7 @@ cdef extern from "<time.h>" nogil:
     int CLOCK_MONOTONIC
 
 
-from cudnn_graph.errors import WorkspaceError
+from cudnn_graph.errors import WorkspaceError, StreamDeviceError
 
 
 cdef bint _finalizing = False          # interpreter exit: leave descriptors and handles to the OS
@@ -525,8 +525,13 @@ cdef class Handle:
     cdef int bind_stream(self, intptr_t stream) except -1:
         """cudnnSetStream, only when the stream differs from the one last set through us."""
         cdef CudnnApi* api
+        cdef int owner
         if stream == self._stream:
             return 0
+        owner = stream_device(stream)
+        if owner >= 0 and owner != self.device:
+            raise StreamDeviceError(f"the stream 0x{<uintptr_t>stream:x} belongs to cuda:{owner}; this "
+                                    f"handle (and the graph it executes) is on cuda:{self.device}")
         api = cudnn_api()
         check(api.cudnnSetStream(self.ptr, <void*>stream), b"cudnnSetStream")
         self._stream = stream
@@ -941,7 +946,13 @@ cdef class PlanRunner:
                     extra_uids[n_extra] = self._constant_uids[i]
                     extra_ptrs[n_extra] = self._constant_ptrs[i]
                     n_extra += 1
-        return execute_plan(handle_ptr, self._plan.ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state)
+        # cuDNN launches on the current context: make it this plan's device (a cheap compare when it is).
+        cdef bint pushed = False
+        enter_device(self.device, &pushed)
+        try:
+            return execute_plan(handle_ptr, self._plan.ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state)
+        finally:
+            leave_device(pushed)
 
     cdef void* _workspace_pointer(self, object workspace, intptr_t stream_key) except? NULL:
         cdef Slot slot

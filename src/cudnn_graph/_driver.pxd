@@ -7,6 +7,9 @@ cdef int pointer_device(intptr_t ptr, int32_t* device_type, int32_t* ordinal) ex
 cdef int enter_device(int device, bint* pushed) except -1
 cdef int leave_device(bint pushed) except -1
 
+# The device ordinal a stream belongs to; -1 for the special handles (0, legacy 1, per-thread 2).
+cdef int stream_device(intptr_t stream) except -2
+
 cdef uintptr_t device_alloc(size_t nbytes, int device) except 0
 cdef int device_free(uintptr_t address, int device) noexcept
 

@@ -66,6 +66,10 @@ cdef int _load_state = 0   # 0: not tried, 1: loaded, -1: no driver
 
 cdef enum:
     _MAX_PRIMARY_CONTEXTS = 64
+ctypedef int (*cuStreamGetCtx_t)(void* stream, void** context) noexcept nogil
+ctypedef int (*cuCtxGetDevice_t)(int* device) noexcept nogil
+cdef cuStreamGetCtx_t _stream_get_ctx = NULL
+cdef cuCtxGetDevice_t _ctx_get_device = NULL
 cdef void* _primary_contexts[_MAX_PRIMARY_CONTEXTS]   # retained once per device, never released
 cdef bint _finalizing = False                          # set at interpreter exit: frees are skipped
 
@@ -73,7 +77,7 @@ cdef bint _finalizing = False                          # set at interpreter exit
 cdef int _load() noexcept nogil:
     global _get_attribute, _load_state, _device_count, _device_name, _device_attribute, _driver_version
     global _device_get, _primary_ctx_retain, _ctx_get_current, _ctx_set_current, _ctx_push, _ctx_pop
-    global _mem_alloc, _mem_free, _error_name
+    global _mem_alloc, _mem_free, _error_name, _stream_get_ctx, _ctx_get_device
     if _load_state != 0:
         return _load_state
     cdef void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
@@ -95,6 +99,8 @@ cdef int _load() noexcept nogil:
     _mem_alloc = <cuMemAlloc_t>dlsym(lib, "cuMemAlloc_v2")
     _mem_free = <cuMemFree_t>dlsym(lib, "cuMemFree_v2")
     _error_name = <cuGetErrorName_t>dlsym(lib, "cuGetErrorName")
+    _stream_get_ctx = <cuStreamGetCtx_t>dlsym(lib, "cuStreamGetCtx")
+    _ctx_get_device = <cuCtxGetDevice_t>dlsym(lib, "cuCtxGetDevice")
     if init == NULL or _get_attribute == NULL or init(0) != 0:
         _load_state = -1
     else:
@@ -199,6 +205,8 @@ cdef int enter_device(int device, bint* pushed) except -1:
     cdef void* current = NULL
     cdef int result
     pushed[0] = False
+    if _load() != 1:
+        return 0    # no driver: nothing can be made current (cuDNN reports its own error if used)
     _primary_context(device, &wanted)
     if _ctx_get_current == NULL or _ctx_get_current(&current) != 0:
         current = NULL
@@ -221,6 +229,23 @@ cdef int leave_device(bint pushed) except -1:
     if pushed:
         _ctx_pop(&popped)
     return 0
+
+
+cdef int stream_device(intptr_t stream) except -2:
+    """The ordinal of the device whose context owns ``stream`` (-1: a special handle, or unknown)."""
+    cdef void* context = NULL
+    cdef void* popped = NULL
+    cdef int device = -1
+    if stream == 0 or stream == 1 or stream == 2 or _load() != 1:
+        return -1
+    if _stream_get_ctx == NULL or _ctx_get_device == NULL or _stream_get_ctx(<void*>stream, &context) != 0:
+        return -1
+    if _ctx_push(context) != 0:
+        return -1
+    if _ctx_get_device(&device) != 0:
+        device = -1
+    _ctx_pop(&popped)
+    return device
 
 
 cdef uintptr_t device_alloc(size_t nbytes, int device) except 0:
