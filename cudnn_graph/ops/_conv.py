@@ -22,7 +22,7 @@ import enum
 import operator
 from typing import Any, Mapping, Optional
 
-from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, register
+from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, register
 
 __all__ = ["ConvolutionMode", "conv_output_size", "resolve_padding", "channels_last_stride"]
 
@@ -38,15 +38,8 @@ class ConvolutionMode(enum.IntEnum):
     CROSS_CORRELATION = 1
 
 
-def _to_conv_mode(value: Any) -> ConvolutionMode:
-    # Accept this enum, cudnn's own enum or the package's enums module (matched by name, so the value
-    # numbering of another binding does not matter), or a string.
-    name = value if isinstance(value, str) else getattr(value, "name", None)
-    if isinstance(name, str):
-        key = name.strip().upper().rsplit(".", 1)[-1]
-        if key in ConvolutionMode.__members__:
-            return ConvolutionMode[key]
-    raise ValueError(f"convolution_mode must be CROSS_CORRELATION or CONVOLUTION; got {value!r}")
+_to_conv_mode = enum_converter(ConvolutionMode, "convolution_mode",
+                               expected="CROSS_CORRELATION or CONVOLUTION")
 
 
 def _to_int_tuple(value: Any) -> Optional[tuple]:

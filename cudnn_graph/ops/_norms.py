@@ -28,7 +28,8 @@ import enum
 import math
 from typing import Any
 
-from .schema import REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, register
+from .schema import (REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo,
+                     enum_converter, register)
 
 __all__ = ["NormFwdPhase"]
 
@@ -40,14 +41,7 @@ class NormFwdPhase(enum.IntEnum):
     TRAINING = 1
 
 
-def _to_phase(value: Any) -> NormFwdPhase:
-    # Matched by name so cudnn's own enum, the package's enums module and plain strings all work.
-    name = value if isinstance(value, str) else getattr(value, "name", None)
-    if isinstance(name, str):
-        key = name.strip().upper().rsplit(".", 1)[-1]
-        if key in NormFwdPhase.__members__:
-            return NormFwdPhase[key]
-    raise ValueError(f"norm_forward_phase must be TRAINING or INFERENCE; got {value!r}")
+_to_phase = enum_converter(NormFwdPhase, "norm_forward_phase", expected="TRAINING or INFERENCE")
 
 
 def _to_bool(value: Any) -> bool:

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from ..data_type import DataType
-from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, register
+from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, register
 
 __all__ = ["DiagonalAlignment", "AttentionImplementation", "MaskSpec", "resolve_masking", "stats_requested",
            "expand_dropout_forward", "expand_dropout_backward", "infer_s_kv", "alibi_slopes",
@@ -77,20 +77,6 @@ class AttentionImplementation(enum.IntEnum):
     AUTO = 0
     COMPOSITE = 1
     UNIFIED = 2
-
-
-def _enum_converter(cls: type, keyword: str) -> Callable[[Any], Any]:
-    # Matched by name so cudnn's own enums, another binding's enums and plain strings all work.
-    def convert(value: Any):
-        if isinstance(value, cls):
-            return value
-        name = value if isinstance(value, str) else getattr(value, "name", None)
-        if isinstance(name, str):
-            key = name.strip().upper().rsplit(".", 1)[-1]
-            if key in cls.__members__:
-                return cls[key]
-        raise ValueError(f"{keyword} must be one of {', '.join(cls.__members__)}; got {value!r}")
-    return convert
 
 
 # ------------------------------------------------------------------------------- attr converters
@@ -522,7 +508,7 @@ _MASK_ATTRS = (
     Attr("use_causal_mask_bottom_right", False, _to_bool, "deprecated spelling of BOTTOM_RIGHT + right bound 0"),
     Attr("sliding_window_length", None, _to_opt_int, "deprecated spelling of diagonal_band_left_bound"),
     Attr("diagonal_alignment", DiagonalAlignment.TOP_LEFT,
-         _enum_converter(DiagonalAlignment, "diagonal_alignment"), "TOP_LEFT or BOTTOM_RIGHT"),
+         enum_converter(DiagonalAlignment, "diagonal_alignment"), "TOP_LEFT or BOTTOM_RIGHT"),
     Attr("diagonal_band_left_bound", None, _to_opt_int, "keep keys j > i + shift - left (>= 1; None = inf)"),
     Attr("diagonal_band_right_bound", None, _to_opt_int, "keep keys j <= i + shift + right (>= 0; None = inf)"),
     Attr("dropout_probability", None, _to_opt_probability, "Philox dropout probability (from dropout=)"),
@@ -588,7 +574,7 @@ _SDPA = OpSchema(
         Attr("score_mod", None, _to_opt_callable, "pygraph score-modifier callback (builds a subgraph)"),
         Attr("generate_stats", None, _to_opt_bool, "also write Stats (logsumexp per row) for the backward"),
         Attr("implementation", AttentionImplementation.AUTO,
-             _enum_converter(AttentionImplementation, "implementation"), "AUTO, COMPOSITE or UNIFIED"),
+             enum_converter(AttentionImplementation, "implementation"), "AUTO, COMPOSITE or UNIFIED"),
         Attr("score_max", None, _to_output_request, "caller's tensor receiving the row max (b, h_q, s_q, 1)"),
         Attr("score_sum_exp", None, _to_output_request,
              "caller's tensor receiving sum(exp(score - max)) per row (b, h_q, s_q, 1)"),

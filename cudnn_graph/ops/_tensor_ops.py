@@ -24,7 +24,8 @@ import operator
 from typing import Any, Mapping, Optional
 
 from ..data_type import DataType
-from .schema import REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, register
+from .schema import (REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo,
+                     enum_converter, register)
 
 __all__ = ["ReductionMode", "ReshapeMode", "slice_bounds", "block_scale_axis"]
 
@@ -48,22 +49,6 @@ class ReshapeMode(enum.IntEnum):
 
     VIEW_ONLY = 0   # reinterpret the same memory with the output's dims/strides
     LOGICAL = 1     # lexicographic (row-major) reshape; may move data
-
-
-def _enum_converter(enum_cls, attr: str, prefix: str):
-    # Accept this enum, pygraph's or the package's enums module (matched by NAME, so another binding's
-    # numbering never matters), a string in any case, with or without the cuDNN prefix.
-    def convert(value: Any):
-        if isinstance(value, enum_cls):
-            return value
-        name = value if isinstance(value, str) else getattr(value, "name", None)
-        if isinstance(name, str):
-            key = name.strip().upper().rsplit(".", 1)[-1]
-            key = key[len(prefix):] if key.startswith(prefix) else key
-            if key in enum_cls.__members__:
-                return enum_cls[key]
-        raise ValueError(f"{attr} must be one of {', '.join(enum_cls.__members__)}; got {value!r}")
-    return convert
 
 
 def _int(value: Any) -> int:
@@ -306,8 +291,8 @@ def _op(name, family, ports, infer, attrs=(), order=None, outputs=("Y",), extra=
         extra={"pygraph_positional": order, **(extra or {})})
 
 
-_to_reduction_mode = _enum_converter(ReductionMode, "mode", "CUDNN_REDUCE_TENSOR_")
-_to_reshape_mode = _enum_converter(ReshapeMode, "reshape_mode", "CUDNN_RESHAPE_")
+_to_reduction_mode = enum_converter(ReductionMode, "mode", "CUDNN_REDUCE_TENSOR_")
+_to_reshape_mode = enum_converter(ReshapeMode, "reshape_mode", "CUDNN_RESHAPE_")
 
 register(
     _op("matmul", "matmul", ("A", "B"), _infer_matmul,

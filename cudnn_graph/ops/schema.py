@@ -24,7 +24,7 @@ from ..data_type import DataType
 from ..errors import GraphNotSupportedError, GraphValidationError
 
 __all__ = ["REQUIRED", "Port", "Attr", "Output", "TensorInfo", "OutputInfo", "InferContext", "OpSchema",
-           "register", "SCHEMAS"]
+           "register", "SCHEMAS", "enum_converter"]
 
 
 class _Required:
@@ -119,6 +119,25 @@ class OpSchema:
 
     def output_names(self) -> tuple:
         return tuple(o.name for o in self.outputs)
+
+
+def enum_converter(enum_cls: type, keyword: str, prefix: str = "", expected: str = "") -> Callable[[Any], Any]:
+    """An Attr.convert for an enum, matched by NAME: this enum, cudnn.pygraph's, the package's enums
+    module (another binding's numbering never matters) or a string in any case, with or without the
+    cuDNN ``prefix``."""
+    def convert(value: Any):
+        if isinstance(value, enum_cls):
+            return value
+        name = value if isinstance(value, str) else getattr(value, "name", None)
+        if isinstance(name, str):
+            key = name.strip().upper().rsplit(".", 1)[-1]
+            if prefix and key.startswith(prefix):
+                key = key[len(prefix):]
+            if key in enum_cls.__members__:
+                return enum_cls[key]
+        choices = expected or "one of " + ", ".join(enum_cls.__members__)
+        raise ValueError(f"{keyword} must be {choices}; got {value!r}")
+    return convert
 
 
 SCHEMAS: dict[str, OpSchema] = {}
