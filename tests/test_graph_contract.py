@@ -794,3 +794,14 @@ def test_scalar_defaults_can_be_overridden_by_tensor_uid_or_name(reference_only)
     for key, value in ((alpha, 3.0), (alpha.uid, 5.0), ("alpha", 7.0)):
         g.execute({x: X, y: Y, key: np.array([value], np.float32)})
         np.testing.assert_array_equal(Y, value * X)
+
+
+def test_router_cannot_change_after_the_plan_list_is_ranked():
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, device="cpu")
+    a = g.tensor(name="a", dim=[1, 2, 2], stride=[4, 2, 1])
+    g.relu(a).set_output(True)
+    g.router = cudnn.Router()          # allowed before planning
+    g.build()
+    with pytest.raises(cudnn.GraphFrozenError):
+        g.router = cudnn.Router()
+    assert isinstance(g.router, cudnn.Router)

@@ -44,7 +44,7 @@ cdef class Graph:
     cdef object _device
     cdef readonly bint device_explicit
     cdef public object handle
-    cdef public object router
+    cdef object _router
     cdef public object _state        # lifecycle and plan-list state kept by cudnn_graph.graph
     cdef public bint _inferred
 

@@ -414,7 +414,7 @@ cdef class Graph:
         self._device = None
         self.device_explicit = False
         self.handle = None
-        self.router = None
+        self._router = None
         self._state = None
         self._inferred = False
 
@@ -422,7 +422,7 @@ cdef class Graph:
                  name="", device=None, handle=None, router=None):
         self.context = GraphContext(io_data_type, intermediate_data_type, compute_data_type, name)
         self.handle = handle
-        self.router = router
+        self._router = router
         if device is not None:
             self._device = _parse_device(device)
             self.device_explicit = True
@@ -438,6 +438,18 @@ cdef class Graph:
 
     def _freeze(self):
         self.frozen = True
+
+    @property
+    def router(self):
+        """The Router that ranks this graph's plan list (None: the process default)."""
+        return self._router
+
+    @router.setter
+    def router(self, router):
+        # Ranking happens once, in create_execution_plans(): a router set afterwards would do nothing.
+        if self.frozen:
+            raise GraphFrozenError("the graph was lowered or planned; set its router before building")
+        self._router = router
 
     # ---- uids ---------------------------------------------------------------------------------
 
