@@ -110,10 +110,19 @@ def main(argv=None) -> dict:
     compiled = g._state.compiled[g._state.selected]
     runner, layout = compiled.runner, compiled.layout
     pack = layout.pack(pack_i)
-    floor_ns = statistics.median(_backend.execute_floor_ns(runner, pack, 100, reuse_variant_pack=True)
-                                 for _ in range(reps))
-    floor_fresh_ns = statistics.median(_backend.execute_floor_ns(runner, pack, 100, reuse_variant_pack=False)
-                                       for _ in range(reps))
+    def floor_burst(reuse):
+        # Drained queue before every burst, as for the execute() bursts: a full launch queue would
+        # make cudnnBackendExecute wait and inflate the floor.
+        per = []
+        for _ in range(reps):
+            sync()
+            per.append(_backend.execute_floor_ns(runner, pack, 100, reuse_variant_pack=reuse))
+        sync()
+        return statistics.median(per)
+
+    floor_burst(True)   # warm-up
+    floor_ns = floor_burst(True)
+    floor_fresh_ns = floor_burst(False)
     floor = floor_ns / 1e3
     fe_rows = {}
     try:
