@@ -361,7 +361,7 @@ class CudnnBackendEngine(BaseEngine):
             if lowered is not None:
                 self._lowerings.move_to_end(key)
         if lowered is None:
-            lowered = _Lowered(lower_program(graph), device)
+            lowered = _Lowered(lower_program(graph, _loader.backend_version()), device)
             with self._lock:
                 lowered = self._lowerings.setdefault(key, lowered)
                 while len(self._lowerings) > _LOWERING_CACHE_SIZE:
@@ -385,6 +385,7 @@ def _check_versions(graph) -> None:
     with an unhelpful status, e.g. FLOOR_MOD on 9.19 fails finalize with NOT_INITIALIZED)."""
     from ..._cudnn_errors import CudnnVersionError
     version = _loader.backend_version()
+    check_lowerable(graph, version)
     for node in graph.nodes:
         needed = node.schema.extra.get("min_cudnn", 0) or 0
         if needed > version:

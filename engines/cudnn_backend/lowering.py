@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ...data_type import DataType
 from ...enums import pointwise_mode, reduction_mode
 from ...errors import GraphNotSupportedError
 
-__all__ = ["Ref", "HANDLE", "Step", "Program", "ATTRIBUTE_TYPES", "BYTE_ALIGNMENT", "MIN_RANK",
-           "lower_program", "check_lowerable", "materialize", "LOWERED_OPS"]
+__all__ = ["Ref", "HANDLE", "Step", "Program", "Lowering", "Lowerer", "LOWERERS", "lowers", "ATTRIBUTE_TYPES",
+           "BYTE_ALIGNMENT", "MIN_RANK", "lower_program", "check_lowerable", "materialize"]
 
 BYTE_ALIGNMENT = 16   # every tensor descriptor promises 16-byte aligned data (checked at execute)
 MIN_RANK = 3          # cuDNN's matmul takes [batch, rows, cols]; smaller graphs are padded to it
@@ -39,9 +39,37 @@ MIN_RANK = 3          # cuDNN's matmul takes [batch, rows, cols]; smaller graphs
 _FLOAT32_MAX = 3.4028234663852886e38
 _DOUBLE_MAX = 1.7976931348623157e308
 
-# Ops this lowering handles, by family or by name.
-LOWERED_FAMILIES = frozenset({"pointwise"})
-LOWERED_OPS = frozenset({"matmul", "reduction"})
+
+@dataclass(frozen=True)
+class Lowerer:
+    """How one IR op becomes descriptors.
+
+    ``fn(lw, node, i)`` yields the op's Steps (``lw`` is the ``Lowering`` under way, ``i`` the node's
+    index); every ``CUDNN_BACKEND_OPERATION_*`` step it yields joins the operation graph in order.
+    ``native_geometry`` ops (convolutions, norms, layout ops, attention) keep their tensors' own
+    ranks (padded to ``MIN_RANK``); graphs of matmul / pointwise / reduction alone are normalised the
+    way cuDNN's matmul and pointwise engines want (see ``_geometry``). ``min_version`` declines the
+    op, naming the version needed, on an older libcudnn.
+    """
+    fn: Callable
+    native_geometry: bool = False
+    min_version: int = 0
+
+
+LOWERERS: dict[str, Lowerer] = {}
+
+
+def lowers(*ops: str, native_geometry: bool = False, min_version: int = 0,
+           attributes: Optional[dict] = None):
+    """Register the decorated generator as the lowering of ``ops``; ``attributes`` adds to
+    ``ATTRIBUTE_TYPES`` the ``{attribute name: CUDNN_TYPE_*}`` the lowering sets."""
+    def register(fn):
+        for op in ops:
+            LOWERERS[op] = Lowerer(fn, native_geometry, min_version)
+        if attributes:
+            ATTRIBUTE_TYPES.update(attributes)
+        return fn
+    return register
 
 # Which CUDNN_TYPE_* each attribute the lowering (and plan building) sets takes.
 ATTRIBUTE_TYPES: dict[str, str] = {
@@ -52,6 +80,7 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     "CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT": "CUDNN_TYPE_INT64",
     "CUDNN_ATTR_TENSOR_IS_VIRTUAL": "CUDNN_TYPE_BOOLEAN",
     "CUDNN_ATTR_TENSOR_IS_BY_VALUE": "CUDNN_TYPE_BOOLEAN",
+    "CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC": "CUDNN_TYPE_BACKEND_DESCRIPTOR",
     "CUDNN_ATTR_MATMUL_COMP_TYPE": "CUDNN_TYPE_DATA_TYPE",
     "CUDNN_ATTR_MATMUL_PADDING_VALUE": "CUDNN_TYPE_DOUBLE",
     "CUDNN_ATTR_OPERATION_MATMUL_ADESC": "CUDNN_TYPE_BACKEND_DESCRIPTOR",
@@ -157,26 +186,35 @@ class Program:
 
 # ---- support ----------------------------------------------------------------------------------------
 
-def _lowered(node) -> bool:
-    return node.schema.family in LOWERED_FAMILIES or node.op in LOWERED_OPS
+def _lowerer(node) -> Optional[Lowerer]:
+    if node.schema.family == "pointwise":
+        return LOWERERS.get(node.op) or LOWERERS["pointwise"]
+    return LOWERERS.get(node.op)
 
 
-def check_lowerable(graph) -> None:
-    """Raise GraphNotSupportedError (saying why) unless every node can be lowered; needs no cuDNN."""
+def check_lowerable(graph, version: Optional[int] = None) -> None:
+    """Raise GraphNotSupportedError (saying why) unless every node can be lowered; needs no cuDNN.
+
+    With ``version`` (the loaded libcudnn's), ops newer than it are declined naming the version needed.
+    """
     python_only = sorted({n.op for n in graph.nodes if n.schema.python_only})
     if python_only:
         raise GraphNotSupportedError(f"the cuDNN backend runs no python-only op ({', '.join(python_only)})")
-    missing = sorted({n.op for n in graph.nodes if not _lowered(n)})
+    missing = sorted({n.op for n in graph.nodes if _lowerer(n) is None})
     if missing:
+        covered = ", ".join(sorted(op for op in LOWERERS if op != "pointwise"))
         raise GraphNotSupportedError(
             f"the cuDNN backend lowering does not cover {', '.join(missing)} yet "
-            "(it lowers matmul, pointwise and reduction)")
+            f"(it lowers pointwise ops and {covered})")
     if not graph.nodes:
         raise GraphNotSupportedError("the graph has no operations")
+    if version is not None:
+        from ..._cudnn_errors import CudnnVersionError
+        for node in graph.nodes:
+            needed = _lowerer(node).min_version
+            if needed > version:
+                raise CudnnVersionError(f"node '{node.name}' ({node.op}) on the cuDNN backend", needed, version)
     for t in graph.tensors:
-        if t.ragged_offset is not None:
-            raise GraphNotSupportedError(f"tensor '{t.name}' has a ragged offset; the lowering does not "
-                                         "cover ragged tensors yet")
         if t.reordering_type:
             raise GraphNotSupportedError(f"tensor '{t.name}' asks for a reordering; the lowering does not "
                                          "cover reordered tensors yet")
@@ -240,6 +278,8 @@ def _geometry(graph, used) -> tuple[dict, list]:
     shaped = [(t, d, s) for t, d, s in raw.values() if not t.is_pass_by_value]
     ranks = sorted({len(d) for _, d, _ in shaped})
     has_matmul = any(n.op == "matmul" for n in graph.nodes)
+    if any(_lowerer(n).native_geometry for n in graph.nodes):
+        return _native_geometry(raw, ranks, has_matmul), notes
     if has_matmul and len(ranks) > 1:
         raise GraphNotSupportedError(f"a matmul graph needs one rank for all tensors; found ranks {ranks}")
     rank = max(ranks) if ranks else MIN_RANK
@@ -273,6 +313,24 @@ def _geometry(graph, used) -> tuple[dict, list]:
     return geometry, notes
 
 
+def _native_geometry(raw, ranks, has_matmul) -> dict:
+    """Tensors as the graph shaped them, padded to ``MIN_RANK``; scalars take the graph's rank."""
+    rank = max([MIN_RANK] + ranks)
+    if has_matmul and ranks and max(ranks) != 3:
+        raise GraphNotSupportedError(
+            "a matmul fused with convolution, norm, layout or attention ops "
+            f"needs rank-3 tensors ([batch, rows, cols]); found ranks {ranks}")
+    geometry = {}
+    for uid, (t, dims, strides) in raw.items():
+        if t.is_pass_by_value:
+            if any(d != 1 for d in dims):
+                raise GraphNotSupportedError(f"pass-by-value tensor '{t.name}' has dims {dims}; it must be a scalar")
+            geometry[uid] = ((1,) * rank, (1,) * rank)
+        else:
+            geometry[uid] = _pad(dims, strides, MIN_RANK)
+    return geometry
+
+
 def _broadcasts_first_axis(shaped) -> bool:
     extents = [d[0] for _, d, _ in shaped]
     return max(extents) > 1 and min(extents) == 1
@@ -292,27 +350,97 @@ def _tensors_of(node):
         for t in (value if isinstance(value, tuple) else (value,)):
             if t is not None:
                 yield t
+                if t.ragged_offset is not None:
+                    yield t.ragged_offset
 
 
-def _lower_matmul(graph, node, i, ref, axis_shift):
-    desc = {"CUDNN_ATTR_MATMUL_COMP_TYPE": _compute_type(graph, node)}
+class Lowering:
+    """What a lowerer works with: the graph, its tensors' geometry and descriptor steps, and helpers
+    to reference a tensor, add a virtual tensor or a pass-by-value constant of its own."""
+
+    def __init__(self, graph, geometry: dict, steps: list, tensor_steps: dict, constants: list,
+                 axis_shift: int, version: Optional[int]):
+        self.graph = graph
+        self.geometry = geometry          # uid -> (dims, strides) as pushed to cuDNN
+        self.steps = steps
+        self.tensor_steps = tensor_steps  # uid -> step name
+        self.constants = constants        # (uid, DataType, value) the plan passes by value
+        self.axis_shift = axis_shift      # rank pushed to cuDNN minus the graph's rank
+        self.version = version            # the loaded libcudnn's version; None when lowering offline
+        self._next_uid = max([int(u) for u in tensor_steps] + [0]) + 1
+
+    def ref(self, t) -> Ref:
+        """The descriptor of graph tensor ``t``."""
+        return Ref(self.tensor_steps[t.uid])
+
+    def dims(self, t) -> tuple:
+        return self.geometry[t.uid][0]
+
+    def strides(self, t) -> tuple:
+        return self.geometry[t.uid][1]
+
+    def compute_type(self, node) -> DataType:
+        return _compute_type(self.graph, node)
+
+    def _tensor(self, dims, strides, dtype, **extra) -> tuple:
+        uid = self._next_uid
+        self._next_uid += 1
+        name = f"tensor_{uid}"
+        attrs = {
+            "CUDNN_ATTR_TENSOR_UNIQUE_ID": uid,
+            "CUDNN_ATTR_TENSOR_DATA_TYPE": DataType(dtype),
+            "CUDNN_ATTR_TENSOR_DIMENSIONS": tuple(int(d) for d in dims),
+            "CUDNN_ATTR_TENSOR_STRIDES": tuple(int(s) for s in strides),
+            "CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT": BYTE_ALIGNMENT,
+        }
+        attrs.update(extra)
+        self.tensor_steps[uid] = name
+        self.geometry[uid] = (tuple(dims), tuple(strides))
+        return uid, Step(name, "CUDNN_BACKEND_TENSOR_DESCRIPTOR", attrs)
+
+    def virtual(self, dims, strides=None, dtype=DataType.FLOAT) -> tuple:
+        """A new virtual (intermediate) tensor: ``(Ref, Step)``; yield the step before using the ref."""
+        strides = tuple(strides) if strides is not None else _row_major(dims)
+        uid, step = self._tensor(dims, strides, dtype, CUDNN_ATTR_TENSOR_IS_VIRTUAL=True)
+        return Ref(step.name), step
+
+    def constant(self, value, dtype=DataType.FLOAT, rank: Optional[int] = None) -> tuple:
+        """A new pass-by-value scalar the plan supplies at every execute: ``(Ref, Step)``."""
+        rank = rank or max([len(d) for d, _ in self.geometry.values()] + [MIN_RANK])
+        uid, step = self._tensor((1,) * rank, (1,) * rank, dtype, CUDNN_ATTR_TENSOR_IS_BY_VALUE=True)
+        self.constants.append((uid, DataType(dtype), value))
+        return Ref(step.name), step
+
+
+def _row_major(dims) -> tuple:
+    strides, acc = [], 1
+    for d in reversed(tuple(dims)):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+@lowers("matmul")
+def _lower_matmul(lw, node, i):
+    desc = {"CUDNN_ATTR_MATMUL_COMP_TYPE": lw.compute_type(node)}
     padding = float(node.params.get("padding") or 0.0)
     if padding != 0.0:
         desc["CUDNN_ATTR_MATMUL_PADDING_VALUE"] = padding
     yield Step(f"matmul_{i}", "CUDNN_BACKEND_MATMUL_DESCRIPTOR", desc)
     yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR", {
-        "CUDNN_ATTR_OPERATION_MATMUL_ADESC": ref(node.inputs["A"]),
-        "CUDNN_ATTR_OPERATION_MATMUL_BDESC": ref(node.inputs["B"]),
-        "CUDNN_ATTR_OPERATION_MATMUL_CDESC": ref(node.outputs["C"]),
+        "CUDNN_ATTR_OPERATION_MATMUL_ADESC": lw.ref(node.inputs["A"]),
+        "CUDNN_ATTR_OPERATION_MATMUL_BDESC": lw.ref(node.inputs["B"]),
+        "CUDNN_ATTR_OPERATION_MATMUL_CDESC": lw.ref(node.outputs["C"]),
         "CUDNN_ATTR_OPERATION_MATMUL_DESC": Ref(f"matmul_{i}"),
     })
 
 
-def _lower_pointwise(graph, node, i, ref, axis_shift):
+@lowers("pointwise")
+def _lower_pointwise(lw, node, i):
     extra = node.schema.extra
     mode_name = extra["mode"][len("CUDNN_POINTWISE_"):]
     mode = pointwise_mode[mode_name]
-    compute = _compute_type(graph, node)
+    compute = lw.compute_type(node)
     desc = {"CUDNN_ATTR_POINTWISE_MODE": mode, "CUDNN_ATTR_POINTWISE_MATH_PREC": compute}
     if mode in (pointwise_mode.RELU_FWD, pointwise_mode.RELU_BWD):
         # cuDNN's clip defaults, spelled out as cudnn-frontend does (the upper clip within FLOAT's range).
@@ -325,12 +453,12 @@ def _lower_pointwise(graph, node, i, ref, axis_shift):
             continue
         if backend_attr == "CUDNN_ATTR_POINTWISE_AXIS":
             axis, rank = int(value), len(node.outputs["Y"].dim)
-            if axis_shift < 0 and axis < rank - 2:
+            if lw.axis_shift < 0 and axis < rank - 2:
                 raise GraphNotSupportedError(
                     f"node '{node.name}' ({node.op}): axis {axis} is a batch axis that folding merges away "
                     "(a matmul graph of rank > 3 has its batch axes folded into one)")
             # Padding prepends axes (shift > 0); folding merges the batch axes (shift < 0).
-            desc[backend_attr] = axis + axis_shift
+            desc[backend_attr] = axis + lw.axis_shift
         elif backend_attr == "CUDNN_ATTR_POINTWISE_RELU_UPPER_CLIP" and compute == DataType.FLOAT:
             desc[backend_attr] = min(float(value), _FLOAT32_MAX)
         else:
@@ -338,32 +466,38 @@ def _lower_pointwise(graph, node, i, ref, axis_shift):
     yield Step(f"pointwise_{i}", "CUDNN_BACKEND_POINTWISE_DESCRIPTOR", desc)
     op = {"CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR": Ref(f"pointwise_{i}")}
     for port, backend_attr in extra["operands"].items():
-        op[backend_attr] = ref(node.inputs[port])
+        op[backend_attr] = lw.ref(node.inputs[port])
     out = "CUDNN_ATTR_OPERATION_POINTWISE_DXDESC" if extra.get("kind") == "backward" \
         else "CUDNN_ATTR_OPERATION_POINTWISE_YDESC"
-    op[out] = ref(node.outputs["Y"])
+    op[out] = lw.ref(node.outputs["Y"])
     yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR", op)
 
 
-def _lower_reduction(graph, node, i, ref, axis_shift):
+@lowers("reduction")
+def _lower_reduction(lw, node, i):
     mode = node.params["mode"]
     yield Step(f"reduction_{i}", "CUDNN_BACKEND_REDUCTION_DESCRIPTOR", {
         "CUDNN_ATTR_REDUCTION_OPERATOR": reduction_mode[getattr(mode, "name", str(mode))],
-        "CUDNN_ATTR_REDUCTION_COMP_TYPE": _compute_type(graph, node),
+        "CUDNN_ATTR_REDUCTION_COMP_TYPE": lw.compute_type(node),
     })
     yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR", {
-        "CUDNN_ATTR_OPERATION_REDUCTION_XDESC": ref(node.inputs["input"]),
-        "CUDNN_ATTR_OPERATION_REDUCTION_YDESC": ref(node.outputs["Y"]),
+        "CUDNN_ATTR_OPERATION_REDUCTION_XDESC": lw.ref(node.inputs["input"]),
+        "CUDNN_ATTR_OPERATION_REDUCTION_YDESC": lw.ref(node.outputs["Y"]),
         "CUDNN_ATTR_OPERATION_REDUCTION_DESC": Ref(f"reduction_{i}"),
     })
 
 
-def lower_program(graph) -> Program:
+_OPERATION_PREFIX = "CUDNN_BACKEND_OPERATION_"   # OPERATIONGRAPH does not match: no "_" after OPERATION
+
+
+def lower_program(graph, version: Optional[int] = None) -> Program:
     """The descriptor program for ``graph`` (validated first when needed). Needs no cuDNN.
 
-    Raises GraphNotSupportedError, saying why, for what the lowering does not cover.
+    ``version`` is the loaded libcudnn's (ops newer than it are declined; lowerings that differ by
+    version follow it); None lowers for the newest this package knows. Raises
+    GraphNotSupportedError, saying why, for what the lowering does not cover.
     """
-    check_lowerable(graph)
+    check_lowerable(graph, version)
     if hasattr(graph, "_ensure_inferred"):
         graph._ensure_inferred()
     used = {}
@@ -371,6 +505,7 @@ def lower_program(graph) -> Program:
         for t in _tensors_of(node):
             used.setdefault(t.uid, t)
     ordered = [t for t in graph.tensors if t.uid in used]
+    ordered.sort(key=lambda t: t.ragged_offset is None)   # offsets first: their users reference them
     geometry, notes = _geometry(graph, ordered)
 
     steps, tensor_steps, constants = [], {}, []
@@ -391,26 +526,31 @@ def lower_program(graph) -> Program:
             attrs["CUDNN_ATTR_TENSOR_IS_BY_VALUE"] = True
             if t.value is not None:
                 constants.append((int(t.uid), DataType(dtype), t.value))
+        if t.ragged_offset is not None:
+            attrs["CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC"] = Ref(tensor_steps[t.ragged_offset.uid])
         name = f"tensor_{t.uid}"
         tensor_steps[t.uid] = name
         steps.append(Step(name, "CUDNN_BACKEND_TENSOR_DESCRIPTOR", attrs))
 
-    def ref(t):
-        return Ref(tensor_steps[t.uid])
-
     # GEN_INDEX's axis moves with the axes the padding prepends; folding would merge it away.
     shaped = [t for t in ordered if not t.is_pass_by_value]
     axis_shift = len(geometry[shaped[0].uid][0]) - len(shaped[0].dim) if shaped else 0
-    lowerers = {"matmul": _lower_matmul, "reduction": _lower_reduction}
+    lw = Lowering(graph, geometry, steps, tensor_steps, constants, axis_shift, version)
     operations = []
     for i, node in enumerate(graph.nodes):
-        steps.extend(lowerers.get(node.op, _lower_pointwise)(graph, node, i, ref, axis_shift))
-        operations.append(f"op_{i}")
+        for step in _lowerer(node).fn(lw, node, i):
+            steps.append(step)
+            if step.kind.startswith(_OPERATION_PREFIX):
+                operations.append(step.name)
     steps.append(Step("operation_graph", "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR", {
         "CUDNN_ATTR_OPERATIONGRAPH_OPS": tuple(Ref(name) for name in operations),
         "CUDNN_ATTR_OPERATIONGRAPH_HANDLE": HANDLE,
     }))
     return Program(steps, tensor_steps, geometry, operations, constants, notes=notes)
+
+
+# The op families in their own modules register themselves on import (they import this module).
+from . import _lower_conv, _lower_norm, _lower_layout, _lower_sdpa  # noqa: E402,F401
 
 
 # ---- materializing ------------------------------------------------------------------------------------

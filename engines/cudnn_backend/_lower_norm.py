@@ -1,0 +1,4 @@
+"""Normalizations and genstats lowered to backend descriptors."""
+from __future__ import annotations
+
+from .lowering import Ref, Step, lowers  # noqa: F401
