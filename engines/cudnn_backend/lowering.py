@@ -166,6 +166,9 @@ class Program:
     constants: list             # (uid, DataType, value) of pass-by-value scalars the graph fixed
     op_graph: str = "operation_graph"
     notes: list = field(default_factory=list)   # what the lowering changed (padding, folding)
+    # (view uid, source uid, byte offset): the view is fed the source's pointer plus the offset at
+    # execute (a slice of a graph input, where the backend has no slice operation).
+    aliases: list = field(default_factory=list)
 
     def __iter__(self) -> Iterator:
         return iter([(s.kind, s.attrs) for s in self.steps])
@@ -367,6 +370,7 @@ class Lowering:
         self.constants = constants        # (uid, DataType, value) the plan passes by value
         self.axis_shift = axis_shift      # rank pushed to cuDNN minus the graph's rank
         self.version = version            # the loaded libcudnn's version; None when lowering offline
+        self.aliases = []                 # (view uid, source uid, byte offset), see Program.aliases
         self._next_uid = max([int(u) for u in tensor_steps] + [0]) + 1
 
     def ref(self, t) -> Ref:
@@ -403,6 +407,11 @@ class Lowering:
         strides = tuple(strides) if strides is not None else _row_major(dims)
         uid, step = self._tensor(dims, strides, dtype, CUDNN_ATTR_TENSOR_IS_VIRTUAL=True)
         return Ref(step.name), step
+
+    def alias(self, view, source, byte_offset: int) -> None:
+        """Feed graph tensor ``view`` at execute with ``source``'s pointer plus ``byte_offset`` (the
+        caller passes no buffer for ``view``; ``source`` must be a graph input or output)."""
+        self.aliases.append((int(view.uid), int(source.uid), int(byte_offset)))
 
     def constant(self, value, dtype=DataType.FLOAT, rank: Optional[int] = None) -> tuple:
         """A new pass-by-value scalar the plan supplies at every execute: ``(Ref, Step)``."""
@@ -546,7 +555,7 @@ def lower_program(graph, version: Optional[int] = None) -> Program:
         "CUDNN_ATTR_OPERATIONGRAPH_OPS": tuple(Ref(name) for name in operations),
         "CUDNN_ATTR_OPERATIONGRAPH_HANDLE": HANDLE,
     }))
-    return Program(steps, tensor_steps, geometry, operations, constants, notes=notes)
+    return Program(steps, tensor_steps, geometry, operations, constants, notes=notes, aliases=lw.aliases)
 
 
 # The op families in their own modules register themselves on import (they import this module).
