@@ -377,6 +377,11 @@ class Lowering:
         """The descriptor of graph tensor ``t``."""
         return Ref(self.tensor_steps[t.uid])
 
+    def tensor_step(self, t) -> Step:
+        """The descriptor step of graph tensor ``t`` (a lowerer may adjust its attributes)."""
+        name = self.tensor_steps[t.uid]
+        return next(s for s in self.steps if s.name == name)
+
     def dims(self, t) -> tuple:
         return self.geometry[t.uid][0]
 
