@@ -646,6 +646,26 @@ print(json.dumps({"scalar": scalar.ctypes.data, "given": given.ctypes.data, "cac
     assert "tensor 'x' (uid 3)" in out["errors"]["misaligned"][1]
 
 
+def test_aliased_view_is_fed_the_source_pointer_plus_its_offset(recording_libcudnn):
+    lib, folder = recording_libcudnn
+    log = folder / "alias.log"
+    out = run_python(EXECUTE_PROLOGUE + """
+aliased = _backend.PlanRunner(plan, 0, 0, "sliced", [], aliases=[(9, 3, 96)])
+aliased.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000)
+errors = {}
+orphan = _backend.PlanRunner(plan, 0, 0, "orphan", [], aliases=[(9, 11, 0)])
+try:
+    orphan.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000)
+except Exception as e:
+    errors["missing"] = [type(e).__name__, str(e)]
+print(json.dumps({"errors": errors}))
+""", env={"CUDNN_GRAPH_LIBCUDNN": lib, "FAKE_CUDNN_LOG": str(log)})
+    executes = [r for r in _read_log(log) if r[0] == "execute"]
+    assert executes[0][3:] == ["3=0x10000", "5=0x20000", "9=0x10060"]
+    assert out["errors"]["missing"][0] == "MissingTensorError"
+    assert "uid 11" in out["errors"]["missing"][1] and "uid 9" in out["errors"]["missing"][1]
+
+
 def test_threads_see_only_their_own_pointers(recording_libcudnn):
     lib, folder = recording_libcudnn
     log = folder / "threads.log"

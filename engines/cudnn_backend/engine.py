@@ -211,7 +211,8 @@ class _Lowered:
             workspace = descriptor.get_int64("CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE")
         except CudnnStatusError as exc:
             raise GraphNotSupportedError(f"cuDNN could not build {plan.label}: {exc}") from exc
-        runner = _backend.PlanRunner(descriptor, workspace, self.device, plan.label, self.constants, self)
+        runner = _backend.PlanRunner(descriptor, workspace, self.device, plan.label, self.constants, self,
+                                     aliases=self.program.aliases)
         with self.lock:
             return self.runners.setdefault(key, runner)
 

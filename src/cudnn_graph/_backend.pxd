@@ -9,6 +9,7 @@ cdef enum:
     VARIANT_PACK_CACHE_ENTRIES = 4      # finalized variant packs kept per thread (content-keyed)
     VARIANT_PACK_CACHE_OPERANDS = 32    # larger packs are built per call and never cached
     PLAN_MAX_CONSTANTS = 16             # pass-by-value scalars a plan can supply itself
+    PLAN_MAX_ALIASES = 16               # views a plan feeds from another operand's pointer
 
 
 cdef class Descriptor:
@@ -70,6 +71,10 @@ cdef class PlanRunner:
     cdef int64_t _constant_uids[PLAN_MAX_CONSTANTS]
     cdef void* _constant_ptrs[PLAN_MAX_CONSTANTS]
     cdef object _constant_storage       # host arrays behind _constant_ptrs
+    cdef int _n_aliases
+    cdef int64_t _alias_views[PLAN_MAX_ALIASES]     # uid cuDNN reads ...
+    cdef int64_t _alias_sources[PLAN_MAX_ALIASES]   # ... at this pack operand's pointer ...
+    cdef int64_t _alias_offsets[PLAN_MAX_ALIASES]   # ... plus this many bytes
     cdef dict _workspaces               # stream handle -> DeviceAllocation
     cdef object _workspace_lock
     cdef object _checked_layout         # the PackLayout _device_operand was computed for

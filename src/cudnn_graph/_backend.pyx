@@ -47,7 +47,7 @@ cdef extern from "<time.h>" nogil:
     int CLOCK_MONOTONIC
 
 
-from cudnn_graph.errors import WorkspaceError, StreamDeviceError
+from cudnn_graph.errors import MissingTensorError, StreamDeviceError, WorkspaceError
 
 
 cdef bint _finalizing = False          # interpreter exit: leave descriptors and handles to the OS
@@ -854,16 +854,19 @@ cdef class PlanRunner:
     ``execute(graph, pack, ctx)`` is the CompiledPlan contract (the engine binds it as the compiled
     plan's ``execute``); ``run(pack, handle=, stream=, workspace=)`` is the same without a graph.
     ``constants`` are ``(uid, host array)`` pairs of pass-by-value scalars whose value the graph
-    fixed: the plan supplies them when the pack lacks them.
+    fixed: the plan supplies them when the pack lacks them. ``aliases`` are ``(view uid, source uid,
+    byte offset)``: cuDNN reads the view at the source operand's pointer plus the offset (a slice of
+    a graph input on a cuDNN without a slice operation).
     """
 
     def __cinit__(self):
         self._device_operand = NULL
         self._n_specs = -1
         self._n_constants = 0
+        self._n_aliases = 0
 
     def __init__(self, Descriptor plan, int64_t workspace_size, int device=0, str name="",
-                 constants=(), keepalive=None):
+                 constants=(), keepalive=None, aliases=()):
         if not plan.finalized:
             raise ValueError("PlanRunner needs a finalized execution plan")
         self._plan = plan
@@ -884,6 +887,14 @@ cdef class PlanRunner:
             storage.append(array)
         self._constant_storage = storage
         self._n_constants = len(constants)
+        aliases = list(aliases)
+        if len(aliases) > PLAN_MAX_ALIASES:
+            raise ValueError(f"a plan feeds at most {PLAN_MAX_ALIASES} views from other operands")
+        for i, (view, source, offset) in enumerate(aliases):
+            self._alias_views[i] = view
+            self._alias_sources[i] = source
+            self._alias_offsets[i] = offset
+        self._n_aliases = len(aliases)
 
     def __dealloc__(self):
         free(self._device_operand)
@@ -937,15 +948,23 @@ cdef class PlanRunner:
         self._check_alignment(pack)
 
         # Scalars the graph fixed and the caller did not pass: the plan supplies them.
-        cdef int64_t extra_uids[PLAN_MAX_CONSTANTS]
-        cdef void* extra_ptrs[PLAN_MAX_CONSTANTS]
-        cdef int n_extra = 0, i
+        cdef int64_t extra_uids[PLAN_MAX_CONSTANTS + PLAN_MAX_ALIASES]
+        cdef void* extra_ptrs[PLAN_MAX_CONSTANTS + PLAN_MAX_ALIASES]
+        cdef int n_extra = 0, i, at
         if self._n_constants and pack._n != self._n_specs:
             for i in range(self._n_constants):
-                if not _has_uid(pack, self._constant_uids[i]):
+                if _uid_index(pack, self._constant_uids[i]) < 0:
                     extra_uids[n_extra] = self._constant_uids[i]
                     extra_ptrs[n_extra] = self._constant_ptrs[i]
                     n_extra += 1
+        for i in range(self._n_aliases):
+            at = _uid_index(pack, self._alias_sources[i])
+            if at < 0:
+                raise MissingTensorError(f"{self.name}: the pack has no operand with uid "
+                                         f"{self._alias_sources[i]}, which uid {self._alias_views[i]} is a view of")
+            extra_uids[n_extra] = self._alias_views[i]
+            extra_ptrs[n_extra] = <void*>(<char*>pack._ptrs[at] + self._alias_offsets[i])
+            n_extra += 1
         # cuDNN launches on the current context: make it this plan's device (a cheap compare when it is).
         cdef bint pushed = False
         enter_device(self.device, &pushed)
@@ -1031,18 +1050,18 @@ cdef class PlanRunner:
         return f"PlanRunner({self.name or 'plan'}, workspace={self.workspace_size}, device={self.device})"
 
 
-cdef inline bint _has_uid(VariantPack pack, int64_t uid) noexcept:
-    # The pack's uids are sorted: binary search.
+cdef inline int _uid_index(VariantPack pack, int64_t uid) noexcept:
+    # The pack's uids are sorted: binary search; -1 when absent.
     cdef int lo = 0, hi = pack._n - 1, mid
     while lo <= hi:
         mid = (lo + hi) >> 1
         if pack._uids[mid] == uid:
-            return True
+            return mid
         if pack._uids[mid] < uid:
             lo = mid + 1
         else:
             hi = mid - 1
-    return False
+    return -1
 
 
 # ---- measurement --------------------------------------------------------------------------------------
