@@ -622,7 +622,8 @@ def test_layer_norms_forward_with_cupy(io, op):
     host = _layer_inputs(rng, io)
     _check(layer_graph, host, {"Y", "inv_variance"} | ({"mean"} if op == "layernorm" else set()), "cupy",
            io=io, op=op)
-    _check(layer_graph, host, {"Y"}, "cupy", io=io, op=op, phase=INFERENCE)
+    if io == F.HALF:   # the inference phase once: a separate graph build per case costs time
+        _check(layer_graph, host, {"Y"}, "cupy", io=io, op=op, phase=INFERENCE)
 
 
 @pytest.mark.gpu
@@ -685,7 +686,8 @@ def test_adalayernorm_forward_and_backward(io, producer):
     rng = np.random.default_rng(6)
     host = _ada_inputs(rng, io)
     _check(ada_graph, host, {"Y", "mean", "inv_variance"}, producer, io=io)
-    _check(ada_graph, host, {"Y"}, producer, io=io, phase=INFERENCE)
+    if io == F.HALF:
+        _check(ada_graph, host, {"Y"}, producer, io=io, phase=INFERENCE)
     x = np.asarray(host["X"], np.float32)
     mean, inv = _stats(x, (2,))
     bwd = {"X": host["X"], "DY": _dense(rng, x.shape, io), "scale": host["scale"], "mean": mean, "inv_variance": inv}
@@ -762,7 +764,8 @@ def test_instancenorm_forward_and_backward(io, producer, layout):
     make = _maker(producer, layout)
     host = _instance_inputs(rng, io, dims, make)
     _check(instancenorm_graph, host, {"Y", "mean", "inv_variance"}, producer, io=io, layout=layout)
-    _check(instancenorm_graph, host, {"Y"}, producer, io=io, phase=INFERENCE, layout=layout)
+    if io == F.HALF:
+        _check(instancenorm_graph, host, {"Y"}, producer, io=io, phase=INFERENCE, layout=layout)
     x = np.asarray(host["X"], np.float32)
     mean, inv = _stats(x, (2, 3))
     bwd = {"X": host["X"], "DY": make(rng, dims, io), "scale": host["scale"],
