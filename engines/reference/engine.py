@@ -9,12 +9,14 @@ from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
 from ..ids import REFERENCE
 from ...data_type import DataType
 from ...errors import GraphNotSupportedError
-from . import _kernels_basic, _kernels_conv, _kernels_linear_attention, _kernels_norm, _kernels_sdpa
+from . import (_kernels_basic, _kernels_conv, _kernels_linear_attention, _kernels_norm, _kernels_sampling,
+               _kernels_sdpa)
 
 logger = logging.getLogger(__name__)
 
 KERNELS: dict = {}
-for _module in (_kernels_basic, _kernels_conv, _kernels_norm, _kernels_sdpa, _kernels_linear_attention):
+for _module in (_kernels_basic, _kernels_conv, _kernels_norm, _kernels_sdpa, _kernels_linear_attention,
+                _kernels_sampling):
     KERNELS.update(_module.KERNELS)
 
 # Features a kernel cannot run, checked when plans are proposed (a decline), not when they execute:

@@ -1,0 +1,652 @@
+"""sdpa / sdpa_backward on the cuDNN backend.
+
+CPU: the lowered programs (the composite node sequence cudnn-frontend builds for cuDNN's fused attention
+engines, the native SDPA operations, the choice between them) and the declines. GPU (marked ``gpu``):
+results against the reference engine, forward and backward, bf16 and fp16, head dims 64 and 128, from
+CuPy and JAX.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import cudnn_graph as cudnn
+from cudnn_graph.data_type import DataType
+from cudnn_graph.enums import pointwise_mode as PW, reduction_mode as RED
+from cudnn_graph.errors import GraphNotSupportedError
+from cudnn_graph.engines.cudnn_backend import Ref, lower_program
+from cudnn_graph.engines.cudnn_backend import _lower_sdpa
+from cudnn_graph.engines.cudnn_backend.lowering import ATTRIBUTE_TYPES, Lowering
+from cudnn_graph.ops._sdpa import AttentionImplementation
+
+F = cudnn.data_type
+OP_KINDS = ("OPERATION_MATMUL", "OPERATION_POINTWISE", "OPERATION_REDUCTION", "OPERATION_RESHAPE",
+            "OPERATION_RNG", "OPERATION_PAGED_CACHE_LOAD", "OPERATION_SDPA_FWD", "OPERATION_SDPA_BWD")
+
+
+# ---- graph builders shared by the CPU and GPU tests ----------------------------------------------------
+
+def _dense(dims):
+    out, acc = [], 1
+    for d in reversed(dims):
+        out.insert(0, acc)
+        acc *= d
+    return out
+
+
+def fwd_graph(device, io=F.BFLOAT16, *, b=2, h_q=4, h_k=None, s_q=128, s_kv=None, d=64, stats=True,
+              padding=False, bias=False, custom_dropout=False, philox=None, rng_dump=False, **sdpa_kw):
+    """O (and Stats) of sdpa(q, k, v) in ``io``; FLOAT intermediates and compute."""
+    h_k = h_k or h_q
+    s_kv = s_kv or s_q
+    g = cudnn.pygraph(io_data_type=io, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                      device=device, name="sdpa")
+    t = {}
+    for name, dims in (("q", (b, h_q, s_q, d)), ("k", (b, h_k, s_kv, d)), ("v", (b, h_k, s_kv, d))):
+        t[name] = g.tensor(name=name, dim=list(dims), stride=_dense(dims), data_type=io)
+    kw = dict(sdpa_kw)
+    if padding:
+        for name in ("seq_len_q", "seq_len_kv"):
+            t[name] = g.tensor(name=name, dim=[b, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT32)
+        kw.update(use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"])
+    if bias:
+        t["bias"] = g.tensor(name="bias", dim=[1, h_q, s_q, s_kv], stride=_dense((1, h_q, s_q, s_kv)),
+                             data_type=io)
+        kw["bias"] = t["bias"]
+    if custom_dropout:
+        t["mask"] = g.tensor(name="mask", dim=[b, h_q, s_q, s_kv], stride=_dense((b, h_q, s_q, s_kv)), data_type=io)
+        t["scale"] = g.tensor(name="scale", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.FLOAT)
+        kw["dropout"] = (t["mask"], t["scale"])
+    if philox is not None:
+        t["seed"] = g.tensor(name="seed", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT64)
+        t["offset"] = g.tensor(name="offset", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT64)
+        kw["dropout"] = (philox, t["seed"], t["offset"])
+        if rng_dump:
+            kw["rng_dump"] = True
+    o, st = g.sdpa(t["q"], t["k"], t["v"], generate_stats=stats, attn_scale=1.0 / math.sqrt(d), name="attn", **kw)
+    o.set_output(True).set_name("O")
+    t["O"] = o
+    if stats:
+        st.set_output(True).set_name("Stats")
+        t["Stats"] = st
+    if rng_dump:
+        t["rng_dump"] = g.nodes[-1].outputs["rng_dump"].set_output(True).set_name("rng_dump")
+    g.validate()
+    return g, t
+
+
+def bwd_graph(device, io=F.BFLOAT16, *, b=2, h_q=4, h_k=None, s_q=128, s_kv=None, d=64, padding=False,
+              bias=False, **sdpa_kw):
+    """dQ, dK, dV of sdpa_backward(q, k, v, o, dO, stats) in ``io``."""
+    h_k = h_k or h_q
+    s_kv = s_kv or s_q
+    g = cudnn.pygraph(io_data_type=io, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                      device=device, name="sdpa_bwd")
+    t = {}
+    for name, dims in (("q", (b, h_q, s_q, d)), ("k", (b, h_k, s_kv, d)), ("v", (b, h_k, s_kv, d)),
+                       ("o", (b, h_q, s_q, d)), ("dO", (b, h_q, s_q, d))):
+        t[name] = g.tensor(name=name, dim=list(dims), stride=_dense(dims), data_type=io)
+    t["stats"] = g.tensor(name="stats", dim=[b, h_q, s_q, 1], stride=_dense((b, h_q, s_q, 1)), data_type=F.FLOAT)
+    kw = dict(sdpa_kw)
+    if padding:
+        for name in ("seq_len_q", "seq_len_kv"):
+            t[name] = g.tensor(name=name, dim=[b, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT32)
+        kw.update(use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"])
+    if bias:
+        t["bias"] = g.tensor(name="bias", dim=[1, h_q, s_q, s_kv], stride=_dense((1, h_q, s_q, s_kv)),
+                             data_type=io)
+        kw["bias"] = t["bias"]
+    dq, dk, dv = g.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["dO"], t["stats"],
+                                 attn_scale=1.0 / math.sqrt(d), name="attn_bwd", **kw)
+    for name, x in (("dQ", dq), ("dK", dk), ("dV", dv)):
+        x.set_output(True).set_name(name)
+        t[name] = x
+    g.validate()
+    return g, t
+
+
+def ops_of(program):
+    """(kind, mode) of every operation, in graph order: mode is the pointwise / reduction mode."""
+    by_name = {s.name: s for s in program.steps}
+    out = []
+    for name in program.operations:
+        step = by_name[name]
+        kind = step.kind[len("CUDNN_BACKEND_"):-len("_DESCRIPTOR")]
+        mode = None
+        for attr in ("CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR", "CUDNN_ATTR_OPERATION_REDUCTION_DESC"):
+            if attr in step.attrs:
+                desc = by_name[step.attrs[attr].name].attrs
+                mode = desc.get("CUDNN_ATTR_POINTWISE_MODE", desc.get("CUDNN_ATTR_REDUCTION_OPERATOR"))
+        out.append((kind, mode))
+    return out
+
+
+def tensor_attrs(program, ref):
+    return program.step(ref.name).attrs
+
+
+@pytest.fixture
+def native_names(monkeypatch):
+    """Lower as if the compiled _backend named every SDPA attribute."""
+    monkeypatch.setattr(_lower_sdpa, "_KNOWN", None)
+
+
+@pytest.fixture
+def scratch(monkeypatch):
+    """A stand-in for Lowering.scratch (plan-owned device tensors): a non-virtual tensor, fill recorded."""
+    made = []
+
+    def fake(self, dims, strides, dtype, fill=None):
+        uid, step = self._tensor(dims, strides, dtype, CUDNN_ATTR_TENSOR_IS_VIRTUAL=False)
+        made.append((uid, tuple(dims), DataType(dtype), fill))
+        return Ref(step.name), step
+
+    monkeypatch.setattr(Lowering, "scratch", fake, raising=False)
+    return made
+
+
+# ---- CPU: the composite forward --------------------------------------------------------------------------
+
+SOFTMAX = [("OPERATION_REDUCTION", RED.MAX), ("OPERATION_POINTWISE", PW.SUB), ("OPERATION_POINTWISE", PW.EXP),
+           ("OPERATION_REDUCTION", RED.ADD), ("OPERATION_POINTWISE", PW.LOG), ("OPERATION_POINTWISE", PW.ADD),
+           ("OPERATION_POINTWISE", PW.DIV)]
+CAUSAL = [("OPERATION_POINTWISE", PW.GEN_INDEX), ("OPERATION_POINTWISE", PW.GEN_INDEX),
+          ("OPERATION_POINTWISE", PW.CMP_GE), ("OPERATION_POINTWISE", PW.BINARY_SELECT)]
+BMM1 = [("OPERATION_MATMUL", None), ("OPERATION_POINTWISE", PW.MUL)]
+BMM2 = [("OPERATION_MATMUL", None)]
+
+
+def test_causal_forward_is_the_frontends_composite_sequence():
+    g, t = fwd_graph("cuda", use_causal_mask=True)
+    program = lower_program(g)
+    assert ops_of(program) == BMM1 + CAUSAL + SOFTMAX + BMM2
+    by = {s.name: s for s in program.steps}
+    ops = [by[n] for n in program.operations]
+    # bmm1 = Q @ K^T: K is described transposed (dims and strides of its last two axes swapped)
+    bmm1 = ops[0].attrs
+    assert bmm1["CUDNN_ATTR_OPERATION_MATMUL_ADESC"] == Ref(f"tensor_{t['q'].uid}")
+    assert bmm1["CUDNN_ATTR_OPERATION_MATMUL_BDESC"] == Ref(f"tensor_{t['k'].uid}")
+    k = tensor_attrs(program, bmm1["CUDNN_ATTR_OPERATION_MATMUL_BDESC"])
+    assert k["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 4, 64, 128)
+    assert k["CUDNN_ATTR_TENSOR_STRIDES"] == (32768, 8192, 1, 64)
+    assert "CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC" not in bmm1
+    scores = tensor_attrs(program, bmm1["CUDNN_ATTR_OPERATION_MATMUL_CDESC"])
+    assert scores["CUDNN_ATTR_TENSOR_IS_VIRTUAL"] is True
+    assert scores["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 4, 128, 128)
+    assert scores["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.FLOAT
+    # the attention scale is the by-value scalar the graph made for the Python float
+    scale = ops[1].attrs["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"]
+    assert (int(scale.name.split("_")[1]), DataType.FLOAT, 0.125) in program.constants
+    # GEN_INDEX rows (axis 2) and columns (axis 3) as INT32; row >= col keeps; -inf elsewhere
+    gen = [by[op.attrs["CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR"].name].attrs for op in ops[2:4]]
+    assert [x["CUDNN_ATTR_POINTWISE_AXIS"] for x in gen] == [2, 3]
+    row = tensor_attrs(program, ops[2].attrs["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"])
+    assert row["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.INT32
+    cmp = ops[4].attrs
+    assert cmp["CUDNN_ATTR_OPERATION_POINTWISE_XDESC"] == ops[2].attrs["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"]
+    assert cmp["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"] == ops[3].attrs["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"]
+    assert tensor_attrs(program, cmp["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"])["CUDNN_ATTR_TENSOR_DATA_TYPE"] \
+        == DataType.BOOLEAN
+    select = ops[5].attrs
+    assert select["CUDNN_ATTR_OPERATION_POINTWISE_TDESC"] == cmp["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"]
+    neg = select["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"]
+    assert (int(neg.name.split("_")[1]), DataType.FLOAT, float("-inf")) in program.constants
+    # Stats = max + log(sum) lands in the graph's Stats; P is cast to the io type for bmm2
+    assert ops[11].attrs["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"] == Ref(f"tensor_{t['Stats'].uid}")
+    p = tensor_attrs(program, ops[12].attrs["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"])
+    assert p["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.BFLOAT16 and p["CUDNN_ATTR_TENSOR_IS_VIRTUAL"]
+    bmm2 = ops[13].attrs
+    assert bmm2["CUDNN_ATTR_OPERATION_MATMUL_BDESC"] == Ref(f"tensor_{t['v'].uid}")
+    assert bmm2["CUDNN_ATTR_OPERATION_MATMUL_CDESC"] == Ref(f"tensor_{t['O'].uid}")
+    # row statistics are (b, h, s_q, 1) FLOAT
+    row_max = tensor_attrs(program, ops[6].attrs["CUDNN_ATTR_OPERATION_REDUCTION_YDESC"])
+    assert row_max["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 4, 128, 1)
+    for step in program.steps:
+        assert all(attr in ATTRIBUTE_TYPES for attr in step.attrs), step.name
+
+
+def test_inference_forward_still_writes_virtual_stats():
+    g, t = fwd_graph("cuda", stats=False, implementation=AttentionImplementation.COMPOSITE)
+    program = lower_program(g)
+    assert ops_of(program) == BMM1 + SOFTMAX + BMM2
+    add = program.step(program.operations[7]).attrs
+    assert tensor_attrs(program, add["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"])["CUDNN_ATTR_TENSOR_IS_VIRTUAL"]
+
+
+def test_bottom_right_causal_shifts_rows_by_the_length_difference():
+    g, t = fwd_graph("cuda", s_q=64, s_kv=128, use_causal_mask_bottom_right=True)
+    program = lower_program(g)
+    band = ops_of(program)[2:8]
+    assert band == [("OPERATION_POINTWISE", PW.GEN_INDEX), ("OPERATION_POINTWISE", PW.GEN_INDEX),
+                    ("OPERATION_POINTWISE", PW.ADD), ("OPERATION_POINTWISE", PW.SUB),
+                    ("OPERATION_POINTWISE", PW.CMP_GE), ("OPERATION_POINTWISE", PW.BINARY_SELECT)]
+    consts = [value for _, dtype, value in program.constants if dtype == DataType.INT32]
+    assert consts == [128, 64]     # row + s_kv - s_q
+
+
+def test_sliding_window_adds_a_left_bound_after_the_causal_bound():
+    g, t = fwd_graph("cuda", diagonal_band_right_bound=0, diagonal_band_left_bound=16)
+    program = lower_program(g)
+    band = ops_of(program)[2:11]
+    assert band == CAUSAL + [("OPERATION_POINTWISE", PW.GEN_INDEX), ("OPERATION_POINTWISE", PW.GEN_INDEX),
+                             ("OPERATION_POINTWISE", PW.ADD), ("OPERATION_POINTWISE", PW.CMP_GT),
+                             ("OPERATION_POINTWISE", PW.BINARY_SELECT)]
+    assert (DataType.FLOAT, 16.0) in [(dt, v) for _, dt, v in program.constants]   # col + left > row
+
+
+def test_padding_mask_compares_indices_with_the_sequence_lengths_and_overrides_the_gemms():
+    g, t = fwd_graph("cuda", padding=True, use_causal_mask=True)
+    program = lower_program(g)
+    kinds = ops_of(program)
+    assert kinds[2:8] == [("OPERATION_POINTWISE", PW.GEN_INDEX), ("OPERATION_POINTWISE", PW.GEN_INDEX),
+                          ("OPERATION_POINTWISE", PW.CMP_LT), ("OPERATION_POINTWISE", PW.CMP_LT),
+                          ("OPERATION_POINTWISE", PW.LOGICAL_AND), ("OPERATION_POINTWISE", PW.BINARY_SELECT)]
+    assert kinds[8:12] == CAUSAL
+    ops = [program.step(n).attrs for n in program.operations]
+    assert ops[4]["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"] == Ref(f"tensor_{t['seq_len_q'].uid}")
+    assert ops[5]["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"] == Ref(f"tensor_{t['seq_len_kv'].uid}")
+    bmm1, bmm2 = ops[0], ops[-1]
+    assert bmm1["CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC"] == Ref(f"tensor_{t['seq_len_q'].uid}")
+    assert bmm1["CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC"] == Ref(f"tensor_{t['seq_len_kv'].uid}")
+    assert bmm2["CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC"] == Ref(f"tensor_{t['seq_len_q'].uid}")
+    assert bmm2["CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC"] == Ref(f"tensor_{t['seq_len_kv'].uid}")
+
+
+def test_bias_is_added_after_the_scale_and_gqa_keeps_the_key_heads():
+    g, t = fwd_graph("cuda", bias=True, h_q=8, h_k=2, use_causal_mask=True)
+    program = lower_program(g)
+    assert ops_of(program)[:3] == BMM1 + [("OPERATION_POINTWISE", PW.ADD)]
+    add = program.step(program.operations[2]).attrs
+    assert add["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"] == Ref(f"tensor_{t['bias'].uid}")
+    k = tensor_attrs(program, Ref(f"tensor_{t['k'].uid}"))
+    assert k["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 2, 64, 128)
+
+
+def test_custom_dropout_scales_then_masks_before_bmm2():
+    g, t = fwd_graph("cuda", custom_dropout=True)
+    program = lower_program(g)
+    assert ops_of(program)[-4:] == [("OPERATION_POINTWISE", PW.DIV), ("OPERATION_POINTWISE", PW.MUL),
+                                    ("OPERATION_POINTWISE", PW.MUL), ("OPERATION_MATMUL", None)]
+    ops = [program.step(n).attrs for n in program.operations]
+    assert ops[-3]["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"] == Ref(f"tensor_{t['scale'].uid}")
+    assert ops[-2]["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"] == Ref(f"tensor_{t['mask'].uid}")
+    div_out = tensor_attrs(program, ops[-4]["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"])
+    assert div_out["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.FLOAT
+    masked = tensor_attrs(program, ops[-2]["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"])
+    assert masked["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.BFLOAT16
+
+
+def test_philox_dropout_draws_a_bernoulli_keep_mask(native_names):
+    g, t = fwd_graph("cuda", philox=0.25)
+    program = lower_program(g)
+    assert ops_of(program)[-5:] == [("OPERATION_POINTWISE", PW.DIV), ("OPERATION_RNG", None),
+                                    ("OPERATION_POINTWISE", PW.MUL), ("OPERATION_POINTWISE", PW.MUL),
+                                    ("OPERATION_MATMUL", None)]
+    (rng,) = program.of_kind("RNG")
+    assert rng == {"CUDNN_ATTR_RNG_DISTRIBUTION": 0, "CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY": 0.75}
+    (op,) = program.of_kind("OPERATION_RNG")
+    assert op["CUDNN_ATTR_OPERATION_RNG_SEED"] == Ref(f"tensor_{t['seed'].uid}")
+    assert op["CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC"] == Ref(f"tensor_{t['offset'].uid}")
+    assert any(dt == DataType.FLOAT and v == pytest.approx(1 / 0.75) for _, dt, v in program.constants)
+
+
+def test_sink_token_joins_the_max_and_the_denominator():
+    g = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                      device="cuda")
+    q = g.tensor(name="q", dim=[1, 2, 64, 64], stride=_dense((1, 2, 64, 64)))
+    sink = g.tensor(name="sink", dim=[1, 2, 1, 1], stride=[2, 1, 1, 1], data_type=F.FLOAT)
+    o, st = g.sdpa(q, q, q, generate_stats=True, sink_token=sink)
+    o.set_output(True)
+    st.set_output(True)
+    g.validate()
+    with pytest.raises(GraphNotSupportedError):   # q feeds K (transposed) and V (as laid out)
+        lower_program(g)
+    k = g.tensor(name="k", dim=[1, 2, 64, 64], stride=_dense((1, 2, 64, 64)))
+    g2 = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                       device="cuda")
+    q, k, v = (g2.tensor(name=n, dim=[1, 2, 64, 64], stride=_dense((1, 2, 64, 64))) for n in "qkv")
+    sink = g2.tensor(name="sink", dim=[1, 2, 1, 1], stride=[2, 1, 1, 1], data_type=F.FLOAT)
+    o, st = g2.sdpa(q, k, v, generate_stats=True, sink_token=sink)
+    o.set_output(True)
+    st.set_output(True)
+    g2.validate()
+    kinds = ops_of(lower_program(g2))
+    assert kinds[1:10] == [("OPERATION_REDUCTION", RED.MAX), ("OPERATION_POINTWISE", PW.MAX),
+                           ("OPERATION_POINTWISE", PW.SUB), ("OPERATION_POINTWISE", PW.EXP),
+                           ("OPERATION_POINTWISE", PW.SUB), ("OPERATION_POINTWISE", PW.EXP),
+                           ("OPERATION_REDUCTION", RED.ADD), ("OPERATION_POINTWISE", PW.ADD),
+                           ("OPERATION_POINTWISE", PW.LOG)]
+
+
+def test_alibi_reads_slopes_from_a_plan_owned_tensor(scratch):
+    g, t = fwd_graph("cuda", h_q=4, use_causal_mask=True, use_alibi_mask=True)
+    program = lower_program(g)
+    assert ops_of(program)[2:7] == [("OPERATION_POINTWISE", PW.GEN_INDEX), ("OPERATION_POINTWISE", PW.GEN_INDEX),
+                                    ("OPERATION_POINTWISE", PW.SUB), ("OPERATION_POINTWISE", PW.MUL),
+                                    ("OPERATION_POINTWISE", PW.ADD)]
+    ((uid, dims, dtype, fill),) = scratch
+    assert dims == (1, 4, 1, 1) and dtype == DataType.FLOAT
+    assert fill == pytest.approx((2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8))
+
+
+def test_alibi_without_plan_owned_tensors_is_declined():
+    if hasattr(Lowering, "scratch"):
+        pytest.skip("this build's lowering makes plan-owned tensors")
+    g, _ = fwd_graph("cuda", use_causal_mask=True, use_alibi_mask=True)
+    with pytest.raises(GraphNotSupportedError, match="Lowering.scratch"):
+        lower_program(g)
+
+
+# ---- CPU: native forward and the choice ----------------------------------------------------------------
+
+def test_auto_picks_the_native_forward_for_a_plain_graph(native_names):
+    g, t = fwd_graph("cuda", padding=True)
+    program = lower_program(g, version=91900)
+    assert ops_of(program) == [("OPERATION_SDPA_FWD", None)]
+    (op,) = program.of_kind("OPERATION_SDPA_FWD")
+    assert op == {
+        "CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC": Ref(f"tensor_{t['q'].uid}"),
+        "CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC": Ref(f"tensor_{t['k'].uid}"),
+        "CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC": Ref(f"tensor_{t['v'].uid}"),
+        "CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC": Ref(f"tensor_{t['O'].uid}"),
+        "CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC": Ref(f"tensor_{t['Stats'].uid}"),
+        "CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC": op["CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC"],
+        "CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC": Ref(f"tensor_{t['seq_len_q'].uid}"),
+        "CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC": Ref(f"tensor_{t['seq_len_kv'].uid}"),
+    }
+    k = tensor_attrs(program, Ref(f"tensor_{t['k'].uid}"))
+    assert k["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 4, 128, 64)    # the native op takes K as laid out
+
+
+def test_auto_falls_back_to_the_composite_where_the_native_op_lacks_a_feature(native_names):
+    g, _ = fwd_graph("cuda", use_causal_mask=True)
+    assert ("OPERATION_SDPA_FWD", None) not in ops_of(lower_program(g, version=91900))
+    g, _ = fwd_graph("cuda", padding=True)
+    assert ops_of(lower_program(g, version=91400))[0] == ("OPERATION_MATMUL", None)   # seq lens need 9.15
+
+
+def test_unified_declines_masks_and_old_versions_with_the_reason(native_names):
+    g, _ = fwd_graph("cuda", use_causal_mask=True, implementation=AttentionImplementation.UNIFIED)
+    with pytest.raises(GraphNotSupportedError, match="causal / sliding-window bounds"):
+        lower_program(g, version=91900)
+    g, _ = fwd_graph("cuda", implementation=AttentionImplementation.UNIFIED)
+    with pytest.raises(GraphNotSupportedError, match="needs cuDNN >= 9.13.1; loaded 9.12.0"):
+        lower_program(g, version=91200)
+
+
+def test_unified_declines_when_the_build_cannot_set_the_attributes(monkeypatch):
+    monkeypatch.setattr(_lower_sdpa, "_KNOWN", frozenset())
+    g, _ = fwd_graph("cuda", implementation=AttentionImplementation.UNIFIED)
+    with pytest.raises(GraphNotSupportedError, match="_backend cannot set CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC"):
+        lower_program(g, version=91900)
+    g, _ = fwd_graph("cuda")                      # AUTO still lowers: the composite
+    assert ops_of(lower_program(g, version=91900))[0] == ("OPERATION_MATMUL", None)
+
+
+def test_declines_name_the_node_and_the_reason():
+    g, _ = fwd_graph("cuda", io=F.FLOAT)
+    with pytest.raises(GraphNotSupportedError, match="node 'attn' .*HALF or BFLOAT16"):
+        lower_program(g)
+    g, _ = fwd_graph("cuda", s_q=128, s_kv=64, use_causal_mask_bottom_right=True)
+    with pytest.raises(GraphNotSupportedError, match="bottom-right causal mask needs s_q <= s_kv"):
+        lower_program(g)
+    g, _ = fwd_graph("cuda", use_causal_mask_bottom_right=True, bias=True)
+    with pytest.raises(GraphNotSupportedError, match="bottom-right causal mask does not combine"):
+        lower_program(g)
+
+
+def test_composite_declines_a_block_mask(native_names):
+    g = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                      device="cuda")
+    q, k, v = (g.tensor(name=n, dim=[1, 2, 128, 64], stride=_dense((1, 2, 128, 64))) for n in "qkv")
+    bm = g.tensor(name="bm", dim=[1, 2, 1, 1], stride=[2, 1, 1, 1], data_type=F.UINT8)
+    o, _ = g.sdpa(q, k, v, generate_stats=False, block_mask=bm, implementation=AttentionImplementation.COMPOSITE)
+    o.set_output(True)
+    g.validate()
+    with pytest.raises(GraphNotSupportedError, match="block mask runs only on the native"):
+        lower_program(g)
+
+
+# ---- CPU: backward ---------------------------------------------------------------------------------------
+
+def test_causal_backward_is_the_frontends_composite_sequence(scratch, native_names):
+    g, t = bwd_graph("cuda", use_causal_mask=True)
+    program = lower_program(g, version=91900)
+    P = "OPERATION_POINTWISE"
+    assert ops_of(program) == [
+        (P, PW.MUL), ("OPERATION_REDUCTION", RED.ADD), (P, PW.MUL),           # softmax_sum = rowsum(dO*O) * 1
+        ("OPERATION_MATMUL", None), (P, PW.MUL),                              # S = Q K^T * scale
+        (P, PW.SUB),                                                          # - stats
+        (P, PW.GEN_INDEX), (P, PW.GEN_INDEX), (P, PW.CMP_GE), (P, PW.BINARY_SELECT),
+        (P, PW.EXP),                                                          # P
+        ("OPERATION_RESHAPE", None), ("OPERATION_MATMUL", None),              # dV = P^T dO
+        ("OPERATION_MATMUL", None), (P, PW.SUB), (P, PW.MUL), (P, PW.MUL),    # dS = (dP - sum) P * scale
+        ("OPERATION_RESHAPE", None), ("OPERATION_MATMUL", None),              # dK = dS^T Q
+        ("OPERATION_RESHAPE", None), ("OPERATION_MATMUL", None), (P, PW.IDENTITY)]   # dQ via a FLOAT accumulator
+    ops = [program.step(n).attrs for n in program.operations]
+    softmax_sum, accum = scratch
+    assert softmax_sum[1:3] == ((2, 4, 128, 1), DataType.FLOAT)
+    assert accum[1:] == ((2, 4, 128, 64), DataType.FLOAT, None)
+    assert ops[2]["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"] == Ref(f"tensor_{softmax_sum[0]}")
+    assert ops[5]["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"] == Ref(f"tensor_{t['stats'].uid}")
+    # K and V are read transposed; K is reshaped back for dQ
+    for name in ("k", "v"):
+        assert tensor_attrs(program, Ref(f"tensor_{t[name].uid}"))["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 4, 64, 128)
+    k_back = tensor_attrs(program, ops[19]["CUDNN_ATTR_OPERATION_RESHAPE_YDESC"])
+    assert k_back["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 4, 128, 64)
+    assert k_back["CUDNN_ATTR_TENSOR_STRIDES"] == (32768, 8192, 64, 1)
+    p_t = tensor_attrs(program, ops[11]["CUDNN_ATTR_OPERATION_RESHAPE_YDESC"])
+    assert p_t["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 4, 128, 128)
+    assert p_t["CUDNN_ATTR_TENSOR_STRIDES"] == (65536, 16384, 1, 128)
+    assert p_t["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.BFLOAT16
+    assert ops[12]["CUDNN_ATTR_OPERATION_MATMUL_CDESC"] == Ref(f"tensor_{t['dV'].uid}")
+    assert ops[18]["CUDNN_ATTR_OPERATION_MATMUL_CDESC"] == Ref(f"tensor_{t['dK'].uid}")
+    assert ops[21]["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"] == Ref(f"tensor_{t['dQ'].uid}")
+
+
+def test_gqa_backward_sums_the_full_head_gradients(scratch, native_names):
+    g, t = bwd_graph("cuda", h_q=8, h_k=2)
+    kinds = ops_of(lower_program(g, version=91900))
+    assert kinds.count(("OPERATION_REDUCTION", RED.ADD)) == 3      # rowsum, dV heads, dK heads
+
+
+def test_backward_without_plan_owned_tensors_uses_the_native_op(native_names, monkeypatch):
+    monkeypatch.delattr(Lowering, "scratch", raising=False)
+    g, t = bwd_graph("cuda", padding=True)
+    program = lower_program(g, version=91900)
+    (op,) = program.of_kind("OPERATION_SDPA_BWD")
+    assert op["CUDNN_ATTR_OPERATION_SDPA_BWD_DODDESC"] == Ref(f"tensor_{t['dO'].uid}")
+    assert op["CUDNN_ATTR_OPERATION_SDPA_BWD_STATSDESC"] == Ref(f"tensor_{t['stats'].uid}")
+    assert op["CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_KVDESC"] == Ref(f"tensor_{t['seq_len_kv'].uid}")
+    g, _ = bwd_graph("cuda", use_causal_mask=True)
+    with pytest.raises(GraphNotSupportedError, match="Lowering.scratch.*native: the native operation takes"):
+        lower_program(g, version=91900)
+    g, _ = bwd_graph("cuda")
+    with pytest.raises(GraphNotSupportedError, match="needs cuDNN >= 9.17.0"):
+        lower_program(g, version=91600)
+
+
+def test_attribute_table_registers_only_what_the_build_can_set():
+    from cudnn_graph import _backend
+    for attr in _lower_sdpa.SDPA_ATTRIBUTE_TYPES:
+        assert (attr in _lower_sdpa._REGISTERED) == (attr in _backend.ATTRIBUTES), attr
+
+
+# ---- GPU: against the reference engine ------------------------------------------------------------------
+
+TOL_FWD = {F.BFLOAT16: 2.5e-2, F.HALF: 5e-3}
+TOL_BWD = {F.BFLOAT16: 5e-2, F.HALF: 1e-2}
+IO = [F.BFLOAT16, F.HALF]
+IO_IDS = ["bf16", "fp16"]
+
+
+def _rand(io, dims, rng, scale=1.0):
+    from gpu_support import host_dtype
+    return (rng.standard_normal(dims) * scale).astype(np.float32).astype(host_dtype(io))
+
+
+def _fwd_inputs(io, b=2, h_q=4, h_k=None, s_q=128, s_kv=None, d=64, padding=False, bias=False, seed=0):
+    h_k = h_k or h_q
+    s_kv = s_kv or s_q
+    rng = np.random.default_rng(seed)
+    x = {"q": _rand(io, (b, h_q, s_q, d), rng), "k": _rand(io, (b, h_k, s_kv, d), rng),
+         "v": _rand(io, (b, h_k, s_kv, d), rng)}
+    if padding:
+        x["seq_len_q"] = np.array([s_q, s_q // 2 + 3][:b] + [s_q] * (b - 2), np.int32).reshape(b, 1, 1, 1)
+        x["seq_len_kv"] = np.array([s_kv - 5, s_kv // 3][:b] + [s_kv] * (b - 2), np.int32).reshape(b, 1, 1, 1)
+    if bias:
+        x["bias"] = _rand(io, (1, h_q, s_q, s_kv), rng, 0.5)
+    return x
+
+
+def _assert_cudnn_plan(g):
+    engine = type(g.selected_plan.engine).__name__
+    assert "Cudnn" in engine, f"the graph ran on {engine}, not on the cuDNN backend"
+
+
+def _skip_unless_lowerable(builder, **kw):
+    g, _ = builder("cuda", **kw)
+    try:
+        lower_program(g)
+    except GraphNotSupportedError as exc:
+        if "Lowering.scratch" in str(exc) or "_backend cannot set" in str(exc):
+            pytest.skip(f"this build cannot lower it yet: {exc}")
+        raise
+
+
+FORWARD_CASES = {
+    "plain": dict(),
+    "causal": dict(use_causal_mask=True),
+    "causal_bottom_right": dict(s_q=64, s_kv=192, use_causal_mask_bottom_right=True),
+    "padding_causal": dict(padding=True, use_causal_mask=True),
+    "sliding_window": dict(diagonal_band_right_bound=0, diagonal_band_left_bound=32),
+    "bias": dict(bias=True, use_causal_mask=True),
+    "gqa": dict(h_q=8, h_k=2, use_causal_mask=True),
+    "mqa": dict(h_q=4, h_k=1),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", IO, ids=IO_IDS)
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("case,producer", [("plain", "cupy"), ("causal", "cupy"), ("causal", "jax")])
+def test_forward_matches_the_reference(io, d, case, producer):
+    from gpu_support import compare
+    kw = dict(FORWARD_CASES[case], d=d)
+    shape = {k: kw[k] for k in ("s_q", "s_kv", "h_q", "h_k") if k in kw}
+    host = _fwd_inputs(io, d=d, **shape)
+    g = compare(fwd_graph, host, {"O", "Stats"}, producer, tolerance=TOL_FWD[io], io=io, **kw)
+    _assert_cudnn_plan(g)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", IO, ids=IO_IDS)
+@pytest.mark.parametrize("case", ["causal_bottom_right", "padding_causal", "sliding_window", "bias", "gqa", "mqa"])
+def test_forward_variants_match_the_reference(io, case):
+    from gpu_support import compare
+    kw = dict(FORWARD_CASES[case])
+    shape = {k: kw[k] for k in ("s_q", "s_kv", "h_q", "h_k", "padding", "bias") if k in kw}
+    host = _fwd_inputs(io, **shape)
+    g = compare(fwd_graph, host, {"O", "Stats"}, "cupy", tolerance=TOL_FWD[io], io=io, **kw)
+    _assert_cudnn_plan(g)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", IO, ids=IO_IDS)
+def test_forward_composite_and_native_agree_where_both_lower(io):
+    from gpu_support import compare
+    host = _fwd_inputs(io)
+    for impl in (AttentionImplementation.COMPOSITE, AttentionImplementation.UNIFIED):
+        if impl == AttentionImplementation.UNIFIED:
+            _skip_unless_lowerable(fwd_graph, io=io, implementation=impl)
+        g = compare(fwd_graph, host, {"O", "Stats"}, "cupy", tolerance=TOL_FWD[io], io=io, implementation=impl)
+        _assert_cudnn_plan(g)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", IO, ids=IO_IDS)
+def test_custom_dropout_mask_matches_the_reference(io):
+    from gpu_support import compare, host_dtype
+    rng = np.random.default_rng(3)
+    host = _fwd_inputs(io)
+    host["mask"] = (rng.random((2, 4, 128, 128)) > 0.2).astype(np.float32).astype(host_dtype(io))
+    host["scale"] = np.full((1, 1, 1, 1), 1 / 0.8, np.float32)
+    g = compare(fwd_graph, host, {"O", "Stats"}, "cupy", tolerance=TOL_FWD[io], io=io, custom_dropout=True)
+    _assert_cudnn_plan(g)
+
+
+@pytest.mark.gpu
+def test_philox_dropout_equals_its_dumped_keep_mask_used_as_a_custom_mask():
+    from gpu_support import assert_close, gpu_run, host_dtype, reference_run
+    _skip_unless_lowerable(fwd_graph, io=F.HALF, philox=0.2)
+    host = _fwd_inputs(F.HALF)
+    host["seed"] = np.full((1, 1, 1, 1), 1234, np.int64)
+    host["offset"] = np.full((1, 1, 1, 1), 7, np.int64)
+    got, g = gpu_run(fwd_graph, host, {"O", "Stats", "rng_dump"}, "cupy", io=F.HALF, philox=0.2, rng_dump=True)
+    _assert_cudnn_plan(g)
+    keep = got["rng_dump"]
+    assert set(np.unique(keep)) <= {0.0, 1.0}
+    assert abs(float(keep.mean()) - 0.8) < 0.02
+    custom = {k: v for k, v in host.items() if k not in ("seed", "offset")}
+    custom["mask"] = keep.astype(host_dtype(F.HALF))
+    custom["scale"] = np.full((1, 1, 1, 1), 1 / 0.8, np.float32)
+    want = reference_run(fwd_graph, custom, {"O", "Stats"}, io=F.HALF, custom_dropout=True)
+    assert_close(got["O"], want["O"], "float16", "Philox dropout O", tolerance=TOL_FWD[F.HALF])
+
+
+def _bwd_inputs(io, b=2, h_q=4, h_k=None, s_q=128, s_kv=None, d=64, padding=False, bias=False, seed=1, **mask):
+    from cudnn_graph.engines.reference import _kernels_sdpa
+    from gpu_support import host_dtype
+    x = _fwd_inputs(io, b, h_q, h_k, s_q, s_kv, d, padding, bias, seed)
+    attrs = {"generate_stats": True, "attn_scale": 1.0 / math.sqrt(d), "use_padding_mask": padding, **mask}
+    for key in ("use_causal_mask", "use_causal_mask_bottom_right", "diagonal_band_left_bound",
+                "diagonal_band_right_bound", "sliding_window_length", "diagonal_alignment"):
+        attrs.setdefault(key, None)
+    inputs = {k: x.get(k) for k in ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv")}
+    o_dims, row_dims = (b, h_q, s_q, d), (b, h_q, s_q, 1)
+    out = _kernels_sdpa.sdpa_forward_kernel(inputs, attrs, {"O": (o_dims, host_dtype(io)),
+                                                            "Stats": (row_dims, np.float32)})
+    rng = np.random.default_rng(seed + 7)
+    x["o"], x["stats"] = out["O"], out["Stats"]
+    x["dO"] = _rand(io, o_dims, rng)
+    return x
+
+
+BACKWARD_CASES = {
+    "plain": dict(),
+    "causal": dict(use_causal_mask=True),
+    "gqa": dict(h_q=8, h_k=2, use_causal_mask=True),
+    "padding": dict(padding=True, use_causal_mask=True),
+    "bias": dict(bias=True),
+    "sliding_window": dict(diagonal_band_right_bound=0, diagonal_band_left_bound=32),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", IO, ids=IO_IDS)
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("case,producer", [("plain", "cupy"), ("causal", "cupy"), ("causal", "jax")])
+def test_backward_matches_the_reference(io, d, case, producer):
+    from gpu_support import compare
+    kw = dict(BACKWARD_CASES[case], d=d)
+    _skip_unless_lowerable(bwd_graph, io=io, **kw)
+    mask = {k: v for k, v in kw.items() if k.startswith(("use_", "diagonal"))}
+    host = _bwd_inputs(io, d=d, **mask)
+    g = compare(bwd_graph, host, {"dQ", "dK", "dV"}, producer, tolerance=TOL_BWD[io], io=io, **kw)
+    _assert_cudnn_plan(g)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", IO, ids=IO_IDS)
+@pytest.mark.parametrize("case", ["gqa", "padding", "bias", "sliding_window"])
+def test_backward_variants_match_the_reference(io, case):
+    from gpu_support import compare
+    kw = dict(BACKWARD_CASES[case])
+    _skip_unless_lowerable(bwd_graph, io=io, **kw)
+    shape = {k: kw[k] for k in ("h_q", "h_k", "padding", "bias") if k in kw}
+    mask = {k: v for k, v in kw.items() if k.startswith(("use_", "diagonal"))}
+    host = _bwd_inputs(io, **shape, **mask)
+    g = compare(bwd_graph, host, {"dQ", "dK", "dV"}, "cupy", tolerance=TOL_BWD[io], io=io, **kw)
+    _assert_cudnn_plan(g)
