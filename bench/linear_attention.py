@@ -1,0 +1,161 @@
+"""Linear attention (delta rule) forward: the cuTile engine vs flash-linear-attention (fla-core 0.6, Triton).
+
+Run on a GPU machine with torch, fla-core, cuda-tile and a tileiras compiler:
+
+    python bench/linear_attention.py [--iters 50]
+
+Shape (issue 8): T = 8192 tokens as 4 sequences of 2048 (varlen, cu_seqlens), H = 16, K = V = 128, bf16
+q/k/v/beta, f32 gates, L2-normalised q/k, initial state in, final state out. Ops: gdn (fla
+``chunk_gated_delta_rule``) and kda (fla ``chunk_kda``). Times are CUDA-event means over back-to-back
+calls after a warm-up (so the first call's compilation is excluded and reported apart). The backward is
+not in the cuTile engine yet (fla's refuses to run correctly on Hopper with Triton 3.6, see issue 8).
+Also prints each op's max |difference| between the two outputs. Prints a table; writes
+bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when OUT is set).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+N_SEQ, SEQ_LEN, H, K, V = 4, 2048, 16, 128, 128
+
+
+def event_ms(torch, fn, iters: int, warmup: int = 3) -> float:
+    """Mean milliseconds per call of ``fn`` over ``iters`` back-to-back calls, by CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / iters
+
+
+def make_inputs(torch, op: str, seed: int = 0) -> dict:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    T = N_SEQ * SEQ_LEN
+    dev, bf16 = "cuda", torch.bfloat16
+
+    def randn(*shape):
+        return torch.randn(*shape, device=dev, generator=gen)
+
+    gate_shape = (T, H, K) if op == "kda" else (T, H)
+    return {
+        "q": randn(T, H, K).to(bf16), "k": randn(T, H, K).to(bf16), "v": randn(T, H, V).to(bf16),
+        "g": torch.nn.functional.logsigmoid(randn(*gate_shape)).float() / 4,
+        "beta": torch.rand(T, H, device=dev, generator=gen).to(bf16),
+        "cu_seqlens": torch.arange(0, T + 1, SEQ_LEN, device=dev, dtype=torch.int32),
+        "initial_state": randn(N_SEQ, H, K, V).float() * 0.1,
+    }
+
+
+def ours(torch, op: str, x: dict):
+    """(run, o, final_state, build seconds, first-call seconds) for our cuTile plan on ``x``."""
+    import cudnn_graph as cudnn
+    F = cudnn.data_type
+    g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
+    types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT}
+    t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types.get(name, F.BFLOAT16))
+         for name, a in x.items()}
+    o, fs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
+                           initial_state=t["initial_state"], output_final_state=True, use_qk_l2norm=True)
+    o.set_output(True)
+    fs.set_output(True)
+    began = time.perf_counter()
+    g.build([cudnn.heur_mode.A])
+    built = time.perf_counter() - began
+    if g.selected_plan.engine_id != 20_200:
+        raise RuntimeError(f"the cuTile plan was not selected: {g.selected_plan} (declines: {g.declines})")
+    out = torch.empty_like(x["v"])
+    final = torch.empty_like(x["initial_state"])
+    pack = {t[name]: a for name, a in x.items()}
+    pack.update({o: out, fs: final})
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def run():
+        g.execute(pack, stream=stream)
+
+    began = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    first = time.perf_counter() - began
+    return run, out, final, built, first
+
+
+def fla_call(torch, op: str, x: dict):
+    """(run, o, final_state) for fla's chunk kernel on the same inputs ([1, T, ...] with cu_seqlens)."""
+    if op == "gdn":
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fn
+    else:
+        from fla.ops.kda import chunk_kda as fn
+    args = dict(q=x["q"][None], k=x["k"][None], v=x["v"][None], g=x["g"][None], beta=x["beta"][None],
+                initial_state=x["initial_state"], output_final_state=True, use_qk_l2norm_in_kernel=True,
+                cu_seqlens=x["cu_seqlens"].long())
+    result = {}
+
+    def run():
+        result["o"], result["final"] = fn(**args)
+
+    run()
+    torch.cuda.synchronize()
+    return run, result
+
+
+def main() -> None:
+    import torch
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--ops", default="gdn,kda")
+    args = parser.parse_args()
+    rows = []
+    for op in args.ops.split(","):
+        x = make_inputs(torch, op)
+        row = {"op": op, "T": N_SEQ * SEQ_LEN, "sequences": N_SEQ, "H": H, "K": K, "V": V, "dtype": "bf16"}
+        try:
+            run, out, final, built, first = ours(torch, op, x)
+            row["ours_fwd_ms"] = event_ms(torch, run, args.iters)
+            row["ours_build_s"], row["ours_first_call_s"] = built, first
+        except Exception as exc:               # noqa: BLE001  (report and go on to the peer)
+            row["ours_error"] = f"{type(exc).__name__}: {exc}"
+            out = final = None
+        try:
+            fla_run, fla_result = fla_call(torch, op, x)
+            row["fla_fwd_ms"] = event_ms(torch, fla_run, args.iters)
+            if out is not None:
+                row["max_abs_diff_o"] = float((out.float() - fla_result["o"][0].float()).abs().max())
+                row["max_abs_diff_final"] = float((final - fla_result["final"].float()).abs().max())
+        except Exception as exc:               # noqa: BLE001
+            row["fla_error"] = f"{type(exc).__name__}: {exc}"
+        if "ours_fwd_ms" in row and "fla_fwd_ms" in row:
+            row["ours_over_fla"] = row["ours_fwd_ms"] / row["fla_fwd_ms"]
+        row["ours_bwd_ms"] = None               # no cuTile backward yet
+        rows.append(row)
+
+    print(f"{'op':5} {'ours fwd ms':>12} {'fla fwd ms':>11} {'ours/fla':>9} {'|o diff|':>10} {'first call s':>13}")
+    for r in rows:
+        def fmt(key, spec):
+            return format(r[key], spec) if r.get(key) is not None else "-"
+        print(f"{r['op']:5} {fmt('ours_fwd_ms', '12.3f')} {fmt('fla_fwd_ms', '11.3f')} {fmt('ours_over_fla', '9.2f')} "
+              f"{fmt('max_abs_diff_o', '10.2e')} {fmt('ours_first_call_s', '13.1f')}")
+        for key in ("ours_error", "fla_error"):
+            if key in r:
+                print(f"  {key}: {r[key]}")
+    record = {"host": platform.node(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.makedirs(os.path.join(here, "results"), exist_ok=True)
+    paths = [os.path.join(here, "results", f"linear_attention-{platform.node()}.json")]
+    if os.environ.get("OUT"):
+        paths.append(os.path.join(os.environ["OUT"], "linear_attention.json"))
+    for path in paths:
+        with open(path, "w") as f:
+            json.dump(record, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""cuTile kernels for the chunked delta rule (gdn, kda, gdn2 forward).
+
+All three ops are one recurrence (see ``engines/reference/_kernels_linear_attention.py``): per token the
+state S (K x V) decays by ``Diag(exp(g_t))``, is read with ``c_t`` and written with ``k_t``::
+
+    u_t = x_t - (Diag(exp g_t) S_{t-1})^T c_t,   S_t = Diag(exp g_t) S_{t-1} + k_t u_t^T,   o_t = scale S_t^T q_t
+
+with ``c = beta * k``, ``x = beta * v`` (gdn, kda) or ``x = w * v`` (gdn2); gdn's decay is one scalar per token.
+
+Chunks of C = 64 tokens. With ``gc`` the in-chunk inclusive cumulative sum of g and S0 the state at the chunk
+start, the deltas ``U'`` of a chunk solve ``(I + A) U' = X - (C * exp(gc)) S0`` where ``A`` is strictly lower
+triangular, ``A[t, i] = (c_t * exp(gc_t - gc_i)) . k_i`` (the UT transform). With ``T = (I + A)^-1``:
+``w = T (C * exp(gc))`` and ``u = T X`` depend on the chunk alone (kernel ``chunk_prepare``, parallel over
+chunks); the state pass (kernel ``chunk_recurrence``, sequential over a sequence's chunks) forms
+``U' = u - w S0``, the outputs ``O = scale ((Q * exp(gc)) S0 + (Q K^T masked by exp(gc_t - gc_j), j <= t) U')``
+and the next state ``exp(gc_last) S0 + (K * exp(gc_last - gc))^T U'``.
+
+``T`` is the Neumann product ``(I - A)(I + A^2)(I + A^4)...(I + A^32)`` (A is nilpotent: A^64 = 0), which
+needs only tile matrix products. Per-channel decays (kda, gdn2) split ``exp(gc_t - gc_i)`` around the gate
+at the chunk's middle row so neither factor strays far from 1.
+
+Sequences are packed (THD) and described by ``cu_seqlens``; ``chunk_prepare`` finds its (sequence, chunk)
+from ``cu_seqlens`` on the device (a cumulative sum of per-sequence chunk counts), so no host
+synchronisation is needed. Partial chunks load zero padding: a zero k, beta and g row changes nothing.
+"""
+from __future__ import annotations
+
+import cuda.tile as ct
+
+CHUNK = 64
+_MID = CHUNK // 2 - 1
+_ZERO = ct.PaddingMode.ZERO
+_NEG = -1.0e30
+
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+ConstFloat = ct.Constant[float]
+
+
+@ct.function
+def _rows(x, h, start, stop, width: ConstInt, col):
+    """Rows [start, stop) of head h of a (T, H, width-or-more) array as a zero-padded (CHUNK, width) f32 tile."""
+    part = x.slice(0, start, stop)
+    tile = ct.load(part, (0, h, col), shape=(CHUNK, 1, width), padding_mode=_ZERO)
+    return ct.reshape(tile, (CHUNK, width)).astype(ct.float32)
+
+
+@ct.function
+def _column(x, h, start, stop):
+    """Rows [start, stop) of head h of a (T, H) array as a zero-padded (CHUNK, 1) f32 tile."""
+    part = x.slice(0, start, stop)
+    return ct.load(part, (0, h), shape=(CHUNK, 1), padding_mode=_ZERO).astype(ct.float32)
+
+
+@ct.function
+def _store_rows(x, h, start, stop, col, tile, width: ConstInt):
+    part = x.slice(0, start, stop)
+    ct.store(part, (0, h, col), ct.reshape(tile, (CHUNK, 1, width)).astype(x.dtype))
+
+
+@ct.function
+def _mm(x, y, acc):
+    """x @ y + acc on the tensor cores in TF32 (f32 inputs would be emulated: slow and huge code)."""
+    return ct.mma(x.astype(ct.tfloat32), y.astype(ct.tfloat32), acc)
+
+
+@ct.function
+def _l2_normalise(x):
+    """x / ||x|| per row; a zero row stays zero (as the reference)."""
+    ss = ct.sum(x * x, axis=1, keepdims=True)
+    inv = ct.where(ss > 0.0, ct.rsqrt(ss), 0.0)
+    return x * inv
+
+
+@ct.function
+def _gates(g, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool):
+    """In-chunk inclusive cumulative log decay: (CHUNK, K) per channel, (CHUNK, 1) per token."""
+    if PER_CHANNEL:
+        gt = _rows(g, h, start, stop, K, 0)
+    else:
+        gt = _column(g, h, start, stop)
+    return ct.cumsum(gt, axis=0)
+
+
+@ct.function
+def _row(x, index):
+    """Row ``index`` of a (CHUNK, width) tile as a (1, width) tile."""
+    rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
+    return ct.sum(ct.where(rows == index, x, 0.0), axis=0, keepdims=True)
+
+
+@ct.function
+def _pad_gates(gc, count, last):
+    """Rows at and past ``count`` repeat the last valid row (a padded token neither decays nor writes)."""
+    rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
+    return ct.where(rows < count, gc, last)
+
+
+@ct.function
+def _gate_row(g, h, row, K: ConstInt, PER_CHANNEL: ConstBool):
+    """The stored cumulative gate of token ``row``, head h: (1, K) per channel, (1, 1) per token."""
+    if PER_CHANNEL:
+        return ct.reshape(ct.load(g.slice(0, row, row + 1), (0, h, 0), shape=(1, 1, K)), (1, K))
+    else:
+        return ct.load(g.slice(0, row, row + 1), (0, h), shape=(1, 1))
+
+
+@ct.function
+def _decayed_scores(a, b, gc, mid, INCLUSIVE: ConstBool, PER_CHANNEL: ConstBool):
+    """(a_t * exp(gc_t - gc_j)) . b_j for j < t (j <= t when INCLUSIVE), zero elsewhere: (CHUNK, CHUNK).
+
+    Per-channel gates are split around ``mid`` (1, K), a row of gc near the chunk's middle."""
+    rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
+    cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
+    if INCLUSIVE:
+        keep = rows >= cols
+    else:
+        keep = rows > cols
+    zero = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)
+    if PER_CHANNEL:
+        lhs = a * ct.exp(gc - mid)
+        rhs = b * ct.exp(mid - gc)
+        scores = _mm(lhs, ct.transpose(rhs), zero)
+        return ct.where(keep, scores, 0.0)
+    else:
+        scores = _mm(a, ct.transpose(b), zero)
+        diff = ct.where(keep, gc - ct.transpose(gc), _NEG)
+        return ct.where(keep, scores * ct.exp(diff), 0.0)
+
+
+@ct.function
+def _unit_lower_inverse(a):
+    """(I + a)^-1 for a strictly lower triangular (CHUNK, CHUNK) tile: (I - a)(I + a^2)(I + a^4)..."""
+    rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
+    cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
+    eye = ct.where(rows == cols, 1.0, 0.0)
+    power = -a
+    inv = eye + power
+    zero = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)
+    for _ in ct.static_iter(range(5)):
+        power = _mm(power, power, zero)
+        inv = _mm(inv, power, inv)
+    return inv
+
+
+@ct.function
+def _locate_chunk(cu, c, NSEQ: ConstInt, NP: ConstInt):
+    """(sequence, first token, end token) of global chunk c; sequence == NSEQ when c is past the last chunk."""
+    idx = ct.arange(NP, dtype=ct.int32)
+    valid = idx < NSEQ
+    lo = ct.load(cu, (0,), shape=(NP,), padding_mode=_ZERO)
+    hi = ct.load(cu.slice(0, 1, NSEQ + 1), (0,), shape=(NP,), padding_mode=_ZERO)
+    length = ct.where(valid, hi - lo, 0)
+    count = (length + (CHUNK - 1)) // CHUNK
+    ends = ct.cumsum(count, axis=0)
+    before = ct.where(valid & (ends <= c), 1, 0)
+    n = ct.sum(before)
+    here = idx == n
+    first_chunk = ct.sum(ct.where(here, ends - count, 0))
+    seq_start = ct.sum(ct.where(here, lo, 0))
+    seq_end = ct.sum(ct.where(here, hi, 0))
+    start = seq_start + (c - first_chunk) * CHUNK
+    stop = ct.minimum(start + CHUNK, seq_end)
+    return n, start, stop
+
+
+@ct.kernel
+def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out,
+                  NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt,
+                  PER_CHANNEL: ConstBool, BETA_PER_CHANNEL: ConstBool, HAS_W: ConstBool, USE_L2: ConstBool):
+    """Per (chunk, head): gc, w = T (C * exp(gc)) and u = T X into the f32 scratch arrays."""
+    c = ct.bid(0)
+    h = ct.bid(1)
+    n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
+    if n < NSEQ:
+        kt = _rows(k, h, start, stop, K, 0)
+        if USE_L2:
+            kt = _l2_normalise(kt)
+        vt = _rows(v, h, start, stop, V, 0)
+        gc = _gates(g, h, start, stop, K, PER_CHANNEL)
+        if BETA_PER_CHANNEL:
+            bt = _rows(beta, h, start, stop, K, 0)
+        else:
+            bt = _column(beta, h, start, stop)
+        read = bt * kt
+        if HAS_W:
+            xt = _rows(wgate, h, start, stop, V, 0) * vt
+        else:
+            xt = bt * vt
+        mid = _row(gc, ct.minimum(stop - start - 1, _MID))
+        a = _decayed_scores(read, kt, gc, mid, False, PER_CHANNEL)
+        inv = _unit_lower_inverse(a)
+        w = _mm(inv, read * ct.exp(gc), ct.zeros((CHUNK, K), dtype=ct.float32))
+        u = _mm(inv, xt, ct.zeros((CHUNK, V), dtype=ct.float32))
+        _store_rows(w_out, h, start, stop, 0, w, K)
+        _store_rows(u_out, h, start, stop, 0, u, V)
+        if PER_CHANNEL:
+            _store_rows(g_out, h, start, stop, 0, gc, K)
+        else:
+            ct.store(g_out.slice(0, start, stop), (0, h), gc)
+
+
+@ct.kernel
+def chunk_recurrence(q, k, w_in, u_in, g_in, cu, h0, o, ht, scale: ConstFloat,
+                     K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool, USE_L2: ConstBool,
+                     HAS_H0: ConstBool, STORE_HT: ConstBool):
+    """Per (sequence, head, value block): the state pass over the sequence's chunks, writing o (and ht)."""
+    n = ct.bid(0)
+    h = ct.bid(1)
+    vb = ct.bid(2)
+    bos = ct.load(cu, (n,), shape=())
+    eos = ct.load(cu, (n + 1,), shape=())
+    if HAS_H0:
+        state = ct.reshape(ct.load(h0, (n, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
+    else:
+        state = ct.zeros((K, BV), dtype=ct.float32)
+    chunks = (eos - bos + (CHUNK - 1)) // CHUNK
+    for j in range(chunks):
+        start = bos + j * CHUNK
+        stop = ct.minimum(start + CHUNK, eos)
+        qt = _rows(q, h, start, stop, K, 0)
+        kt = _rows(k, h, start, stop, K, 0)
+        if USE_L2:
+            qt = _l2_normalise(qt)
+            kt = _l2_normalise(kt)
+        wt = _rows(w_in, h, start, stop, K, 0)
+        ut = _rows(u_in, h, start, stop, BV, vb)
+        count = stop - start
+        if PER_CHANNEL:
+            gc = _rows(g_in, h, start, stop, K, 0)
+            mid = _gate_row(g_in, h, start + ct.minimum(count - 1, _MID), K, True)
+        else:
+            gc = _column(g_in, h, start, stop)
+            mid = ct.zeros((1, 1), dtype=ct.float32)   # a scalar gate needs no split
+        last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
+        gc = _pad_gates(gc, count, last)
+        delta = _mm(-wt, state, ut)
+        qs = qt * (ct.exp(gc) * scale)
+        attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL)
+        out = _mm(attn, delta, _mm(qs, state, ct.zeros((CHUNK, BV), dtype=ct.float32)))
+        _store_rows(o, h, start, stop, vb, out, BV)
+        kd = kt * ct.exp(last - gc)
+        if PER_CHANNEL:
+            decay = ct.reshape(ct.exp(last), (K, 1))
+        else:
+            decay = ct.exp(last)
+        state = _mm(ct.transpose(kd), delta, state * decay)
+    if STORE_HT:
+        ct.store(ht, (n, h, 0, vb), ct.reshape(state, (1, 1, K, BV)))

@@ -1,0 +1,30 @@
+"""Whether cuTile can compile here: the ``cuda.tile`` package and a ``tileiras`` compiler."""
+from __future__ import annotations
+
+import functools
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=None)
+def tileiras_path() -> str | None:
+    """Path of the tileiras compiler cuTile would use (its pip package, PATH or CUDA_HOME), or None."""
+    try:
+        from cuda.tile import _compile
+        return _compile._find_compiler_bin().path
+    except (ImportError, FileNotFoundError, AttributeError) as exc:
+        logger.debug("no tileiras compiler: %s", exc)
+        return None
+
+
+def missing() -> str | None:
+    """Why cuTile kernels cannot be built here, or None when they can."""
+    try:
+        import cuda.tile  # noqa: F401
+    except ImportError as exc:
+        return f"cuda.tile is not importable ({exc}); install the 'cutile' extra"
+    if tileiras_path() is None:
+        return ("no tileiras compiler was found (pip package nvidia-cuda-tileiras with nvidia-cuda-nvcc and "
+                "nvidia-nvvm, or tileiras on PATH / in $CUDA_HOME/bin)")
+    return None

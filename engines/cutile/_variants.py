@@ -1,0 +1,95 @@
+"""Which kernel instances a plan needs, and their export signatures (for the compile-only CI check).
+
+A ``Variant`` is everything that specialises the kernels: the op's gate/beta/write-gate shapes, the
+input type, K, V, the value block, the number of sequences (it sizes the chunk-locating tile) and the
+optional inputs/outputs. ``signatures(variant)`` gives one ``(kernel, KernelSignature)`` per kernel, with
+the array constraints the engine's launches satisfy (row-major, no aliasing between outputs and inputs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CHUNK = 64
+
+# op -> (per-channel gate, per-channel beta, write gate)
+OP_FEATURES = {
+    "gdn": (False, False, False),
+    "kda": (True, False, False),
+    "gdn2": (True, True, True),
+}
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class Variant:
+    op: str                 # gdn | kda | gdn2
+    io_dtype: str           # bfloat16 | float16 | float32 (q, k, v, o)
+    beta_dtype: str         # type of beta
+    w_dtype: str            # type of the write gate (gdn2), else io_dtype
+    K: int
+    V: int
+    block_v: int
+    n_seq: int
+    scale: float
+    use_l2: bool
+    has_h0: bool
+    store_ht: bool
+
+    @property
+    def per_channel(self) -> bool:
+        return OP_FEATURES[self.op][0]
+
+    @property
+    def beta_per_channel(self) -> bool:
+        return OP_FEATURES[self.op][1]
+
+    @property
+    def has_w(self) -> bool:
+        return OP_FEATURES[self.op][2]
+
+    @property
+    def seq_tile(self) -> int:
+        """The tile width that holds every sequence's chunk count (a power of two >= N + 1)."""
+        return next_pow2(self.n_seq + 1)
+
+    def prepare_constants(self) -> tuple:
+        return (self.n_seq, self.seq_tile, self.K, self.V, self.per_channel, self.beta_per_channel,
+                self.has_w, self.use_l2)
+
+    def recurrence_constants(self) -> tuple:
+        return (float(self.scale), self.K, self.block_v, self.per_channel, self.use_l2, self.has_h0,
+                self.store_ht)
+
+
+def signatures(variant: Variant) -> list:
+    """[(kernel, KernelSignature)] for the two forward kernels of ``variant``."""
+    import cuda.tile as ct
+    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature
+
+    from . import _kernels
+
+    types = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
+
+    def array(dtype, ndim):
+        return ArrayConstraint(types[dtype] if isinstance(dtype, str) else dtype, ndim,
+                               index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
+                               may_alias_internally=False, stride_constant=(None,) * (ndim - 1) + (1,))
+
+    v = variant
+    f32 = "float32"
+    gate_ndim = 3 if v.per_channel else 2
+    beta_ndim = 3 if v.beta_per_channel else 2
+    cconv = CallingConvention.cutile_python_v1()
+    prepare = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, gate_ndim), array(v.beta_dtype, beta_ndim),
+               array(v.w_dtype, 3), array(ct.int32, 1), array(f32, 3), array(f32, 3), array(f32, gate_ndim),
+               *v.prepare_constants()]
+    recurrence = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, 3), array(f32, 3), array(f32, gate_ndim),
+                  array(ct.int32, 1), array(f32, 4), array(v.io_dtype, 3), array(f32, 4),
+                  *v.recurrence_constants()]
+    return [
+        (_kernels.chunk_prepare, KernelSignature(prepare, cconv).with_mangled_symbol("chunk_prepare")),
+        (_kernels.chunk_recurrence, KernelSignature(recurrence, cconv).with_mangled_symbol("chunk_recurrence")),
+    ]

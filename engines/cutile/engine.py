@@ -1,0 +1,231 @@
+"""CutileLinearAttentionEngine: cuTile chunked kernels for the delta-rule forward ops (gdn, kda, gdn2).
+
+A plan runs two launches on the caller's stream (see ``_kernels``): ``chunk_prepare`` over every (chunk,
+head) and ``chunk_recurrence`` over every (sequence, head, value block). Their f32 scratch (w, u and the
+cumulative gates, one row per token) is carved from the workspace at plan-time offsets. The kernels read
+``cu_seqlens`` on the device, so execute never synchronises with the host. Kernels are compiled by cuTile
+at the first launch of a plan's specialisation and cached by cuTile (in memory and on disk) afterwards.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
+from ..ids import CUTILE_BASE
+from ...data_type import DataType
+from ...errors import GraphNotSupportedError
+from . import _toolchain
+from ._variants import CHUNK, OP_FEATURES, Variant
+
+logger = logging.getLogger(__name__)
+
+FORWARD_OPS = tuple(OP_FEATURES)
+HEAD_DIMS = (64, 128)
+MAX_SEQUENCES = 8191          # the chunk locator holds N + 1 boundaries in one tile
+MIN_ARCH = (8, 0)
+_ALIGN = 256
+
+_IO_TYPES = {DataType.BFLOAT16: "bfloat16", DataType.HALF: "float16"}
+_GATE_TYPES = {DataType.BFLOAT16: "bfloat16", DataType.HALF: "float16", DataType.FLOAT: "float32"}
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _compute_capability(ordinal: int) -> tuple:
+    from ..._driver import device_info
+    return tuple(device_info(ordinal)["compute_capability"])
+
+
+class _Geometry:
+    """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built."""
+
+    def __init__(self, node):
+        q, v = node.inputs["q"], node.inputs["v"]
+        self.T, self.H, self.K = q.dim
+        self.V = v.dim[2]
+        self.N = node.inputs["cu_seqlens"].dim[0] - 1
+        gate_width = self.K if OP_FEATURES[node.op][0] else 1
+        offset = 0
+        self.regions = {}
+        for name, shape in (("w", (self.T, self.H, self.K)), ("u", (self.T, self.H, self.V)),
+                            ("g", (self.T, self.H, self.K) if gate_width > 1 else (self.T, self.H)),
+                            ("state_dummy", (1, 1, self.K, self.V))):
+            count = 1
+            for d in shape:
+                count *= d
+            self.regions[name] = (offset, shape)
+            offset += _align(4 * count)
+        self.workspace_size = offset
+
+
+def _support_reason(graph, node) -> str | None:
+    """Why this engine cannot run ``node`` (None when it can)."""
+    if node.op not in FORWARD_OPS:
+        return f"op {node.op} has no cuTile kernel (runs {', '.join(FORWARD_OPS)})"
+    kind, ordinal = graph.device
+    if kind != "cuda":
+        return f"the graph runs on {kind}; cuTile kernels run on CUDA devices"
+    resolve = graph._resolved_type
+    q, v = node.inputs["q"], node.inputs["v"]
+    io = resolve(q)
+    if io not in _IO_TYPES:
+        return (f"q/k/v are {DataType(io).name}; the cuTile kernels take BFLOAT16 or HALF (their products run "
+                "in TF32 on the tensor cores, short of FLOAT accuracy)")
+    for port in ("beta", "w"):
+        t = node.inputs.get(port)
+        if t is not None and resolve(t) not in _GATE_TYPES:
+            return f"{port} is {DataType(resolve(t)).name}; expected BFLOAT16, HALF or FLOAT"
+    K, V = q.dim[2], v.dim[2]
+    if K not in HEAD_DIMS or V not in HEAD_DIMS:
+        return f"head dims K={K}, V={V}; the cuTile kernels take K and V in {HEAD_DIMS}"
+    N = node.inputs["cu_seqlens"].dim[0] - 1
+    if N > MAX_SEQUENCES:
+        return f"{N} sequences; the cuTile kernels take at most {MAX_SEQUENCES}"
+    T, H = q.dim[0], q.dim[1]
+    if T * H * max(K, V) >= 2 ** 31:
+        return f"T*H*max(K, V) = {T * H * max(K, V)} elements exceeds 32-bit indexing"
+    try:
+        cc = _compute_capability(ordinal)
+    except RuntimeError as exc:
+        return f"no CUDA device {ordinal} to query ({exc})"
+    if cc < MIN_ARCH:
+        return f"device {ordinal} is sm_{cc[0]}{cc[1]}; the cuTile kernels need sm_80 or newer"
+    return None
+
+
+class CutileForwardPlan(CompiledPlan):
+    """A built forward plan: the variant's kernels, the operands' uids and the workspace layout."""
+
+    def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry):
+        super().__init__(plan, geometry.workspace_size)
+        from . import _kernels
+        self._prepare = _kernels.chunk_prepare
+        self._recurrence = _kernels.chunk_recurrence
+        self.variant = variant
+        self._geometry = geometry
+        self._device = graph.device_code
+        self._ordinal = graph.device[1]
+        uid = {port: (t.uid if t is not None else None) for port, t in node.inputs.items()}
+        uid.update({name: t.uid for name, t in node.outputs.items()})
+        self._uid = uid
+        self._positions = None
+        self._views = {}                 # workspace base address -> its region slots
+        self._own_workspaces = {}        # stream -> DeviceAllocation, when the caller gives none
+        self._lock = threading.Lock()
+        g = geometry
+        self._prepare_grid = (_cdiv(g.T, CHUNK) + g.N, g.H, 1)
+        self._recurrence_grid = (g.N, g.H, g.V // variant.block_v)
+
+    def _workspace_base(self, ctx: ExecutionContext, stream: int) -> int:
+        if ctx.workspace is not None:
+            return ctx.workspace.data_ptr
+        found = self._own_workspaces.get(stream)
+        if found is None:
+            from ..._driver import DeviceAllocation
+            with self._lock:
+                found = self._own_workspaces.get(stream)
+                if found is None:
+                    # One allocation per stream: work on one stream is ordered, so reuse is safe.
+                    found = DeviceAllocation(self.workspace_size, self._ordinal)
+                    self._own_workspaces[stream] = found
+        return found.ptr
+
+    def _regions(self, base: int) -> dict:
+        views = self._views.get(base)
+        if views is None:
+            from ... import Slot
+            views = {name: Slot.from_address(base + offset, shape, None, "float32", self._device)
+                     for name, (offset, shape) in self._geometry.regions.items()}
+            with self._lock:
+                if len(self._views) > 8:
+                    self._views.clear()
+                self._views[base] = views
+        return views
+
+    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
+        import cuda.tile as ct
+        slots = variant_pack.slots
+        positions = self._positions
+        if positions is None:
+            positions = self._positions = {u: i for i, u in enumerate(variant_pack.uids)}
+        uid = self._uid
+
+        def slot(port):
+            return slots[positions[uid[port]]]
+
+        stream = 0 if ctx.stream is None else int(ctx.stream)
+        scratch = self._regions(self._workspace_base(ctx, stream))
+        v = self.variant
+        q, k, val, g, beta, cu = (slot(p) for p in ("q", "k", "v", "g", "beta", "cu_seqlens"))
+        wgate = slot("w") if v.has_w else val
+        h0 = slot("initial_state") if v.has_h0 else scratch["state_dummy"]
+        ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
+        ct.launch(stream, self._prepare_grid, self._prepare,
+                  (k, val, g, beta, wgate, cu, scratch["w"], scratch["u"], scratch["g"], *v.prepare_constants()))
+        ct.launch(stream, self._recurrence_grid, self._recurrence,
+                  (q, k, scratch["w"], scratch["u"], scratch["g"], cu, h0, slot("o"), ht,
+                   *v.recurrence_constants()))
+
+
+class CutileLinearAttentionEngine(BaseEngine):
+    """cuTile chunked delta-rule kernels (gdn, kda, gdn2 forward) on sm_80 and newer."""
+
+    name = "cutile_linear_attention"
+    engine_id = CUTILE_BASE
+    binds_provisional_strides = True
+
+    def __init__(self):
+        self.missing = _toolchain.missing()
+        # The manifest leaves an unavailable engine out of every plan list.
+        self.available = self.missing is None
+
+    def propose_plans(self, graph) -> list[PlanConfig]:
+        if self.missing:
+            raise GraphNotSupportedError(f"{self.name}: {self.missing}")
+        nodes = graph.nodes
+        if len(nodes) != 1:
+            raise GraphNotSupportedError(
+                f"{self.name} runs a graph of one {'/'.join(FORWARD_OPS)} node; this graph has {len(nodes)} nodes")
+        node = nodes[0]
+        reason = _support_reason(graph, node)
+        if reason is not None:
+            raise GraphNotSupportedError(f"{self.name}: node '{node.name}' ({node.op}): {reason}")
+        geometry = _Geometry(node)
+        block_v = 64
+        return [PlanConfig(CUTILE_BASE, knobs={"block_v": block_v}, name=f"cutile_{node.op}_chunk64",
+                           engine=self, priority=10.0, workspace_size=geometry.workspace_size)]
+
+    def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
+        node = graph.nodes[0]
+        reason = _support_reason(graph, node)
+        if reason is not None:
+            raise GraphNotSupportedError(f"{self.name}: node '{node.name}' ({node.op}): {reason}")
+        geometry = _Geometry(node)
+        block_v = int(plan.knobs.get("block_v", 64))
+        if block_v not in (32, 64, 128) or geometry.V % block_v:
+            raise GraphNotSupportedError(f"{self.name}: block_v={block_v} does not divide V={geometry.V}")
+        variant = variant_of(graph, node, block_v)
+        return CutileForwardPlan(plan, graph, node, variant, geometry)
+
+
+def variant_of(graph, node, block_v: int) -> Variant:
+    """The kernel specialisation a forward node needs."""
+    from cudnn_graph.ops._linear_attention import resolved_scale
+    resolve = graph._resolved_type
+    q, v = node.inputs["q"], node.inputs["v"]
+    io = _IO_TYPES[resolve(q)]
+    beta = _GATE_TYPES[resolve(node.inputs["beta"])]
+    w = node.inputs.get("w")
+    params = node.params
+    return Variant(
+        op=node.op, io_dtype=io, beta_dtype=beta, w_dtype=_GATE_TYPES[resolve(w)] if w is not None else io,
+        K=q.dim[2], V=v.dim[2], block_v=block_v, n_seq=node.inputs["cu_seqlens"].dim[0] - 1,
+        scale=resolved_scale(params, q.dim[2]), use_l2=bool(params.get("use_qk_l2norm", False)),
+        has_h0=node.inputs.get("initial_state") is not None, store_ht="final_state" in node.outputs)

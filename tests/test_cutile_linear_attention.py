@@ -1,0 +1,165 @@
+"""cuTile linear-attention engine (gdn, kda, gdn2 forward) against the reference engine, on the GPU.
+
+Each case builds the same graph twice (host: the reference engine; CUDA: the cuTile plan must be the one
+selected), feeds the same inputs from CuPy or JAX and compares o and final_state. Inputs are rounded to
+the I/O type first, so both engines see identical values; tolerances are per output type, relative to
+max(1, max |reference|): the kernels' matrix products run in TF32 on the tensor cores (like
+flash-linear-attention's), so the error grows with the sequence length.
+
+Compile time dominates the first run (cuTile compiles each specialisation once and caches it on disk):
+cases share specialisations (same op, dtype, K, V, N and flags) where they can.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+cudnn = pytest.importorskip("cudnn_graph")
+from gpu_support import gpu_run, reference_run  # noqa: E402
+
+F = cudnn.data_type
+
+# Max |error| / max(1, max |reference|) per output: o in the I/O type, final_state in f32 (TF32 products).
+TOLERANCE = {("o", "bfloat16"): 3e-2, ("o", "float16"): 1e-2,
+             ("final_state", "bfloat16"): 2e-2, ("final_state", "float16"): 1e-2}
+
+# Four sequences each (one specialisation per op/flags): uneven, a length-1 one, one shorter than a chunk.
+SMALL = [0, 1, 40, 200, 333]
+BIG = [0, 2048, 4096, 6144, 8192]          # T = 8192 as 4 x 2048
+
+
+def _require_engine():
+    from cudnn_graph.engines import manifest
+    names = [e.name for e in manifest.engines()]
+    if "cutile_linear_attention" not in names:
+        from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
+        pytest.skip(f"the cuTile engine is absent: {CutileLinearAttentionEngine().missing}")
+
+
+def make_inputs(op, cu, H, K, V, io_np, seed, with_h0):
+    import ml_dtypes  # noqa: F401
+    rng = np.random.default_rng(seed)
+    T, N = cu[-1], len(cu) - 1
+    per_channel = op in ("kda", "gdn2")
+    d = {
+        "q": rng.standard_normal((T, H, K)).astype(io_np),
+        "k": (rng.standard_normal((T, H, K)) / math.sqrt(K)).astype(io_np),
+        "v": rng.standard_normal((T, H, V)).astype(io_np),
+        "g": (-rng.uniform(0.02, 0.5, (T, H, K) if per_channel else (T, H))).astype(np.float32),
+        "beta": rng.uniform(0.2, 0.9, (T, H, K) if op == "gdn2" else (T, H)).astype(io_np),
+        "cu_seqlens": np.array(cu, np.int32),
+    }
+    if op == "gdn2":
+        d["w"] = rng.uniform(0.2, 1.2, (T, H, V)).astype(io_np)
+    if with_h0:
+        d["initial_state"] = rng.standard_normal((N, H, K, V)).astype(np.float32)
+    return d
+
+
+def builder_for(op, host, io_type, l2, final):
+    def builder(device):
+        g = cudnn.pygraph(io_data_type=io_type, compute_data_type=F.FLOAT, device=device)
+        types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT}
+        t = {}
+        for name, arr in host.items():
+            t[name] = g.tensor(name=name, dim=list(arr.shape), stride=[s // arr.itemsize for s in arr.strides],
+                               data_type=types.get(name, io_type))
+        args = [t["q"], t["k"], t["v"], t["g"], t["beta"]] + ([t["w"]] if "w" in t else [])
+        o, fs = getattr(g, op)(*args, cu_seqlens=t["cu_seqlens"], initial_state=t.get("initial_state"),
+                               output_final_state=final, use_qk_l2norm=l2)
+        o.set_output(True)
+        t["o"] = o
+        if final:
+            fs.set_output(True)
+            t["final_state"] = fs
+        return g, t
+    return builder
+
+
+def run_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, final=True, producer="cupy",
+             seed=0):
+    import ml_dtypes
+    _require_engine()
+    io_np = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
+    io_type = {"bfloat16": F.BFLOAT16, "float16": F.HALF}[dtype]
+    host = make_inputs(op, cu, H, K, V, io_np, seed, h0)
+    builder = builder_for(op, host, io_type, l2, final)
+    outs = ["o"] + (["final_state"] if final else [])
+    want = reference_run(builder, host, outs)
+    got, graph = gpu_run(builder, host, outs, producer)
+    assert graph.selected_plan.engine_id == 20_200, graph.selected_plan
+    errors = {}
+    for name in outs:
+        ref = np.asarray(want[name], np.float64)
+        err = float(np.max(np.abs(np.asarray(got[name], np.float64) - ref)))
+        scale = max(1.0, float(np.max(np.abs(ref))))
+        errors[name] = err / scale
+        assert np.all(np.isfinite(np.asarray(got[name], np.float64))), f"{name}: non-finite values"
+        tol = TOLERANCE[(name, dtype)]
+        assert err <= tol * scale, (f"{op} {dtype} {name} ({producer}): max error {err:.3g} "
+                                    f"(scale {scale:.3g}, tolerance {tol})")
+    print(f"{op} {dtype} K={K} V={V} cu={cu[:3]}..{cu[-1]} l2={l2} h0={h0} {producer}: "
+          + ", ".join(f"{k} rel err {v:.2e}" for k, v in errors.items()))
+
+
+@pytest.mark.parametrize("op", ["gdn", "kda", "gdn2"])
+def test_small_uneven_sequences_cupy(op):
+    run_case(op, SMALL)
+
+
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+def test_small_uneven_sequences_jax(op):
+    pytest.importorskip("jax")
+    run_case(op, SMALL, producer="jax", seed=1)
+
+
+def test_gdn_without_state_or_l2norm_k64():
+    run_case("gdn", [0, 64, 65, 190, 300], K=64, V=64, l2=False, h0=False, final=False, seed=2)
+
+
+def test_gdn_float16_k64():
+    run_case("gdn", [0, 3, 100, 101, 250], K=64, V=64, dtype="float16", l2=False, h0=False, final=False, seed=3)
+
+
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+def test_long_sequences_h16(op):
+    """T = 8192 as 4 x 2048, H = 16, K = V = 128 (the benchmark's shape)."""
+    run_case(op, BIG, H=16, seed=4)
+
+
+def test_gdn_long_sequences_jax():
+    pytest.importorskip("jax")
+    run_case("gdn", BIG, H=16, producer="jax", seed=5)
+
+
+def test_executes_on_the_callers_stream_with_a_workspace():
+    """An explicit stream and workspace (a CuPy buffer) give the same result as the default path."""
+    cp = pytest.importorskip("cupy")
+    import ml_dtypes
+    _require_engine()
+    host = make_inputs("gdn", SMALL, 2, 128, 128, ml_dtypes.bfloat16, 6, True)
+    builder = builder_for("gdn", host, F.BFLOAT16, True, True)
+    want, _ = gpu_run(builder, host, ["o", "final_state"], "cupy")
+    g, t = builder("cuda")
+    g.build([cudnn.heur_mode.A])
+    ws = cp.zeros(g.get_workspace_size(), cp.uint8)
+    stream = cp.cuda.Stream(non_blocking=True)
+    pack = {}
+    keep = []
+    for name, arr in host.items():
+        raw = np.ascontiguousarray(arr)
+        dev = cp.asarray(raw.view(np.uint16) if raw.dtype.itemsize == 2 and raw.dtype.kind == "V" else raw)
+        keep.append(dev)
+        pack[t[name]] = cudnn.Slot.from_address(dev.data.ptr, arr.shape, None, arr.dtype.name, ("cuda", 0))
+    o = cp.zeros(t["o"].dim, cp.uint16)
+    fs = cp.zeros(t["final_state"].dim, cp.float32)
+    pack[t["o"]] = cudnn.Slot.from_address(o.data.ptr, o.shape, None, "bfloat16", ("cuda", 0))
+    pack[t["final_state"]] = fs
+    g.execute(pack, workspace=ws, stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(o).view(ml_dtypes.bfloat16), want["o"])
+    np.testing.assert_array_equal(cp.asnumpy(fs), want["final_state"])
