@@ -192,7 +192,7 @@ def test_causal_forward_is_the_frontends_composite_sequence():
     select = ops[5].attrs
     assert select["CUDNN_ATTR_OPERATION_POINTWISE_TDESC"] == cmp["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"]
     neg = select["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"]
-    assert (int(neg.name.split("_")[1]), DataType.FLOAT, float("-inf")) in program.constants
+    assert (int(neg.name.split("_")[1]), DataType.FLOAT, float("-inf")) in program.plan_constants
     # Stats = max + log(sum) lands in the graph's Stats; P is cast to the io type for bmm2
     assert ops[11].attrs["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"] == Ref(f"tensor_{t['Stats'].uid}")
     p = tensor_attrs(program, ops[12].attrs["CUDNN_ATTR_OPERATION_POINTWISE_YDESC"])
@@ -222,7 +222,7 @@ def test_bottom_right_causal_shifts_rows_by_the_length_difference():
     assert band == [("OPERATION_POINTWISE", PW.GEN_INDEX), ("OPERATION_POINTWISE", PW.GEN_INDEX),
                     ("OPERATION_POINTWISE", PW.ADD), ("OPERATION_POINTWISE", PW.SUB),
                     ("OPERATION_POINTWISE", PW.CMP_GE), ("OPERATION_POINTWISE", PW.BINARY_SELECT)]
-    consts = [value for _, dtype, value in program.constants if dtype == DataType.INT32]
+    consts = [value for _, dtype, value in program.plan_constants if dtype == DataType.INT32]
     assert consts == [128, 64]     # row + s_kv - s_q
 
 
@@ -233,7 +233,7 @@ def test_sliding_window_adds_a_left_bound_after_the_causal_bound():
     assert band == CAUSAL + [("OPERATION_POINTWISE", PW.GEN_INDEX), ("OPERATION_POINTWISE", PW.GEN_INDEX),
                              ("OPERATION_POINTWISE", PW.ADD), ("OPERATION_POINTWISE", PW.CMP_GT),
                              ("OPERATION_POINTWISE", PW.BINARY_SELECT)]
-    assert (DataType.FLOAT, 16.0) in [(dt, v) for _, dt, v in program.constants]   # col + left > row
+    assert (DataType.FLOAT, 16.0) in [(dt, v) for _, dt, v in program.plan_constants]   # col + left > row
 
 
 def test_padding_mask_compares_indices_with_the_sequence_lengths_and_overrides_the_gemms():
@@ -289,7 +289,7 @@ def test_philox_dropout_draws_a_bernoulli_keep_mask(native_names):
     (op,) = program.of_kind("OPERATION_RNG")
     assert op["CUDNN_ATTR_OPERATION_RNG_SEED"] == Ref(f"tensor_{t['seed'].uid}")
     assert op["CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC"] == Ref(f"tensor_{t['offset'].uid}")
-    assert any(dt == DataType.FLOAT and v == pytest.approx(1 / 0.75) for _, dt, v in program.constants)
+    assert any(dt == DataType.FLOAT and v == pytest.approx(1 / 0.75) for _, dt, v in program.constants + program.plan_constants)
 
 
 def test_sink_token_joins_the_max_and_the_denominator():

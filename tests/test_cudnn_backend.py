@@ -668,6 +668,22 @@ print(json.dumps({"errors": errors}))
     assert "uid 11" in out["errors"]["missing"][1] and "uid 9" in out["errors"]["missing"][1]
 
 
+def test_plan_owned_operands_join_every_pack(recording_libcudnn):
+    lib, folder = recording_libcudnn
+    log = folder / "owned.log"
+    out = run_python(EXECUTE_PROLOGUE + """
+owned = _backend.PlanRunner(plan, 300, 0, "owned", [], fixed=[(13, 0x5000, None)],
+                            scratch=[(21, 100, False), (22, 8, False)])
+owned.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000, workspace=0x800000)
+print(json.dumps({"workspace": owned.workspace_size, "cudnn": owned.cudnn_workspace_size}))
+""", env={"CUDNN_GRAPH_LIBCUDNN": lib, "FAKE_CUDNN_LOG": str(log)})
+    executes = [r for r in _read_log(log) if r[0] == "execute"]
+    # scratch sits past cuDNN's 300 bytes, each tensor 256-byte aligned; the workspace covers both
+    assert executes[0][2] == "0x800000"
+    assert executes[0][3:] == ["3=0x10000", "5=0x20000", "13=0x5000", "21=0x800200", "22=0x800300"]
+    assert out == {"workspace": 0x400, "cudnn": 300}
+
+
 def test_threads_see_only_their_own_pointers(recording_libcudnn):
     lib, folder = recording_libcudnn
     log = folder / "threads.log"

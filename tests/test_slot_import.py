@@ -339,6 +339,10 @@ def test_from_address_geometry_and_device_forms():
     assert s.strides == (1, 2) and s.device == ("cpu", 0) and s.readonly
     assert Slot.from_address(4096, (2,), dtype="int8", device=(kDLCUDAHost, 0)).device == ("cuda_host", 0)
     assert Slot.from_address(4096, (2,), dtype="int8", device=3).device == ("cuda", 3)
+    # the (name, ordinal) pairs Slot.device itself returns are accepted back
+    assert Slot.from_address(4096, (2,), dtype="int8", device=("cuda", 2)).device == ("cuda", 2)
+    with pytest.raises(ValueError, match="unknown device type 'tpu'"):
+        Slot.from_address(4096, (2,), dtype="int8", device=("tpu", 0))
     assert Slot.from_address(4096, (2,), dtype=np.float16, device="cpu").dtype == "float16"
     assert Slot.from_address(4096, [np.int64(2)], dtype="int8", device="cpu").shape == (2,)
 

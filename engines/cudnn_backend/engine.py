@@ -118,6 +118,10 @@ class _Lowered:
             raise
         self.op_graph = self.descriptors[program.op_graph]
         self.constants = _constant_arrays(program.constants)
+        self.fixed = [(uid, array.ctypes.data, array) for uid, array in _constant_arrays(program.plan_constants)]
+        self.fixed += _filled_scratch(program.scratch, device)
+        self.scratch = [(uid, nbytes, fill == 0) for uid, nbytes, fill in program.scratch
+                        if fill is None or fill == 0]
         self.lock = threading.Lock()
         self.heuristics: dict = {}      # heur_mode -> (configs, reason)
         self.runners: dict = {}         # (engine_id, knobs) -> PlanRunner
@@ -212,7 +216,7 @@ class _Lowered:
         except CudnnStatusError as exc:
             raise GraphNotSupportedError(f"cuDNN could not build {plan.label}: {exc}") from exc
         runner = _backend.PlanRunner(descriptor, workspace, self.device, plan.label, self.constants, self,
-                                     aliases=self.program.aliases)
+                                     aliases=self.program.aliases, fixed=self.fixed, scratch=self.scratch)
         with self.lock:
             return self.runners.setdefault(key, runner)
 
@@ -276,6 +280,21 @@ def _numpy_dtype(dtype: DataType):
 def _constant_arrays(constants) -> list:
     import numpy as np
     return [(uid, np.array([value], dtype=_numpy_dtype(dtype))) for uid, dtype, value in constants]
+
+
+def _filled_scratch(scratch, device) -> list:
+    """Device copies of the scratch tensors whose values the lowering fixed: (uid, address, allocation)."""
+    import numpy as np
+    from ..._driver import DeviceAllocation, copy_to_device
+    made = []
+    for uid, nbytes, fill in scratch:
+        if fill is None or fill == 0:
+            continue
+        values = np.asarray(fill, np.float32)
+        allocation = DeviceAllocation(max(nbytes, values.nbytes), device)
+        copy_to_device(allocation, values)
+        made.append((uid, allocation.ptr, allocation))
+    return made
 
 
 # ---- compiled plans ---------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from ...data_type import DataType
+from ...data_type import DataType, itemsize_bits
 from ...enums import pointwise_mode, reduction_mode
 from ...errors import GraphNotSupportedError
 
@@ -169,6 +169,11 @@ class Program:
     # (view uid, source uid, byte offset): the view is fed the source's pointer plus the offset at
     # execute (a slice of a graph input, where the backend has no slice operation).
     aliases: list = field(default_factory=list)
+    # (uid, DataType, value): by-value scalars the lowering made; the plan always supplies them.
+    plan_constants: list = field(default_factory=list)
+    # (uid, nbytes, fill): device tensors the plan owns, carved from the workspace; fill None (cuDNN
+    # writes them first), 0 (zeroed before each execute) or a tuple of values (written once).
+    scratch: list = field(default_factory=list)
 
     def __iter__(self) -> Iterator:
         return iter([(s.kind, s.attrs) for s in self.steps])
@@ -371,6 +376,8 @@ class Lowering:
         self.axis_shift = axis_shift      # rank pushed to cuDNN minus the graph's rank
         self.version = version            # the loaded libcudnn's version; None when lowering offline
         self.aliases = []                 # (view uid, source uid, byte offset), see Program.aliases
+        self.plan_constants = []          # see Program.plan_constants
+        self.scratch_tensors = []         # see Program.scratch
         self._next_uid = max([int(u) for u in tensor_steps] + [0]) + 1
 
     def ref(self, t) -> Ref:
@@ -422,7 +429,22 @@ class Lowering:
         """A new pass-by-value scalar the plan supplies at every execute: ``(Ref, Step)``."""
         rank = rank or max([len(d) for d, _ in self.geometry.values()] + [MIN_RANK])
         uid, step = self._tensor((1,) * rank, (1,) * rank, dtype, CUDNN_ATTR_TENSOR_IS_BY_VALUE=True)
-        self.constants.append((uid, DataType(dtype), value))
+        self.plan_constants.append((uid, DataType(dtype), value))
+        return Ref(step.name), step
+
+    def scratch(self, dims, strides=None, dtype=DataType.FLOAT, fill=None) -> tuple:
+        """A new device tensor the plan owns: ``(Ref, Step)``. ``fill``: None when cuDNN writes it
+        before reading, 0 to zero it before every execute, or a tuple of values written once (row-major
+        over ``dims``; constant data the graph needs, e.g. ALiBi slopes)."""
+        strides = tuple(strides) if strides is not None else _row_major(dims)
+        uid, step = self._tensor(dims, strides, dtype)
+        span = 1 + sum((int(d) - 1) * int(s) for d, s in zip(dims, strides))
+        nbytes = (span * itemsize_bits(DataType(dtype)) + 7) // 8
+        if fill is not None and fill != 0:
+            fill = tuple(float(v) for v in fill)
+            if len(fill) != span:
+                raise ValueError(f"scratch tensor of {span} elements given {len(fill)} fill values")
+        self.scratch_tensors.append((uid, nbytes, fill))
         return Ref(step.name), step
 
 
@@ -560,7 +582,8 @@ def lower_program(graph, version: Optional[int] = None) -> Program:
         "CUDNN_ATTR_OPERATIONGRAPH_OPS": tuple(Ref(name) for name in operations),
         "CUDNN_ATTR_OPERATIONGRAPH_HANDLE": HANDLE,
     }))
-    return Program(steps, tensor_steps, geometry, operations, constants, notes=notes, aliases=lw.aliases)
+    return Program(steps, tensor_steps, geometry, operations, constants, notes=notes, aliases=lw.aliases,
+                   plan_constants=lw.plan_constants, scratch=lw.scratch_tensors)
 
 
 # The op families in their own modules register themselves on import (they import this module).

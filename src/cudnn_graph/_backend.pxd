@@ -10,6 +10,9 @@ cdef enum:
     VARIANT_PACK_CACHE_OPERANDS = 32    # larger packs are built per call and never cached
     PLAN_MAX_CONSTANTS = 16             # pass-by-value scalars a plan can supply itself
     PLAN_MAX_ALIASES = 16               # views a plan feeds from another operand's pointer
+    PLAN_MAX_FIXED = 16                 # operands a plan always supplies (its own constants)
+    PLAN_MAX_SCRATCH = 16               # plan-owned tensors carved from the workspace
+    PLAN_MAX_EXTRA = 64                 # the sum of the four above
 
 
 cdef class Descriptor:
@@ -75,6 +78,16 @@ cdef class PlanRunner:
     cdef int64_t _alias_views[PLAN_MAX_ALIASES]     # uid cuDNN reads ...
     cdef int64_t _alias_sources[PLAN_MAX_ALIASES]   # ... at this pack operand's pointer ...
     cdef int64_t _alias_offsets[PLAN_MAX_ALIASES]   # ... plus this many bytes
+    cdef int _n_fixed
+    cdef int64_t _fixed_uids[PLAN_MAX_FIXED]
+    cdef void* _fixed_ptrs[PLAN_MAX_FIXED]
+    cdef object _fixed_storage          # what keeps _fixed_ptrs alive (host arrays, device allocations)
+    cdef int _n_scratch
+    cdef int64_t _scratch_uids[PLAN_MAX_SCRATCH]
+    cdef int64_t _scratch_offsets[PLAN_MAX_SCRATCH]  # bytes from the workspace's start
+    cdef int64_t _scratch_bytes[PLAN_MAX_SCRATCH]
+    cdef bint _scratch_zero[PLAN_MAX_SCRATCH]         # zero-filled on the stream before each execute
+    cdef readonly int64_t cudnn_workspace_size        # what cuDNN itself asked for
     cdef dict _workspaces               # stream handle -> DeviceAllocation
     cdef object _workspace_lock
     cdef object _checked_layout         # the PackLayout _device_operand was computed for

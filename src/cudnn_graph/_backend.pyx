@@ -31,7 +31,7 @@ from cudnn_graph._dtypes cimport dtype_bits
 from cudnn_graph._slot cimport Slot, slot_from_object, slot_numel
 from cudnn_graph._variant_pack cimport VariantPack, PackLayout, TensorSpec, pack_from_mapping
 from cudnn_graph._stream cimport stream_handle
-from cudnn_graph._driver cimport enter_device, leave_device, stream_device, DeviceAllocation
+from cudnn_graph._driver cimport enter_device, leave_device, stream_device, zero_async, DeviceAllocation
 
 import atexit
 import threading
@@ -1160,7 +1160,10 @@ cdef class PlanRunner:
     ``constants`` are ``(uid, host array)`` pairs of pass-by-value scalars whose value the graph
     fixed: the plan supplies them when the pack lacks them. ``aliases`` are ``(view uid, source uid,
     byte offset)``: cuDNN reads the view at the source operand's pointer plus the offset (a slice of
-    a graph input on a cuDNN without a slice operation).
+    a graph input on a cuDNN without a slice operation). ``fixed`` are ``(uid, address, keepalive)``
+    operands the plan always supplies (constants its lowering made). ``scratch`` are ``(uid,
+    nbytes, zero)`` plan-owned device tensors: each is carved from the workspace past cuDNN's part
+    (so ``workspace_size`` covers them) and, with ``zero``, cleared on the stream before each execute.
     """
 
     def __cinit__(self):
@@ -1168,12 +1171,15 @@ cdef class PlanRunner:
         self._n_specs = -1
         self._n_constants = 0
         self._n_aliases = 0
+        self._n_fixed = 0
+        self._n_scratch = 0
 
     def __init__(self, Descriptor plan, int64_t workspace_size, int device=0, str name="",
-                 constants=(), keepalive=None, aliases=()):
+                 constants=(), keepalive=None, aliases=(), fixed=(), scratch=()):
         if not plan.finalized:
             raise ValueError("PlanRunner needs a finalized execution plan")
         self._plan = plan
+        self.cudnn_workspace_size = workspace_size
         self.workspace_size = workspace_size
         self.device = device
         self.name = name
@@ -1199,6 +1205,27 @@ cdef class PlanRunner:
             self._alias_sources[i] = source
             self._alias_offsets[i] = offset
         self._n_aliases = len(aliases)
+        fixed = list(fixed)
+        if len(fixed) > PLAN_MAX_FIXED:
+            raise ValueError(f"a plan supplies at most {PLAN_MAX_FIXED} operands of its own")
+        for i, (uid, address, _) in enumerate(fixed):
+            self._fixed_uids[i] = uid
+            self._fixed_ptrs[i] = <void*><uintptr_t>address
+        self._fixed_storage = [alive for _, _, alive in fixed]
+        self._n_fixed = len(fixed)
+        scratch = list(scratch)
+        if len(scratch) > PLAN_MAX_SCRATCH:
+            raise ValueError(f"a plan owns at most {PLAN_MAX_SCRATCH} scratch tensors")
+        offset = _align_up(workspace_size, _SCRATCH_ALIGNMENT)
+        for i, (uid, nbytes, zero) in enumerate(scratch):
+            self._scratch_uids[i] = uid
+            self._scratch_offsets[i] = offset
+            self._scratch_bytes[i] = nbytes
+            self._scratch_zero[i] = bool(zero)
+            offset = _align_up(offset + nbytes, _SCRATCH_ALIGNMENT)
+        self._n_scratch = len(scratch)
+        if scratch:
+            self.workspace_size = offset
 
     def __dealloc__(self):
         free(self._device_operand)
@@ -1252,8 +1279,8 @@ cdef class PlanRunner:
         self._check_alignment(pack)
 
         # Scalars the graph fixed and the caller did not pass: the plan supplies them.
-        cdef int64_t extra_uids[PLAN_MAX_CONSTANTS + PLAN_MAX_ALIASES]
-        cdef void* extra_ptrs[PLAN_MAX_CONSTANTS + PLAN_MAX_ALIASES]
+        cdef int64_t extra_uids[PLAN_MAX_EXTRA]
+        cdef void* extra_ptrs[PLAN_MAX_EXTRA]
         cdef int n_extra = 0, i, at
         if self._n_constants and pack._n != self._n_specs:
             for i in range(self._n_constants):
@@ -1269,10 +1296,21 @@ cdef class PlanRunner:
             extra_uids[n_extra] = self._alias_views[i]
             extra_ptrs[n_extra] = <void*>(<char*>pack._ptrs[at] + self._alias_offsets[i])
             n_extra += 1
+        for i in range(self._n_fixed):
+            extra_uids[n_extra] = self._fixed_uids[i]
+            extra_ptrs[n_extra] = self._fixed_ptrs[i]
+            n_extra += 1
+        for i in range(self._n_scratch):
+            extra_uids[n_extra] = self._scratch_uids[i]
+            extra_ptrs[n_extra] = <void*>(<char*>ws + self._scratch_offsets[i])
+            n_extra += 1
         # cuDNN launches on the current context: make it this plan's device (a cheap compare when it is).
         cdef bint pushed = False
         enter_device(self.device, &pushed)
         try:
+            for i in range(self._n_scratch):
+                if self._scratch_zero[i]:
+                    zero_async(<uintptr_t>ws + self._scratch_offsets[i], self._scratch_bytes[i], stream_ptr)
             return execute_plan(handle_ptr, self._plan.ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state)
         finally:
             leave_device(pushed)
@@ -1352,6 +1390,13 @@ cdef class PlanRunner:
 
     def __repr__(self):
         return f"PlanRunner({self.name or 'plan'}, workspace={self.workspace_size}, device={self.device})"
+
+
+cdef int64_t _SCRATCH_ALIGNMENT = 256
+
+
+cdef inline int64_t _align_up(int64_t n, int64_t alignment) noexcept nogil:
+    return (n + alignment - 1) // alignment * alignment
 
 
 cdef inline int _uid_index(VariantPack pack, int64_t uid) noexcept:

@@ -12,6 +12,7 @@ cdef int stream_device(intptr_t stream) except -2
 
 cdef uintptr_t device_alloc(size_t nbytes, int device) except 0
 cdef int device_free(uintptr_t address, int device) noexcept
+cdef int zero_async(uintptr_t address, size_t nbytes, intptr_t stream) except -1
 
 
 cdef class DeviceAllocation:

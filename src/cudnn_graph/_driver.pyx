@@ -43,6 +43,8 @@ ctypedef int (*cuCtxPopCurrent_t)(void** context) noexcept nogil
 ctypedef int (*cuMemAlloc_t)(uintptr_t* address, size_t nbytes) noexcept nogil
 ctypedef int (*cuMemFree_t)(uintptr_t address) noexcept nogil
 ctypedef int (*cuGetErrorName_t)(int error, const char** name) noexcept nogil
+ctypedef int (*cuMemsetD8Async_t)(uintptr_t dst, unsigned char value, size_t n, void* stream) noexcept nogil
+ctypedef int (*cuMemcpyHtoD_t)(uintptr_t dst, const void* src, size_t nbytes) noexcept nogil
 
 cdef enum:
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
@@ -62,6 +64,8 @@ cdef cuCtxPopCurrent_t _ctx_pop = NULL
 cdef cuMemAlloc_t _mem_alloc = NULL
 cdef cuMemFree_t _mem_free = NULL
 cdef cuGetErrorName_t _error_name = NULL
+cdef cuMemsetD8Async_t _memset_async = NULL
+cdef cuMemcpyHtoD_t _copy_to_device = NULL
 cdef int _load_state = 0   # 0: not tried, 1: loaded, -1: no driver
 
 cdef enum:
@@ -77,7 +81,7 @@ cdef bint _finalizing = False                          # set at interpreter exit
 cdef int _load() noexcept nogil:
     global _get_attribute, _load_state, _device_count, _device_name, _device_attribute, _driver_version
     global _device_get, _primary_ctx_retain, _ctx_get_current, _ctx_set_current, _ctx_push, _ctx_pop
-    global _mem_alloc, _mem_free, _error_name, _stream_get_ctx, _ctx_get_device
+    global _mem_alloc, _mem_free, _error_name, _stream_get_ctx, _ctx_get_device, _memset_async, _copy_to_device
     if _load_state != 0:
         return _load_state
     cdef void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
@@ -99,6 +103,8 @@ cdef int _load() noexcept nogil:
     _mem_alloc = <cuMemAlloc_t>dlsym(lib, "cuMemAlloc_v2")
     _mem_free = <cuMemFree_t>dlsym(lib, "cuMemFree_v2")
     _error_name = <cuGetErrorName_t>dlsym(lib, "cuGetErrorName")
+    _memset_async = <cuMemsetD8Async_t>dlsym(lib, "cuMemsetD8Async")
+    _copy_to_device = <cuMemcpyHtoD_t>dlsym(lib, "cuMemcpyHtoD_v2")
     _stream_get_ctx = <cuStreamGetCtx_t>dlsym(lib, "cuStreamGetCtx")
     _ctx_get_device = <cuCtxGetDevice_t>dlsym(lib, "cuCtxGetDevice")
     if init == NULL or _get_attribute == NULL or init(0) != 0:
@@ -283,6 +289,40 @@ cdef int device_free(uintptr_t address, int device) noexcept:
         if pushed:
             _ctx_pop(&popped)
     return 0
+
+
+cdef int zero_async(uintptr_t address, size_t nbytes, intptr_t stream) except -1:
+    """Queue a zero fill of ``nbytes`` at ``address`` on ``stream`` (the current context's device)."""
+    cdef int result
+    _require_driver(b"device memset")
+    if _memset_async == NULL:
+        raise RuntimeError("libcuda has no cuMemsetD8Async")
+    with nogil:
+        result = _memset_async(address, 0, nbytes, <void*>stream)
+    if result != 0:
+        raise RuntimeError(f"cuMemsetD8Async({nbytes} bytes) failed: {_result_text(result)}")
+    return 0
+
+
+def copy_to_device(DeviceAllocation destination, source) -> None:
+    """Copy the bytes of a host buffer (anything exposing the buffer protocol) to the start of
+    ``destination``, synchronously."""
+    cdef const unsigned char[::1] data = memoryview(source).cast("B")
+    cdef bint pushed = False
+    cdef int result
+    if <size_t>data.shape[0] > destination.nbytes:
+        raise ValueError(f"copy_to_device: {data.shape[0]} bytes do not fit in {destination.nbytes}")
+    if data.shape[0] == 0:
+        return
+    _require_driver(b"host-to-device copy")
+    enter_device(destination.device, &pushed)
+    try:
+        with nogil:
+            result = _copy_to_device(destination.ptr, &data[0], data.shape[0])
+    finally:
+        leave_device(pushed)
+    if result != 0:
+        raise RuntimeError(f"cuMemcpyHtoD({data.shape[0]} bytes) failed: {_result_text(result)}")
 
 
 cdef class DeviceAllocation:

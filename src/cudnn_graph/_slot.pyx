@@ -84,10 +84,17 @@ def device_name(int32_t device_type, int32_t device_id) -> str:
 
 
 cdef DLDevice parse_device(object device) except *:
-    """A DLDevice from 'cpu', 'cuda', 'cuda:1', (type, id) or a bare CUDA ordinal."""
+    """A DLDevice from 'cpu', 'cuda', 'cuda:1', (type, id) with type a DLPack code or a name such as
+    'cuda', or a bare CUDA ordinal."""
     cdef DLDevice d
     if isinstance(device, tuple) and len(device) == 2:
-        d.device_type = int(device[0])
+        kind = device[0]
+        if isinstance(kind, str):
+            if kind.strip().lower() not in _DEVICE_CODES:
+                raise ValueError(f"unknown device type {kind!r} in {device!r}")
+            d.device_type = _DEVICE_CODES[kind.strip().lower()]
+        else:
+            d.device_type = int(kind)
         d.device_id = int(device[1])
     elif isinstance(device, int) and not isinstance(device, bool):
         d.device_type = kDLCUDA
