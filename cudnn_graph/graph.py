@@ -32,7 +32,8 @@ from ._slot import Slot
 from ._variant_pack import PackLayout, TensorSpec
 from ._stream import as_stream_handle
 from .data_type import DataType, data_type_of
-from .errors import (WorkspaceError, GraphFrozenError, GraphNotSupportedError, GraphValidationError)
+from .errors import (WorkspaceError, GraphFrozenError, GraphNotSupportedError, GraphValidationError,
+                     UnknownTensorError)
 from .ops import SCHEMAS
 from .ops.schema import REQUIRED, InferContext, TensorInfo
 from .router import Router, get_default_router
@@ -103,17 +104,25 @@ class pygraph(_GraphCore):
 
     ``device`` ('cpu', 'cuda', 'cuda:N') is optional: a handle or ``tensor_like`` templates give it,
     and otherwise it is CUDA device 0 where a GPU is visible, the host elsewhere. ``router`` ranks the
-    plan list (default: the process default router).
+    plan list (default: the process default router). ``is_override_shape_enabled`` builds a graph
+    whose tensors may take other shapes and strides at execute (``override_uids`` /
+    ``override_shapes`` / ``override_strides``); the cuDNN backend needs cuDNN >= 9.21 for it.
     """
 
     _hot = None   # the selected plan's fast executor (False: it has none); reset when the selection moves
 
     def __init__(self, io_data_type=None, intermediate_data_type=None, compute_data_type=None,
                  handle=None, *, name: str = "", device=None, router: Optional[Router] = None,
-                 sm_count=None, sm_version=None, kernel_cache=None):
+                 sm_count=None, sm_version=None, kernel_cache=None, is_override_shape_enabled: bool = False):
         super().__init__(io_data_type, intermediate_data_type, compute_data_type, name=name,
                          device=device, handle=handle, router=router)
         self._state = _PlanState()
+        self._override_shape_enabled = bool(is_override_shape_enabled)
+
+    @property
+    def is_override_shape_enabled(self) -> bool:
+        """Whether execute may override tensor shapes and strides (fixed at construction)."""
+        return self._override_shape_enabled
 
     # -- node construction ------------------------------------------------------------------------
     # Builders (one per op schema, generated below) call Graph._build with the op's OpBinding.
@@ -487,21 +496,50 @@ class pygraph(_GraphCore):
 
     def _run(self, compiled, variant_pack, workspace, handle, stream, override_uids, override_shapes,
              override_strides):
+        overrides = None
         if override_uids is not None or override_shapes is not None or override_strides is not None:
-            # Never drop overrides silently: say what is missing instead.
-            raise GraphNotSupportedError(
-                f"{compiled.plan.label} does not take override shapes/strides (dynamic shapes are not "
-                "enabled for this graph)")
+            overrides = self._shape_overrides(compiled, override_uids, override_shapes, override_strides)
         defaults = self._state.scalar_defaults
         if defaults:
             variant_pack = self._with_scalars(variant_pack, defaults, compiled.layout)
-        pack = compiled.layout.pack(variant_pack, stream=stream)
+        layout = compiled.layout if overrides is None else overrides[1]
+        pack = layout.pack(variant_pack, stream=stream)
         if workspace is not None:
             workspace = self._workspace_slot(workspace, compiled, stream)
         ctx = ExecutionContext(handle=handle if handle is not None else self.handle,
                                stream=None if stream is None else as_stream_handle(stream),
                                workspace=workspace, device=self.device)
-        compiled.execute(self, pack, ctx)
+        if overrides is None:
+            compiled.execute(self, pack, ctx)
+        else:
+            compiled.execute_with_overrides(self, pack, ctx, overrides[0])
+
+    def _shape_overrides(self, compiled, uids, shapes, strides):
+        """(ShapeOverrides, layout checking the buffers against the overridden geometry)."""
+        from ._backend import ShapeOverrides
+        if not self._override_shape_enabled:
+            # Never drop overrides silently: say what is missing instead.
+            raise GraphNotSupportedError(
+                "override shapes/strides need a graph built with pygraph(is_override_shape_enabled=True)")
+        if uids is None or shapes is None or strides is None:
+            raise ValueError("override_uids, override_shapes and override_strides go together; "
+                             f"got uids={uids is not None}, shapes={shapes is not None}, strides={strides is not None}")
+        if not hasattr(compiled, "execute_with_overrides"):
+            raise GraphNotSupportedError(f"{compiled.plan.label} does not take override shapes/strides")
+        uids = [u.uid if isinstance(u, Tensor) else u for u in uids]
+        overrides = ShapeOverrides(uids, shapes, strides)
+        specs = {s.uid: s for s in compiled.layout.specs}
+        for uid, shape, stride in zip(overrides.uids, overrides.shapes, overrides.strides):
+            spec = specs.get(uid)
+            if spec is None:
+                raise UnknownTensorError(f"override uid {uid} is not a tensor the plan reads or writes")
+            if len(shape) != len(spec.shape):
+                raise ValueError(f"tensor '{spec.name}' (uid {uid}): override shape {shape} has rank "
+                                 f"{len(shape)}; the tensor has rank {len(spec.shape)}")
+            # Buffers are checked against the geometry they will have at this execute.
+            specs[uid] = TensorSpec(uid, shape, spec.dtype, strides=stride, device=spec.device, name=spec.name,
+                                    alignment=spec.alignment, is_output=spec.is_output, required=spec.required)
+        return overrides, PackLayout(list(specs.values()))
 
     def _workspace_slot(self, workspace, compiled, stream):
         """The caller's workspace as a Slot (engines see slots only), checked to hold the plan's bytes."""

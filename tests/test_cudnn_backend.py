@@ -516,6 +516,17 @@ int cudnnBackendSetAttribute(void *d, int name, int type, long long n, const voi
     if (name == 1000) { x->n = n; memcpy(x->uids, e, n * 8); }
     if (name == 1001) memcpy(x->ptrs, e, n * 8);
     if (name == 1003) x->ws = *(void *const *)e;
+    if (name == 1011 || name == 1012) {   /* override shapes / strides: a vector of int64 vectors */
+        typedef struct { int64_t *begin, *end, *cap; } row_t;
+        const struct { row_t *begin, *end, *cap; } *rows = e;
+        char line[1024]; int at = sprintf(line, "override %s", name == 1011 ? "shapes" : "strides");
+        for (const row_t *r = rows->begin; r != rows->end; r++) {
+            at += sprintf(line + at, " ");
+            for (const int64_t *v = r->begin; v != r->end; v++)
+                at += sprintf(line + at, "%s%lld", v == r->begin ? "" : ",", (long long)*v);
+        }
+        emit(line);
+    }
     return 0;
 }
 int cudnnBackendGetAttribute(void *d, int name, int type, long long r, long long *c, void *e) {
@@ -682,6 +693,72 @@ print(json.dumps({"workspace": owned.workspace_size, "cudnn": owned.cudnn_worksp
     assert executes[0][2] == "0x800000"
     assert executes[0][3:] == ["3=0x10000", "5=0x20000", "13=0x5000", "21=0x800200", "22=0x800300"]
     assert out == {"workspace": 0x400, "cudnn": 300}
+
+
+def test_override_shapes_reach_cudnn_as_vectors_of_int64_vectors(recording_libcudnn):
+    lib, folder = recording_libcudnn
+    log = folder / "overrides.log"
+    run_python(EXECUTE_PROLOGUE + """
+overrides = _backend.ShapeOverrides([3, 5], [(2, 8), (2, 4)], [(8, 1), (4, 1)])
+runner.run_with_overrides(layout.pack({3: 0x10000, 5: 0x20000}), overrides, handle=0x1000)
+print(json.dumps({}))
+""", env={"CUDNN_GRAPH_LIBCUDNN": lib, "FAKE_CUDNN_LOG": str(log)})
+    records = _read_log(log)
+    uids = [r for r in records if r[0] == "set" and r[2] == "1010"][0]
+    assert struct.unpack("<2q", bytes.fromhex(uids[5])) == (3, 5)
+    assert ["override", "shapes", "2,8", "2,4"] in records
+    assert ["override", "strides", "8,1", "4,1"] in records
+    assert [r[0] for r in records].count("execute") == 1
+
+
+def test_shape_overrides_are_checked_before_any_launch():
+    from cudnn_graph._backend import ShapeOverrides
+    with pytest.raises(ValueError, match="one entry per uid"):
+        ShapeOverrides([1, 2], [(2, 3)], [(3, 1)])
+    with pytest.raises(ValueError, match="differ in rank"):
+        ShapeOverrides([1], [(2, 3)], [(1,)])
+    with pytest.raises(TypeError):
+        ShapeOverrides([1], [(2.5, 3)], [(3, 1)])
+    assert ShapeOverrides([], [], []).uids == ()
+
+
+def test_override_shape_enabled_graphs_set_the_flag_or_name_the_version_needed():
+    g = cudnn.pygraph(io_data_type=F.HALF, compute_data_type=F.FLOAT, device="cuda",
+                      is_override_shape_enabled=True)
+    x = g.tensor(name="x", dim=[2, 8, 64], stride=[512, 64, 1])
+    g.relu(x).set_output(True)
+    g.validate()
+    assert g.is_override_shape_enabled
+    attrs = lower_program(g).step("operation_graph").attrs
+    assert attrs["CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED"] is True
+    from cudnn_graph._cudnn_errors import CudnnVersionError
+    with pytest.raises(CudnnVersionError, match=r"override shapes enabled.*9\.21"):
+        lower_program(g, 91900)
+    plain = cudnn.pygraph(io_data_type=F.HALF, compute_data_type=F.FLOAT, device="cuda")
+    y = plain.tensor(name="x", dim=[2, 8, 64], stride=[512, 64, 1])
+    plain.relu(y).set_output(True)
+    plain.validate()
+    assert "CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED" not in lower_program(plain).step(
+        "operation_graph").attrs
+
+
+def test_overrides_on_a_graph_without_them_are_refused_not_dropped():
+    g = cudnn.pygraph(io_data_type=F.FLOAT, compute_data_type=F.FLOAT, device="cpu")
+    x = g.tensor(name="x", dim=[2, 3], stride=[3, 1])
+    y = g.relu(x).set_output(True)
+    g.build([cudnn.heur_mode.A])
+    a, b = np.ones((2, 3), np.float32), np.empty((2, 3), np.float32)
+    with pytest.raises(GraphNotSupportedError, match="is_override_shape_enabled=True"):
+        g.execute({x: a, y: b}, override_uids=[x.uid], override_shapes=[(1, 3)], override_strides=[(3, 1)])
+    g2 = cudnn.pygraph(io_data_type=F.FLOAT, compute_data_type=F.FLOAT, device="cpu",
+                       is_override_shape_enabled=True)
+    x2 = g2.tensor(name="x", dim=[2, 3], stride=[3, 1])
+    y2 = g2.relu(x2).set_output(True)
+    g2.build([cudnn.heur_mode.A])
+    with pytest.raises(GraphNotSupportedError, match="does not take override shapes"):
+        g2.execute({x2: a, y2: b}, override_uids=[x2.uid], override_shapes=[(1, 3)], override_strides=[(3, 1)])
+    with pytest.raises(ValueError, match="go together"):
+        g2.execute({x2: a, y2: b}, override_uids=[x2.uid], override_shapes=[(1, 3)])
 
 
 def test_threads_see_only_their_own_pointers(recording_libcudnn):

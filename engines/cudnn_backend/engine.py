@@ -310,6 +310,11 @@ class CudnnBackendPlan(CompiledPlan):
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:  # pragma: no cover - shadowed
         self.runner.execute(graph, variant_pack, ctx)
 
+    def execute_with_overrides(self, graph, variant_pack, ctx: ExecutionContext, overrides) -> None:
+        """execute with execute-time shapes / strides (a ``_backend.ShapeOverrides``)."""
+        self.runner.run_with_overrides(variant_pack, overrides, handle=ctx.handle, stream=ctx.stream,
+                                       workspace=ctx.workspace)
+
     def fast_executor(self, layout):
         """(mapping, handle, stream) -> None: pack and run in Cython; the plan supplies fixed scalars."""
         self.runner.bind_layout(layout)
@@ -375,7 +380,7 @@ class CudnnBackendEngine(BaseEngine):
         if not self.available:
             raise GraphNotSupportedError("libcudnn could not be loaded")
         device = graph.device[1]
-        key = (graph.key(), device)
+        key = (graph.key(), device, getattr(graph, "is_override_shape_enabled", False))
         with self._lock:
             lowered = self._lowerings.get(key)
             if lowered is not None:

@@ -35,6 +35,7 @@ __all__ = ["Ref", "HANDLE", "Step", "Program", "Lowering", "Lowerer", "LOWERERS"
 
 BYTE_ALIGNMENT = 16   # every tensor descriptor promises 16-byte aligned data (checked at execute)
 MIN_RANK = 3          # cuDNN's matmul takes [batch, rows, cols]; smaller graphs are padded to it
+OVERRIDE_SHAPE_VERSION = 92100   # CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED
 
 _FLOAT32_MAX = 3.4028234663852886e38
 _DOUBLE_MAX = 1.7976931348623157e308
@@ -110,6 +111,7 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     "CUDNN_ATTR_OPERATION_REDUCTION_DESC": "CUDNN_TYPE_BACKEND_DESCRIPTOR",
     "CUDNN_ATTR_OPERATIONGRAPH_OPS": "CUDNN_TYPE_BACKEND_DESCRIPTOR",
     "CUDNN_ATTR_OPERATIONGRAPH_HANDLE": "CUDNN_TYPE_HANDLE",
+    "CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED": "CUDNN_TYPE_BOOLEAN",
     # heuristics, engines, configs, plans
     "CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH": "CUDNN_TYPE_BACKEND_DESCRIPTOR",
     "CUDNN_ATTR_ENGINEHEUR_MODE": "CUDNN_TYPE_HEUR_MODE",
@@ -578,10 +580,15 @@ def lower_program(graph, version: Optional[int] = None) -> Program:
             steps.append(step)
             if step.kind.startswith(_OPERATION_PREFIX):
                 operations.append(step.name)
-    steps.append(Step("operation_graph", "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR", {
-        "CUDNN_ATTR_OPERATIONGRAPH_OPS": tuple(Ref(name) for name in operations),
-        "CUDNN_ATTR_OPERATIONGRAPH_HANDLE": HANDLE,
-    }))
+    op_graph = {"CUDNN_ATTR_OPERATIONGRAPH_OPS": tuple(Ref(name) for name in operations),
+                "CUDNN_ATTR_OPERATIONGRAPH_HANDLE": HANDLE}
+    if getattr(graph, "is_override_shape_enabled", False):
+        if version is not None and version < OVERRIDE_SHAPE_VERSION:
+            from ..._cudnn_errors import CudnnVersionError
+            raise CudnnVersionError("a graph with override shapes enabled (dynamic shapes)",
+                                    OVERRIDE_SHAPE_VERSION, version)
+        op_graph["CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED"] = True
+    steps.append(Step("operation_graph", "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR", op_graph))
     return Program(steps, tensor_steps, geometry, operations, constants, notes=notes, aliases=lw.aliases,
                    plan_constants=lw.plan_constants, scratch=lw.scratch_tensors)
 

@@ -61,7 +61,38 @@ cdef ThreadState thread_state()
 # holds this thread's cache of finalized variant packs.
 cdef int execute_plan(void* handle, void* plan, VariantPack pack, void* workspace,
                       const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
-                      ThreadState state) except -1
+                      ThreadState state, const OverrideArrays* overrides=*) except -1
+
+
+# The backend reads override shapes / strides (VARIANT_PACK_OVERRIDE_SHAPES / _STRIDES, one VOID_PTR
+# element each) as a vector of int64 vectors in the libstdc++ layout: three pointers (begin, end,
+# capacity end) for the outer vector, whose elements are three-pointer int64 vectors, one per uid.
+ctypedef struct Int64Row:
+    int64_t* begin
+    int64_t* end
+    int64_t* capacity_end
+
+ctypedef struct Int64Rows:
+    Int64Row* begin
+    Int64Row* end
+    Int64Row* capacity_end
+
+ctypedef struct OverrideArrays:
+    int n
+    const int64_t* uids
+    Int64Rows* shapes
+    Int64Rows* strides
+
+
+cdef class ShapeOverrides:
+    cdef OverrideArrays arrays
+    cdef Int64Rows _shapes
+    cdef Int64Rows _strides
+    cdef Int64Row* _rows              # n shape rows, then n stride rows
+    cdef int64_t* _values             # uids, then every shape, then every stride
+    cdef readonly tuple uids
+    cdef readonly tuple shapes
+    cdef readonly tuple strides
 
 
 cdef class PlanRunner:
@@ -95,7 +126,8 @@ cdef class PlanRunner:
     cdef uint8_t* _device_operand       # per layout position: 1 for device operands (16-byte aligned)
     cdef PackLayout _bound_layout       # the graph's layout, for execute_mapping
 
-    cdef int _run(self, VariantPack pack, object handle, object stream, object workspace) except -1
+    cdef int _run(self, VariantPack pack, object handle, object stream, object workspace,
+                  ShapeOverrides overrides=*) except -1
     cdef void* _workspace_pointer(self, object workspace, intptr_t stream_key) except? NULL
     cdef int _check_alignment(self, VariantPack pack) except -1
     cdef int _prepare_layout(self, PackLayout layout) except -1

@@ -1011,8 +1011,9 @@ cdef enum:
     _STAGE_WORKSPACE = 4
     _STAGE_FINALIZE = 5
     _STAGE_EXECUTE = 6
+    _STAGE_OVERRIDES = 7
 
-cdef const char* _STAGE_NAMES[7]
+cdef const char* _STAGE_NAMES[8]
 _STAGE_NAMES[0] = b"cudnnBackendExecute"
 _STAGE_NAMES[1] = b"cudnnBackendCreateDescriptor(VARIANT_PACK)"
 _STAGE_NAMES[2] = b"cudnnBackendSetAttribute(VARIANT_PACK_UNIQUE_IDS)"
@@ -1020,10 +1021,12 @@ _STAGE_NAMES[3] = b"cudnnBackendSetAttribute(VARIANT_PACK_DATA_POINTERS)"
 _STAGE_NAMES[4] = b"cudnnBackendSetAttribute(VARIANT_PACK_WORKSPACE)"
 _STAGE_NAMES[5] = b"cudnnBackendFinalize(VARIANT_PACK)"
 _STAGE_NAMES[6] = b"cudnnBackendExecute"
+_STAGE_NAMES[7] = b"cudnnBackendSetAttribute(VARIANT_PACK_OVERRIDE_*)"
 
 
 cdef int _build_variant_pack(CudnnApi* api, int n, const int64_t* uids, void* const* ptrs,
-                             void* workspace, void** out, int* stage) noexcept nogil:
+                             void* workspace, void** out, int* stage,
+                             const OverrideArrays* overrides=NULL) noexcept nogil:
     """A finalized variant pack; on failure the status is returned, ``stage`` says which call."""
     cdef void* vp = NULL
     cdef void* ws = workspace
@@ -1043,6 +1046,16 @@ cdef int _build_variant_pack(CudnnApi* api, int n, const int64_t* uids, void* co
         stage[0] = _STAGE_WORKSPACE
         status = api.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR,
                                               1, &ws)
+    if status == CUDNN_STATUS_SUCCESS and overrides != NULL:
+        stage[0] = _STAGE_OVERRIDES
+        status = api.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_OVERRIDE_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                              overrides.n, overrides.uids)
+        if status == CUDNN_STATUS_SUCCESS:
+            status = api.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_OVERRIDE_SHAPES,
+                                                  CUDNN_TYPE_VOID_PTR, 1, overrides.shapes)
+        if status == CUDNN_STATUS_SUCCESS:
+            status = api.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_OVERRIDE_STRIDES,
+                                                  CUDNN_TYPE_VOID_PTR, 1, overrides.strides)
     if status == CUDNN_STATUS_SUCCESS:
         stage[0] = _STAGE_FINALIZE
         status = api.cudnnBackendFinalize(vp)
@@ -1093,7 +1106,7 @@ cdef int _variant_pack_from_cache(CudnnApi* api, VariantPackCacheEntry* entries,
 
 cdef int execute_plan(void* handle, void* plan, VariantPack pack, void* workspace,
                       const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
-                      ThreadState state) except -1:
+                      ThreadState state, const OverrideArrays* overrides=NULL) except -1:
     cdef CudnnApi* api = loaded_api()
     if api == NULL:
         api = cudnn_api()
@@ -1128,7 +1141,7 @@ cdef int execute_plan(void* handle, void* plan, VariantPack pack, void* workspac
         memcpy(dst_uids + n, extra_uids, n_extra * sizeof(int64_t))
         memcpy(dst_ptrs + n, extra_ptrs, n_extra * sizeof(void*))
         uids, ptrs = dst_uids, dst_ptrs
-    if state is not None and _variant_pack_cache and total <= VARIANT_PACK_CACHE_OPERANDS:
+    if state is not None and _variant_pack_cache and total <= VARIANT_PACK_CACHE_OPERANDS and overrides == NULL:
         entries = state._entries
         next_victim = &state._next_victim
     with nogil:
@@ -1136,7 +1149,7 @@ cdef int execute_plan(void* handle, void* plan, VariantPack pack, void* workspac
             status = _variant_pack_from_cache(api, entries, next_victim, total, uids, ptrs, workspace,
                                               &vp, &stage)
         else:
-            status = _build_variant_pack(api, total, uids, ptrs, workspace, &vp, &stage)
+            status = _build_variant_pack(api, total, uids, ptrs, workspace, &vp, &stage, overrides)
         if status == CUDNN_STATUS_SUCCESS:
             stage = _STAGE_EXECUTE
             status = api.cudnnBackendExecute(handle, plan, vp)
@@ -1147,6 +1160,67 @@ cdef int execute_plan(void* handle, void* plan, VariantPack pack, void* workspac
     if status != CUDNN_STATUS_SUCCESS:
         return raise_status(status, _STAGE_NAMES[stage])
     return 0
+
+
+@cython.final
+cdef class ShapeOverrides:
+    """Execute-time shapes and strides of some tensors, laid out the way cuDNN reads them.
+
+    Example:
+        >>> ov = ShapeOverrides([3], [(2, 64, 32)], [(2048, 32, 1)])
+        >>> ov.uids, ov.shapes
+        ((3,), ((2, 64, 32),))
+    """
+
+    def __cinit__(self):
+        self._rows = NULL
+        self._values = NULL
+
+    def __init__(self, uids, shapes, strides):
+        uids = tuple(PyNumber_Index(u) for u in uids)
+        shapes = tuple(tuple(PyNumber_Index(d) for d in shape) for shape in shapes)
+        strides = tuple(tuple(PyNumber_Index(d) for d in row) for row in strides)
+        if not (len(uids) == len(shapes) == len(strides)):
+            raise ValueError(f"override_uids, override_shapes and override_strides must have one entry per "
+                             f"uid; got {len(uids)}, {len(shapes)} and {len(strides)}")
+        for uid, shape, row in zip(uids, shapes, strides):
+            if len(shape) != len(row):
+                raise ValueError(f"uid {uid}: override shape {shape} and strides {row} differ in rank")
+        cdef int n = len(uids), i, j, at
+        cdef size_t count = n + 2 * sum(len(shape) for shape in shapes)
+        self._values = <int64_t*>malloc(max(count, 1) * sizeof(int64_t))
+        self._rows = <Int64Row*>malloc(max(2 * n, 1) * sizeof(Int64Row))
+        if self._values == NULL or self._rows == NULL:
+            raise MemoryError()
+        for i in range(n):
+            self._values[i] = uids[i]
+        at = n
+        for i, table in enumerate((shapes, strides)):
+            for j in range(n):
+                self._rows[i * n + j].begin = self._values + at
+                for value in table[j]:
+                    self._values[at] = value
+                    at += 1
+                self._rows[i * n + j].end = self._values + at
+                self._rows[i * n + j].capacity_end = self._values + at
+        self._shapes.begin = self._rows
+        self._shapes.end = self._rows + n
+        self._shapes.capacity_end = self._rows + n
+        self._strides.begin = self._rows + n
+        self._strides.end = self._rows + 2 * n
+        self._strides.capacity_end = self._rows + 2 * n
+        self.arrays.n = n
+        self.arrays.uids = self._values
+        self.arrays.shapes = &self._shapes
+        self.arrays.strides = &self._strides
+        self.uids, self.shapes, self.strides = uids, shapes, strides
+
+    def __dealloc__(self):
+        free(self._rows)
+        free(self._values)
+
+    def __repr__(self):
+        return f"ShapeOverrides(uids={self.uids}, shapes={self.shapes}, strides={self.strides})"
 
 
 # ---- compiled plans -----------------------------------------------------------------------------------
@@ -1250,7 +1324,14 @@ cdef class PlanRunner:
         """pygraph.execute's fast path: normalise ``{tensor | uid: buffer}`` and run, with no Python frame."""
         self._run(pack_from_mapping(mapping, self._bound_layout, stream), handle, stream, None)
 
-    cdef int _run(self, VariantPack pack, object handle, object stream, object workspace) except -1:
+    def run_with_overrides(self, VariantPack pack, ShapeOverrides overrides, *, handle=None, stream=None,
+                           workspace=None):
+        """``run`` with execute-time shapes and strides for the uids ``overrides`` names (a graph
+        built with override shapes enabled; cuDNN >= 9.18 reads them)."""
+        self._run(pack, handle, stream, workspace, overrides)
+
+    cdef int _run(self, VariantPack pack, object handle, object stream, object workspace,
+                  ShapeOverrides overrides=None) except -1:
         cdef ThreadState state = thread_state()
         cdef Handle h = None
         cdef void* handle_ptr
@@ -1311,7 +1392,8 @@ cdef class PlanRunner:
             for i in range(self._n_scratch):
                 if self._scratch_zero[i]:
                     zero_async(<uintptr_t>ws + self._scratch_offsets[i], self._scratch_bytes[i], stream_ptr)
-            return execute_plan(handle_ptr, self._plan.ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state)
+            return execute_plan(handle_ptr, self._plan.ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state,
+                                NULL if overrides is None else &overrides.arrays)
         finally:
             leave_device(pushed)
 
