@@ -28,6 +28,7 @@ from cudnn_graph.engines.cudnn_backend import (CudnnBackendEngine, HANDLE, Ref, 
 from cudnn_graph.engines.cudnn_backend import engine as backend_engine
 from cudnn_graph.engines.cudnn_backend.lowering import ATTRIBUTE_TYPES, MIN_RANK
 from cudnn_graph.ops._pointwise import POINTWISE_OPS
+from gpu_support import assert_close, build_gpu, host_dtype, reference_run
 
 F = cudnn.data_type
 
@@ -846,22 +847,8 @@ except Exception as e:
 
 # ---- GPU: real graphs against the reference engine --------------------------------------------------
 
-TOLERANCE = {"float32": 5e-3, "float16": 5e-3, "bfloat16": 3e-2}
 NP_NAME = {F.FLOAT: "float32", F.HALF: "float16", F.BFLOAT16: "bfloat16"}
-
-
-def assert_close(got, want, dtype_name, what=""):
-    got = np.asarray(got, dtype=np.float32)
-    want = np.asarray(want, dtype=np.float32)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
-    err = float(np.max(np.abs(got - want))) if want.size else 0.0
-    assert err <= TOLERANCE[dtype_name] * scale, f"{what}: max error {err} (scale {scale}, {dtype_name})"
-
-
-def _host_dtype(io):
-    import ml_dtypes
-    return {F.FLOAT: np.float32, F.HALF: np.float16, F.BFLOAT16: ml_dtypes.bfloat16}[io]
+_host_dtype = host_dtype
 
 
 def matmul_inputs(io, *, batch=2, m=64, k=32, n=48, transpose_b=False, a_row_pad=0, rank=3, seed=0):
@@ -878,37 +865,6 @@ def matmul_inputs(io, *, batch=2, m=64, k=32, n=48, transpose_b=False, a_row_pad
         b = (rng.standard_normal(lead + (k, n)) * 0.5).astype(dt)
     bias = (rng.standard_normal((1,) * len(lead) + (1, n)) * 0.5).astype(dt)
     return {"A": a, "B": b, "bias": bias, "A_full": a_full}
-
-
-def _host_buffer(array):
-    """NumPy exports no bfloat16 through DLPack: such arrays go in as host Slots (same memory)."""
-    if array.dtype.kind == "V" or array.dtype.name == "bfloat16":
-        itemsize = array.dtype.itemsize
-        return cudnn.Slot.from_address(array.ctypes.data, array.shape,
-                                       tuple(s // itemsize for s in array.strides), array.dtype.name, "cpu")
-    return array
-
-
-def reference_run(builder, host_inputs, out_names, **kwargs):
-    """Build the graph on the host and run the reference engine; returns {name: array}."""
-    g, t = builder("cpu", **kwargs)
-    g.build([cudnn.heur_mode.A])
-    outs = {}
-    pack = {}
-    for name, tensor in t.items():
-        if name in out_names:
-            outs[name] = np.empty(tensor.dim, _host_dtype(g._resolved_type(tensor)))
-            pack[tensor] = _host_buffer(outs[name])
-        elif name in host_inputs:
-            pack[tensor] = _host_buffer(host_inputs[name])
-    g.execute(pack)
-    return outs
-
-
-def build_gpu(builder, **kwargs):
-    g, t = builder("cuda", **kwargs)
-    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    return g, t
 
 
 def _torch_from_host(torch, array, strides_like=None):
