@@ -18,8 +18,9 @@ libcudnn supports:
 
 ``implementation``: UNIFIED = native or decline; COMPOSITE = composite or decline; AUTO = native when the
 running version supports every feature the node asks for, else composite (cudnn-frontend's rule).
-``sdpa_backward`` has no ``implementation``: the composite (what cudnn-frontend runs) when it can be
-built, else the native operation when it covers the case.
+``sdpa_backward`` has no ``implementation``: the lowerings in ``BACKWARD_ORDER`` are tried in turn, by
+default the composite (what cudnn-frontend runs) when it can be built, else the native operation when it
+covers the case (cuDNN 9.19 refuses the native backward's operation graph on H200: see BACKWARD_ORDER).
 
 Tensors the composite needs in device memory of the plan's own (the backward's ``softmax_sum`` and dQ
 accumulator, the ALiBi slopes) come from ``Lowering.scratch``; a lowering without it declines those
@@ -45,7 +46,7 @@ from .lowering import ATTRIBUTE_TYPES, Ref, Step, lowers
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NATIVE_FWD_VERSION", "NATIVE_BWD_VERSION", "SDPA_ATTRIBUTE_TYPES", "settable", "choose_forward",
+__all__ = ["NATIVE_FWD_VERSION", "NATIVE_BWD_VERSION", "BACKWARD_ORDER", "SDPA_ATTRIBUTE_TYPES", "settable", "choose_forward",
            "choose_backward"]
 
 NATIVE_FWD_VERSION = 91301       # CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR usable (cudnn-frontend's gate)
@@ -53,6 +54,12 @@ NATIVE_BLOCK_MASK_VERSION = 91400
 NATIVE_PAGED_VERSION = 91500     # page tables and sequence lengths on the native forward
 NATIVE_BWD_VERSION = 91700
 NATIVE_SUBGRAPH_VERSION = 92100  # masks / bias / dropout / sink reach the native op only through a subgraph
+
+# The lowerings sdpa_backward tries, in order. cudnn-frontend's released nodes build only the composite
+# backward; the native SDPA_BWD operation is a fallback for what the composite declines. cuDNN 9.19 on an
+# H200 refuses an operation graph holding it (finalize: BAD_PARAM from buildDAG), and third-party reports
+# see no engine for it on 9.24 / 9.26 either. Set ("native",) (or ("native", "composite")) to force it.
+BACKWARD_ORDER = ("composite", "native")
 
 _F, _I32, _BOOL = DataType.FLOAT, DataType.INT32, DataType.BOOLEAN
 _NEG_INF = float("-inf")
@@ -314,12 +321,16 @@ def _choose(lw, ask: _Ask) -> str:
         if composite:
             raise GraphNotSupportedError(f"{ask.where}: implementation=COMPOSITE: {composite}")
         return "composite"
-    order = (("native", native), ("composite", composite)) if ask.forward else \
-        (("composite", composite), ("native", native))
-    for kind, why in order:
-        if why is None:
+    reasons = {"native": native, "composite": composite}
+    order = ("native", "composite") if ask.forward else BACKWARD_ORDER
+    for kind in order:
+        if reasons[kind] is None:
+            if not ask.forward and kind == "native" and order[0] != "native":
+                logger.info("%s: the composite backward cannot take it (%s); trying the native SDPA_BWD "
+                            "operation, which cuDNN 9.19 refuses on H200", ask.where, composite)
             return kind
-    raise GraphNotSupportedError(f"{ask.where}: no lowering covers it; composite: {composite}; native: {native}")
+    tried = "; ".join(f"{kind}: {reasons[kind]}" for kind in order)
+    raise GraphNotSupportedError(f"{ask.where}: no lowering covers it; {tried}")
 
 
 # ---- a small step builder -------------------------------------------------------------------------------
