@@ -936,9 +936,6 @@ def test_sink_alibi_paged_and_ragged_graphs_lower(scratch, native_names):
     assert ops_of(lower_program(g, version=91900)).count(("OPERATION_PAGED_CACHE_LOAD", None)) == 2
 
 
-@pytest.mark.xfail(raises=KeyError, strict=False,
-                   reason="lowering.py orders a tensor with a ragged offset before its offset tensor "
-                          "(sort key `t.ragged_offset is None` should be `is not None`)")
 def test_ragged_offsets_reach_the_tensor_descriptors(scratch, native_names):
     g, t = ragged_graph("cuda", use_causal_mask=True)
     program = lower_program(g, version=91900)

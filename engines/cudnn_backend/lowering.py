@@ -543,7 +543,7 @@ def lower_program(graph, version: Optional[int] = None) -> Program:
         for t in _tensors_of(node):
             used.setdefault(t.uid, t)
     ordered = [t for t in graph.tensors if t.uid in used]
-    ordered.sort(key=lambda t: t.ragged_offset is None)   # offsets first: their users reference them
+    ordered.sort(key=lambda t: t.ragged_offset is not None)   # offsets first: their users reference them
     geometry, notes = _geometry(graph, ordered)
 
     steps, tensor_steps, constants = [], {}, []
