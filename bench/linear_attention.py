@@ -11,6 +11,11 @@ calls after a warm-up (so the first call's compilation is excluded and reported 
 not in the cuTile engine yet (fla's refuses to run correctly on Hopper with Triton 3.6, see issue 8).
 Also prints each op's max |difference| between the two outputs. Prints a table; writes
 bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when OUT is set).
+
+    --variants all | NAME,NAME   also time the engine's other plans (knob sets: engines/cutile/engine.py
+                                 VARIANT_KNOBS; each compiles at its first call, tens of seconds)
+    --breakdown                  time each kernel launch of our plans apart (prepare, recurrence or
+                                 state_pass + output) with CUDA events around each launch
 """
 from __future__ import annotations
 
@@ -55,11 +60,25 @@ def make_inputs(torch, op: str, seed: int = 0) -> dict:
     }
 
 
-def ours(torch, op: str, x: dict):
-    """(run, o, final_state, build seconds, first-call seconds) for our cuTile plan on ``x``."""
+class _Prefer:
+    """A router putting the plan named ``name`` first (the others keep their order)."""
+
+    def __new__(cls, name):
+        from cudnn_graph.router import Router
+
+        class Prefer(Router):
+            def heuristics_sort(self, graph, entries):
+                return sorted(entries, key=lambda e: e.label != name)
+        return Prefer()
+
+
+def ours(torch, op: str, x: dict, variant: str = ""):
+    """(run, o, final_state, build seconds, first-call seconds, compiled plan) for our cuTile plan
+    (its variant ``variant``, '' for the default) on ``x``."""
     import cudnn_graph as cudnn
     F = cudnn.data_type
-    g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
+    name = f"cutile_{op}_chunk64" + (f"_{variant}" if variant else "")
+    g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda", router=_Prefer(name))
     types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT}
     t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types.get(name, F.BFLOAT16))
          for name, a in x.items()}
@@ -70,8 +89,8 @@ def ours(torch, op: str, x: dict):
     began = time.perf_counter()
     g.build([cudnn.heur_mode.A])
     built = time.perf_counter() - began
-    if g.selected_plan.engine_id != 20_200:
-        raise RuntimeError(f"the cuTile plan was not selected: {g.selected_plan} (declines: {g.declines})")
+    if g.selected_plan.label != name:
+        raise RuntimeError(f"plan {name} was not selected: {g.selected_plan} (declines: {g.declines})")
     out = torch.empty_like(x["v"])
     final = torch.empty_like(x["initial_state"])
     pack = {t[name]: a for name, a in x.items()}
@@ -85,7 +104,35 @@ def ours(torch, op: str, x: dict):
     run()
     torch.cuda.synchronize()
     first = time.perf_counter() - began
-    return run, out, final, built, first
+    compiled = g._state.compiled[g._state.selected]
+    return run, out, final, built, first, compiled
+
+
+def kernel_breakdown(torch, run, compiled, iters: int) -> dict:
+    """Mean milliseconds of each kernel launch of ``compiled`` (CUDA events on the current stream
+    around each launch, so host gaps between launches are excluded)."""
+    events = []
+
+    def hook(name, launch):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        stop.record()
+        events.append((name, start, stop))
+
+    run()
+    torch.cuda.synchronize()
+    compiled.launch_hook = hook
+    try:
+        for _ in range(iters):
+            run()
+        torch.cuda.synchronize()
+    finally:
+        compiled.launch_hook = None
+    totals = {}
+    for name, start, stop in events:
+        totals[name] = totals.get(name, 0.0) + start.elapsed_time(stop)
+    return {name: total / iters for name, total in totals.items()}
 
 
 def fla_call(torch, op: str, x: dict):
@@ -107,42 +154,65 @@ def fla_call(torch, op: str, x: dict):
     return run, result
 
 
+def _variant_names(arg: str) -> list:
+    if not arg:
+        return []
+    if arg == "all":
+        from cudnn_graph.engines.cutile.engine import VARIANT_KNOBS
+        return list(VARIANT_KNOBS)
+    return [v for v in arg.split(",") if v]
+
+
 def main() -> None:
     import torch
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--ops", default="gdn,kda")
+    parser.add_argument("--variants", default="", help="'all' or a comma list of plan variants to time too")
+    parser.add_argument("--breakdown", action="store_true", help="time each kernel launch apart")
     args = parser.parse_args()
     rows = []
     for op in args.ops.split(","):
         x = make_inputs(torch, op)
-        row = {"op": op, "T": N_SEQ * SEQ_LEN, "sequences": N_SEQ, "H": H, "K": K, "V": V, "dtype": "bf16"}
-        try:
-            run, out, final, built, first = ours(torch, op, x)
-            row["ours_fwd_ms"] = event_ms(torch, run, args.iters)
-            row["ours_build_s"], row["ours_first_call_s"] = built, first
-        except Exception as exc:               # noqa: BLE001  (report and go on to the peer)
-            row["ours_error"] = f"{type(exc).__name__}: {exc}"
-            out = final = None
+        fla_ms, fla_result = None, None
         try:
             fla_run, fla_result = fla_call(torch, op, x)
-            row["fla_fwd_ms"] = event_ms(torch, fla_run, args.iters)
-            if out is not None:
+            fla_ms = event_ms(torch, fla_run, args.iters)
+        except Exception as exc:               # noqa: BLE001  (report and go on)
+            fla_error = f"{type(exc).__name__}: {exc}"
+        for variant in [""] + _variant_names(args.variants):
+            row = {"op": op, "variant": variant or "default", "T": N_SEQ * SEQ_LEN, "sequences": N_SEQ, "H": H,
+                   "K": K, "V": V, "dtype": "bf16", "fla_fwd_ms": fla_ms}
+            if fla_ms is None:
+                row["fla_error"] = fla_error
+            try:
+                run, out, final, built, first, compiled = ours(torch, op, x, variant)
+                row["ours_fwd_ms"] = event_ms(torch, run, args.iters)
+                row["ours_build_s"], row["ours_first_call_s"] = built, first
+                if args.breakdown:
+                    row["kernels_ms"] = kernel_breakdown(torch, run, compiled, args.iters)
+            except Exception as exc:           # noqa: BLE001  (report and go on to the next)
+                row["ours_error"] = f"{type(exc).__name__}: {exc}"
+                out = final = None
+            if out is not None and fla_result is not None:
                 row["max_abs_diff_o"] = float((out.float() - fla_result["o"][0].float()).abs().max())
                 row["max_abs_diff_final"] = float((final - fla_result["final"].float()).abs().max())
-        except Exception as exc:               # noqa: BLE001
-            row["fla_error"] = f"{type(exc).__name__}: {exc}"
-        if "ours_fwd_ms" in row and "fla_fwd_ms" in row:
-            row["ours_over_fla"] = row["ours_fwd_ms"] / row["fla_fwd_ms"]
-        row["ours_bwd_ms"] = None               # no cuTile backward yet
-        rows.append(row)
+            if row.get("ours_fwd_ms") is not None and fla_ms:
+                row["ours_over_fla"] = row["ours_fwd_ms"] / fla_ms
+            row["ours_bwd_ms"] = None               # no cuTile backward yet
+            rows.append(row)
+            del out, final
+            torch.cuda.empty_cache()
 
-    print(f"{'op':5} {'ours fwd ms':>12} {'fla fwd ms':>11} {'ours/fla':>9} {'|o diff|':>10} {'first call s':>13}")
+    print(f"{'op':5} {'variant':16} {'ours fwd ms':>12} {'fla fwd ms':>11} {'ours/fla':>9} {'|o diff|':>10} "
+          f"{'first call s':>13}  kernels ms")
     for r in rows:
         def fmt(key, spec):
             return format(r[key], spec) if r.get(key) is not None else "-"
-        print(f"{r['op']:5} {fmt('ours_fwd_ms', '12.3f')} {fmt('fla_fwd_ms', '11.3f')} {fmt('ours_over_fla', '9.2f')} "
-              f"{fmt('max_abs_diff_o', '10.2e')} {fmt('ours_first_call_s', '13.1f')}")
+        kernels = " ".join(f"{k}={v:.3f}" for k, v in r.get("kernels_ms", {}).items())
+        print(f"{r['op']:5} {r['variant']:16} {fmt('ours_fwd_ms', '12.3f')} {fmt('fla_fwd_ms', '11.3f')} "
+              f"{fmt('ours_over_fla', '9.2f')} {fmt('max_abs_diff_o', '10.2e')} {fmt('ours_first_call_s', '13.1f')}"
+              f"  {kernels}")
         for key in ("ours_error", "fla_error"):
             if key in r:
                 print(f"  {key}: {r[key]}")

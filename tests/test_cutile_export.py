@@ -55,6 +55,34 @@ def test_every_kernel_exports_a_cubin(variant, arch):
         assert cubin[:4] == b"\x7fELF", f"{signature.symbol} for {arch} is not an ELF cubin"
 
 
+# The plan variants (engine.VARIANT_KNOBS) compile to other kernel instances: each knob once, sm_90 only
+# (the H200's), to keep CI's export time down. The prepare kernel only changes with ``split``.
+VARIANT_EXPORTS = [
+    ("gdn", {"block_v": 32}),
+    ("kda", {"low_mma": True}),
+    ("gdn", {"split": True}),
+    ("kda", {"split": True, "block_v": 32, "low_mma": True}),
+    ("kda", {"split": True, "block_v": 128}),
+]
+
+
+@needs_cutile
+@pytest.mark.parametrize("op, knobs", VARIANT_EXPORTS, ids=lambda x: x if isinstance(x, str) else
+                         "-".join(f"{k}={v}" for k, v in x.items()))
+def test_every_plan_variant_exports_a_cubin_for_sm90(op, knobs):
+    import dataclasses
+    from cuda.tile.compilation import export_kernel
+    base = _variants.Variant(op, "bfloat16", "bfloat16", "bfloat16", 128, 128, 64, 4, 128 ** -0.5,
+                             True, True, True)
+    variant = dataclasses.replace(base, **knobs)
+    for kernel, signature in _variants.signatures(variant):
+        if signature.symbol.startswith("chunk_prepare") and not variant.split:
+            continue                   # the default's instance, exported above
+        buffer = io.BytesIO()
+        export_kernel(kernel, [signature], buffer, gpu_code="sm_90", output_format="cubin")
+        assert buffer.getvalue()[:4] == b"\x7fELF", f"{signature.symbol} for sm_90 is not an ELF cubin"
+
+
 # ----------------------------------------------------------------- the chunked algorithm, in NumPy
 
 C = _variants.CHUNK
@@ -253,3 +281,176 @@ def test_a_host_graph_is_declined():
     o.set_output(True)
     g.validate()
     assert "CUDA" in cutile_engine._support_reason(g, g.nodes[0])
+
+
+def test_declines_do_not_repeat_the_engine_name():
+    """The graph tags each decline with the engine's name; the engine's reason must not say it again."""
+    cg = _package()
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
+    g = _gdn_graph(cg, cg.data_type.BFLOAT16, 96, 128)
+    g.validate()
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None                      # reach the node checks without a toolchain
+    with pytest.raises(cg.errors.GraphNotSupportedError) as info:
+        engine.propose_plans(g)
+    message = str(info.value)
+    assert message.startswith("node 'gdn_0' (gdn): head dims"), message
+    assert engine.name not in message
+
+
+def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
+    cg = _package()
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    g = _gdn_graph(cg, cg.data_type.BFLOAT16, 128, 128)
+    g.validate()
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None
+    original = cutile_engine._support_reason
+    cutile_engine._support_reason = lambda graph, node: None     # no GPU here to query
+    try:
+        plans = engine.propose_plans(g)
+    finally:
+        cutile_engine._support_reason = original
+    names = [p.label for p in plans]
+    assert names[0] == "cutile_gdn_chunk64" and plans[0].knobs == cutile_engine.DEFAULT_KNOBS
+    assert names[1:] == [f"cutile_gdn_chunk64_{v}" for v in cutile_engine.VARIANT_KNOBS]
+    assert all(p.priority < plans[0].priority for p in plans[1:])
+    split = [p for p in plans if p.knobs["split"]]
+    assert all(p.workspace_size > plans[0].workspace_size for p in split)
+
+
+# ------------------------------------------------- the chunked backward (gdn_bwd, kda_bwd), in NumPy
+#
+# The design the cuTile backward kernels are to follow (not written yet: the engine declines gdn_bwd and
+# kda_bwd). Per chunk (start state S0, cumulative gates gc, mid row m, last row L), with the forward's
+#   A = strict_tril((C e^{gc-m}) (K e^{m-gc})^T),  T = (I + A)^-1,  W = T (C e^{gc}),  U = T X,
+#   D = U - W S0,  O = scale (Q e^{gc} S0 + tril((Q e^{gc-m}) (K e^{m-gc})^T) D),
+#   S1 = e^{gc_L} S0 + (K e^{gc_L-gc})^T D,
+# three passes:
+#   1. forward recompute (the split forward's prepare + state pass): W, U, gc, S0 per chunk (hs), D;
+#   2. reverse state pass per (sequence, head, value block), chunks last to first, keeping dS (K x BV):
+#      store dS1 (the gradient at the chunk's end) then dD = scale M^T dO + (K e^{gc_L-gc}) dS1 and
+#      dS0 = scale (Q e^{gc})^T dO + e^{gc_L} dS1 - W^T dD  (dS0 is the previous chunk's dS1);
+#   3. per (chunk, head), in parallel over all V: every other gradient from S0, dS1, D, dD, U, W:
+#      dW = -dD S0^T, dX = T^T dD, dCg = T^T dW, dA = -strict_tril(dX U^T + dCg W^T),
+#      the decayed products' factor gradients, the decays' log gradients, then dg = reverse in-chunk
+#      cumsum of dgc, dbeta, dv, and the L2-norm backward.
+# float64 here, checked against engines/reference's token-by-token backward.
+
+def _tril(x, inclusive):
+    rows, cols = np.arange(C)[:, None], np.arange(C)[None, :]
+    return np.where(rows >= cols if inclusive else rows > cols, x, 0.0)
+
+
+def _l2_backward(x, dxn):
+    norm = np.sqrt(np.sum(x * x, 1, keepdims=True))
+    norm = np.where(norm == 0, 1.0, norm)
+    xn = x / norm
+    return (dxn - xn * np.sum(xn * dxn, 1, keepdims=True)) / norm
+
+
+def chunked_backward(op, d, l2, d_o, dht):
+    q, k, v, g, beta, cu = d["q"], d["k"], d["v"], d["g"], d["beta"], list(d["cu_seqlens"])
+    T, H, K = q.shape
+    V, N = v.shape[2], len(cu) - 1
+    per_channel = _variants.OP_FEATURES[op][0]
+    scale = 1.0 / math.sqrt(K)
+    h0 = d.get("initial_state")
+    grads = {"dq": np.zeros((T, H, K)), "dk": np.zeros((T, H, K)), "dv": np.zeros((T, H, V)),
+             "dg": np.zeros(g.shape), "dbeta": np.zeros((T, H)), "d_initial_state": np.zeros((N, H, K, V))}
+    for n in range(N):
+        for h in range(H):
+            spans = [(s, min(s + C, cu[n + 1])) for s in range(cu[n], cu[n + 1], C)]
+            # pass 1: per chunk the forward's quantities, the state at its start and its deltas
+            chunks, S = [], np.zeros((K, V)) if h0 is None else np.array(h0[n, h], np.float64)
+            for s, e in spans:
+                kt_raw, qt_raw = _pad(k[:, h], s, e), _pad(q[:, h], s, e)
+                kt, qt = (_l2(kt_raw), _l2(qt_raw)) if l2 else (kt_raw, qt_raw)
+                gt = _pad(g[:, h], s, e)
+                gc = np.cumsum(gt if per_channel else gt[:, None], 0)   # padded rows repeat the last
+                bt = _pad(beta[:, h], s, e)[:, None]
+                vt = _pad(v[:, h], s, e)
+                ct_, xt = bt * kt, bt * vt
+                m = gc[min(C // 2 - 1, e - s - 1)][None]
+                last = gc[e - s - 1][None]
+                an, bn = ct_ * np.exp(gc - m), kt * np.exp(m - gc)
+                A = _tril(an @ bn.T, False)
+                Tinv = _inverse(A)
+                cg = ct_ * np.exp(gc)
+                W, U = Tinv @ cg, Tinv @ xt
+                D = U - W @ S
+                qn, kn = qt * np.exp(gc - m), kt * np.exp(m - gc)
+                M = _tril(qn @ kn.T, True)
+                kg = kt * np.exp(last - gc)
+                chunks.append(dict(s=s, e=e, kt=kt, qt=qt, kt_raw=kt_raw, qt_raw=qt_raw, gc=gc, bt=bt, vt=vt,
+                                   ct=ct_, xt=xt, m=m, last=last, an=an, bn=bn, Tinv=Tinv, cg=cg, W=W, U=U,
+                                   S0=S, D=D, qn=qn, kn=kn, M=M, kg=kg))
+                S = np.exp(last).reshape(-1, 1) * S + kg.T @ D
+            # pass 2: the reverse state pass
+            dS = np.zeros((K, V)) if dht is None else np.array(dht[n, h], np.float64)
+            for ch in reversed(chunks):
+                dot = _pad(d_o[:, h], ch["s"], ch["e"])
+                ch["dS1"], ch["dO"] = dS, dot
+                ch["dD"] = scale * ch["M"].T @ dot + ch["kg"] @ dS
+                dS = (scale * (ch["qt"] * np.exp(ch["gc"])).T @ dot + np.exp(ch["last"]).reshape(-1, 1) * dS
+                      - ch["W"].T @ ch["dD"])
+            grads["d_initial_state"][n, h] = dS
+            # pass 3: per chunk, independent of the others
+            for ch in chunks:
+                s, e, gc, dot, dD, S0, dS1 = ch["s"], ch["e"], ch["gc"], ch["dO"], ch["dD"], ch["S0"], ch["dS1"]
+                qg = ch["qt"] * np.exp(gc)
+                dqt = scale * (dot @ S0.T) * np.exp(gc)
+                dgc = scale * qg * (dot @ S0.T)
+                dM = _tril(scale * dot @ ch["D"].T, True)
+                dqt += (dM @ ch["kn"]) * np.exp(gc - ch["m"])
+                dkt = (dM.T @ ch["qn"]) * np.exp(ch["m"] - gc)
+                dgc += ch["qn"] * (dM @ ch["kn"]) - ch["kn"] * (dM.T @ ch["qn"])
+                dkg = ch["D"] @ dS1.T
+                dkt += dkg * np.exp(ch["last"] - gc)
+                dgc -= ch["kg"] * dkg
+                dlast = np.sum(ch["kg"] * dkg, 0) + np.exp(ch["last"][0]) * np.sum(dS1 * S0, 1)
+                dW = -dD @ S0.T
+                dX = ch["Tinv"].T @ dD
+                dcg = ch["Tinv"].T @ dW
+                dA = -_tril(dX @ ch["U"].T + dcg @ ch["W"].T, False)
+                dct = dcg * np.exp(gc) + (dA @ ch["bn"]) * np.exp(gc - ch["m"])
+                dkt += (dA.T @ ch["an"]) * np.exp(ch["m"] - gc)
+                dgc += ch["cg"] * dcg + ch["an"] * (dA @ ch["bn"]) - ch["bn"] * (dA.T @ ch["an"])
+                dgc[e - s - 1] += dlast
+                dg = np.cumsum(dgc[::-1], 0)[::-1]                 # gc = cumsum(g)
+                dkt += ch["bt"] * dct
+                dbeta = np.sum(ch["kt"] * dct, 1) + np.sum(ch["vt"] * dX, 1)
+                dvt = ch["bt"] * dX
+                if l2:
+                    dqt, dkt = _l2_backward(ch["qt_raw"], dqt), _l2_backward(ch["kt_raw"], dkt)
+                r = e - s
+                grads["dq"][s:e, h], grads["dk"][s:e, h], grads["dv"][s:e, h] = dqt[:r], dkt[:r], dvt[:r]
+                grads["dg"][s:e, h] = dg[:r] if per_channel else np.sum(dg[:r], 1)
+                grads["dbeta"][s:e, h] = dbeta[:r]
+    return grads
+
+
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("cu, l2, with_h0, with_dht", [
+    ([0, 150, 151, 170, 300], True, True, True),
+    ([0, 64, 128], False, False, False),
+    ([0, 1], True, True, False),
+    ([0, 0, 70], False, True, True),
+])
+def test_chunked_backward_matches_the_reference_backward(op, cu, l2, with_h0, with_dht):
+    ref = _reference()
+    rng = np.random.default_rng(len(cu) + 3 * l2 + 5 * with_dht)
+    T, H, K, V = cu[-1], 2, 16, 8
+    per_channel = _variants.OP_FEATURES[op][0]
+    N = len(cu) - 1
+    d = {"q": rng.standard_normal((T, H, K)), "k": rng.standard_normal((T, H, K)) / 4,
+         "v": rng.standard_normal((T, H, V)), "g": -rng.uniform(0.05, 0.7, (T, H, K) if per_channel else (T, H)),
+         "beta": rng.uniform(0.2, 0.9, (T, H)), "cu_seqlens": np.array(cu, np.int32),
+         "initial_state": rng.standard_normal((N, H, K, V)) if with_h0 else None}
+    d_o = rng.standard_normal((T, H, V))
+    dht = rng.standard_normal((N, H, K, V)) if with_dht else None
+    want = ref.linear_attention_backward({**d, "dO": d_o, "d_final_state": dht}, {"use_qk_l2norm": l2})
+    got = chunked_backward(op, d, l2, d_o, dht)
+    for name in ("dq", "dk", "dv", "dg", "dbeta", "d_initial_state"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-8, atol=1e-8, err_msg=name)

@@ -6,6 +6,10 @@ the I/O type first, so both engines see identical values; tolerances are per out
 max(1, max |reference|): the kernels' matrix products run in TF32 on the tensor cores (like
 flash-linear-attention's), so the error grows with the sequence length.
 
+The plan variants (engines/cutile/engine.py VARIANT_KNOBS: block_v, BF16 products, the split state pass
++ parallel output form) run once each on the small case, pinned by a router
+(``-k "not variants"`` leaves them out; they compile 2-3 kernels each on a cold cache).
+
 Compile time dominates the first run (cuTile compiles each specialisation once and caches it on disk):
 cases share specialisations (same op, dtype, K, V, N and flags) where they can.
 """
@@ -60,9 +64,20 @@ def make_inputs(op, cu, H, K, V, io_np, seed, with_h0):
     return d
 
 
-def builder_for(op, host, io_type, l2, final):
+def prefer_plan(name):
+    """A router that ranks the plan called ``name`` first (to run one of the engine's variants)."""
+    from cudnn_graph.router import Router
+
+    class Prefer(Router):
+        def heuristics_sort(self, graph, entries):
+            return sorted(entries, key=lambda e: e.label != name)
+    return Prefer()
+
+
+def builder_for(op, host, io_type, l2, final, plan=None):
     def builder(device):
-        g = cudnn.pygraph(io_data_type=io_type, compute_data_type=F.FLOAT, device=device)
+        router = prefer_plan(plan) if plan and device == "cuda" else None
+        g = cudnn.pygraph(io_data_type=io_type, compute_data_type=F.FLOAT, device=device, router=router)
         types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT}
         t = {}
         for name, arr in host.items():
@@ -81,17 +96,19 @@ def builder_for(op, host, io_type, l2, final):
 
 
 def run_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, final=True, producer="cupy",
-             seed=0):
+             seed=0, plan=None):
     import ml_dtypes
     _require_engine()
     io_np = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
     io_type = {"bfloat16": F.BFLOAT16, "float16": F.HALF}[dtype]
     host = make_inputs(op, cu, H, K, V, io_np, seed, h0)
-    builder = builder_for(op, host, io_type, l2, final)
+    builder = builder_for(op, host, io_type, l2, final, plan)
     outs = ["o"] + (["final_state"] if final else [])
     want = reference_run(builder, host, outs)
     got, graph = gpu_run(builder, host, outs, producer)
     assert graph.selected_plan.engine_id == 20_200, graph.selected_plan
+    if plan:
+        assert graph.selected_plan.label == plan, graph.selected_plan
     errors = {}
     for name in outs:
         ref = np.asarray(want[name], np.float64)
@@ -102,7 +119,7 @@ def run_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, f
         tol = TOLERANCE[(name, dtype)]
         assert err <= tol * scale, (f"{op} {dtype} {name} ({producer}): max error {err:.3g} "
                                     f"(scale {scale:.3g}, tolerance {tol})")
-    print(f"{op} {dtype} K={K} V={V} cu={cu[:3]}..{cu[-1]} l2={l2} h0={h0} {producer}: "
+    print(f"{op} {dtype} K={K} V={V} cu={cu[:3]}..{cu[-1]} l2={l2} h0={h0} {producer} {plan or ''}: "
           + ", ".join(f"{k} rel err {v:.2e}" for k, v in errors.items()))
 
 
@@ -135,6 +152,17 @@ def test_long_sequences_h16(op):
 def test_gdn_long_sequences_jax():
     pytest.importorskip("jax")
     run_case("gdn", BIG, H=16, producer="jax", seed=5)
+
+
+# Each plan variant (engines/cutile/engine.py VARIANT_KNOBS) once, on a small case: (variant, op).
+VARIANT_CASES = [("bv32", "gdn"), ("bf16", "kda"), ("split", "gdn"), ("split", "kda"), ("split_bv32", "kda"),
+                 ("split_bv128", "gdn"), ("split_bv32_bf16", "gdn")]
+
+
+@pytest.mark.parametrize("variant, op", VARIANT_CASES)
+def test_plan_variants_match_the_reference(variant, op):
+    # K = 64 compiles faster than 128; V = 128 leaves every block_v valid.
+    run_case(op, SMALL, K=64, V=128, seed=11, plan=f"cutile_{op}_chunk64_{variant}")
 
 
 def test_executes_on_the_callers_stream_with_a_workspace():

@@ -65,6 +65,16 @@ def _mm(x, y, acc):
 
 
 @ct.function
+def _mmx(x, y, acc, LOW: ConstBool):
+    """x @ y + acc with f32 accumulation: BF16 inputs when LOW (half the operand registers, fla's choice
+    for its state products), else TF32 (``_mm``)."""
+    if LOW:
+        return ct.mma(x.astype(ct.bfloat16), y.astype(ct.bfloat16), acc)
+    else:
+        return _mm(x, y, acc)
+
+
+@ct.function
 def _l2_normalise(x):
     """x / ||x|| per row; a zero row stays zero (as the reference)."""
     ss = ct.sum(x * x, axis=1, keepdims=True)
@@ -106,7 +116,7 @@ def _gate_row(g, h, row, K: ConstInt, PER_CHANNEL: ConstBool):
 
 
 @ct.function
-def _decayed_scores(a, b, gc, mid, INCLUSIVE: ConstBool, PER_CHANNEL: ConstBool):
+def _decayed_scores(a, b, gc, mid, INCLUSIVE: ConstBool, PER_CHANNEL: ConstBool, LOW: ConstBool):
     """(a_t * exp(gc_t - gc_j)) . b_j for j < t (j <= t when INCLUSIVE), zero elsewhere: (CHUNK, CHUNK).
 
     Per-channel gates are split around ``mid`` (1, K), a row of gc near the chunk's middle."""
@@ -120,10 +130,10 @@ def _decayed_scores(a, b, gc, mid, INCLUSIVE: ConstBool, PER_CHANNEL: ConstBool)
     if PER_CHANNEL:
         lhs = a * ct.exp(gc - mid)
         rhs = b * ct.exp(mid - gc)
-        scores = _mm(lhs, ct.transpose(rhs), zero)
+        scores = _mmx(lhs, ct.transpose(rhs), zero, LOW)
         return ct.where(keep, scores, 0.0)
     else:
-        scores = _mm(a, ct.transpose(b), zero)
+        scores = _mmx(a, ct.transpose(b), zero, LOW)
         diff = ct.where(keep, gc - ct.transpose(gc), _NEG)
         return ct.where(keep, scores * ct.exp(diff), 0.0)
 
@@ -165,10 +175,12 @@ def _locate_chunk(cu, c, NSEQ: ConstInt, NP: ConstInt):
 
 
 @ct.kernel
-def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out,
+def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
                   NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt,
-                  PER_CHANNEL: ConstBool, BETA_PER_CHANNEL: ConstBool, HAS_W: ConstBool, USE_L2: ConstBool):
-    """Per (chunk, head): gc, w = T (C * exp(gc)) and u = T X into the f32 scratch arrays."""
+                  PER_CHANNEL: ConstBool, BETA_PER_CHANNEL: ConstBool, HAS_W: ConstBool, USE_L2: ConstBool,
+                  STORE_KD: ConstBool):
+    """Per (chunk, head): gc, w = T (C * exp(gc)) and u = T X into the f32 scratch arrays (and, for the
+    split state pass, the state-write keys kd = k * exp(gc_last - gc))."""
     c = ct.bid(0)
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
@@ -188,7 +200,7 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out,
         else:
             xt = bt * vt
         mid = _row(gc, ct.minimum(stop - start - 1, _MID))
-        a = _decayed_scores(read, kt, gc, mid, False, PER_CHANNEL)
+        a = _decayed_scores(read, kt, gc, mid, False, PER_CHANNEL, False)
         inv = _unit_lower_inverse(a)
         w = _mm(inv, read * ct.exp(gc), ct.zeros((CHUNK, K), dtype=ct.float32))
         u = _mm(inv, xt, ct.zeros((CHUNK, V), dtype=ct.float32))
@@ -198,12 +210,16 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out,
             _store_rows(g_out, h, start, stop, 0, gc, K)
         else:
             ct.store(g_out.slice(0, start, stop), (0, h), gc)
+        if STORE_KD:
+            # Past the chunk's last token gc repeats the last row (zero g padding), and k is zero there.
+            last = _row(gc, stop - start - 1)
+            _store_rows(kd_out, h, start, stop, 0, kt * ct.exp(last - gc), K)
 
 
 @ct.kernel
 def chunk_recurrence(q, k, w_in, u_in, g_in, cu, h0, o, ht, scale: ConstFloat,
                      K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool, USE_L2: ConstBool,
-                     HAS_H0: ConstBool, STORE_HT: ConstBool):
+                     HAS_H0: ConstBool, STORE_HT: ConstBool, LOW: ConstBool):
     """Per (sequence, head, value block): the state pass over the sequence's chunks, writing o (and ht)."""
     n = ct.bid(0)
     h = ct.bid(1)
@@ -234,16 +250,97 @@ def chunk_recurrence(q, k, w_in, u_in, g_in, cu, h0, o, ht, scale: ConstFloat,
             mid = ct.zeros((1, 1), dtype=ct.float32)   # a scalar gate needs no split
         last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
         gc = _pad_gates(gc, count, last)
-        delta = _mm(-wt, state, ut)
+        delta = _mmx(-wt, state, ut, LOW)
         qs = qt * (ct.exp(gc) * scale)
-        attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL)
-        out = _mm(attn, delta, _mm(qs, state, ct.zeros((CHUNK, BV), dtype=ct.float32)))
+        attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL, LOW)
+        out = _mmx(attn, delta, _mmx(qs, state, ct.zeros((CHUNK, BV), dtype=ct.float32), LOW), LOW)
         _store_rows(o, h, start, stop, vb, out, BV)
         kd = kt * ct.exp(last - gc)
         if PER_CHANNEL:
             decay = ct.reshape(ct.exp(last), (K, 1))
         else:
             decay = ct.exp(last)
-        state = _mm(ct.transpose(kd), delta, state * decay)
+        state = _mmx(ct.transpose(kd), delta, state * decay, LOW)
     if STORE_HT:
         ct.store(ht, (n, h, 0, vb), ct.reshape(state, (1, 1, K, BV)))
+
+
+# ------------------------------------------------------------------ split form: state pass, then output
+
+@ct.function
+def _first_chunk(cu, n, NSEQ: ConstInt, NP: ConstInt):
+    """Global index of sequence n's first chunk (the numbering ``_locate_chunk`` uses)."""
+    idx = ct.arange(NP, dtype=ct.int32)
+    valid = idx < NSEQ
+    lo = ct.load(cu, (0,), shape=(NP,), padding_mode=_ZERO)
+    hi = ct.load(cu.slice(0, 1, NSEQ + 1), (0,), shape=(NP,), padding_mode=_ZERO)
+    count = (ct.where(valid, hi - lo, 0) + (CHUNK - 1)) // CHUNK
+    return ct.sum(ct.where(idx < n, count, 0))
+
+
+@ct.kernel
+def chunk_state_pass(kd_in, w_in, u_in, g_in, cu, h0, hs, ht,
+                     NSEQ: ConstInt, NP: ConstInt, K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
+                     HAS_H0: ConstBool, STORE_HT: ConstBool, LOW: ConstBool):
+    """Per (sequence, head, value block): the sequential part alone. Stores the state at every chunk
+    start (hs, by global chunk) and overwrites u with the chunk's deltas ``u - w S``."""
+    n = ct.bid(0)
+    h = ct.bid(1)
+    vb = ct.bid(2)
+    bos = ct.load(cu, (n,), shape=())
+    eos = ct.load(cu, (n + 1,), shape=())
+    first = _first_chunk(cu, n, NSEQ, NP)
+    if HAS_H0:
+        state = ct.reshape(ct.load(h0, (n, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
+    else:
+        state = ct.zeros((K, BV), dtype=ct.float32)
+    chunks = (eos - bos + (CHUNK - 1)) // CHUNK
+    for j in range(chunks):
+        start = bos + j * CHUNK
+        stop = ct.minimum(start + CHUNK, eos)
+        ct.store(hs, (first + j, h, 0, vb), ct.reshape(state, (1, 1, K, BV)))
+        wt = _rows(w_in, h, start, stop, K, 0)
+        ut = _rows(u_in, h, start, stop, BV, vb)
+        delta = _mmx(-wt, state, ut, LOW)
+        _store_rows(u_in, h, start, stop, vb, delta, BV)
+        kd = _rows(kd_in, h, start, stop, K, 0)
+        last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
+        if PER_CHANNEL:
+            decay = ct.reshape(ct.exp(last), (K, 1))
+        else:
+            decay = ct.exp(last)
+        state = _mmx(ct.transpose(kd), delta, state * decay, LOW)
+    if STORE_HT:
+        ct.store(ht, (n, h, 0, vb), ct.reshape(state, (1, 1, K, BV)))
+
+
+@ct.kernel
+def chunk_output(q, k, d_in, g_in, cu, hs, o, scale: ConstFloat,
+                 NSEQ: ConstInt, NP: ConstInt, K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
+                 USE_L2: ConstBool, LOW: ConstBool):
+    """Per (chunk, head, value block), in parallel: o from the chunk's start state and deltas."""
+    c = ct.bid(0)
+    h = ct.bid(1)
+    vb = ct.bid(2)
+    n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
+    if n < NSEQ:
+        qt = _rows(q, h, start, stop, K, 0)
+        kt = _rows(k, h, start, stop, K, 0)
+        if USE_L2:
+            qt = _l2_normalise(qt)
+            kt = _l2_normalise(kt)
+        count = stop - start
+        if PER_CHANNEL:
+            gc = _rows(g_in, h, start, stop, K, 0)
+            mid = _gate_row(g_in, h, start + ct.minimum(count - 1, _MID), K, True)
+        else:
+            gc = _column(g_in, h, start, stop)
+            mid = ct.zeros((1, 1), dtype=ct.float32)
+        last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
+        gc = _pad_gates(gc, count, last)
+        state = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
+        delta = _rows(d_in, h, start, stop, BV, vb)
+        qs = qt * (ct.exp(gc) * scale)
+        attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL, LOW)
+        out = _mmx(attn, delta, _mmx(qs, state, ct.zeros((CHUNK, BV), dtype=ct.float32), LOW), LOW)
+        _store_rows(o, h, start, stop, vb, out, BV)

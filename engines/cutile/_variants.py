@@ -37,6 +37,8 @@ class Variant:
     use_l2: bool
     has_h0: bool
     store_ht: bool
+    low_mma: bool = False   # BF16 inputs for the state / output products (else TF32)
+    split: bool = False     # state pass and a parallel output kernel instead of one recurrence
 
     @property
     def per_channel(self) -> bool:
@@ -57,15 +59,23 @@ class Variant:
 
     def prepare_constants(self) -> tuple:
         return (self.n_seq, self.seq_tile, self.K, self.V, self.per_channel, self.beta_per_channel,
-                self.has_w, self.use_l2)
+                self.has_w, self.use_l2, self.split)
 
     def recurrence_constants(self) -> tuple:
         return (float(self.scale), self.K, self.block_v, self.per_channel, self.use_l2, self.has_h0,
-                self.store_ht)
+                self.store_ht, self.low_mma)
+
+    def state_pass_constants(self) -> tuple:
+        return (self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.has_h0, self.store_ht,
+                self.low_mma)
+
+    def output_constants(self) -> tuple:
+        return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel,
+                self.use_l2, self.low_mma)
 
 
 def signatures(variant: Variant) -> list:
-    """[(kernel, KernelSignature)] for the two forward kernels of ``variant``."""
+    """[(kernel, KernelSignature)] for the forward kernels of ``variant`` (two, or three when split)."""
     import cuda.tile as ct
     from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature
 
@@ -85,11 +95,18 @@ def signatures(variant: Variant) -> list:
     cconv = CallingConvention.cutile_python_v1()
     prepare = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, gate_ndim), array(v.beta_dtype, beta_ndim),
                array(v.w_dtype, 3), array(ct.int32, 1), array(f32, 3), array(f32, 3), array(f32, gate_ndim),
-               *v.prepare_constants()]
+               array(f32, 3), *v.prepare_constants()]
     recurrence = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, 3), array(f32, 3), array(f32, gate_ndim),
                   array(ct.int32, 1), array(f32, 4), array(v.io_dtype, 3), array(f32, 4),
                   *v.recurrence_constants()]
-    return [
-        (_kernels.chunk_prepare, KernelSignature(prepare, cconv).with_mangled_symbol("chunk_prepare")),
-        (_kernels.chunk_recurrence, KernelSignature(recurrence, cconv).with_mangled_symbol("chunk_recurrence")),
-    ]
+    prepared = (_kernels.chunk_prepare, KernelSignature(prepare, cconv).with_mangled_symbol("chunk_prepare"))
+    if not v.split:
+        return [prepared, (_kernels.chunk_recurrence,
+                           KernelSignature(recurrence, cconv).with_mangled_symbol("chunk_recurrence"))]
+    state_pass = [array(f32, 3), array(f32, 3), array(f32, 3), array(f32, gate_ndim), array(ct.int32, 1),
+                  array(f32, 4), array(f32, 4), array(f32, 4), *v.state_pass_constants()]
+    output = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, 3), array(f32, gate_ndim),
+              array(ct.int32, 1), array(f32, 4), array(v.io_dtype, 3), *v.output_constants()]
+    return [prepared,
+            (_kernels.chunk_state_pass, KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_state_pass")),
+            (_kernels.chunk_output, KernelSignature(output, cconv).with_mangled_symbol("chunk_output"))]

@@ -43,20 +43,41 @@ def _compute_capability(ordinal: int) -> tuple:
     return tuple(device_info(ordinal)["compute_capability"])
 
 
+# Plan variants (knob sets) proposed after the default one; bench/linear_attention.py --variants times them.
+# block_v: value columns per CTA of the state pass; mma: input type of the state/output products;
+# split: a state pass that stores every chunk's start state, then o for all chunks in parallel (fla's form).
+DEFAULT_KNOBS = {"block_v": 64, "mma": "tf32", "split": False}
+VARIANT_KNOBS = {
+    "bv32": {"block_v": 32},
+    "bf16": {"mma": "bf16"},
+    "split": {"split": True},
+    "split_bv32": {"split": True, "block_v": 32},
+    "split_bv128": {"split": True, "block_v": 128},
+    "split_bv32_bf16": {"split": True, "block_v": 32, "mma": "bf16"},
+}
+MMA_TYPES = ("tf32", "bf16")
+
+
 class _Geometry:
     """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built."""
 
-    def __init__(self, node):
+    def __init__(self, node, split: bool = False):
         q, v = node.inputs["q"], node.inputs["v"]
         self.T, self.H, self.K = q.dim
         self.V = v.dim[2]
         self.N = node.inputs["cu_seqlens"].dim[0] - 1
+        self.chunks = _cdiv(self.T, CHUNK) + self.N       # bound on the chunks of all sequences
         gate_width = self.K if OP_FEATURES[node.op][0] else 1
         offset = 0
         self.regions = {}
-        for name, shape in (("w", (self.T, self.H, self.K)), ("u", (self.T, self.H, self.V)),
-                            ("g", (self.T, self.H, self.K) if gate_width > 1 else (self.T, self.H)),
-                            ("state_dummy", (1, 1, self.K, self.V))):
+        regions = [("w", (self.T, self.H, self.K)), ("u", (self.T, self.H, self.V)),
+                   ("g", (self.T, self.H, self.K) if gate_width > 1 else (self.T, self.H)),
+                   ("state_dummy", (1, 1, self.K, self.V))]
+        if split:
+            regions += [("kd", (self.T, self.H, self.K)), ("hs", (self.chunks, self.H, self.K, self.V))]
+        else:
+            regions += [("kd", (1, 1, self.K))]
+        for name, shape in regions:
             count = 1
             for d in shape:
                 count *= d
@@ -120,8 +141,14 @@ class CutileForwardPlan(CompiledPlan):
         self._own_workspaces = {}        # stream -> DeviceAllocation, when the caller gives none
         self._lock = threading.Lock()
         g = geometry
-        self._prepare_grid = (_cdiv(g.T, CHUNK) + g.N, g.H, 1)
+        self._prepare_grid = (g.chunks, g.H, 1)
         self._recurrence_grid = (g.N, g.H, g.V // variant.block_v)
+        self._output_grid = (g.chunks, g.H, g.V // variant.block_v)
+        if variant.split:
+            self._state_pass = _kernels.chunk_state_pass
+            self._output = _kernels.chunk_output
+        # bench/linear_attention.py --breakdown sets this to time each launch: hook(name, launch).
+        self.launch_hook = None
 
     def _workspace_base(self, ctx: ExecutionContext, stream: int) -> int:
         if ctx.workspace is not None:
@@ -167,11 +194,26 @@ class CutileForwardPlan(CompiledPlan):
         wgate = slot("w") if v.has_w else val
         h0 = slot("initial_state") if v.has_h0 else scratch["state_dummy"]
         ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
-        ct.launch(stream, self._prepare_grid, self._prepare,
-                  (k, val, g, beta, wgate, cu, scratch["w"], scratch["u"], scratch["g"], *v.prepare_constants()))
-        ct.launch(stream, self._recurrence_grid, self._recurrence,
-                  (q, k, scratch["w"], scratch["u"], scratch["g"], cu, h0, slot("o"), ht,
-                   *v.recurrence_constants()))
+        launches = [("prepare", self._prepare_grid, self._prepare,
+                     (k, val, g, beta, wgate, cu, scratch["w"], scratch["u"], scratch["g"], scratch["kd"],
+                      *v.prepare_constants()))]
+        if v.split:
+            launches += [
+                ("state_pass", self._recurrence_grid, self._state_pass,
+                 (scratch["kd"], scratch["w"], scratch["u"], scratch["g"], cu, h0, scratch["hs"], ht,
+                  *v.state_pass_constants())),
+                ("output", self._output_grid, self._output,
+                 (q, k, scratch["u"], scratch["g"], cu, scratch["hs"], slot("o"), *v.output_constants()))]
+        else:
+            launches.append(("recurrence", self._recurrence_grid, self._recurrence,
+                             (q, k, scratch["w"], scratch["u"], scratch["g"], cu, h0, slot("o"), ht,
+                              *v.recurrence_constants())))
+        hook = self.launch_hook
+        for name, grid, kernel, args in launches:
+            if hook is None:
+                ct.launch(stream, grid, kernel, args)
+            else:
+                hook(name, lambda grid=grid, kernel=kernel, args=args: ct.launch(stream, grid, kernel, args))
 
 
 class CutileLinearAttentionEngine(BaseEngine):
@@ -188,34 +230,46 @@ class CutileLinearAttentionEngine(BaseEngine):
 
     def propose_plans(self, graph) -> list[PlanConfig]:
         if self.missing:
-            raise GraphNotSupportedError(f"{self.name}: {self.missing}")
+            raise GraphNotSupportedError(self.missing)
+        # The graph tags every decline with the engine's name: the reasons here do not repeat it.
         nodes = graph.nodes
         if len(nodes) != 1:
             raise GraphNotSupportedError(
-                f"{self.name} runs a graph of one {'/'.join(FORWARD_OPS)} node; this graph has {len(nodes)} nodes")
+                f"runs a graph of one {'/'.join(FORWARD_OPS)} node; this graph has {len(nodes)} nodes")
         node = nodes[0]
         reason = _support_reason(graph, node)
         if reason is not None:
-            raise GraphNotSupportedError(f"{self.name}: node '{node.name}' ({node.op}): {reason}")
-        geometry = _Geometry(node)
-        block_v = 64
-        return [PlanConfig(CUTILE_BASE, knobs={"block_v": block_v}, name=f"cutile_{node.op}_chunk64",
-                           engine=self, priority=10.0, workspace_size=geometry.workspace_size)]
+            raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
+        plans = []
+        for suffix, extra in (("", {}), *VARIANT_KNOBS.items()):
+            knobs = {**DEFAULT_KNOBS, **extra}
+            if node.inputs["v"].dim[2] % knobs["block_v"]:
+                continue
+            name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
+            # The default ranks first; the variants are there to be pinned (plan index, a router) or timed.
+            plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self,
+                                    priority=10.0 if not suffix else 1.0,
+                                    workspace_size=_Geometry(node, knobs["split"]).workspace_size))
+        return plans
 
     def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
         node = graph.nodes[0]
         reason = _support_reason(graph, node)
         if reason is not None:
-            raise GraphNotSupportedError(f"{self.name}: node '{node.name}' ({node.op}): {reason}")
-        geometry = _Geometry(node)
-        block_v = int(plan.knobs.get("block_v", 64))
+            raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
+        knobs = {**DEFAULT_KNOBS, **plan.knobs}
+        split = bool(knobs["split"])
+        geometry = _Geometry(node, split)
+        block_v = int(knobs["block_v"])
         if block_v not in (32, 64, 128) or geometry.V % block_v:
-            raise GraphNotSupportedError(f"{self.name}: block_v={block_v} does not divide V={geometry.V}")
-        variant = variant_of(graph, node, block_v)
+            raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
+        if knobs["mma"] not in MMA_TYPES:
+            raise GraphNotSupportedError(f"mma={knobs['mma']!r}; expected one of {MMA_TYPES}")
+        variant = variant_of(graph, node, block_v, low_mma=knobs["mma"] == "bf16", split=split)
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 
-def variant_of(graph, node, block_v: int) -> Variant:
+def variant_of(graph, node, block_v: int, low_mma: bool = False, split: bool = False) -> Variant:
     """The kernel specialisation a forward node needs."""
     from cudnn_graph.ops._linear_attention import resolved_scale
     resolve = graph._resolved_type
@@ -228,4 +282,5 @@ def variant_of(graph, node, block_v: int) -> Variant:
         op=node.op, io_dtype=io, beta_dtype=beta, w_dtype=_GATE_TYPES[resolve(w)] if w is not None else io,
         K=q.dim[2], V=v.dim[2], block_v=block_v, n_seq=node.inputs["cu_seqlens"].dim[0] - 1,
         scale=resolved_scale(params, q.dim[2]), use_l2=bool(params.get("use_qk_l2norm", False)),
-        has_h0=node.inputs.get("initial_state") is not None, store_ht="final_state" in node.outputs)
+        has_h0=node.inputs.get("initial_state") is not None, store_ht="final_state" in node.outputs,
+        low_mma=low_mma, split=split)
