@@ -7,8 +7,8 @@ Run on a GPU machine with torch, fla-core, cuda-tile and a tileiras compiler:
 Shape (issue 8): T = 8192 tokens as 4 sequences of 2048 (varlen, cu_seqlens), H = 16, K = V = 128, bf16
 q/k/v/beta, f32 gates, L2-normalised q/k, initial state in, final state out. Ops: gdn (fla
 ``chunk_gated_delta_rule``) and kda (fla ``chunk_kda``). Times are CUDA-event means over back-to-back
-calls after a warm-up (so the first call's compilation is excluded and reported apart). The backward is
-not in the cuTile engine yet (fla's refuses to run correctly on Hopper with Triton 3.6, see issue 8).
+calls after a warm-up (so the first call's compilation is excluded and reported apart). ``--backward``
+also times our gdn_bwd / kda_bwd (fla's backward refuses to run correctly on Hopper with Triton 3.6, issue 8).
 Also prints each op's max |difference| between the two outputs. Prints a table; writes
 bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when OUT is set).
 
@@ -108,6 +108,43 @@ def ours(torch, op: str, x: dict, variant: str = ""):
     return run, out, final, built, first, compiled
 
 
+def ours_backward(torch, op: str, x: dict):
+    """(run, compiled plan, first-call seconds) for our cuTile {op}_bwd plan on ``x`` plus a random dO and
+    d_final_state (sets CUDNN_GRAPH_CUTILE_BACKWARD=1: the backward is gated until verified on a GPU)."""
+    import cudnn_graph as cudnn
+    os.environ["CUDNN_GRAPH_CUTILE_BACKWARD"] = "1"
+    F = cudnn.data_type
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x = dict(x, dO=torch.randn(*x["v"].shape, device="cuda", generator=gen).to(torch.bfloat16),
+             d_final_state=torch.randn(*x["initial_state"].shape, device="cuda", generator=gen))
+    g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
+    types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT, "d_final_state": F.FLOAT}
+    t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types.get(name, F.BFLOAT16))
+         for name, a in x.items()}
+    outs = getattr(g, f"{op}_bwd")(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
+                                   initial_state=t["initial_state"], d_final_state=t["d_final_state"],
+                                   use_qk_l2norm=True)
+    outs = [tensor for tensor in outs if tensor is not None]
+    for tensor in outs:
+        tensor.set_output(True)
+    g.build([cudnn.heur_mode.A])
+    if g.selected_plan.engine_id != 20_200:
+        raise RuntimeError(f"the cuTile backward plan was not selected: {g.selected_plan} ({g.declines})")
+    pack = {t[name]: a for name, a in x.items()}
+    for tensor in outs:
+        dtype = torch.float32 if g._resolved_type(tensor) == F.FLOAT else torch.bfloat16
+        pack[tensor] = torch.empty(list(tensor.dim), device="cuda", dtype=dtype)
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def run():
+        g.execute(pack, stream=stream)
+
+    began = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    return run, g._state.compiled[g._state.selected], time.perf_counter() - began
+
+
 def kernel_breakdown(torch, run, compiled, iters: int) -> dict:
     """Mean milliseconds of each kernel launch of ``compiled`` (CUDA events on the current stream
     around each launch, so host gaps between launches are excluded)."""
@@ -170,6 +207,7 @@ def main() -> None:
     parser.add_argument("--ops", default="gdn,kda")
     parser.add_argument("--variants", default="", help="'all' or a comma list of plan variants to time too")
     parser.add_argument("--breakdown", action="store_true", help="time each kernel launch apart")
+    parser.add_argument("--backward", action="store_true", help="also time our gdn_bwd / kda_bwd plans")
     args = parser.parse_args()
     rows = []
     for op in args.ops.split(","):
@@ -199,21 +237,30 @@ def main() -> None:
                 row["max_abs_diff_final"] = float((final - fla_result["final"].float()).abs().max())
             if row.get("ours_fwd_ms") is not None and fla_ms:
                 row["ours_over_fla"] = row["ours_fwd_ms"] / fla_ms
-            row["ours_bwd_ms"] = None               # no cuTile backward yet
+            row["ours_bwd_ms"] = None
+            if args.backward and not variant:
+                try:
+                    bwd_run, bwd_plan, row["ours_bwd_first_call_s"] = ours_backward(torch, op, x)
+                    row["ours_bwd_ms"] = event_ms(torch, bwd_run, args.iters)
+                    if args.breakdown:
+                        row["bwd_kernels_ms"] = kernel_breakdown(torch, bwd_run, bwd_plan, args.iters)
+                except Exception as exc:       # noqa: BLE001
+                    row["ours_bwd_error"] = f"{type(exc).__name__}: {exc}"
             rows.append(row)
             del out, final
             torch.cuda.empty_cache()
 
     print(f"{'op':5} {'variant':16} {'ours fwd ms':>12} {'fla fwd ms':>11} {'ours/fla':>9} {'|o diff|':>10} "
-          f"{'first call s':>13}  kernels ms")
+          f"{'first call s':>13} {'ours bwd ms':>12}  kernels ms")
     for r in rows:
         def fmt(key, spec):
             return format(r[key], spec) if r.get(key) is not None else "-"
-        kernels = " ".join(f"{k}={v:.3f}" for k, v in r.get("kernels_ms", {}).items())
+        kernels = " ".join(f"{k}={v:.3f}" for k, v in {**r.get("kernels_ms", {}),
+                                                         **r.get("bwd_kernels_ms", {})}.items())
         print(f"{r['op']:5} {r['variant']:16} {fmt('ours_fwd_ms', '12.3f')} {fmt('fla_fwd_ms', '11.3f')} "
               f"{fmt('ours_over_fla', '9.2f')} {fmt('max_abs_diff_o', '10.2e')} {fmt('ours_first_call_s', '13.1f')}"
-              f"  {kernels}")
-        for key in ("ours_error", "fla_error"):
+              f" {fmt('ours_bwd_ms', '12.3f')}  {kernels}")
+        for key in ("ours_error", "fla_error", "ours_bwd_error"):
             if key in r:
                 print(f"  {key}: {r[key]}")
     record = {"host": platform.node(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}

@@ -83,6 +83,19 @@ def test_every_plan_variant_exports_a_cubin_for_sm90(op, knobs):
         assert buffer.getvalue()[:4] == b"\x7fELF", f"{signature.symbol} for sm_90 is not an ELF cubin"
 
 
+@needs_cutile
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+def test_backward_kernels_export_a_cubin_for_sm90(op):
+    """gdn_bwd / kda_bwd: the two backward kernels (the forward recompute is the split forward's)."""
+    from cuda.tile.compilation import export_kernel
+    variant = _variants.Variant(op, "bfloat16", "bfloat16", "bfloat16", 128, 128, 32, 4, 128 ** -0.5,
+                                True, True, False, split=True, has_dht=True)
+    for kernel, signature in _variants.backward_signatures(variant)[2:]:
+        buffer = io.BytesIO()
+        export_kernel(kernel, [signature], buffer, gpu_code="sm_90", output_format="cubin")
+        assert buffer.getvalue()[:4] == b"\x7fELF", f"{signature.symbol} for sm_90 is not an ELF cubin"
+
+
 # ----------------------------------------------------------------- the chunked algorithm, in NumPy
 
 C = _variants.CHUNK
@@ -322,8 +335,8 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
 
 # ------------------------------------------------- the chunked backward (gdn_bwd, kda_bwd), in NumPy
 #
-# The design the cuTile backward kernels are to follow (not written yet: the engine declines gdn_bwd and
-# kda_bwd). Per chunk (start state S0, cumulative gates gc, mid row m, last row L), with the forward's
+# The design the cuTile backward kernels (engines/cutile/_kernels.py chunk_bwd_state_pass, chunk_bwd_grads)
+# follow; the engine declines gdn_bwd / kda_bwd until they have run on a GPU (CUDNN_GRAPH_CUTILE_BACKWARD=1). Per chunk (start state S0, cumulative gates gc, mid row m, last row L), with the forward's
 #   A = strict_tril((C e^{gc-m}) (K e^{m-gc})^T),  T = (I + A)^-1,  W = T (C e^{gc}),  U = T X,
 #   D = U - W S0,  O = scale (Q e^{gc} S0 + tril((Q e^{gc-m}) (K e^{m-gc})^T) D),
 #   S1 = e^{gc_L} S0 + (K e^{gc_L-gc})^T D,
@@ -454,3 +467,22 @@ def test_chunked_backward_matches_the_reference_backward(op, cu, l2, with_h0, wi
     got = chunked_backward(op, d, l2, d_o, dht)
     for name in ("dq", "dk", "dv", "dg", "dbeta", "d_initial_state"):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-8, atol=1e-8, err_msg=name)
+
+
+def test_backward_ops_are_declined_until_verified_on_a_gpu(monkeypatch):
+    cg = _package()
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    F = cg.data_type
+    g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
+    T, H, K = 100, 2, 64
+    t = [g.tensor(name=n, dim=[T, H, K], stride=[H * K, K, 1], data_type=F.BFLOAT16) for n in ("q", "k", "v", "dO")]
+    gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
+    beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1], data_type=F.BFLOAT16)
+    cu = g.tensor(name="cu", dim=[3], stride=[1], data_type=F.INT32)
+    outs = g.gdn_bwd(t[0], t[1], t[2], gate, beta, t[3], cu_seqlens=cu)
+    for out in outs:
+        out.set_output(True)
+    g.validate()
+    monkeypatch.delenv(cutile_engine.BACKWARD_GATE, raising=False)
+    reason = cutile_engine._support_reason(g, g.nodes[0])
+    assert reason is not None and reason.startswith("backward not verified on a GPU"), reason

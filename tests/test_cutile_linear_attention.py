@@ -192,3 +192,87 @@ def test_executes_on_the_callers_stream_with_a_workspace():
     stream.synchronize()
     np.testing.assert_array_equal(cp.asnumpy(o).view(ml_dtypes.bfloat16), want["o"])
     np.testing.assert_array_equal(cp.asnumpy(fs), want["final_state"])
+
+
+# ------------------------------------------------------------------------------ backward (gdn_bwd, kda_bwd)
+
+BWD_TOLERANCE = {"bfloat16": 3e-2, "float16": 1e-2}      # max |error| / max(1, max |reference|), every output
+
+
+def bwd_builder_for(op, host, io_type, l2):
+    def builder(device):
+        g = cudnn.pygraph(io_data_type=io_type, compute_data_type=F.FLOAT, device=device)
+        types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT, "d_final_state": F.FLOAT}
+        t = {name: g.tensor(name=name, dim=list(arr.shape), stride=[s // arr.itemsize for s in arr.strides],
+                            data_type=types.get(name, io_type)) for name, arr in host.items()}
+        outs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
+                              initial_state=t.get("initial_state"), d_final_state=t.get("d_final_state"),
+                              use_qk_l2norm=l2)
+        names = ["dq", "dk", "dv", "dg", "dbeta"] + (["d_initial_state"] if "initial_state" in t else [])
+        for name, tensor in zip(names, outs):
+            tensor.set_output(True)
+            t[name] = tensor
+        return g, t
+    return builder
+
+
+def run_bwd_case(monkeypatch, op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, dht=True,
+                 producer="cupy", seed=0):
+    import ml_dtypes
+    monkeypatch.setenv("CUDNN_GRAPH_CUTILE_BACKWARD", "1")
+    _require_engine()
+    io_np = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
+    io_type = {"bfloat16": F.BFLOAT16, "float16": F.HALF}[dtype]
+    host = make_inputs(op[:-4], cu, H, K, V, io_np, seed, h0)
+    rng = np.random.default_rng(seed + 100)
+    T, N = cu[-1], len(cu) - 1
+    host["dO"] = rng.standard_normal((T, H, V)).astype(io_np)
+    if dht:
+        host["d_final_state"] = rng.standard_normal((N, H, K, V)).astype(np.float32)
+    builder = bwd_builder_for(op, host, io_type, l2)
+    outs = ["dq", "dk", "dv", "dg", "dbeta"] + (["d_initial_state"] if h0 else [])
+    want = reference_run(builder, host, outs)
+    got, graph = gpu_run(builder, host, outs, producer)
+    assert graph.selected_plan.engine_id == 20_200, graph.selected_plan
+    errors = {}
+    failures = []
+    for name in outs:
+        ref = np.asarray(want[name], np.float64)
+        out = np.asarray(got[name], np.float64)
+        assert np.all(np.isfinite(out)), f"{name}: non-finite values"
+        scale = max(1.0, float(np.max(np.abs(ref))))
+        errors[name] = float(np.max(np.abs(out - ref))) / scale
+        if errors[name] > BWD_TOLERANCE[dtype]:
+            failures.append(name)
+    report = ", ".join(f"{k} {v:.2e}" for k, v in errors.items())
+    print(f"{op} {dtype} K={K} V={V} cu={cu[:3]}..{cu[-1]} H={H} l2={l2} h0={h0} dht={dht} {producer}: {report}")
+    assert not failures, f"{op} ({producer}) outside tolerance {BWD_TOLERANCE[dtype]}: {report}"
+
+
+def test_backward_is_declined_without_the_gate(monkeypatch):
+    monkeypatch.delenv("CUDNN_GRAPH_CUTILE_BACKWARD", raising=False)
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    assert not cutile_engine._backward_enabled()
+
+
+# Backward cases share one specialisation per op (K = V = 64, four sequences, states and L2 norm on): the
+# backward's gradient kernel is the slowest to compile. bench/linear_attention.py --backward compiles K = 128.
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_backward_small_uneven_sequences_cupy(monkeypatch, op):
+    run_bwd_case(monkeypatch, op, SMALL, K=64, V=64)
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_backward_small_uneven_sequences_jax(monkeypatch, op):
+    pytest.importorskip("jax")
+    run_bwd_case(monkeypatch, op, SMALL, K=64, V=64, producer="jax", seed=2)
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_backward_t2048_h4(monkeypatch, op):
+    """T = 2048 (4 x 512), H = 4."""
+    run_bwd_case(monkeypatch, op, [0, 512, 1024, 1536, 2048], H=4, K=64, V=64, seed=7)
+
+
+def test_backward_without_states_or_l2norm(monkeypatch):
+    run_bwd_case(monkeypatch, "gdn_bwd", [0, 64, 65, 190, 300], K=64, V=64, l2=False, h0=False, dht=False, seed=3)

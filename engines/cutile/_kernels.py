@@ -344,3 +344,174 @@ def chunk_output(q, k, d_in, g_in, cu, hs, o, scale: ConstFloat,
         attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL, LOW)
         out = _mmx(attn, delta, _mmx(qs, state, ct.zeros((CHUNK, BV), dtype=ct.float32), LOW), LOW)
         _store_rows(o, h, start, stop, vb, out, BV)
+
+
+# ------------------------------------------------------------- backward (gdn_bwd, kda_bwd): two kernels
+#
+# After the split forward's chunk_prepare (with kd) and chunk_state_pass (chunk-start states hs, deltas D
+# in u) have recomputed the forward, chunk_bwd_state_pass walks each sequence's chunks last to first
+# carrying dS, and chunk_bwd_grads forms every other gradient per chunk in parallel. The math is
+# tests/test_cutile_export.py::chunked_backward (checked there against the reference backward).
+
+@ct.kernel
+def chunk_bwd_state_pass(q, k, do, w_in, kd_in, g_in, cu, dht, dhs, dd_out, dh0, scale: ConstFloat,
+                         NSEQ: ConstInt, NP: ConstInt, K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
+                         USE_L2: ConstBool, HAS_DHT: ConstBool, HAS_H0: ConstBool):
+    """Per (sequence, head, value block), chunks in reverse: dS at every chunk end (dhs), the deltas'
+    gradients dD = scale M^T dO + kd dS (dd_out), and dS at the sequence start (dh0)."""
+    n = ct.bid(0)
+    h = ct.bid(1)
+    vb = ct.bid(2)
+    bos = ct.load(cu, (n,), shape=())
+    eos = ct.load(cu, (n + 1,), shape=())
+    first = _first_chunk(cu, n, NSEQ, NP)
+    if HAS_DHT:
+        ds = ct.reshape(ct.load(dht, (n, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
+    else:
+        ds = ct.zeros((K, BV), dtype=ct.float32)
+    chunks = (eos - bos + (CHUNK - 1)) // CHUNK
+    for jj in range(chunks):
+        j = chunks - 1 - jj
+        start = bos + j * CHUNK
+        stop = ct.minimum(start + CHUNK, eos)
+        ct.store(dhs, (first + j, h, 0, vb), ct.reshape(ds, (1, 1, K, BV)))
+        qt = _rows(q, h, start, stop, K, 0)
+        kt = _rows(k, h, start, stop, K, 0)
+        if USE_L2:
+            qt = _l2_normalise(qt)
+            kt = _l2_normalise(kt)
+        count = stop - start
+        if PER_CHANNEL:
+            gc = _rows(g_in, h, start, stop, K, 0)
+            mid = _gate_row(g_in, h, start + ct.minimum(count - 1, _MID), K, True)
+        else:
+            gc = _column(g_in, h, start, stop)
+            mid = ct.zeros((1, 1), dtype=ct.float32)
+        last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
+        gc = _pad_gates(gc, count, last)
+        dot = _rows(do, h, start, stop, BV, vb)
+        attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL, False)
+        kd = _rows(kd_in, h, start, stop, K, 0)
+        dd = _mm(ct.transpose(attn), dot, _mm(kd, ds, ct.zeros((CHUNK, BV), dtype=ct.float32)))
+        _store_rows(dd_out, h, start, stop, vb, dd, BV)
+        wt = _rows(w_in, h, start, stop, K, 0)
+        qs = qt * (ct.exp(gc) * scale)
+        if PER_CHANNEL:
+            decay = ct.reshape(ct.exp(last), (K, 1))
+        else:
+            decay = ct.exp(last)
+        ds = _mm(ct.transpose(-wt), dd, _mm(ct.transpose(qs), dot, ds * decay))
+    if HAS_H0:
+        ct.store(dh0, (n, h, 0, vb), ct.reshape(ds, (1, 1, K, BV)))
+
+
+@ct.function
+def _l2_backward(x, dxn):
+    """Gradient through x / ||x|| (a zero row: 1 / ||x|| taken as 1, as the reference)."""
+    ss = ct.sum(x * x, axis=1, keepdims=True)
+    inv = ct.where(ss > 0.0, ct.rsqrt(ss), 1.0)
+    xn = x * inv
+    return (dxn - xn * ct.sum(xn * dxn, axis=1, keepdims=True)) * inv
+
+
+@ct.kernel
+def chunk_bwd_grads(q, k, v, g, beta, do, cu, hs, dhs, d_in, dd_in, dq, dk, dv, dg, dbeta, scale: ConstFloat,
+                    NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt,
+                    PER_CHANNEL: ConstBool, USE_L2: ConstBool):
+    """Per (chunk, head), in parallel: dq, dk, dv, dg and dbeta from the chunk's start state (hs), end
+    gradient (dhs), deltas (d_in) and their gradients (dd_in); the UT inverse is recomputed."""
+    c = ct.bid(0)
+    h = ct.bid(1)
+    n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
+    if n < NSEQ:
+        count = stop - start
+        qraw = _rows(q, h, start, stop, K, 0)
+        kraw = _rows(k, h, start, stop, K, 0)
+        if USE_L2:
+            qt = _l2_normalise(qraw)
+            kt = _l2_normalise(kraw)
+        else:
+            qt = qraw
+            kt = kraw
+        gc = _gates(g, h, start, stop, K, PER_CHANNEL)      # zero padding: later rows repeat the last
+        bt = _column(beta, h, start, stop)
+        mid = _row(gc, ct.minimum(count - 1, _MID))
+        last = _row(gc, count - 1)
+        read = bt * kt
+        a = _decayed_scores(read, kt, gc, mid, False, PER_CHANNEL, False)
+        inv = _unit_lower_inverse(a)
+        cg = read * ct.exp(gc)
+        wt = _mm(inv, cg, ct.zeros((CHUNK, K), dtype=ct.float32))
+        inv_t = ct.transpose(inv)
+        dqs = ct.zeros((CHUNK, K), dtype=ct.float32)      # dO S0^T
+        dkg = ct.zeros((CHUNK, K), dtype=ct.float32)      # D dS1^T
+        dw = ct.zeros((CHUNK, K), dtype=ct.float32)       # -dD S0^T
+        dm = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)   # dO D^T
+        dxu = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)  # dX U^T
+        dlast = ct.zeros((K, 1), dtype=ct.float32)        # rowsum(dS1 * S0)
+        dbeta_v = ct.zeros((CHUNK, 1), dtype=ct.float32)  # rowsum(v * dX)
+        for vb in range(V // BV):
+            s0 = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
+            ds1 = ct.reshape(ct.load(dhs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
+            dt = _rows(d_in, h, start, stop, BV, vb)
+            ddt = _rows(dd_in, h, start, stop, BV, vb)
+            dot = _rows(do, h, start, stop, BV, vb)
+            vt = _rows(v, h, start, stop, BV, vb)
+            ut = _mm(inv, bt * vt, ct.zeros((CHUNK, BV), dtype=ct.float32))
+            dx = _mm(inv_t, ddt, ct.zeros((CHUNK, BV), dtype=ct.float32))
+            dqs = _mm(dot, ct.transpose(s0), dqs)
+            dkg = _mm(dt, ct.transpose(ds1), dkg)
+            dw = _mm(-ddt, ct.transpose(s0), dw)
+            dm = _mm(dot, ct.transpose(dt), dm)
+            dxu = _mm(dx, ct.transpose(ut), dxu)
+            dlast = dlast + ct.sum(ds1 * s0, axis=1, keepdims=True)
+            dbeta_v = dbeta_v + ct.sum(vt * dx, axis=1, keepdims=True)
+            _store_rows(dv, h, start, stop, vb, bt * dx, BV)
+        rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
+        cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
+        zk = ct.zeros((CHUNK, K), dtype=ct.float32)
+        e = ct.exp(gc)
+        up = ct.exp(gc - mid)
+        down = ct.exp(mid - gc)
+        dqt = dqs * (e * scale)
+        dgc = qt * dqs * (e * scale)
+        # o's intra-chunk scores M = tril((q e^{gc-m}) (k e^{m-gc})^T), scaled
+        dm = ct.where(rows >= cols, dm * scale, 0.0)
+        qn = qt * up
+        kn = kt * down
+        t_q = _mm(dm, kn, zk)
+        t_k = _mm(ct.transpose(dm), qn, zk)
+        dqt = dqt + t_q * up
+        dkt = t_k * down
+        dgc = dgc + qn * t_q - kn * t_k
+        # the state write keys kg = k e^{gc_L - gc}
+        tail = ct.exp(last - gc)
+        kg = kt * tail
+        dkt = dkt + dkg * tail
+        dgc = dgc - kg * dkg
+        dlast_row = ct.sum(kg * dkg, axis=0, keepdims=True) + ct.exp(last) * ct.transpose(dlast)
+        # W = T (C e^{gc}), U = T X, T = (I + A)^-1
+        dcg = _mm(inv_t, dw, zk)
+        da = ct.where(rows > cols, -(dxu + _mm(dcg, ct.transpose(wt), ct.zeros((CHUNK, CHUNK),
+                                                                                dtype=ct.float32))), 0.0)
+        an = read * up
+        t_a = _mm(da, kn, zk)
+        t_b = _mm(ct.transpose(da), an, zk)
+        dct = dcg * e + t_a * up
+        dkt = dkt + t_b * down
+        dgc = dgc + cg * dcg + an * t_a - kn * t_b
+        dgc = dgc + ct.where(rows == count - 1, dlast_row, 0.0)
+        # gc is the in-chunk cumulative sum of g: dg is the reverse cumulative sum of dgc
+        dgt = ct.sum(dgc, axis=0, keepdims=True) - ct.cumsum(dgc, axis=0) + dgc
+        dkt = dkt + bt * dct
+        dbt = ct.sum(kt * dct, axis=1, keepdims=True) + dbeta_v
+        if USE_L2:
+            dqt = _l2_backward(qraw, dqt)
+            dkt = _l2_backward(kraw, dkt)
+        _store_rows(dq, h, start, stop, 0, dqt, K)
+        _store_rows(dk, h, start, stop, 0, dkt, K)
+        if PER_CHANNEL:
+            _store_rows(dg, h, start, stop, 0, dgt, K)
+        else:
+            ct.store(dg.slice(0, start, stop), (0, h), ct.sum(dgt, axis=1, keepdims=True))
+        ct.store(dbeta.slice(0, start, stop), (0, h), dbt.astype(dbeta.dtype))

@@ -39,6 +39,7 @@ class Variant:
     store_ht: bool
     low_mma: bool = False   # BF16 inputs for the state / output products (else TF32)
     split: bool = False     # state pass and a parallel output kernel instead of one recurrence
+    has_dht: bool = False   # backward: d_final_state is given
 
     @property
     def per_channel(self) -> bool:
@@ -68,6 +69,14 @@ class Variant:
     def state_pass_constants(self) -> tuple:
         return (self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.has_h0, self.store_ht,
                 self.low_mma)
+
+    def bwd_state_pass_constants(self) -> tuple:
+        return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.use_l2,
+                self.has_dht, self.has_h0)
+
+    def bwd_grads_constants(self) -> tuple:
+        return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.V, self.block_v, self.per_channel,
+                self.use_l2)
 
     def output_constants(self) -> tuple:
         return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel,
@@ -110,3 +119,36 @@ def signatures(variant: Variant) -> list:
     return [prepared,
             (_kernels.chunk_state_pass, KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_state_pass")),
             (_kernels.chunk_output, KernelSignature(output, cconv).with_mangled_symbol("chunk_output"))]
+
+
+def backward_signatures(variant: Variant) -> list:
+    """[(kernel, KernelSignature)] for the backward of ``variant`` (op gdn or kda, split=True, store_ht=False):
+    the forward recompute (prepare with kd, state pass), then the reverse state pass and the gradients."""
+    import cuda.tile as ct
+    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature
+
+    from . import _kernels
+
+    types = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
+
+    def array(dtype, ndim):
+        return ArrayConstraint(types[dtype] if isinstance(dtype, str) else dtype, ndim,
+                               index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
+                               may_alias_internally=False, stride_constant=(None,) * (ndim - 1) + (1,))
+
+    v = variant
+    f32, io = "float32", v.io_dtype
+    gate_ndim = 3 if v.per_channel else 2
+    cconv = CallingConvention.cutile_python_v1()
+    state_pass = [array(io, 3), array(io, 3), array(io, 3), array(f32, 3), array(f32, 3), array(f32, gate_ndim),
+                  array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 3), array(f32, 4),
+                  *v.bwd_state_pass_constants()]
+    grads = [array(io, 3), array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2),
+             array(io, 3), array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 3), array(f32, 3),
+             array(io, 3), array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2),
+             *v.bwd_grads_constants()]
+    return signatures(v)[:2] + [
+        (_kernels.chunk_bwd_state_pass,
+         KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_bwd_state_pass")),
+        (_kernels.chunk_bwd_grads, KernelSignature(grads, cconv).with_mangled_symbol("chunk_bwd_grads")),
+    ]

@@ -9,6 +9,7 @@ at the first launch of a plan's specialisation and cached by cuTile (in memory a
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
@@ -21,6 +22,11 @@ from ._variants import CHUNK, OP_FEATURES, Variant
 logger = logging.getLogger(__name__)
 
 FORWARD_OPS = tuple(OP_FEATURES)
+BACKWARD_OPS = {"gdn_bwd": "gdn", "kda_bwd": "kda"}     # backward op -> its forward
+BACKWARD_BLOCK_V = 32
+# The backward kernels export-compile and follow a NumPy design checked against the reference, but have not
+# run on a GPU yet: they are declined unless this variable is "1" (the GPU tests set it).
+BACKWARD_GATE = "CUDNN_GRAPH_CUTILE_BACKWARD"
 HEAD_DIMS = (64, 128)
 MAX_SEQUENCES = 8191          # the chunk locator holds N + 1 boundaries in one tile
 MIN_ARCH = (8, 0)
@@ -61,22 +67,24 @@ MMA_TYPES = ("tf32", "bf16")
 class _Geometry:
     """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built."""
 
-    def __init__(self, node, split: bool = False):
+    def __init__(self, node, split: bool = False, backward: bool = False):
         q, v = node.inputs["q"], node.inputs["v"]
         self.T, self.H, self.K = q.dim
         self.V = v.dim[2]
         self.N = node.inputs["cu_seqlens"].dim[0] - 1
         self.chunks = _cdiv(self.T, CHUNK) + self.N       # bound on the chunks of all sequences
-        gate_width = self.K if OP_FEATURES[node.op][0] else 1
+        gate_width = self.K if OP_FEATURES[BACKWARD_OPS.get(node.op, node.op)][0] else 1
         offset = 0
         self.regions = {}
         regions = [("w", (self.T, self.H, self.K)), ("u", (self.T, self.H, self.V)),
                    ("g", (self.T, self.H, self.K) if gate_width > 1 else (self.T, self.H)),
                    ("state_dummy", (1, 1, self.K, self.V))]
-        if split:
+        if split or backward:
             regions += [("kd", (self.T, self.H, self.K)), ("hs", (self.chunks, self.H, self.K, self.V))]
         else:
             regions += [("kd", (1, 1, self.K))]
+        if backward:
+            regions += [("dhs", (self.chunks, self.H, self.K, self.V)), ("dd", (self.T, self.H, self.V))]
         for name, shape in regions:
             count = 1
             for d in shape:
@@ -86,10 +94,18 @@ class _Geometry:
         self.workspace_size = offset
 
 
+def _backward_enabled() -> bool:
+    return os.environ.get(BACKWARD_GATE) == "1"
+
+
 def _support_reason(graph, node) -> str | None:
     """Why this engine cannot run ``node`` (None when it can)."""
-    if node.op not in FORWARD_OPS:
-        return f"op {node.op} has no cuTile kernel (runs {', '.join(FORWARD_OPS)})"
+    if node.op in BACKWARD_OPS and not _backward_enabled():
+        return (f"backward not verified on a GPU: the cuTile {node.op} kernels compile and follow a chunked design "
+                f"checked in NumPy against the reference, but have not run on a GPU yet (set {BACKWARD_GATE}=1 "
+                "to use them)")
+    if node.op not in FORWARD_OPS and node.op not in BACKWARD_OPS:
+        return f"op {node.op} has no cuTile kernel (runs {', '.join(FORWARD_OPS + tuple(BACKWARD_OPS))})"
     kind, ordinal = graph.device
     if kind != "cuda":
         return f"the graph runs on {kind}; cuTile kernels run on CUDA devices"
@@ -216,6 +232,57 @@ class CutileForwardPlan(CompiledPlan):
                 hook(name, lambda grid=grid, kernel=kernel, args=args: ct.launch(stream, grid, kernel, args))
 
 
+class CutileBackwardPlan(CutileForwardPlan):
+    """A built gdn_bwd / kda_bwd plan: the split forward recompute, then the reverse state pass and the
+    per-chunk gradients (``_kernels``: chunk_bwd_state_pass, chunk_bwd_grads)."""
+
+    def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry):
+        super().__init__(plan, graph, node, variant, geometry)
+        from . import _kernels
+        self._state_pass = _kernels.chunk_state_pass
+        self._bwd_state_pass = _kernels.chunk_bwd_state_pass
+        self._bwd_grads = _kernels.chunk_bwd_grads
+        self._grads_grid = (geometry.chunks, geometry.H, 1)
+
+    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
+        import cuda.tile as ct
+        slots = variant_pack.slots
+        positions = self._positions
+        if positions is None:
+            positions = self._positions = {u: i for i, u in enumerate(variant_pack.uids)}
+        uid = self._uid
+
+        def slot(port):
+            return slots[positions[uid[port]]]
+
+        stream = 0 if ctx.stream is None else int(ctx.stream)
+        sc = self._regions(self._workspace_base(ctx, stream))
+        v = self.variant
+        q, k, val, g, beta, cu, do = (slot(p) for p in ("q", "k", "v", "g", "beta", "cu_seqlens", "dO"))
+        dummy = sc["state_dummy"]
+        h0 = slot("initial_state") if v.has_h0 else dummy
+        dht = slot("d_final_state") if v.has_dht else dummy
+        dh0 = slot("d_initial_state") if v.has_h0 else dummy
+        launches = [
+            ("prepare", self._prepare_grid, self._prepare,
+             (k, val, g, beta, val, cu, sc["w"], sc["u"], sc["g"], sc["kd"], *v.prepare_constants())),
+            ("state_pass", self._recurrence_grid, self._state_pass,
+             (sc["kd"], sc["w"], sc["u"], sc["g"], cu, h0, sc["hs"], dummy, *v.state_pass_constants())),
+            ("bwd_state_pass", self._recurrence_grid, self._bwd_state_pass,
+             (q, k, do, sc["w"], sc["kd"], sc["g"], cu, dht, sc["dhs"], sc["dd"], dh0,
+              *v.bwd_state_pass_constants())),
+            ("bwd_grads", self._grads_grid, self._bwd_grads,
+             (q, k, val, g, beta, do, cu, sc["hs"], sc["dhs"], sc["u"], sc["dd"], slot("dq"), slot("dk"),
+              slot("dv"), slot("dg"), slot("dbeta"), *v.bwd_grads_constants())),
+        ]
+        hook = self.launch_hook
+        for name, grid, kernel, args in launches:
+            if hook is None:
+                ct.launch(stream, grid, kernel, args)
+            else:
+                hook(name, lambda grid=grid, kernel=kernel, args=args: ct.launch(stream, grid, kernel, args))
+
+
 class CutileLinearAttentionEngine(BaseEngine):
     """cuTile chunked delta-rule kernels (gdn, kda, gdn2 forward) on sm_80 and newer."""
 
@@ -235,11 +302,16 @@ class CutileLinearAttentionEngine(BaseEngine):
         nodes = graph.nodes
         if len(nodes) != 1:
             raise GraphNotSupportedError(
-                f"runs a graph of one {'/'.join(FORWARD_OPS)} node; this graph has {len(nodes)} nodes")
+                f"runs a graph of one {'/'.join(FORWARD_OPS + tuple(BACKWARD_OPS))} node; this graph has "
+                f"{len(nodes)} nodes")
         node = nodes[0]
         reason = _support_reason(graph, node)
         if reason is not None:
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
+        if node.op in BACKWARD_OPS:
+            return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V}, name=f"cutile_{node.op}_chunk64",
+                               engine=self, priority=10.0,
+                               workspace_size=_Geometry(node, backward=True).workspace_size)]
         plans = []
         for suffix, extra in (("", {}), *VARIANT_KNOBS.items()):
             knobs = {**DEFAULT_KNOBS, **extra}
@@ -257,6 +329,13 @@ class CutileLinearAttentionEngine(BaseEngine):
         reason = _support_reason(graph, node)
         if reason is not None:
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
+        if node.op in BACKWARD_OPS:
+            geometry = _Geometry(node, backward=True)
+            block_v = int(plan.knobs.get("block_v", BACKWARD_BLOCK_V))
+            if block_v not in (32, 64, 128) or geometry.V % block_v:
+                raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
+            variant = variant_of(graph, node, block_v, split=True)
+            return CutileBackwardPlan(plan, graph, node, variant, geometry)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         split = bool(knobs["split"])
         geometry = _Geometry(node, split)
@@ -278,9 +357,11 @@ def variant_of(graph, node, block_v: int, low_mma: bool = False, split: bool = F
     beta = _GATE_TYPES[resolve(node.inputs["beta"])]
     w = node.inputs.get("w")
     params = node.params
+    backward = node.op in BACKWARD_OPS
     return Variant(
-        op=node.op, io_dtype=io, beta_dtype=beta, w_dtype=_GATE_TYPES[resolve(w)] if w is not None else io,
+        op=BACKWARD_OPS.get(node.op, node.op), io_dtype=io, beta_dtype=beta, w_dtype=_GATE_TYPES[resolve(w)] if w is not None else io,
         K=q.dim[2], V=v.dim[2], block_v=block_v, n_seq=node.inputs["cu_seqlens"].dim[0] - 1,
         scale=resolved_scale(params, q.dim[2]), use_l2=bool(params.get("use_qk_l2norm", False)),
-        has_h0=node.inputs.get("initial_state") is not None, store_ht="final_state" in node.outputs,
-        low_mma=low_mma, split=split)
+        has_h0=node.inputs.get("initial_state") is not None,
+        store_ht="final_state" in node.outputs and not backward, low_mma=low_mma, split=split,
+        has_dht=backward and node.inputs.get("d_final_state") is not None)
