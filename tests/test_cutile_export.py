@@ -481,8 +481,26 @@ def test_backward_ops_are_declined_until_verified_on_a_gpu(monkeypatch):
     cu = g.tensor(name="cu", dim=[3], stride=[1], data_type=F.INT32)
     outs = g.gdn_bwd(t[0], t[1], t[2], gate, beta, t[3], cu_seqlens=cu)
     for out in outs:
-        out.set_output(True)
+        if out is not None:                    # d_initial_state: no initial_state given
+            out.set_output(True)
     g.validate()
     monkeypatch.delenv(cutile_engine.BACKWARD_GATE, raising=False)
     reason = cutile_engine._support_reason(g, g.nodes[0])
     assert reason is not None and reason.startswith("backward not verified on a GPU"), reason
+
+
+@pytest.mark.parametrize("cu", [[0, 150, 151, 170, 300], [0, 0, 70], [0, 64, 64, 128, 129], [0, 1]])
+def test_state_pass_and_output_kernels_number_chunks_alike(cu):
+    """The split forward: chunk_state_pass stores sequence n's j-th chunk state at _first_chunk(n) + j;
+    chunk_output reads chunk c's from c as _locate_chunk numbers it: the two must agree."""
+    lo, hi = np.array(cu[:-1]), np.array(cu[1:])
+    count = (hi - lo + C - 1) // C
+    seen = set()
+    for n in range(len(cu) - 1):
+        first = int(np.sum(np.where(np.arange(len(lo)) < n, count, 0)))    # _kernels._first_chunk
+        for j in range(int(count[n])):
+            m, start, stop = _locate(cu, first + j)
+            assert (m, start, stop) == (n, cu[n] + j * C, min(cu[n] + (j + 1) * C, cu[n + 1]))
+            seen.add(first + j)
+    assert seen == set(range(int(np.sum(count))))
+    assert _locate(cu, int(np.sum(count)))[0] == len(cu) - 1                  # past the last chunk
