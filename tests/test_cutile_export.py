@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import io
+import os
 import math
 import pathlib
 import sys
@@ -84,6 +85,9 @@ def test_every_plan_variant_exports_a_cubin_for_sm90(op, knobs):
 
 
 @needs_cutile
+@pytest.mark.skipif(os.environ.get("CUDNN_GRAPH_EXPORT_BACKWARD") != "1",
+                    reason="the backward kernels take ~7 min to compile on 2 cores and the engine declines "
+                           "them until they pass on a GPU; set CUDNN_GRAPH_EXPORT_BACKWARD=1 to export them")
 @pytest.mark.parametrize("op", ["gdn", "kda"])
 def test_backward_kernels_export_a_cubin_for_sm90(op):
     """gdn_bwd / kda_bwd: the two backward kernels (the forward recompute is the split forward's)."""
