@@ -91,11 +91,12 @@ def reshape_matmul_graph(device, io=F.HALF):
     return g, {"A": a, "B": b, "C": c}
 
 
-def reshape_pointwise_graph(device, io=F.FLOAT, standalone=False):
-    """Y = relu(reshape(X [2, 8, 64] -> [2, 16, 32])), or the reshape alone written to Y."""
+def reshape_pointwise_graph(device, io=F.FLOAT, standalone=False, computed=False):
+    """Y = relu(reshape(X [2, 8, 64] -> [2, 16, 32])), or the reshape alone written to Y; with
+    ``computed`` the reshape's input is relu(X), a tensor the graph computes."""
     g = _graph(device, io)
     x = g.tensor(name="X", dim=(2, 8, 64), stride=(512, 64, 1))
-    r = g.reshape(x)
+    r = g.reshape(g.relu(x) if computed else x)
     r.set_dim([2, 16, 32]).set_stride([512, 32, 1])
     y = r if standalone else g.relu(r)
     y.set_output(True).set_name("Y").set_data_type(io)
@@ -229,12 +230,55 @@ def test_layout_attributes_and_descriptors_exist_in_the_header():
 
 # ---- CPU: reshape and transpose -------------------------------------------------------------------------
 
+def _view_of(program, view, source):
+    """The descriptor of graph tensor ``view``, checked to be fed from ``source``'s pointer."""
+    assert (view.uid, source.uid, 0) in program.aliases
+    attrs = program.step(f"tensor_{view.uid}").attrs
+    assert attrs["CUDNN_ATTR_TENSOR_IS_VIRTUAL"] is False
+    return attrs
+
+
+def test_reshape_of_a_graph_input_is_a_view_of_its_memory():
+    for version in (V919, V922, None):
+        g, t = _validated(reshape_pointwise_graph)
+        program = lower_program(g, version=version)
+        assert program.of_kind("OPERATION_RESHAPE") == []
+        (pw,) = program.of_kind("OPERATION_POINTWISE")
+        r = g.nodes[0].outputs["Y"]
+        assert pw["CUDNN_ATTR_OPERATION_POINTWISE_XDESC"] == Ref(f"tensor_{r.uid}")
+        view = _view_of(program, r, t["X"])
+        assert view["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 16, 32)
+        assert view["CUDNN_ATTR_TENSOR_STRIDES"] == (512, 32, 1)
+        assert view["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.FLOAT
+
+
+def test_reshape_view_strides_follow_the_source_layout():
+    g = _graph("cuda", F.HALF)
+    x = g.tensor(name="X", dim=(4, 6, 8), stride=(8, 32, 1))   # axes 0 and 1 swapped in memory
+    r = g.reshape(x, reshape_mode=cudnn.reshape_mode.LOGICAL)
+    r.set_dim([4, 3, 2, 8]).set_stride([48, 16, 8, 1])          # splits axis 1: a view exists
+    g.relu(r).set_output(True)
+    g.validate()
+    view = _view_of(lower_program(g, version=V919), r, x)
+    assert view["CUDNN_ATTR_TENSOR_STRIDES"] == (8, 64, 32, 1)
+    assert view["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.HALF   # the source's type, not the intermediate's
+
+
+def test_reshape_written_to_memory_is_declined_before_9_22_saying_why():
+    g, t = _validated(reshape_pointwise_graph, standalone=True)
+    with pytest.raises(GraphNotSupportedError, match=r"'Y' copies data.*9\.22.*9\.19\.0 has no engine"):
+        lower_program(g, version=V919)
+    (op,) = lower_program(g, version=V922).of_kind("OPERATION_RESHAPE")
+    assert op["CUDNN_ATTR_OPERATION_RESHAPE_YDESC"] == Ref(f"tensor_{t['Y'].uid}")
+
+
 def test_reshape_is_a_reshape_operation_with_its_mode_from_9_22():
-    g, t = _validated(reshape_pointwise_graph)
+    g, t = _validated(reshape_pointwise_graph, computed=True)
     old = lower_program(g, version=V919)
     (op,) = old.of_kind("OPERATION_RESHAPE")
     tensors = _tensors(old)
-    assert op == {"CUDNN_ATTR_OPERATION_RESHAPE_XDESC": Ref(f"tensor_{t['X'].uid}"),
+    relu_out = g.nodes[0].outputs["Y"]
+    assert op == {"CUDNN_ATTR_OPERATION_RESHAPE_XDESC": Ref(f"tensor_{relu_out.uid}"),
                   "CUDNN_ATTR_OPERATION_RESHAPE_YDESC": op["CUDNN_ATTR_OPERATION_RESHAPE_YDESC"]}
     y = tensors[int(op["CUDNN_ATTR_OPERATION_RESHAPE_YDESC"].name.split("_")[1])]
     assert y["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 16, 32) and y["CUDNN_ATTR_TENSOR_IS_VIRTUAL"]
@@ -246,14 +290,14 @@ def test_reshape_is_a_reshape_operation_with_its_mode_from_9_22():
 def test_logical_reshape_lowers_before_9_22_only_where_it_is_a_view():
     g = _graph("cuda", F.FLOAT)
     x = g.tensor(name="X", dim=(2, 8, 64), stride=(512, 64, 1))
-    r = g.reshape(x, reshape_mode=cudnn.reshape_mode.LOGICAL)
+    r = g.reshape(g.relu(x), reshape_mode=cudnn.reshape_mode.LOGICAL)
     r.set_dim([2, 16, 32]).set_stride([512, 32, 1])
     g.relu(r).set_output(True)
     g.validate()
     assert "CUDNN_ATTR_OPERATION_RESHAPE_MODE" not in lower_program(g, version=V919).of_kind("OPERATION_RESHAPE")[0]
 
     g = _graph("cuda", F.FLOAT)
-    x = g.tensor(name="X", dim=(2, 8, 64), stride=(512, 1, 8))   # not row-major
+    x = g.tensor(name="X", dim=(2, 8, 64), stride=(512, 1, 8))   # not row-major: no view of it is the reshape
     r = g.reshape(x, reshape_mode="LOGICAL", name="flat")
     r.set_dim([2, 16, 32]).set_stride([512, 32, 1])
     g.relu(r).set_output(True)
@@ -264,31 +308,44 @@ def test_logical_reshape_lowers_before_9_22_only_where_it_is_a_view():
         "CUDNN_ATTR_OPERATION_RESHAPE_MODE"] == cudnn.reshape_mode.LOGICAL
 
 
-def test_virtual_transpose_is_a_view_reshape_with_permuted_strides():
+def test_transpose_of_a_graph_input_is_a_view_of_its_memory():
     g, t = _validated(transpose_matmul_graph)
     for version in (V919, V922, None):
         program = lower_program(g, version=version)
-        assert program.of_kind("OPERATION_TRANSPOSE") == []
-        (op,) = program.of_kind("OPERATION_RESHAPE")
-        assert op["CUDNN_ATTR_OPERATION_RESHAPE_XDESC"] == Ref(f"tensor_{t['Bt'].uid}")
-        view = program.step(op["CUDNN_ATTR_OPERATION_RESHAPE_YDESC"].name).attrs
+        assert program.of_kind("OPERATION_TRANSPOSE") == [] and program.of_kind("OPERATION_RESHAPE") == []
+        (mm,) = program.of_kind("OPERATION_MATMUL")
+        bt_t = g.nodes[0].outputs["Y"]
+        assert mm["CUDNN_ATTR_OPERATION_MATMUL_BDESC"] == Ref(f"tensor_{bt_t.uid}")
+        view = _view_of(program, bt_t, t["Bt"])
         assert view["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 32, 8)
         assert view["CUDNN_ATTR_TENSOR_STRIDES"] == (256, 1, 32)
-        assert view["CUDNN_ATTR_TENSOR_IS_VIRTUAL"] is True
-        (mm,) = program.of_kind("OPERATION_MATMUL")
-        assert mm["CUDNN_ATTR_OPERATION_MATMUL_BDESC"] == op["CUDNN_ATTR_OPERATION_RESHAPE_YDESC"]
+        assert view["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.HALF
+
+
+def test_virtual_transpose_of_a_computed_tensor_is_a_view_reshape_with_permuted_strides():
+    g = _graph("cuda", F.FLOAT)
+    x = g.tensor(name="X", dim=(2, 8, 16), stride=(128, 16, 1))
+    t = g.transpose(g.relu(x), permutation=[0, 2, 1])
+    g.relu(t).set_output(True).set_stride([128, 8, 1])
+    g.validate()
+    program = lower_program(g, version=V919)
+    assert program.aliases == []
+    (op,) = program.of_kind("OPERATION_RESHAPE")
+    view = program.step(op["CUDNN_ATTR_OPERATION_RESHAPE_YDESC"].name).attrs
+    assert view["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 16, 8)
+    assert view["CUDNN_ATTR_TENSOR_STRIDES"] == (128, 1, 16)
+    assert view["CUDNN_ATTR_TENSOR_IS_VIRTUAL"] is True
 
 
 def test_rank2_transpose_permutation_moves_with_the_padding():
     g = _graph("cuda", F.FLOAT)
     x = g.tensor(name="X", dim=(8, 16), stride=(16, 1))
-    g.relu(g.transpose(x, permutation=[1, 0])).set_output(True).set_stride([8, 1])
+    t = g.transpose(x, permutation=[1, 0])
+    g.relu(t).set_output(True).set_stride([8, 1])
     g.validate()
-    program = lower_program(g, version=V919)
-    (op,) = program.of_kind("OPERATION_RESHAPE")
-    view = program.step(op["CUDNN_ATTR_OPERATION_RESHAPE_YDESC"].name).attrs
+    view = _view_of(lower_program(g, version=V919), t, x)
     assert view["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (1, 16, 8)
-    assert view["CUDNN_ATTR_TENSOR_STRIDES"] == (128, 1, 16)
+    assert view["CUDNN_ATTR_TENSOR_STRIDES"][1:] == (1, 16)
 
 
 def test_transpose_written_to_memory_needs_the_9_22_transpose_operation():
@@ -371,9 +428,34 @@ def test_native_slice_operation_from_9_22():
 
 # ---- CPU: concatenate, block scale ------------------------------------------------------------------------
 
+def conv_concat_graph(device, n=2, c=16, k=16, hw=4):
+    """Y1 = concatenate([conv_fprop(X, W) (1x1), Y0], channels, in_place_index=1): cudnn-frontend's
+    conv-fprop + concatenate epilogue (cuDNN >= 9.8); Y0 is the input that already lies in Y1's memory."""
+    g = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.HALF, compute_data_type=F.FLOAT,
+                      device=device, name="conv_concat")
+    x = g.tensor(name="X", dim=(n, c, hw, hw), stride=_nhwc((n, c, hw, hw)))
+    w = g.tensor(name="W", dim=(k, c, 1, 1), stride=_nhwc((k, c, 1, 1)))
+    y0 = g.tensor(name="Y0", dim=(n, k, hw, hw), stride=_nhwc((n, k, hw, hw)))
+    y = g.conv_fprop(image=x, weight=w, padding=[0, 0], stride=[1, 1], dilation=[1, 1])
+    y1 = g.concatenate([y, y0], axis=1, in_place_index=1)
+    y1.set_output(True).set_name("Y1").set_data_type(F.HALF).set_stride(_nhwc((n, 2 * k, hw, hw)))
+    return g, {"X": x, "W": w, "Y0": y0, "Y1": y1}
+
+
+def test_concatenate_outside_a_conv_epilogue_is_declined_before_9_22_saying_why():
+    g, _ = _validated(concat_graph, fused=True)
+    with pytest.raises(CudnnVersionError, match=r"outside a convolution-forward epilogue.*9\.22\.0.*9\.19\.0"):
+        lower_program(g, version=V919)
+    g, t = _validated(conv_concat_graph)
+    program = lower_program(g, version=V919)
+    (op,) = program.of_kind("OPERATION_CONCAT")
+    assert op["CUDNN_ATTR_OPERATION_CONCAT_INPLACE_INDEX"] == 1
+    assert op["CUDNN_ATTR_OPERATION_CONCAT_INPUT_DESCS"][1] == Ref(f"tensor_{t['Y0'].uid}")
+
+
 def test_concatenate_program_and_its_version_gate():
     g, t = _validated(concat_graph, axis=2)
-    (op,) = lower_program(g, version=V919).of_kind("OPERATION_CONCAT")
+    (op,) = lower_program(g, version=V922).of_kind("OPERATION_CONCAT")
     assert op == {"CUDNN_ATTR_OPERATION_CONCAT_AXIS": 2,
                   "CUDNN_ATTR_OPERATION_CONCAT_INPUT_DESCS": (Ref(f"tensor_{t['X0'].uid}"), Ref(f"tensor_{t['X1'].uid}")),
                   "CUDNN_ATTR_OPERATION_CONCAT_OUTPUT_DESC": Ref(f"tensor_{t['Y'].uid}")}
@@ -641,7 +723,13 @@ def _run_or_decline(fn, what):
     except GraphNotSupportedError as exc:
         text = str(exc)
         assert "cudnn_backend" in text or "cuDNN" in text, text
-        pytest.skip(f"cuDNN 9.19 declines {what}: {text}")
+        pytest.skip(f"cuDNN declines {what}: {_cudnn_decline(exc)}")
+
+
+def _cudnn_decline(exc) -> str:
+    """The cuDNN backend's own reasons (PlanEntryError.declines) on one line, else the message."""
+    reasons = [f"{who}: {why}" for who, why in getattr(exc, "declines", ()) if "cudnn" in str(who).lower()]
+    return " | ".join(" ".join(r.split()) for r in (reasons or [str(exc)]))
 
 
 def _half(rng, dims, scale=1.0):
@@ -710,6 +798,39 @@ def test_gpu_concatenate(producer, fused):
     g = _run_or_decline(lambda: compare(concat_graph, host, {"Y"}, producer, fused=fused),
                         f"concatenate ({'then relu' if fused else 'standalone'})")
     _assert_on_cudnn(g)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("producer", PRODUCERS)
+def test_gpu_conv_fprop_concatenate_in_place(producer):
+    """The output buffer holds Y0 in its in-place slot before execute (what the in-place index
+    promises), so the result is right whether cuDNN copies Y0 or leaves that slot alone."""
+    cp = pytest.importorskip("cupy")
+    from gpu_support import _device_input
+    # JAX hands over dense arrays only: 1x1 images are channels-last and row-major at once.
+    n, c, k, hw = (2, 16, 16, 4) if producer == "cupy" else (8, 16, 16, 1)
+    rng = np.random.default_rng(20)
+
+    def nhwc(dims, scale=1.0):
+        a = (scale * rng.standard_normal((dims[0], dims[2], dims[3], dims[1]))).astype(np.float16)
+        return a.transpose(0, 3, 1, 2)
+
+    host = {"X": nhwc((n, c, hw, hw)), "W": nhwc((k, c, 1, 1), 0.25), "Y0": nhwc((n, k, hw, hw))}
+    kwargs = dict(n=n, c=c, k=k, hw=hw)
+    want = reference_run(conv_concat_graph, host, {"Y1"}, **kwargs)["Y1"]
+    g, t = _run_or_decline(lambda: build_gpu(conv_concat_graph, **kwargs), "conv_fprop + concatenate (in place)")
+    _assert_on_cudnn(g)
+    y1_host = empty_like_strided(np.float16, t["Y1"].dim, t["Y1"].stride)
+    y1_host[:, k:] = host["Y0"]
+    y1 = cupy_from_host(cp, y1_host)
+    pack, keep = {t["Y1"]: y1}, []
+    for name in ("X", "W", "Y0"):
+        dev, alive = _device_input(producer, host[name])
+        pack[t[name]] = dev
+        keep.append(alive)
+    g.execute(pack)
+    cp.cuda.Device().synchronize()
+    assert_close(cp.asnumpy(y1), want, "float16", f"Y1 ({producer})")
 
 
 @pytest.mark.gpu

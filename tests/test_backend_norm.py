@@ -182,7 +182,8 @@ def batchnorm_graph(device, io=F.HALF, dims=(4, 32, 8, 8), running=True, relu=Fa
     return g, t
 
 
-def batchnorm_inference_graph(device, io=F.HALF, dims=(4, 32, 8, 8), layout="nhwc"):
+def batchnorm_inference_graph(device, io=F.HALF, dims=(4, 32, 8, 8), layout="nhwc", relu=False):
+    """Inference batch norm from given statistics, optionally followed by ReLU (then its Y is virtual)."""
     g = _graph(device, io, "bn_infer")
     pd, ps = per_channel(dims[1])
     t = {"X": _channel_x(g, "X", dims, layout)}
@@ -190,7 +191,28 @@ def batchnorm_inference_graph(device, io=F.HALF, dims=(4, 32, 8, 8), layout="nhw
         t[name] = g.tensor(name=name, dim=pd, stride=ps, data_type=F.FLOAT)
     y = g.batchnorm_inference(input=t["X"], mean=t["mean"], inv_variance=t["inv_variance"], scale=t["scale"],
                               bias=t["bias"])
+    if relu:
+        t["BN_Y"] = y
+        y = g.relu(y)
     t["Y"] = _out(y, "Y", io)
+    return g, t
+
+
+def bn_infer_drelu_dbn_graph(device, io=F.HALF, dims=(4, 32, 8, 8)):
+    """dBN(dReLU(DY, BN_inference(X))): cudnn-frontend's one graph with an inference-phase NORM_FORWARD."""
+    g = _graph(device, io, "bn_infer_drelu_dbn")
+    pd, ps = per_channel(dims[1])
+    t = {"X": _channel_x(g, "X", dims, "nhwc"), "DY": _channel_x(g, "DY", dims, "nhwc")}
+    for name in ("mean", "inv_variance", "scale", "bias"):
+        t[name] = g.tensor(name=name, dim=pd, stride=ps, data_type=F.FLOAT)
+    bn_y = g.batchnorm_inference(input=t["X"], mean=t["mean"], inv_variance=t["inv_variance"], scale=t["scale"],
+                                 bias=t["bias"])
+    drelu = g.relu_backward(loss=t["DY"], input=bn_y).set_data_type(io)
+    dx, dscale, dbias = g.batchnorm_backward(grad=drelu, input=t["X"], scale=t["scale"], mean=t["mean"],
+                                             inv_variance=t["inv_variance"])
+    t["DX"] = _out(dx, "DX", io)
+    t["dscale"] = _out(dscale, "dscale", F.FLOAT)
+    t["dbias"] = _out(dbias, "dbias", F.FLOAT)
     return g, t
 
 
@@ -378,15 +400,77 @@ def test_batchnorm_backward_peer_statistics():
     assert bwd[BWD + "PEER_STAT_DESCS"] == (_ref(t["peer0"]),)
 
 
-def test_batchnorm_inference_takes_the_statistics_as_inputs_and_no_epsilon():
+PW_OP = "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR"
+PW = "CUDNN_ATTR_OPERATION_POINTWISE_"
+
+
+def _chain(program):
+    """[(mode, X step attrs, B step attrs, Y step attrs)] of the program's pointwise operations."""
+    out = []
+    for name in program.operations:
+        op = program.step(name)
+        assert op.kind == PW_OP, op.kind
+        mode = program.step(op.attrs[PW + "PW_DESCRIPTOR"].name).attrs["CUDNN_ATTR_POINTWISE_MODE"]
+        out.append((mode,) + tuple(program.step(op.attrs[PW + a].name).attrs if PW + a in op.attrs else None
+                                   for a in ("XDESC", "BDESC", "YDESC")))
+    return out
+
+
+def _uid(attrs):
+    return attrs["CUDNN_ATTR_TENSOR_UNIQUE_ID"]
+
+
+def test_batchnorm_inference_is_the_pointwise_composite_on_channel_first_views():
+    from cudnn_graph.enums import pointwise_mode as pw
     program, t = _program(batchnorm_inference_graph)
+    assert program.of_kind(NORM_FWD_OP) == [] and program.constants == []
+    chain = _chain(program)
+    assert [m for m, *_ in chain] == [pw.SUB, pw.MUL, pw.MUL, pw.ADD]
+    views = {view: source for view, source, offset in program.aliases if offset == 0}
+    assert len(views) == len(program.aliases) == 6
+    # (X - mean) * inv_variance * scale + bias, each operand a view of the graph tensor of that name
+    assert views[_uid(chain[0][1])] == t["X"].uid
+    for (_, _, b, _), name in zip(chain, ("mean", "inv_variance", "scale", "bias")):
+        assert views[_uid(b)] == t[name].uid, name
+        assert b["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (32, 1, 1, 1) and b["CUDNN_ATTR_TENSOR_STRIDES"][0] == 1
+        assert b["CUDNN_ATTR_TENSOR_IS_VIRTUAL"] is False
+    assert views[_uid(chain[-1][3])] == t["Y"].uid
+    # C first, the same memory: NHWC strides permuted
+    x_view = chain[0][1]
+    assert x_view["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (32, 4, 8, 8)
+    assert x_view["CUDNN_ATTR_TENSOR_STRIDES"] == (1, 2048, 256, 32)
+    assert x_view["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.HALF
+    # each op feeds the next through a virtual tensor of the compute type
+    for (_, _, _, y), (_, x, _, _) in zip(chain, chain[1:]):
+        assert y is x and y["CUDNN_ATTR_TENSOR_IS_VIRTUAL"] is True
+        assert y["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.FLOAT
+        assert y["CUDNN_ATTR_TENSOR_STRIDES"] == x_view["CUDNN_ATTR_TENSOR_STRIDES"]
+    for attrs in program.of_kind("POINTWISE"):
+        assert attrs["CUDNN_ATTR_POINTWISE_MATH_PREC"] == DataType.FLOAT
+
+
+def test_batchnorm_inference_feeding_relu_keeps_its_geometry():
+    """A virtual Y is also the ReLU's input, so it cannot be seen channel first: tensors as the graph has them."""
+    program, t = _program(batchnorm_inference_graph, relu=True)
+    chain = _chain(program)
+    assert len(chain) == 5 and program.aliases == []
+    assert chain[0][1] == program.step(f"tensor_{t['X'].uid}").attrs
+    assert chain[1][2] == program.step(f"tensor_{t['inv_variance'].uid}").attrs
+    assert chain[3][3] == program.step(f"tensor_{t['BN_Y'].uid}").attrs   # the ADD writes BN's Y, ReLU reads it
+    assert chain[4][1] is chain[3][3]
+
+
+def test_batchnorm_inference_in_the_dbn_fusion_stays_an_inference_norm_forward():
+    program, t = _program(bn_infer_drelu_dbn_graph)
+    kinds = [program.step(name).kind for name in program.operations]
+    assert kinds == [NORM_FWD_OP, PW_OP, NORM_BWD_OP]
     fwd = _op(program, NORM_FWD_OP)
     assert fwd[FWD + "MODE"] == _lower_norm.NormMode.BATCH_NORM
     assert fwd[FWD + "PHASE"] == INFERENCE
     assert fwd[FWD + "MEAN_DESC"] == _ref(t["mean"])
     assert fwd[FWD + "INV_VARIANCE_DESC"] == _ref(t["inv_variance"])
     assert FWD + "EPSILON_DESC" not in fwd
-    assert program.constants == []
+    assert program.constants == [] and program.aliases == []
 
 
 def test_batchnorm_relu_fusion_is_one_graph():
@@ -512,6 +596,7 @@ ALL_BUILDERS = [
     (layer_graph, {}), (layer_graph, {"op": "rmsnorm", "bias": False}), (layer_backward_graph, {}),
     (layer_backward_graph, {"op": "rmsnorm_backward"}), (ada_graph, {}), (ada_backward_graph, {}),
     (batchnorm_graph, {"peers": 2, "relu": True}), (batchnorm_inference_graph, {}),
+    (batchnorm_inference_graph, {"relu": True}), (bn_infer_drelu_dbn_graph, {}),
     (batchnorm_backward_graph, {"peers": 1}), (instancenorm_graph, {}), (instancenorm_backward_graph, {}),
     (genstats_graph, {}),
 ]
@@ -743,6 +828,33 @@ def test_batchnorm_inference_and_backward(io, producer, dims, layout):
     _check(batchnorm_inference_graph, infer, {"Y"}, producer, io=io, dims=dims, layout=layout)
     bwd = {"X": host["X"], "DY": make(rng, dims, io), "scale": host["scale"], "mean": mean, "inv_variance": inv}
     _check(batchnorm_backward_graph, bwd, {"DX", "dscale", "dbias"}, producer, io=io, dims=dims, layout=layout)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("producer", ["cupy", "jax"])
+def test_batchnorm_inference_relu_fusion(producer):
+    """The composite with a virtual Y, so in the graph's own (N, C, H, W) geometry: its per-channel
+    operands broadcast along axis 0 (see lowering._POINTWISE_FOLD), which this checks numerically."""
+    dims = (4, 32, 8, 8) if producer == "cupy" else (64, 32, 1, 1)
+    rng = np.random.default_rng(13)
+    host = _batch_inputs(rng, F.HALF, dims, _maker(producer, "nhwc"))
+    mean, inv = _stats(np.asarray(host["X"], np.float32), (0, 2, 3))
+    infer = {"X": host["X"], "mean": mean, "inv_variance": inv, "scale": host["scale"], "bias": host["bias"]}
+    _check(batchnorm_inference_graph, infer, {"Y"}, producer, io=F.HALF, dims=dims, relu=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("producer", ["cupy", "jax"])
+def test_batchnorm_inference_drelu_dbn_fusion(producer):
+    """cudnn-frontend's BN_inference -> dReLU -> dBN graph: NORM_FORWARD (inference) kept native."""
+    dims = (4, 32, 8, 8) if producer == "cupy" else (64, 32, 1, 1)
+    rng = np.random.default_rng(14)
+    make = _maker(producer, "nhwc")
+    host = _batch_inputs(rng, F.HALF, dims, make)
+    mean, inv = _stats(np.asarray(host["X"], np.float32), (0, 2, 3))
+    inputs = {"X": host["X"], "DY": make(rng, dims, F.HALF), "mean": mean, "inv_variance": inv,
+              "scale": host["scale"], "bias": host["bias"]}
+    _check(bn_infer_drelu_dbn_graph, inputs, {"DX", "dscale", "dbias"}, producer, dims=dims)
 
 
 def _instance_inputs(rng, io, dims, make):

@@ -24,6 +24,7 @@ Axes and permutations shift with the leading unit axes the geometry pads (to ran
 from __future__ import annotations
 
 import logging
+import math
 
 from ..._cudnn_errors import CudnnVersionError
 from ...data_type import DataType, itemsize_bits
@@ -76,11 +77,97 @@ def _set_geometry(lw, t, dims, strides, **extra) -> None:
 
 # ---- reshape and transpose -------------------------------------------------------------------------
 
+def _is_graph_input(t) -> bool:
+    """Whether ``t`` is memory the caller passes (not computed by the graph, not a scalar)."""
+    return not (t.is_virtual or t.is_pass_by_value or t.producer is not None)
+
+
+def _version_text(lw) -> str:
+    v = lw.version
+    return f"{v // 10000}.{v // 100 % 100}.{v % 100}" if v else "this version"
+
+
+def _view_strides(dims, strides, new_dims):
+    """Strides that show memory of (``dims``, ``strides``) as ``new_dims`` in row-major order (the
+    logical reshape), or None when no strides can (the reshape would move data)."""
+    if math.prod(dims) != math.prod(new_dims):
+        return None
+    old = [(int(d), int(s)) for d, s in zip(dims, strides) if d != 1]
+    new = [int(d) for d in new_dims]
+    if not old or 0 in new:
+        return _row_major_strides(new)
+    out = [0] * len(new)
+    oi = ni = 0
+    while oi < len(old) and ni < len(new):
+        # the shortest groups of old axes [oi, oj) and new axes [ni, nj) that hold as many elements
+        oj, nj = oi + 1, ni + 1
+        o_count, n_count = old[oi][0], new[ni]
+        while o_count != n_count:
+            if n_count < o_count:
+                n_count *= new[nj]
+                nj += 1
+            else:
+                o_count *= old[oj][0]
+                oj += 1
+        if any(old[k][1] != old[k + 1][0] * old[k + 1][1] for k in range(oi, oj - 1)):
+            return None   # the old group is not one affine run of memory
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new[k]
+        oi, ni = oj, nj
+    return tuple(_unit_strides(new, out))
+
+
+def _unit_strides(dims, strides):
+    """Unit axes get the span of the axes inside them (a packed layout's stride; they are never stepped)."""
+    out = list(strides)
+    for a in range(len(dims) - 1, -1, -1):
+        if dims[a] == 1:
+            inner = [out[b] * dims[b] for b in range(a + 1, len(dims)) if dims[b] != 1]
+            out[a] = max(inner + [1])
+    return out
+
+
+def _row_major_strides(dims):
+    strides, acc = [], 1
+    for d in reversed(tuple(dims)):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+def _same_strides(t, strides) -> bool:
+    return all(d == 1 or int(s) == v for d, s, v in zip(t.dim, t.stride, strides))
+
+
+def _as_view(lw, node, x, y, strides):
+    """Lower ``y = op(x)`` as a view: ``y`` becomes a tensor in memory with ``strides`` over ``x``'s
+    data, fed at execute from ``x``'s pointer (no operation; its consumer reads ``x`` directly)."""
+    dims, padded = lw.dims(y), len(lw.dims(y)) - len(y.dim)
+    full = tuple(lw.strides(y)[:padded]) + tuple(int(s) for s in strides)
+    _set_geometry(lw, y, dims, full, CUDNN_ATTR_TENSOR_IS_VIRTUAL=False,
+                  CUDNN_ATTR_TENSOR_DATA_TYPE=DataType(lw.graph._resolved_type(x)))
+    lw.alias(y, x, 0)
+    logger.debug("%s lowered as a view of '%s' with strides %s", node.name, x.name, full)
+    yield from ()
+
+
 @lowers("reshape", native_geometry=True, attributes={
     _OP + "RESHAPE_XDESC": _DESC, _OP + "RESHAPE_YDESC": _DESC, _OP + "RESHAPE_MODE": "CUDNN_TYPE_RESHAPE_MODE"})
 def _lower_reshape(lw, node, i):
     x, y = node.inputs["input"], node.outputs["Y"]
     mode = ReshapeMode(node.params.get("reshape_mode", ReshapeMode.VIEW_ONLY))
+    if _is_graph_input(x) and y.is_virtual:
+        strides = _view_strides(tuple(x.dim), tuple(x.stride), tuple(y.dim))
+        # A VIEW_ONLY reshape reads memory through Y's own strides: a view only where they agree.
+        if strides is not None and (mode == ReshapeMode.LOGICAL or _same_strides(y, strides)):
+            yield from _as_view(lw, node, x, y, strides)
+            return
+    if not _native(lw) and not y.is_virtual:
+        raise GraphNotSupportedError(
+            f"{_label(node)}: a reshape written to the tensor '{y.name}' copies data; before cuDNN 9.22 a reshape "
+            f"is a view only and cuDNN {_version_text(lw)} has no engine that copies (its heuristics answer "
+            "NOT_SUPPORTED for such a graph on sm_90)")
     attrs = {_OP + "RESHAPE_XDESC": lw.ref(x), _OP + "RESHAPE_YDESC": lw.ref(y)}
     if _native(lw):
         attrs[_OP + "RESHAPE_MODE"] = mode
@@ -101,6 +188,10 @@ def _lower_transpose(lw, node, i):
     xd, xs = lw.dims(x), lw.strides(x)
     view_dims = tuple(xd[p] for p in perm)
     view_strides = tuple(xs[p] for p in perm)
+    if y.is_virtual and _is_graph_input(x):
+        # The input's memory under permuted strides: its consumer reads the input directly.
+        yield from _as_view(lw, node, x, y, view_strides[shift:])
+        return
     if y.is_virtual:
         # The output is the input's memory seen through permuted strides: a view reshape.
         _set_geometry(lw, y, view_dims, view_strides)
@@ -168,6 +259,13 @@ def _lower_slice(lw, node, i):
     _OP + "CONCAT_INPLACE_INDEX": "CUDNN_TYPE_INT64", _OP + "CONCAT_OUTPUT_DESC": _DESC})
 def _lower_concatenate(lw, node, i):
     y = node.outputs["Y"]
+    if lw.version is not None and lw.version < NATIVE_LAYOUT_VERSION and \
+            not any(n.op == "conv_fprop" for n in lw.graph.nodes):
+        # cudnn-frontend's samples: concatenate as a conv-fprop epilogue with an in-place input (>= 9.8),
+        # or alone / with pointwise ops through the memory-bound engines (>= 9.22, run on Blackwell).
+        raise CudnnVersionError(f"{_label(node)}: a concatenate outside a convolution-forward epilogue "
+                                f"(cuDNN {_version_text(lw)} has an engine for concatenate only fused after "
+                                "conv_fprop, with an in-place input)", NATIVE_LAYOUT_VERSION, lw.version)
     attrs = {
         _OP + "CONCAT_AXIS": int(node.params["axis"]) + _shift(lw, y),
         _OP + "CONCAT_INPUT_DESCS": tuple(lw.ref(t) for t in node.inputs["inputs"]),

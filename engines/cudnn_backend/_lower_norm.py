@@ -6,8 +6,12 @@ norm, its phase training or inference), every backward one ``..._NORM_BACKWARD_D
 cuDNN reads it off the dims of the scale and statistics tensors, as the IR does (see
 cudnn_graph/ops/_norms.py), so the tensors keep their own geometry (``native_geometry``).
 
-``batchnorm_inference`` is the BATCH_NORM mode in the INFERENCE phase with the mean and inverse
-variance as inputs (no epsilon: the inverse variance already holds it), as cudnn-frontend lowers it.
+``batchnorm_inference`` is ``(X - mean) * inv_variance * scale + bias`` as four pointwise ops (SUB,
+MUL, MUL, ADD; intermediates virtual in the compute type, the statistics broadcast per channel). cuDNN
+has no engine for a NORM_FORWARD in the INFERENCE phase with BATCH_NORM mode on its own (9.19 on the
+H200: heuristics NOT_SUPPORTED); its one engine for it is the BN-inference -> dReLU -> dBN backward
+fusion (cudnn-frontend's only sample of it), so a graph with a ``batchnorm_backward`` keeps that op
+(mean and inverse variance as inputs, no epsilon: the inverse variance already holds it).
 ``batchnorm``'s ``momentum`` is cuDNN's exponential-average factor. Peer statistics (multi-GPU batch
 norm) are graph tensors held in the node's ``peer_stats`` attribute rather than its ports, so their
 descriptors are made here.
@@ -15,11 +19,13 @@ descriptors are made here.
 from __future__ import annotations
 
 import enum
+import types
 
 from ...data_type import DataType
+from ...enums import pointwise_mode
 from ...errors import GraphNotSupportedError
 from ...ops._norms import NormFwdPhase
-from .lowering import BYTE_ALIGNMENT, MIN_RANK, Step, lowers
+from .lowering import BYTE_ALIGNMENT, MIN_RANK, Ref, Step, lowers
 
 __all__ = ["NormMode", "GenStatsMode", "FORWARD_MODES", "BACKWARD_MODES"]
 
@@ -167,7 +173,7 @@ def _lower_backward(lw, node, i):
     yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR", attrs)
 
 
-lowers("batchnorm", "batchnorm_inference", "layernorm", "rmsnorm", "instancenorm",
+lowers("batchnorm", "layernorm", "rmsnorm", "instancenorm",
        native_geometry=True, attributes=_FWD_TYPES)(_lower_forward)
 lowers("adalayernorm", native_geometry=True, min_version=ADA_LAYER_NORM_VERSION,
        attributes=_FWD_TYPES)(_lower_forward)
@@ -189,3 +195,75 @@ def _lower_genstats(lw, node, i):
         _GENSTATS + "SUMDESC": lw.ref(node.outputs["sum"]),
         _GENSTATS + "SQSUMDESC": lw.ref(node.outputs["sq_sum"]),
     })
+
+
+# ---- batchnorm_inference ------------------------------------------------------------------------------
+
+_PW = "CUDNN_ATTR_OPERATION_POINTWISE_"
+_BN_INFERENCE_STEPS = (("mean", pointwise_mode.SUB), ("inv_variance", pointwise_mode.MUL),
+                       ("scale", pointwise_mode.MUL), ("bias", pointwise_mode.ADD))
+
+
+def _in_backward_fusion(lw) -> bool:
+    """Whether the graph is the BN-inference -> dReLU -> dBN fusion cuDNN has a NORM_FORWARD engine for."""
+    return any(n.op == "batchnorm_backward" for n in lw.graph.nodes)
+
+
+def _channel_first_views(lw, tensors) -> list:
+    """Channel-first views (steps) of ``tensors``, each fed from its tensor's pointer; [] when one of
+    them is not in memory (a virtual tensor cannot be described twice).
+
+    Why: per-channel operands in NCHW order broadcast along axis 0, which cuDNN 9.19's pointwise-only
+    engine reads as if unbroadcast (see lowering._POINTWISE_FOLD); with C first, nothing broadcasts
+    along axis 0 and every view is the same memory under permuted strides.
+    """
+    if any(t.is_virtual or t.is_pass_by_value for t in tensors):
+        return []
+    views = []
+    for t in tensors:
+        dims, strides = lw.dims(t), lw.strides(t)
+        order = (1, 0) + tuple(range(2, len(dims)))
+        ref, step = lw.virtual(tuple(dims[a] for a in order), tuple(strides[a] for a in order),
+                               DataType(lw.graph._resolved_type(t)))
+        step.attrs["CUDNN_ATTR_TENSOR_IS_VIRTUAL"] = False
+        step.attrs["CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT"] = BYTE_ALIGNMENT
+        lw.alias(types.SimpleNamespace(uid=step.attrs["CUDNN_ATTR_TENSOR_UNIQUE_ID"]), t, 0)
+        views.append((ref, step))
+    return views
+
+
+def _lower_batchnorm_inference(lw, node, i):
+    _channel_axis_kept(node)
+    if _in_backward_fusion(lw):
+        yield from _lower_forward(lw, node, i)
+        return
+    x, y = node.inputs["input"], node.outputs["Y"]
+    stats = [node.inputs[port] for port, _ in _BN_INFERENCE_STEPS]
+    views = _channel_first_views(lw, [x, y] + stats)
+    yield from (step for _, step in views)
+    refs = [ref for ref, _ in views] or [lw.ref(t) for t in [x, y] + stats]
+    x_ref, y_ref, stat_refs = refs[0], refs[1], refs[2:]
+    compute = lw.compute_type(node)
+    if views:
+        x_view = views[0][1].attrs
+        dims, strides = x_view["CUDNN_ATTR_TENSOR_DIMENSIONS"], x_view["CUDNN_ATTR_TENSOR_STRIDES"]
+    else:
+        dims, strides = lw.dims(x), lw.strides(x)
+    current = x_ref
+    for k, ((port, mode), operand) in enumerate(zip(_BN_INFERENCE_STEPS, stat_refs)):
+        last = k == len(_BN_INFERENCE_STEPS) - 1
+        if last:
+            out = y_ref
+        else:
+            # X's layout, as cudnn-frontend gives a pointwise output whose strides nobody set.
+            out, step = lw.virtual(dims, strides, compute)
+            yield step
+        yield Step(f"pointwise_{i}_{port}", "CUDNN_BACKEND_POINTWISE_DESCRIPTOR", {
+            "CUDNN_ATTR_POINTWISE_MODE": mode, "CUDNN_ATTR_POINTWISE_MATH_PREC": compute})
+        yield Step(f"op_{i}_{port}", "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR", {
+            _PW + "PW_DESCRIPTOR": Ref(f"pointwise_{i}_{port}"), _PW + "XDESC": current, _PW + "BDESC": operand,
+            _PW + "YDESC": out})
+        current = out
+
+
+lowers("batchnorm_inference", native_geometry=True, attributes=_FWD_TYPES)(_lower_batchnorm_inference)
