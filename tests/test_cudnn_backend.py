@@ -666,6 +666,8 @@ def test_aliased_view_is_fed_the_source_pointer_plus_its_offset(recording_libcud
     out = run_python(EXECUTE_PROLOGUE + """
 aliased = _backend.PlanRunner(plan, 0, 0, "sliced", [], aliases=[(9, 3, 96)])
 aliased.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000)
+replaced = _backend.PlanRunner(plan, 0, 0, "viewed", [], aliases=[(9, 3, 0)], omit=[3])
+replaced.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000)
 errors = {}
 orphan = _backend.PlanRunner(plan, 0, 0, "orphan", [], aliases=[(9, 11, 0)])
 try:
@@ -676,6 +678,8 @@ print(json.dumps({"errors": errors}))
 """, env={"CUDNN_GRAPH_LIBCUDNN": lib, "FAKE_CUDNN_LOG": str(log)})
     executes = [r for r in _read_log(log) if r[0] == "execute"]
     assert executes[0][3:] == ["3=0x10000", "5=0x20000", "9=0x10060"]
+    # a source no operation reads stays out of the variant pack (cuDNN wants its tensors exactly)
+    assert executes[1][3:] == ["5=0x20000", "9=0x10000"]
     assert out["errors"]["missing"][0] == "MissingTensorError"
     assert "uid 11" in out["errors"]["missing"][1] and "uid 9" in out["errors"]["missing"][1]
 

@@ -216,7 +216,8 @@ class _Lowered:
         except CudnnStatusError as exc:
             raise GraphNotSupportedError(f"cuDNN could not build {plan.label}: {exc}") from exc
         runner = _backend.PlanRunner(descriptor, workspace, self.device, plan.label, self.constants, self,
-                                     aliases=self.program.aliases, fixed=self.fixed, scratch=self.scratch)
+                                     aliases=self.program.aliases, fixed=self.fixed, scratch=self.scratch,
+                                     omit=self.program.unused_uids)
         with self.lock:
             return self.runners.setdefault(key, runner)
 

@@ -173,6 +173,9 @@ class Program:
     aliases: list = field(default_factory=list)
     # (uid, DataType, value): by-value scalars the lowering made; the plan always supplies them.
     plan_constants: list = field(default_factory=list)
+    # uids the caller passes that no operation reads (a view replaced them): kept out of cuDNN's
+    # variant pack, which must name exactly the operation graph's tensors.
+    unused_uids: list = field(default_factory=list)
     # (uid, nbytes, fill): device tensors the plan owns, carved from the workspace; fill None (cuDNN
     # writes them first), 0 (zeroed before each execute) or a tuple of values (written once).
     scratch: list = field(default_factory=list)
@@ -590,7 +593,26 @@ def lower_program(graph, version: Optional[int] = None) -> Program:
         op_graph["CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED"] = True
     steps.append(Step("operation_graph", "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR", op_graph))
     return Program(steps, tensor_steps, geometry, operations, constants, notes=notes, aliases=lw.aliases,
-                   plan_constants=lw.plan_constants, scratch=lw.scratch_tensors)
+                   plan_constants=lw.plan_constants, scratch=lw.scratch_tensors,
+                   unused_uids=_unread_operands(steps, ordered, tensor_steps))
+
+
+def _refs_in(value, into: set) -> None:
+    if isinstance(value, Ref):
+        into.add(value.name)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _refs_in(v, into)
+
+
+def _unread_operands(steps, tensors, tensor_steps) -> list:
+    """uids of the graph's non-virtual tensors whose descriptor no other descriptor references."""
+    referenced = set()
+    for step in steps:
+        for value in step.attrs.values():
+            _refs_in(value, referenced)
+    return [int(t.uid) for t in tensors
+            if not t.is_virtual and not t.is_pass_by_value and tensor_steps[t.uid] not in referenced]
 
 
 # The op families in their own modules register themselves on import (they import this module).

@@ -119,6 +119,8 @@ cdef class PlanRunner:
     cdef int64_t _scratch_bytes[PLAN_MAX_SCRATCH]
     cdef bint _scratch_zero[PLAN_MAX_SCRATCH]         # zero-filled on the stream before each execute
     cdef readonly int64_t cudnn_workspace_size        # what cuDNN itself asked for
+    cdef int _n_omit
+    cdef int64_t _omit_uids[PLAN_MAX_ALIASES]         # pack operands no cuDNN operation reads
     cdef dict _workspaces               # stream handle -> DeviceAllocation
     cdef object _workspace_lock
     cdef object _checked_layout         # the PackLayout _device_operand was computed for
@@ -128,6 +130,11 @@ cdef class PlanRunner:
 
     cdef int _run(self, VariantPack pack, object handle, object stream, object workspace,
                   ShapeOverrides overrides=*) except -1
+    cdef int _extras(self, VariantPack pack, void* ws, int64_t* extra_uids, void** extra_ptrs) except -1
+    cdef int _kept_operands(self, VariantPack pack, int64_t* uids, void** ptrs) noexcept
+    cdef int _execute_without_omitted(self, void* handle_ptr, VariantPack pack, void* ws,
+                                      const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
+                                      ThreadState state, ShapeOverrides overrides) except -1
     cdef void* _workspace_pointer(self, object workspace, intptr_t stream_key) except? NULL
     cdef int _check_alignment(self, VariantPack pack) except -1
     cdef int _prepare_layout(self, PackLayout layout) except -1

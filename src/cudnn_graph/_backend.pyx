@@ -1107,13 +1107,17 @@ cdef int _variant_pack_from_cache(CudnnApi* api, VariantPackCacheEntry* entries,
 cdef int execute_plan(void* handle, void* plan, VariantPack pack, void* workspace,
                       const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
                       ThreadState state, const OverrideArrays* overrides=NULL) except -1:
+    return _execute_operands(handle, plan, pack._n, pack._uids, pack._ptrs, workspace, extra_uids, extra_ptrs,
+                             n_extra, state, overrides)
+
+
+cdef int _execute_operands(void* handle, void* plan, int n, const int64_t* uids, void* const* ptrs,
+                           void* workspace, const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
+                           ThreadState state, const OverrideArrays* overrides) except -1:
     cdef CudnnApi* api = loaded_api()
     if api == NULL:
         api = cudnn_api()
-    cdef int n = pack._n
     cdef int total = n + n_extra
-    cdef const int64_t* uids = pack._uids
-    cdef void* const* ptrs = pack._ptrs
     # Small merged arrays live on the stack; only oversized packs touch the heap.
     cdef int64_t merged_uids[VARIANT_PACK_CACHE_OPERANDS]
     cdef void* merged_ptrs[VARIANT_PACK_CACHE_OPERANDS]
@@ -1238,6 +1242,8 @@ cdef class PlanRunner:
     operands the plan always supplies (constants its lowering made). ``scratch`` are ``(uid,
     nbytes, zero)`` plan-owned device tensors: each is carved from the workspace past cuDNN's part
     (so ``workspace_size`` covers them) and, with ``zero``, cleared on the stream before each execute.
+    ``omit`` are uids the caller passes that no cuDNN operation reads (the source of a view that
+    replaced it): they are kept out of the variant pack, which cuDNN wants exact.
     """
 
     def __cinit__(self):
@@ -1249,7 +1255,7 @@ cdef class PlanRunner:
         self._n_scratch = 0
 
     def __init__(self, Descriptor plan, int64_t workspace_size, int device=0, str name="",
-                 constants=(), keepalive=None, aliases=(), fixed=(), scratch=()):
+                 constants=(), keepalive=None, aliases=(), fixed=(), scratch=(), omit=()):
         if not plan.finalized:
             raise ValueError("PlanRunner needs a finalized execution plan")
         self._plan = plan
@@ -1300,6 +1306,12 @@ cdef class PlanRunner:
         self._n_scratch = len(scratch)
         if scratch:
             self.workspace_size = offset
+        omit = sorted(set(int(u) for u in omit))
+        if len(omit) > PLAN_MAX_ALIASES:
+            raise ValueError(f"a plan withholds at most {PLAN_MAX_ALIASES} operands from cuDNN")
+        for i, uid in enumerate(omit):
+            self._omit_uids[i] = uid
+        self._n_omit = len(omit)
 
     def __dealloc__(self):
         free(self._device_operand)
@@ -1359,10 +1371,29 @@ cdef class PlanRunner:
         cdef void* ws = self._workspace_pointer(workspace, stream_ptr)
         self._check_alignment(pack)
 
-        # Scalars the graph fixed and the caller did not pass: the plan supplies them.
+        # What the plan supplies itself: fixed scalars, views, its own constants and scratch.
         cdef int64_t extra_uids[PLAN_MAX_EXTRA]
         cdef void* extra_ptrs[PLAN_MAX_EXTRA]
+        cdef int n_extra = self._extras(pack, ws, extra_uids, extra_ptrs), i
+        # cuDNN launches on the current context: make it this plan's device (a cheap compare when it is).
+        cdef bint pushed = False
+        enter_device(self.device, &pushed)
+        try:
+            for i in range(self._n_scratch):
+                if self._scratch_zero[i]:
+                    zero_async(<uintptr_t>ws + self._scratch_offsets[i], self._scratch_bytes[i], stream_ptr)
+            if self._n_omit == 0:
+                return execute_plan(handle_ptr, self._plan.ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state,
+                                    NULL if overrides is None else &overrides.arrays)
+            return self._execute_without_omitted(handle_ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state,
+                                                 overrides)
+        finally:
+            leave_device(pushed)
+
+    cdef int _extras(self, VariantPack pack, void* ws, int64_t* extra_uids, void** extra_ptrs) except -1:
+        """Fill the operands the plan supplies (PLAN_MAX_EXTRA at most); returns how many."""
         cdef int n_extra = 0, i, at
+        # Scalars the graph fixed and the caller did not pass.
         if self._n_constants and pack._n != self._n_specs:
             for i in range(self._n_constants):
                 if _uid_index(pack, self._constant_uids[i]) < 0:
@@ -1385,17 +1416,41 @@ cdef class PlanRunner:
             extra_uids[n_extra] = self._scratch_uids[i]
             extra_ptrs[n_extra] = <void*>(<char*>ws + self._scratch_offsets[i])
             n_extra += 1
-        # cuDNN launches on the current context: make it this plan's device (a cheap compare when it is).
-        cdef bint pushed = False
-        enter_device(self.device, &pushed)
+        return n_extra
+
+    cdef int _kept_operands(self, VariantPack pack, int64_t* uids, void** ptrs) noexcept:
+        """Copy the pack's operands but the omitted ones into ``uids`` / ``ptrs``; returns the count."""
+        cdef int i, j, kept = 0
+        cdef bint skip
+        for i in range(pack._n):
+            skip = False
+            for j in range(self._n_omit):
+                if pack._uids[i] == self._omit_uids[j]:
+                    skip = True
+                    break
+            if not skip:
+                uids[kept] = pack._uids[i]
+                ptrs[kept] = pack._ptrs[i]
+                kept += 1
+        return kept
+
+    cdef int _execute_without_omitted(self, void* handle_ptr, VariantPack pack, void* ws,
+                                      const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
+                                      ThreadState state, ShapeOverrides overrides) except -1:
+        cdef int64_t* uids = <int64_t*>malloc(max(pack._n, 1) * sizeof(int64_t))
+        cdef void** ptrs = <void**>malloc(max(pack._n, 1) * sizeof(void*))
+        cdef int kept
+        if uids == NULL or ptrs == NULL:
+            free(uids)
+            free(ptrs)
+            raise MemoryError()
         try:
-            for i in range(self._n_scratch):
-                if self._scratch_zero[i]:
-                    zero_async(<uintptr_t>ws + self._scratch_offsets[i], self._scratch_bytes[i], stream_ptr)
-            return execute_plan(handle_ptr, self._plan.ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state,
-                                NULL if overrides is None else &overrides.arrays)
+            kept = self._kept_operands(pack, uids, ptrs)
+            return _execute_operands(handle_ptr, self._plan.ptr, kept, uids, ptrs, ws, extra_uids, extra_ptrs,
+                                     n_extra, state, NULL if overrides is None else &overrides.arrays)
         finally:
-            leave_device(pushed)
+            free(uids)
+            free(ptrs)
 
     cdef void* _workspace_pointer(self, object workspace, intptr_t stream_key) except? NULL:
         cdef Slot slot
@@ -1522,15 +1577,30 @@ def execute_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, bin
         h.bind_stream(stream_handle(stream))
     if iterations <= 0:
         raise ValueError("iterations must be positive")
+    # The operands exactly as an execute passes them (the pack's, less omitted ones, plus the plan's).
+    cdef int64_t* uids = <int64_t*>malloc((pack._n + PLAN_MAX_EXTRA) * sizeof(int64_t))
+    cdef void** ptrs = <void**>malloc((pack._n + PLAN_MAX_EXTRA) * sizeof(void*))
+    if uids == NULL or ptrs == NULL:
+        free(uids)
+        free(ptrs)
+        raise MemoryError()
+    cdef int n
+    try:
+        n = runner._kept_operands(pack, uids, ptrs)
+        n += runner._extras(pack, ws, uids + n, ptrs + n)
+    except BaseException:
+        free(uids)
+        free(ptrs)
+        raise
     with nogil:
         if reuse_variant_pack:
-            status = _build_variant_pack(api, pack._n, pack._uids, pack._ptrs, ws, &vp, &stage)
+            status = _build_variant_pack(api, n, uids, ptrs, ws, &vp, &stage)
         start = _now_ns()
         for i in range(iterations):
             if status != CUDNN_STATUS_SUCCESS:
                 break
             if not reuse_variant_pack:
-                status = _build_variant_pack(api, pack._n, pack._uids, pack._ptrs, ws, &vp, &stage)
+                status = _build_variant_pack(api, n, uids, ptrs, ws, &vp, &stage)
                 if status != CUDNN_STATUS_SUCCESS:
                     break
             status = api.cudnnBackendExecute(h.ptr, plan, vp)
@@ -1540,6 +1610,8 @@ def execute_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, bin
         stop = _now_ns()
         if vp != NULL:
             api.cudnnBackendDestroyDescriptor(vp)
+    free(uids)
+    free(ptrs)
     check(status, b"execute_floor_ns")
     return (stop - start) / iterations
 
