@@ -19,7 +19,6 @@ descriptors are made here.
 from __future__ import annotations
 
 import enum
-import types
 
 from ...data_type import DataType
 from ...enums import pointwise_mode
@@ -209,29 +208,6 @@ def _in_backward_fusion(lw) -> bool:
     return any(n.op == "batchnorm_backward" for n in lw.graph.nodes)
 
 
-def _channel_first_views(lw, tensors) -> list:
-    """Channel-first views (steps) of ``tensors``, each fed from its tensor's pointer; [] when one of
-    them is not in memory (a virtual tensor cannot be described twice).
-
-    Why: per-channel operands in NCHW order broadcast along axis 0, which cuDNN 9.19's pointwise-only
-    engine reads as if unbroadcast (see lowering._POINTWISE_FOLD); with C first, nothing broadcasts
-    along axis 0 and every view is the same memory under permuted strides.
-    """
-    if any(t.is_virtual or t.is_pass_by_value for t in tensors):
-        return []
-    views = []
-    for t in tensors:
-        dims, strides = lw.dims(t), lw.strides(t)
-        order = (1, 0) + tuple(range(2, len(dims)))
-        ref, step = lw.virtual(tuple(dims[a] for a in order), tuple(strides[a] for a in order),
-                               DataType(lw.graph._resolved_type(t)))
-        step.attrs["CUDNN_ATTR_TENSOR_IS_VIRTUAL"] = False
-        step.attrs["CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT"] = BYTE_ALIGNMENT
-        lw.alias(types.SimpleNamespace(uid=step.attrs["CUDNN_ATTR_TENSOR_UNIQUE_ID"]), t, 0)
-        views.append((ref, step))
-    return views
-
-
 def _lower_batchnorm_inference(lw, node, i):
     _channel_axis_kept(node)
     if _in_backward_fusion(lw):
@@ -239,16 +215,11 @@ def _lower_batchnorm_inference(lw, node, i):
         return
     x, y = node.inputs["input"], node.outputs["Y"]
     stats = [node.inputs[port] for port, _ in _BN_INFERENCE_STEPS]
-    views = _channel_first_views(lw, [x, y] + stats)
-    yield from (step for _, step in views)
-    refs = [ref for ref, _ in views] or [lw.ref(t) for t in [x, y] + stats]
-    x_ref, y_ref, stat_refs = refs[0], refs[1], refs[2:]
+    # The graph's own (N, C, ...) geometry: cuDNN 9.19 refused ("Unsupported pointwise pattern") the
+    # channel-first views tried first, and ran this one correctly (H200, BN-infer + ReLU).
+    x_ref, y_ref, stat_refs = lw.ref(x), lw.ref(y), [lw.ref(t) for t in stats]
     compute = lw.compute_type(node)
-    if views:
-        x_view = views[0][1].attrs
-        dims, strides = x_view["CUDNN_ATTR_TENSOR_DIMENSIONS"], x_view["CUDNN_ATTR_TENSOR_STRIDES"]
-    else:
-        dims, strides = lw.dims(x), lw.strides(x)
+    dims, strides = lw.dims(x), lw.strides(x)
     current = x_ref
     for k, ((port, mode), operand) in enumerate(zip(_BN_INFERENCE_STEPS, stat_refs)):
         last = k == len(_BN_INFERENCE_STEPS) - 1
