@@ -117,6 +117,19 @@ def test_groups_are_the_filter_channels_against_the_image_channels(op):
     assert not any("GROUP" in attr for attr in conv_steps(program))
 
 
+def test_engines_that_miscompute_grouped_3d_wgrad_are_barred():
+    """cuDNN 9.19's engines 1 and 20 returned a wrong DW for a grouped 3-D wgrad on the H200 (engine 0
+    was exact): the lowering keeps them out of such graphs' plans and says why."""
+    grouped = dict(nd=3, spatial=[2, 4, 5], filter=[3, 2, 2], pre=[2, 0, 1], post=[2, 1, 1],
+                   stride=[3, 1, 3], dilation=[2, 2, 1])
+    program, _, _ = lowered(spec(op="wgrad", groups=2, c=4, k=8, **grouped))
+    assert sorted(program.barred_engines) == [1, 20]
+    assert "grouped 3-D conv_wgrad" in program.barred_engines[1]
+    assert lowered(spec(op="wgrad", groups=1, c=4, k=8, **grouped))[0].barred_engines == {}
+    assert lowered(spec(op="fprop", groups=2, c=4, k=8, **grouped))[0].barred_engines == {}
+    assert lowered(spec(op="wgrad", groups=2, c=4, k=8))[0].barred_engines == {}
+
+
 def test_convolution_mode_and_compute_type_follow_the_node():
     program, _, _ = lowered(spec(mode="CONVOLUTION"))
     assert conv_steps(program)[CONV + "CONV_MODE"] == 0

@@ -356,9 +356,14 @@ class CudnnBackendEngine(BaseEngine):
             configs, reason = lowered.query(mode)
             if reason:
                 reasons.append(f"heuristics {mode.name}: {reason}")
+            barred = lowered.program.barred_engines
             for cfg, info in configs:
                 key = (info["engine_id"], tuple(sorted((int(k), v) for k, v in info["knobs"].items())))
                 if key in seen:
+                    continue
+                if info["engine_id"] in barred:
+                    seen.add(key)
+                    reasons.append(f"engine {info['engine_id']}: {barred[info['engine_id']]}")
                     continue
                 seen.add(key)
                 entries.append(PlanConfig(

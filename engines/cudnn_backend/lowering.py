@@ -173,6 +173,8 @@ class Program:
     aliases: list = field(default_factory=list)
     # (uid, DataType, value): by-value scalars the lowering made; the plan always supplies them.
     plan_constants: list = field(default_factory=list)
+    # engine id -> why it must not run this graph (a wrong answer measured on some cuDNN version)
+    barred_engines: dict = field(default_factory=dict)
     # uids the caller passes that no operation reads (a view replaced them): kept out of cuDNN's
     # variant pack, which must name exactly the operation graph's tensors.
     unused_uids: list = field(default_factory=list)
@@ -383,6 +385,7 @@ class Lowering:
         self.aliases = []                 # (view uid, source uid, byte offset), see Program.aliases
         self.plan_constants = []          # see Program.plan_constants
         self.scratch_tensors = []         # see Program.scratch
+        self.barred_engines = {}          # see Program.barred_engines
         self._next_uid = max([int(u) for u in tensor_steps] + [0]) + 1
 
     def ref(self, t) -> Ref:
@@ -424,6 +427,11 @@ class Lowering:
         strides = tuple(strides) if strides is not None else _row_major(dims)
         uid, step = self._tensor(dims, strides, dtype, CUDNN_ATTR_TENSOR_IS_VIRTUAL=True)
         return Ref(step.name), step
+
+    def bar_engines(self, engine_ids, reason: str) -> None:
+        """Keep cuDNN's engines ``engine_ids`` out of this graph's plans, saying why."""
+        for engine_id in engine_ids:
+            self.barred_engines[int(engine_id)] = reason
 
     def alias(self, view, source, byte_offset: int) -> None:
         """Feed graph tensor ``view`` at execute with ``source``'s pointer plus ``byte_offset`` (the
@@ -594,7 +602,7 @@ def lower_program(graph, version: Optional[int] = None) -> Program:
     steps.append(Step("operation_graph", "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR", op_graph))
     return Program(steps, tensor_steps, geometry, operations, constants, notes=notes, aliases=lw.aliases,
                    plan_constants=lw.plan_constants, scratch=lw.scratch_tensors,
-                   unused_uids=_unread_operands(steps, ordered, tensor_steps))
+                   barred_engines=lw.barred_engines, unused_uids=_unread_operands(steps, ordered, tensor_steps))
 
 
 def _refs_in(value, into: set) -> None:
