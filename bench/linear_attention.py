@@ -23,23 +23,13 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sdpa import event_ms  # noqa: E402  (one CUDA-event timer for the benchmarks)
+
 N_SEQ, SEQ_LEN, H, K, V = 4, 2048, 16, 128, 128
-
-
-def event_ms(torch, fn, iters: int, warmup: int = 3) -> float:
-    """Mean milliseconds per call of ``fn`` over ``iters`` back-to-back calls, by CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) / iters
 
 
 def make_inputs(torch, op: str, seed: int = 0) -> dict:

@@ -19,6 +19,21 @@ TOLERANCE = {"float32": 5e-3, "float16": 5e-3, "bfloat16": 3e-2, "int32": 0, "in
              "int8": 0, "float8_e4m3fn": 1.3e-1, "float8_e5m2": 2.6e-1}
 
 
+def row_major(dims) -> tuple:
+    """Element strides of a packed row-major tensor of ``dims``."""
+    strides, acc = [], 1
+    for d in reversed(dims):
+        strides.insert(0, acc)
+        acc *= d
+    return tuple(strides)
+
+
+def nhwc(dims) -> tuple:
+    """Element strides of an (N, C, H, W) tensor laid out channels-last."""
+    n, c, h, w = dims
+    return (h * w * c, 1, w * c, c)
+
+
 def host_dtype(dtype):
     import ml_dtypes
     table = {F.FLOAT: np.float32, F.HALF: np.float16, F.BFLOAT16: ml_dtypes.bfloat16, F.INT32: np.int32,

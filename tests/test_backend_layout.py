@@ -30,24 +30,12 @@ from cudnn_graph.ops._sampling import PaddingMode, ResampleMode
 
 from gpu_support import (_CupyBits, assert_close, build_gpu, compare, cupy_from_host, empty_like_strided, gpu_run,
                          reference_run)
+from gpu_support import nhwc as _nhwc, row_major as _row_major
 
 F = cudnn.data_type
 V919, V922 = 91900, 92200
 LAYOUT_OPS = ("reshape", "transpose", "slice", "concatenate", "block_scale_quantize", "block_scale_dequantize",
               "rng", "resample")
-
-
-def _row_major(dims):
-    strides, acc = [], 1
-    for d in reversed(dims):
-        strides.insert(0, acc)
-        acc *= d
-    return tuple(strides)
-
-
-def _nhwc(dims):
-    n, c, h, w = dims
-    return (h * w * c, 1, w * c, c)
 
 
 def _graph(device, io=F.HALF):

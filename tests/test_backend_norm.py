@@ -22,7 +22,7 @@ from cudnn_graph.engines.cudnn_backend import Ref, check_lowerable, lower_progra
 from cudnn_graph.engines.cudnn_backend import _lower_norm
 from cudnn_graph.engines.cudnn_backend.lowering import ATTRIBUTE_TYPES, LOWERERS, materialize
 from cudnn_graph.ops._norms import NormFwdPhase
-from gpu_support import assert_close, build_gpu, gpu_run, host_dtype, reference_run
+from gpu_support import assert_close, build_gpu, gpu_run, host_dtype, nhwc, reference_run, row_major
 
 F = cudnn.data_type
 TRAINING, INFERENCE = NormFwdPhase.TRAINING, NormFwdPhase.INFERENCE
@@ -35,19 +35,6 @@ GENSTATS_OP = "CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR"
 
 
 # ---- layouts ------------------------------------------------------------------------------------------
-
-def row_major(dims):
-    strides, acc = [], 1
-    for d in reversed(dims):
-        strides.insert(0, acc)
-        acc *= d
-    return tuple(strides)
-
-
-def nhwc(dims):
-    n, c, h, w = dims
-    return (h * w * c, 1, w * c, c)
-
 
 def per_channel(c):
     return (1, c, 1, 1), (c, 1, c, c)

@@ -29,6 +29,7 @@ from cudnn_graph.engines.cudnn_backend import engine as backend_engine
 from cudnn_graph.engines.cudnn_backend.lowering import ATTRIBUTE_TYPES, MIN_RANK
 from cudnn_graph.ops._pointwise import POINTWISE_OPS
 from gpu_support import assert_close, build_gpu, host_dtype, reference_run
+from gpu_support import nhwc as _nhwc, row_major as _row_major
 
 F = cudnn.data_type
 
@@ -104,19 +105,6 @@ def reduction_graph(device, mode, dims=(2, 32, 8, 16), out=(1, 1, 1, 1)):
     y = g.reduction(x, mode=mode)
     y.set_dim(out).set_stride(_nhwc(out)).set_output(True).set_data_type(F.FLOAT).set_name("Y")
     return g, {"X": x, "Y": y}
-
-
-def _nhwc(dims):
-    n, c, h, w = dims
-    return (h * w * c, 1, w * c, c)
-
-
-def _row_major(dims):
-    strides, acc = [], 1
-    for d in reversed(dims):
-        strides.insert(0, acc)
-        acc *= d
-    return tuple(strides)
 
 
 # ---- CPU: the engine without libcudnn --------------------------------------------------------------
