@@ -79,6 +79,35 @@ def get_last_error_string() -> str:
     """cuDNN's last error message for this thread (reading it clears it)."""
     return _cudnn_loader.get_last_error_string()
 
+
+def create_handle(device: int = 0):
+    """A cuDNN handle on CUDA ``device``; ``int(handle)`` is the raw cudnnHandle_t.
+
+    >>> h = cudnn_graph.create_handle()                  # doctest: +SKIP
+    >>> cudnn_graph.set_stream(handle=h, stream=0)       # doctest: +SKIP
+    """
+    from . import _backend
+    return _backend.create_handle(device)
+
+
+def destroy_handle(handle) -> None:
+    """Destroy a handle from create_handle (a second call does nothing); a raw int handle is destroyed too."""
+    from . import _backend
+    _backend.destroy_handle(handle)
+
+
+def set_stream(*, handle, stream) -> None:
+    """Bind ``stream`` (None, an int, or an object with ``__cuda_stream__``) to ``handle``."""
+    from . import _backend
+    _backend.set_stream(handle=handle, stream=stream)
+
+
+def get_stream(handle) -> int:
+    """The raw CUDA stream last bound to ``handle``."""
+    from . import _backend
+    return _backend.get_stream(handle)
+
+
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
@@ -86,7 +115,7 @@ __all__ = [
     "behavior_note", "knob_type", "pointwise_mode", "convolution_mode", "diagonal_alignment",
     "attention_implementation", "reshape_mode", "tensor_reordering", "CudnnNotFoundError",
     "CudnnVersionError", "CudnnStatusError", "backend_version", "backend_version_string",
-    "get_last_error_string", "pygraph", "Graph", "Tensor", "Node", "GraphContext", "PlanEntryError", "Router",
+    "get_last_error_string", "create_handle", "destroy_handle", "set_stream", "get_stream", "pygraph", "Graph", "Tensor", "Node", "GraphContext", "PlanEntryError", "Router",
     "get_default_router", "set_default_router", "Slot", "TensorSpec", "PackLayout", "VariantPack", "check", "refresh_exchange_api_cache",
     "as_stream_handle", "DataType", "data_type_of", "errors", "CudnnGraphError", "BufferImportError",
     "MalformedBufferError", "TensorMismatchError", "DataTypeMismatchError", "ShapeMismatchError",

@@ -32,8 +32,8 @@ from ._slot import Slot
 from ._variant_pack import PackLayout, TensorSpec
 from ._stream import as_stream_handle
 from .data_type import DataType, data_type_of
-from .errors import (WorkspaceError, GraphFrozenError, GraphNotSupportedError, GraphValidationError,
-                     UnknownTensorError)
+from .errors import (WorkspaceError, DeviceMismatchError, GraphFrozenError, GraphNotSupportedError,
+                     GraphValidationError, UnknownTensorError)
 from .ops import SCHEMAS
 from .ops.schema import REQUIRED, InferContext, TensorInfo
 from .router import Router, get_default_router
@@ -549,6 +549,10 @@ class pygraph(_GraphCore):
             ws = Slot.from_address(workspace, (compiled.workspace_size,), dtype="uint8", device=self.device_code)
         else:
             ws = Slot.from_object(workspace, stream=stream)
+        want = self.device
+        if want[0] == "cuda" and ws.device != want:
+            raise DeviceMismatchError("workspace", None, "device", f"{want[0]}:{want[1]}",
+                                      f"{ws.device[0]}:{ws.device[1]}")
         if ws.nbytes < compiled.workspace_size:
             raise WorkspaceError(f"the workspace holds {ws.nbytes} bytes but {compiled.plan.label} needs "
                              f"{compiled.workspace_size} (get_workspace_size() is in bytes)",

@@ -1144,6 +1144,43 @@ def test_cupy_and_torch_streams():
 
 
 @pytest.mark.gpu
+def test_a_stream_given_to_one_execute_does_not_outlive_it():
+    cp = pytest.importorskip("cupy")
+    from cudnn_graph import _backend
+    g, t, host, want = _fp16_graph_and_host()
+    a, b, bias = (cp.asarray(np.ascontiguousarray(host[k])) for k in ("A", "B", "bias"))
+    for _ in range(12):     # more streams than a plan keeps workspaces for
+        stream = cp.cuda.Stream(non_blocking=True)
+        c = cp.zeros(t["C"].dim, cp.float16)
+        g.execute({t["A"]: a, t["B"]: b, t["bias"]: bias, t["C"]: c}, stream=stream)
+        stream.synchronize()
+        del stream          # destroyed: the next call without a stream must not launch on it
+    c = cp.zeros(t["C"].dim, cp.float16)
+    g.execute({t["A"]: a, t["B"]: b, t["bias"]: bias, t["C"]: c})
+    assert _backend.thread_handle(0).stream == 0
+    cp.cuda.Device().synchronize()
+    assert_close(cp.asnumpy(c), want, "float16", "after a destroyed stream")
+
+
+@pytest.mark.gpu
+def test_a_callers_handle_keeps_the_stream_bound_to_it():
+    cp = pytest.importorskip("cupy")
+    g, t, host, want = _fp16_graph_and_host()
+    a, b, bias = (cp.asarray(np.ascontiguousarray(host[k])) for k in ("A", "B", "bias"))
+    handle = cudnn.create_handle(0)
+    stream = cp.cuda.Stream(non_blocking=True)
+    cudnn.set_stream(handle=handle, stream=stream)
+    assert cudnn.get_stream(handle) == stream.ptr
+    c = cp.zeros(t["C"].dim, cp.float16)
+    g.execute({t["A"]: a, t["B"]: b, t["bias"]: bias, t["C"]: c}, handle=handle)
+    assert cudnn.get_stream(handle) == stream.ptr
+    stream.synchronize()
+    assert_close(cp.asnumpy(c), want, "float16", "caller's handle stream")
+    cudnn.destroy_handle(handle)
+    cudnn.destroy_handle(handle)    # idempotent
+
+
+@pytest.mark.gpu
 def test_engine_queries_and_pinned_plans():
     g, t = matmul_graph("cuda", F.HALF)
     g.build_operation_graph()

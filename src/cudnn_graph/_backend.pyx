@@ -1013,6 +1013,9 @@ cdef enum:
     _STAGE_EXECUTE = 6
     _STAGE_OVERRIDES = 7
 
+cdef enum:
+    _WORKSPACES_PER_PLAN = 8     # workspaces a plan keeps for the streams it ran on (oldest goes first)
+
 cdef const char* _STAGE_NAMES[8]
 _STAGE_NAMES[0] = b"cudnnBackendExecute"
 _STAGE_NAMES[1] = b"cudnnBackendCreateDescriptor(VARIANT_PACK)"
@@ -1353,10 +1356,14 @@ cdef class PlanRunner:
         if have_stream:
             stream_ptr = stream if type(stream) is int else stream_handle(stream)
         if handle is None:
+            # The thread's own handle: a stream given to one call must not outlive it (the caller may
+            # destroy it), so no stream means the legacy default stream.
             h = state.handle_for(self.device)
+            h.bind_stream(stream_ptr)
+            handle_ptr = h.ptr
         elif type(handle) is Handle:
+            # The caller's handle keeps the stream the caller bound to it (cudnn.set_stream).
             h = <Handle>handle
-        if h is not None:
             if have_stream:
                 h.bind_stream(stream_ptr)
             else:
@@ -1465,6 +1472,10 @@ cdef class PlanRunner:
                 with self._workspace_lock:
                     found = self._workspaces.get(stream_key)
                     if found is None:
+                        if len(self._workspaces) >= _WORKSPACES_PER_PLAN:
+                            # Callers that make a stream per step must not grow this without bound;
+                            # freeing waits for work still using the block (cuMemFree synchronizes).
+                            del self._workspaces[next(iter(self._workspaces))]
                         found = DeviceAllocation(self.workspace_size, self.device)
                         self._workspaces[stream_key] = found
             return <void*>(<DeviceAllocation>found).ptr

@@ -13,7 +13,7 @@ import hashlib
 import json
 
 from cudnn_graph.data_type import DataType, data_type_of
-from cudnn_graph.errors import GraphFrozenError, GraphValidationError
+from cudnn_graph.errors import DeviceMismatchError, GraphFrozenError, GraphValidationError
 from cudnn_graph._slot import Slot, device_name, _parse_device
 
 _NOT_SET = -1
@@ -589,7 +589,7 @@ cdef class Graph:
             raise TypeError(f"tensor_like: cuDNN has no data type for {slot.dtype}") from None
         dev = slot.device
         # Checked before the tensor exists, so a template on another device leaves nothing behind.
-        self._adopt_device(dev, f"tensor_like '{name}'" if name else "a tensor_like template")
+        self._adopt_device(dev, name)
         t = self._new_tensor()
         t._name = str(name) if name else f"tensor_{t._uid}"
         t._dim = slot.shape
@@ -618,15 +618,16 @@ cdef class Graph:
         t._data_type = dt
         return t
 
-    def _adopt_device(self, dev, what):
+    def _adopt_device(self, dev, name):
+        """Take ``dev`` (a template's device) as the graph's, or refuse a template on another device."""
         kind, ordinal = dev
         kind = "cpu" if kind in ("cpu", "cuda_host") else ("cuda" if kind in ("cuda", "cuda_managed") else kind)
         parsed = _parse_device(f"{kind}:{ordinal}" if kind != "cpu" else "cpu")
         if self._device is None:
             self._device = parsed
         elif self._device != parsed:
-            raise ValueError(f"{what} lives on {device_name(*parsed)} but the graph is on "
-                             f"{device_name(*self._device)}")
+            raise DeviceMismatchError(name or "tensor_like template", None, "device (the graph's)",
+                                      device_name(*self._device), device_name(*parsed))
 
     # ---- nodes --------------------------------------------------------------------------------
 
