@@ -39,9 +39,10 @@ needs_cutile = pytest.mark.skipif(MISSING is not None, reason=f"cannot compile c
 
 
 def export_variants() -> list:
-    """One specialisation per op with every optional feature on (initial/final state, L2 norm)."""
-    return [_variants.Variant(op, "bfloat16", "bfloat16", "bfloat16", 128, 128, 64, 4, 128 ** -0.5,
-                              True, True, True) for op in _variants.OP_FEATURES]
+    """The default plan's specialisation per op (split form, value blocks of 32, BF16 products) with every
+    optional feature on (initial/final state, L2 norm)."""
+    return [_variants.Variant(op, "bfloat16", "bfloat16", "bfloat16", 128, 128, 32, 4, 128 ** -0.5,
+                              True, True, True, low_mma=True, split=True) for op in _variants.OP_FEATURES]
 
 
 @needs_cutile
@@ -59,11 +60,10 @@ def test_every_kernel_exports_a_cubin(variant, arch):
 # The plan variants (engine.VARIANT_KNOBS) compile to other kernel instances: each knob once, sm_90 only
 # (the H200's), to keep CI's export time down. The prepare kernel only changes with ``split``.
 VARIANT_EXPORTS = [
-    ("gdn", {"block_v": 32}),
-    ("kda", {"low_mma": True}),
-    ("gdn", {"split": True}),
-    ("kda", {"split": True, "block_v": 32, "low_mma": True}),
-    ("kda", {"split": True, "block_v": 128}),
+    ("gdn", {"low_mma": False}),
+    ("kda", {"block_v": 128}),
+    ("gdn", {"split": False, "block_v": 64, "low_mma": False}),
+    ("kda", {"split": False, "block_v": 64, "low_mma": True}),
 ]
 
 
@@ -73,11 +73,10 @@ VARIANT_EXPORTS = [
 def test_every_plan_variant_exports_a_cubin_for_sm90(op, knobs):
     import dataclasses
     from cuda.tile.compilation import export_kernel
-    base = _variants.Variant(op, "bfloat16", "bfloat16", "bfloat16", 128, 128, 64, 4, 128 ** -0.5,
-                             True, True, True)
+    base = export_variants()[list(_variants.OP_FEATURES).index(op)]
     variant = dataclasses.replace(base, **knobs)
     for kernel, signature in _variants.signatures(variant):
-        if signature.symbol.startswith("chunk_prepare") and not variant.split:
+        if signature.symbol.startswith("chunk_prepare") and variant.split:
             continue                   # the default's instance, exported above
         buffer = io.BytesIO()
         export_kernel(kernel, [signature], buffer, gpu_code="sm_90", output_format="cubin")
@@ -333,8 +332,8 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     assert names[0] == "cutile_gdn_chunk64" and plans[0].knobs == cutile_engine.DEFAULT_KNOBS
     assert names[1:] == [f"cutile_gdn_chunk64_{v}" for v in cutile_engine.VARIANT_KNOBS]
     assert all(p.priority < plans[0].priority for p in plans[1:])
-    split = [p for p in plans if p.knobs["split"]]
-    assert all(p.workspace_size > plans[0].workspace_size for p in split)
+    fused = [p for p in plans if not p.knobs["split"]]
+    assert fused and all(p.workspace_size < plans[0].workspace_size for p in fused)
 
 
 # ------------------------------------------------- the chunked backward (gdn_bwd, kda_bwd), in NumPy

@@ -1,8 +1,10 @@
 """CutileLinearAttentionEngine: cuTile chunked kernels for the delta-rule forward ops (gdn, kda, gdn2).
 
-A plan runs two launches on the caller's stream (see ``_kernels``): ``chunk_prepare`` over every (chunk,
-head) and ``chunk_recurrence`` over every (sequence, head, value block). Their f32 scratch (w, u and the
-cumulative gates, one row per token) is carved from the workspace at plan-time offsets. The kernels read
+The default plan runs three launches on the caller's stream (see ``_kernels``): ``chunk_prepare`` over
+every (chunk, head), ``chunk_state_pass`` over every (sequence, head, value block) and ``chunk_output``
+over every (chunk, head, value block); the ``fused`` variants fold the last two into ``chunk_recurrence``.
+Their f32 scratch (w, u, the cumulative gates, the chunk-start states) is carved from the workspace at
+plan-time offsets. The kernels read
 ``cu_seqlens`` on the device, so execute never synchronises with the host. Kernels are compiled by cuTile
 at the first launch of a plan's specialisation and cached by cuTile (in memory and on disk) afterwards.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from typing import Optional
 
 from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
 from ..ids import CUTILE_BASE
@@ -50,18 +53,18 @@ def _compute_capability(ordinal: int) -> tuple:
 
 
 # Plan variants (knob sets) proposed after the default one; bench/linear_attention.py --variants times them.
-# block_v: value columns per CTA of the state pass; mma: input type of the state/output products;
-# split: a state pass that stores every chunk's start state, then o for all chunks in parallel (fla's form).
-DEFAULT_KNOBS = {"block_v": 64, "mma": "tf32", "split": False}
+# block_v: value columns per CTA of the state pass; mma: input type of the state/output products ("auto":
+# BF16 for BF16 inputs, as fla, else TF32); split: a state pass that stores every chunk's start state, then
+# o for all chunks in parallel (fla's form). The default was measured fastest on the H200 (issue 8 note).
+DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "split": True}
 VARIANT_KNOBS = {
-    "bv32": {"block_v": 32},
-    "bf16": {"mma": "bf16"},
-    "split": {"split": True},
-    "split_bv32": {"split": True, "block_v": 32},
-    "split_bv128": {"split": True, "block_v": 128},
-    "split_bv32_bf16": {"split": True, "block_v": 32, "mma": "bf16"},
+    "tf32": {"mma": "tf32"},
+    "bv64": {"block_v": 64},
+    "bv128": {"block_v": 128},
+    "fused": {"split": False, "block_v": 64, "mma": "tf32"},
+    "fused_bf16": {"split": False, "block_v": 64, "mma": "bf16"},
 }
-MMA_TYPES = ("tf32", "bf16")
+MMA_TYPES = ("auto", "tf32", "bf16")
 
 
 class _Geometry:
@@ -344,12 +347,13 @@ class CutileLinearAttentionEngine(BaseEngine):
             raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
         if knobs["mma"] not in MMA_TYPES:
             raise GraphNotSupportedError(f"mma={knobs['mma']!r}; expected one of {MMA_TYPES}")
-        variant = variant_of(graph, node, block_v, low_mma=knobs["mma"] == "bf16", split=split)
+        low = {"bf16": True, "tf32": False}.get(knobs["mma"])   # None: auto
+        variant = variant_of(graph, node, block_v, low_mma=low, split=split)
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 
-def variant_of(graph, node, block_v: int, low_mma: bool = False, split: bool = False) -> Variant:
-    """The kernel specialisation a forward node needs."""
+def variant_of(graph, node, block_v: int, low_mma: Optional[bool] = False, split: bool = False) -> Variant:
+    """The kernel specialisation a forward node needs (``low_mma=None``: BF16 products for BF16 inputs)."""
     from cudnn_graph.ops._linear_attention import resolved_scale
     resolve = graph._resolved_type
     q, v = node.inputs["q"], node.inputs["v"]
@@ -363,5 +367,6 @@ def variant_of(graph, node, block_v: int, low_mma: bool = False, split: bool = F
         K=q.dim[2], V=v.dim[2], block_v=block_v, n_seq=node.inputs["cu_seqlens"].dim[0] - 1,
         scale=resolved_scale(params, q.dim[2]), use_l2=bool(params.get("use_qk_l2norm", False)),
         has_h0=node.inputs.get("initial_state") is not None,
-        store_ht="final_state" in node.outputs and not backward, low_mma=low_mma, split=split,
+        store_ht="final_state" in node.outputs and not backward,
+        low_mma=(io == "bfloat16") if low_mma is None else low_mma, split=split,
         has_dht=backward and node.inputs.get("d_final_state") is not None)
