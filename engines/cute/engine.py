@@ -1,0 +1,184 @@
+"""CuteGemmEngine: Hopper (sm_90) GEMM with fused epilogues, written in CuTe DSL.
+
+``propose_plans`` matches the graph (``_match``: matmul -> bias / scale / activation -> output), ranks knob
+sets with ``_plans``' model and returns one PlanConfig per set. ``build_plan`` compiles the kernel for the
+problem and the knobs (``_kernel``; seconds) once per distinct specialisation in the process (the cache is
+keyed by the ``GemmSpec``, so graphs of one shape share it). ``execute`` reads only the VariantPack's slots:
+their addresses go to the compiled launcher as integers (no per-call ``from_dlpack``), by-value scalars are
+read from their host slots, and the kernel runs on ``ctx.stream``.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import threading
+import time
+
+from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
+from ..ids import CUTE_BASE
+from ...errors import GraphNotSupportedError
+from . import _plans, _toolchain
+from ._match import match
+from ._spec import ITEMSIZE, TMA_ALIGN, GemmSpec, smem_stages
+
+logger = logging.getLogger(__name__)
+
+REQUIRED_ARCH = (9, 0)
+
+_cache: dict = {}                 # GemmSpec -> compiled launcher
+_cache_lock = threading.Lock()
+compile_seconds: dict = {}        # GemmSpec -> seconds its compile took (bench/gemm.py reports it)
+
+
+def _compute_capability(ordinal: int) -> tuple:
+    from ..._driver import device_info
+    return tuple(device_info(ordinal)["compute_capability"])
+
+
+def _device_reason(graph) -> str | None:
+    kind, ordinal = graph.device
+    if kind != "cuda":
+        return f"the graph runs on {kind}; the CuTe GEMM runs on CUDA devices"
+    try:
+        cc = _compute_capability(ordinal)
+    except RuntimeError as exc:
+        return f"no CUDA device {ordinal} to query ({exc})"
+    if cc != REQUIRED_ARCH:
+        return (f"device {ordinal} is sm_{cc[0]}{cc[1]}; the CuTe GEMM kernel is written for sm_90 "
+                "(WGMMA, TMA multicast)")
+    return None
+
+
+@dataclasses.dataclass
+class _Device:
+    sm_count: int = 132
+    clusters: dict = dataclasses.field(default_factory=dict)    # cluster size -> max active clusters
+
+
+_devices: dict = {}
+
+
+def _device(ordinal: int) -> _Device:
+    """SM count and co-resident clusters of a device, asked once (the persistent grid's size)."""
+    found = _devices.get(ordinal)
+    if found is not None:
+        return found
+    dev = _Device()
+    try:
+        from cutlass.utils import HardwareInfo
+        info = HardwareInfo(ordinal)
+        dev.sm_count = int(info.get_device_multiprocessor_count())
+        for size in (1, 2):
+            dev.clusters[size] = int(info.get_max_active_clusters(size))
+    except Exception as exc:                  # no GPU (export tests) or an old driver: one cluster per SM group
+        logger.debug("hardware info unavailable (%s); assuming %d SMs", exc, dev.sm_count)
+    _devices[ordinal] = dev
+    return dev
+
+
+def spec_for(problem, knobs, device: _Device | None = None) -> GemmSpec:
+    """The kernel specialisation of a matched problem under ``knobs`` (stages resolved)."""
+    device = device or _Device()
+    stages = knobs.stages or smem_stages(knobs.tile, ITEMSIZE[problem.ab_dtype], ITEMSIZE[problem.c_dtype])
+    knobs = dataclasses.replace(knobs, stages=stages)
+    size = knobs.cluster[0] * knobs.cluster[1]
+    return GemmSpec(ab_dtype=problem.ab_dtype, c_dtype=problem.c_dtype, M=problem.M, N=problem.N, K=problem.K,
+                    L=problem.L, a_stride=problem.a_stride, b_stride=problem.b_stride, c_stride=problem.c_stride,
+                    knobs=knobs, epi_tensors=problem.epi_tensors, n_scalars=len(problem.scalar_uids),
+                    steps=problem.steps, max_active_clusters=device.clusters.get(size, 0),
+                    sm_count=device.sm_count)
+
+
+def compiled_launcher(spec: GemmSpec):
+    """The compiled kernel of ``spec``: compiled at the first request in the process, then cached."""
+    found = _cache.get(spec)
+    if found is not None:
+        return found
+    with _cache_lock:
+        found = _cache.get(spec)
+        if found is None:
+            from ._kernel import compile_spec
+            t0 = time.perf_counter()
+            found = compile_spec(spec)
+            compile_seconds[spec] = time.perf_counter() - t0
+            logger.info("compiled %s in %.2f s", spec.knobs.label(), compile_seconds[spec])
+            _cache[spec] = found
+    return found
+
+
+class CuteGemmPlan(CompiledPlan):
+    """A built plan: the launcher, where each argument sits in the VariantPack, the alignment each needs."""
+
+    def __init__(self, plan: PlanConfig, problem, spec: GemmSpec, launcher):
+        super().__init__(plan, 0)
+        self.problem = problem
+        self.spec = spec
+        self._launch = launcher
+        p = problem
+        self._tensor_uids = (p.a_uid, p.b_uid, p.c_uid) + tuple(p.epi_uids)
+        self._align = (TMA_ALIGN,) * 3 + tuple(ITEMSIZE[e.dtype] for e in p.epi_tensors)
+        self._names = ("A", "B", "output") + tuple(f"epilogue operand {i}" for i in range(len(p.epi_uids)))
+        self._scalar_readers = tuple(ctypes.c_double if t == "float64" else ctypes.c_float
+                                     for t in p.scalar_types)
+        self._positions = None
+
+    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
+        slots = variant_pack.slots
+        positions = self._positions
+        if positions is None:
+            index = {u: i for i, u in enumerate(variant_pack.uids)}
+            positions = self._positions = (tuple(index[u] for u in self._tensor_uids),
+                                           tuple(index[u] for u in self.problem.scalar_uids))
+        ptrs = [0, 0, 0, 0, 0, 0]
+        for i, (pos, align) in enumerate(zip(positions[0], self._align)):
+            ptr = slots[pos].data_ptr
+            if ptr % align:
+                raise ValueError(f"{self._names[i]} is at address {ptr:#x}, not {align}-byte aligned; "
+                                 f"the CuTe GEMM ({'TMA' if align == TMA_ALIGN else 'vector loads'}) needs it")
+            ptrs[i] = ptr
+        scalars = [0.0, 0.0, 0.0]
+        for j, (pos, reader) in enumerate(zip(positions[1], self._scalar_readers)):
+            scalars[j] = float(reader.from_address(slots[pos].data_ptr).value)
+        self._launch(ptrs, scalars, 0 if ctx.stream is None else int(ctx.stream))
+
+
+class CuteGemmEngine(BaseEngine):
+    """Hopper GEMM (TMA, WGMMA, warp-specialised persistent kernel) with a fused epilogue, in CuTe DSL."""
+
+    name = "cute_gemm"
+    engine_id = CUTE_BASE
+    binds_provisional_strides = True
+    host_scalars = True
+
+    def __init__(self):
+        self.missing = _toolchain.missing()
+        self.available = self.missing is None
+
+    def propose_plans(self, graph) -> list[PlanConfig]:
+        if self.missing:
+            raise GraphNotSupportedError(self.missing)
+        problem = match(graph)
+        reason = _device_reason(graph)
+        if reason is not None:
+            raise GraphNotSupportedError(reason)
+        sm_count = _device(graph.device[1]).sm_count
+        plans = []
+        for rank, knobs in enumerate(_plans.candidates(problem, sm_count)):
+            plans.append(PlanConfig(CUTE_BASE, knobs=knobs.as_dict(), name=f"cute_gemm_{knobs.label()}",
+                                    engine=self, priority=10.0 - 0.01 * rank, workspace_size=0,
+                                    payload=problem))
+        return plans
+
+    def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
+        problem = plan.payload if plan.payload is not None else match(graph)
+        reason = _device_reason(graph)
+        if reason is not None:
+            raise GraphNotSupportedError(reason)
+        try:
+            knobs = _plans.knobs_from(plan.knobs)
+        except ValueError as exc:
+            raise GraphNotSupportedError(f"plan {plan.label}: {exc}") from None
+        spec = spec_for(problem, knobs, _device(graph.device[1]))
+        from ._launch import Launcher
+        return CuteGemmPlan(plan, problem, spec, Launcher(compiled_launcher(spec), spec, graph.device[1]))
