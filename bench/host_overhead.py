@@ -2,12 +2,15 @@
 
 Run on a GPU machine (CuPy, torch, JAX, numba and nvidia-cudnn-frontend are used when importable):
 
-    python bench/host_overhead.py [--quick]
+    python bench/host_overhead.py [--quick] [--out PATH]
 
 Host time per call = the median, over bursts, of (wall time of N calls started from a drained queue) / N,
 with N small enough that the GPU queue never fills. The C floor is the same cudnnBackendExecute
-sequence issued from a nogil Cython loop in this process. Prints a table; writes
-bench/results/host_overhead-<host>.json.
+sequence issued from a nogil Cython loop in this process. The plain rows run with CUDA graph replay
+off (every call is a cudnnBackendExecute); the "(graph replay)" rows with it on (a repeated call
+launches the CUDA graph cuDNN populated for its operands), next to their own floor: cuGraphLaunch of
+that graph from the same nogil loop. Prints a table; writes bench/results/host_overhead-<host>.json
+(or --out).
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ def export_us(fn, n=20000):
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", help="where to write the JSON (default bench/results/host_overhead-<host>.json)")
     args = parser.parse_args(argv)
     reps = 9 if args.quick else 25
 
@@ -75,6 +79,7 @@ def main(argv=None) -> dict:
 
     rows = {}
     exports = {}
+    replay_default = _backend.set_cuda_graph_replay(False)   # the plain rows: cudnnBackendExecute every call
     rows["raw int"] = burst_us(lambda: g.execute({A: a.data_ptr(), B: b.data_ptr(), C: c.data_ptr()}), sync, reps=reps)
     pack_i = {A: a.data_ptr(), B: b.data_ptr(), C: c.data_ptr()}
     rows["raw int (prebuilt dict)"] = burst_us(lambda: g.execute(pack_i), sync, reps=reps)
@@ -107,8 +112,22 @@ def main(argv=None) -> dict:
     except Exception:
         pass
 
+    # The same calls with CUDA graph replay: from the second call on the same pointers, a graph launch.
+    _backend.set_cuda_graph_replay(True)
+    rows["raw int (graph replay)"] = burst_us(
+        lambda: g.execute({A: a.data_ptr(), B: b.data_ptr(), C: c.data_ptr()}), sync, reps=reps)
+    rows["raw int (prebuilt dict, graph replay)"] = burst_us(lambda: g.execute(pack_i), sync, reps=reps)
+    rows["torch (graph replay)"] = burst_us(lambda: g.execute(pack_t), sync, reps=reps)
+    exports["torch (graph replay)"] = exports["torch"]
+    c.zero_()
+    g.execute(pack_t)
+    sync()
+    err_replay = float((c.float() - a.float() @ b.float()).abs().max())
+    _backend.set_cuda_graph_replay(replay_default)
+
     compiled = g._state.compiled[g._state.selected]
     runner, layout = compiled.runner, compiled.layout
+    graph_support = runner.cuda_graph_support
     pack = layout.pack(pack_i)
     def floor_burst(reuse):
         # Drained queue before every burst, as for the execute() bursts: a full launch queue would
@@ -124,6 +143,16 @@ def main(argv=None) -> dict:
     floor_ns = floor_burst(True)
     floor_fresh_ns = floor_burst(False)
     floor = floor_ns / 1e3
+    try:
+        _backend.execute_graph_floor_ns(runner, pack, 100)   # warm-up
+        per = []
+        for _ in range(reps):
+            sync()
+            per.append(_backend.execute_graph_floor_ns(runner, pack, 100))
+        sync()
+        graph_floor = statistics.median(per) / 1e3
+    except Exception as exc:   # a plan cuDNN cannot populate: its rows above are plain executes
+        graph_floor = f"n/a ({type(exc).__name__}: {str(exc)[:80]})"
     fe_rows = {}
     try:
         import cudnn as fe
@@ -144,33 +173,54 @@ def main(argv=None) -> dict:
     except Exception as exc:
         fe_version = f"unavailable: {type(exc).__name__}: {str(exc)[:100]}"
 
-    lines = [f"host us per execute, 128^3 bf16 matmul, plan {g.selected_plan.label}, max |err| {err:.3g}",
+    graph_text = f"{graph_floor:.2f} us" if isinstance(graph_floor, float) else graph_floor
+    lines = [f"host us per execute, 128^3 bf16 matmul, plan {g.selected_plan.label}, max |err| {err:.3g} "
+             f"(graph replay {err_replay:.3g}; cuda_graph_support={graph_support})",
              f"C floor (nogil loop, reused variant pack): {floor:.2f} us; fresh variant pack per call: "
-             f"{floor_fresh_ns / 1e3:.2f} us; cudnn-frontend {fe_version}",
-             f"{'producer':<28}{'ours us':>9}{'/floor':>8}{'target':>22}{'/frontend':>11}"]
+             f"{floor_fresh_ns / 1e3:.2f} us; graph launch (the /floor of graph replay rows): {graph_text}; "
+             f"cudnn-frontend {fe_version}",
+             f"{'producer':<40}{'ours us':>9}{'/floor':>8}{'target':>22}{'/frontend':>14}"
+             f"{'/fe torch':>10}{'/fe int':>9}"]
     result = {"host": platform.node(), "plan": g.selected_plan.label, "max_abs_err": err, "c_floor_us": floor,
               "c_floor_fresh_pack_us": floor_fresh_ns / 1e3, "frontend": fe_rows, "frontend_version": fe_version,
-              "ours": {}, "exports_us": exports}
+              "ours": {}, "exports_us": exports,
+              "c_floor_graph_launch_us": graph_floor if isinstance(graph_floor, float) else None,
+              "c_floor_graph_launch_note": None if isinstance(graph_floor, float) else graph_floor,
+              "max_abs_err_graph_replay": err_replay, "cuda_graph_support": graph_support,
+              "cuda_graph_replay_default": replay_default, "ours_vs_frontend": {}}
+    fe_torch, fe_int = fe_rows.get("frontend torch"), fe_rows.get("frontend raw int")
     for name, us in rows.items():
         if isinstance(us, str):
-            lines.append(f"{name:<28}{us}")
+            lines.append(f"{name:<40}{us}")
             continue
+        replayed = name.endswith("graph replay)")
+        base = graph_floor if replayed and isinstance(graph_floor, float) else floor
         if name.startswith("raw int"):
-            target = f"<= 1.15x floor ({1.15 * floor:.2f})"
-            fe = fe_rows.get("frontend raw int")
-            fe_ratio = f"{us / fe:.2f} (<=0.25)" if fe else "-"
+            target = f"<= 1.15x floor ({1.15 * base:.2f})"
+            fe_ratio = f"{us / fe_int:.2f} (<=0.25)" if fe_int else "-"
         else:
-            bound = floor + exports.get(name, 0.0) + 1.0
+            bound = base + exports.get(name, 0.0) + 1.0
             target = f"<= {bound:.2f}"
-            fe = fe_rows.get("frontend torch")
-            fe_ratio = f"{us / fe:.2f} (<=0.6)" if fe and name == "torch" else "-"
-        lines.append(f"{name:<28}{us:>9.2f}{us / floor:>8.2f}{target:>22}{fe_ratio:>11}")
+            fe_ratio = f"{us / fe_torch:.2f} (<=0.6)" if fe_torch and name.startswith("torch") else "-"
+        vs_torch = f"{us / fe_torch:.2f}" if fe_torch else "-"
+        vs_int = f"{us / fe_int:.2f}" if fe_int else "-"
+        lines.append(f"{name:<40}{us:>9.2f}{us / base:>8.2f}{target:>22}{fe_ratio:>14}{vs_torch:>10}{vs_int:>9}")
         result["ours"][name] = us
+        result["ours_vs_frontend"][name] = {"frontend torch": us / fe_torch if fe_torch else None,
+                                            "frontend raw int": us / fe_int if fe_int else None}
+    floors = {"C floor (execute)": floor}
+    if isinstance(graph_floor, float):
+        floors["C floor (graph launch)"] = graph_floor
+    for name, us in floors.items():
+        vs_torch = f"{us / fe_torch:.2f}" if fe_torch else "-"
+        vs_int = f"{us / fe_int:.2f}" if fe_int else "-"
+        lines.append(f"{name:<40}{us:>9.2f}{us / floor:>8.2f}{'':>22}{'':>14}{vs_torch:>10}{vs_int:>9}")
     for name, us in fe_rows.items():
-        lines.append(f"{name:<28}{us:>9.2f}{us / floor:>8.2f}")
+        lines.append(f"{name:<40}{us:>9.2f}{us / floor:>8.2f}")
     print("\n".join(lines))
     os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
-    path = os.path.join(os.path.dirname(__file__), "results", f"host_overhead-{platform.node()}.json")
+    path = args.out or os.path.join(os.path.dirname(__file__), "results", f"host_overhead-{platform.node()}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
     out = os.environ.get("OUT")

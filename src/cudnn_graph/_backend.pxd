@@ -44,24 +44,39 @@ ctypedef struct VariantPackCacheEntry:
     int count
     int64_t uids[VARIANT_PACK_CACHE_OPERANDS]
     void* ptrs[VARIANT_PACK_CACHE_OPERANDS]
+    void* last_plan                     # the plan that last ran with this pack: a repeat earns a graph
+    void* graph_exec                    # CUgraphExec replaying graph_plan on this pack, or NULL
+    void* graph_plan                    # set with graph_exec (ThreadState._graph_plans keeps it alive)
+    bint no_graph                       # the pack reads host memory (by-value operands): never replayed
+
+
+# What the execute path needs to replay a CUDA graph instead of calling cudnnBackendExecute.
+ctypedef struct GraphReplay:
+    intptr_t stream                     # where the caller asked the work to go
+    int* plan_support                   # PlanRunner._graph_support: set to -1 when populate fails
+    void* plan_owner                    # PyObject* (borrowed) of the plan Descriptor, kept by the entry
 
 
 cdef class ThreadState:
     cdef list _handles                  # device ordinal -> Handle (None until first use)
     cdef VariantPackCacheEntry _entries[VARIANT_PACK_CACHE_ENTRIES]
     cdef int _next_victim
+    cdef list _graph_plans              # per entry: the plan Descriptor its graph replays, or None
 
     cdef Handle handle_for(self, int device)
+    cdef void _drop_graph(self, int at) noexcept
 
 
 cdef ThreadState thread_state()
 
 # Build the variant pack from the pack's uid / pointer arrays (plus ``extra`` operands the plan
 # supplies itself) and run cudnnBackendExecute with the GIL released. ``state`` (may be None)
-# holds this thread's cache of finalized variant packs.
+# holds this thread's cache of finalized variant packs; ``replay`` (may be NULL) lets a repeated
+# pack run as a CUDA graph.
 cdef int execute_plan(void* handle, void* plan, VariantPack pack, void* workspace,
                       const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
-                      ThreadState state, const OverrideArrays* overrides=*) except -1
+                      ThreadState state, const OverrideArrays* overrides=*,
+                      GraphReplay* replay=*) except -1
 
 
 # The backend reads override shapes / strides (VARIANT_PACK_OVERRIDE_SHAPES / _STRIDES, one VOID_PTR
@@ -127,6 +142,7 @@ cdef class PlanRunner:
     cdef int _n_specs
     cdef uint8_t* _device_operand       # per layout position: 1 for device operands (16-byte aligned)
     cdef PackLayout _bound_layout       # the graph's layout, for execute_mapping
+    cdef int _graph_support             # 0: untried or populated fine; -1: cuDNN cannot populate a graph
 
     cdef int _run(self, VariantPack pack, object handle, object stream, object workspace,
                   ShapeOverrides overrides=*) except -1
@@ -134,7 +150,8 @@ cdef class PlanRunner:
     cdef int _kept_operands(self, VariantPack pack, int64_t* uids, void** ptrs) noexcept
     cdef int _execute_without_omitted(self, void* handle_ptr, VariantPack pack, void* ws,
                                       const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
-                                      ThreadState state, ShapeOverrides overrides) except -1
+                                      ThreadState state, ShapeOverrides overrides,
+                                      GraphReplay* replay) except -1
     cdef void* _workspace_pointer(self, object workspace, intptr_t stream_key) except? NULL
     cdef int _check_alignment(self, VariantPack pack) except -1
     cdef int _prepare_layout(self, PackLayout layout) except -1

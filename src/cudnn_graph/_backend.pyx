@@ -11,6 +11,13 @@ one cached per plan and stream), checks device operands for the 16-byte alignmen
 descriptors promise, and calls ``execute_plan``, which builds (or reuses) the variant pack from the
 VariantPack's C arrays and runs ``cudnnBackendExecute`` with the GIL released.
 
+CUDA graph replay (``set_cuda_graph_replay``, ``$CUDNN_GRAPH_CUDA_GRAPHS``): when a plan runs again on
+a cached variant pack (same uids, pointers and workspace, on this thread), cuDNN populates a CUDA graph
+for it once (cudnnBackendPopulateCudaGraph, cuDNN >= 9.5) and later calls launch that graph on the
+caller's stream (cuGraphLaunch) instead of calling cudnnBackendExecute. A graph reads its operands'
+memory when it runs, as an execute does; packs holding host (pass-by-value) operands, whose values a
+graph would freeze, are never replayed. A plan cuDNN cannot populate is marked and executes as before.
+
 Example (on a machine with cuDNN and a GPU):
     >>> from cudnn_graph import _backend
     >>> h = _backend.create_handle()                          # doctest: +SKIP
@@ -31,10 +38,17 @@ from cudnn_graph._dtypes cimport dtype_bits
 from cudnn_graph._slot cimport Slot, slot_from_object, slot_numel
 from cudnn_graph._variant_pack cimport VariantPack, PackLayout, TensorSpec, pack_from_mapping
 from cudnn_graph._stream cimport stream_handle
-from cudnn_graph._driver cimport enter_device, leave_device, stream_device, zero_async, DeviceAllocation
+from cudnn_graph._driver cimport (
+    enter_device, leave_device, stream_device, zero_async, DeviceAllocation, CAPTURING_STREAM, graphs_available,
+    graph_create, graph_instantiate, graph_destroy, graph_exec_destroy, graph_launch, device_memory,
+    stream_capturing,
+)
 
 import atexit
+import logging
+import os
 import threading
+import warnings
 
 from cudnn_graph.errors import AlignmentError, CudnnGraphError, DeviceMismatchError
 
@@ -48,10 +62,34 @@ cdef extern from "<time.h>" nogil:
 
 
 from cudnn_graph.errors import MissingTensorError, StreamDeviceError, WorkspaceError
+from cudnn_graph._driver import result_text as _driver_result_text
+from cudnn_graph._loader import error_string as _error_string, get_last_error_string as _last_error_string
+
+_logger = logging.getLogger(__name__)
+
+CUDA_GRAPHS_ENV_VAR = "CUDNN_GRAPH_CUDA_GRAPHS"
+_SWITCH_WORDS = {"1": True, "true": True, "on": True, "yes": True,
+                 "0": False, "false": False, "off": False, "no": False}
+
+
+def _switch_from_env(value, bint default) -> bool:
+    """The on/off value of an environment switch: 1/0 (or true/false, on/off, yes/no); unset or empty
+    keeps ``default``, anything else keeps it too, with a RuntimeWarning naming the variable."""
+    if value is None or not value.strip():
+        return default
+    found = _SWITCH_WORDS.get(value.strip().lower())
+    if found is None:
+        warnings.warn(f"${CUDA_GRAPHS_ENV_VAR}={value!r} is not 0 or 1; CUDA graph replay stays "
+                      f"{'on' if default else 'off'}", RuntimeWarning, stacklevel=2)
+        return default
+    return found
 
 
 cdef bint _finalizing = False          # interpreter exit: leave descriptors and handles to the OS
 cdef bint _variant_pack_cache = True   # reuse finalized variant packs when uids/pointers repeat
+# Replay repeated executes as CUDA graphs (read once from the environment; set_cuda_graph_replay).
+cdef bint _cuda_graph_replay = _switch_from_env(os.environ.get(CUDA_GRAPHS_ENV_VAR), True)
+cdef int _replay_capable = 0           # 0: not yet known; 1: cuDNN can populate and the driver launch; -1: no
 
 # Capacities for attribute queries: generous bounds on what cuDNN returns (an engine has fewer
 # knobs than there are knob types; 9.28 has 46 types).
@@ -929,6 +967,7 @@ cdef class ThreadState:
     def __cinit__(self):
         self._handles = []
         self._next_victim = 0
+        self._graph_plans = [None] * VARIANT_PACK_CACHE_ENTRIES
         memset(self._entries, 0, sizeof(self._entries))
 
     def __dealloc__(self):
@@ -937,9 +976,20 @@ cdef class ThreadState:
         if api == NULL or _finalizing:
             return
         for i in range(VARIANT_PACK_CACHE_ENTRIES):
+            # The graph first: it may replay the plan that _graph_plans keeps alive until after this.
+            graph_exec_destroy(self._entries[i].graph_exec)
+            self._entries[i].graph_exec = NULL
             if self._entries[i].descriptor != NULL:
                 api.cudnnBackendDestroyDescriptor(self._entries[i].descriptor)
                 self._entries[i].descriptor = NULL
+
+    cdef void _drop_graph(self, int at) noexcept:
+        """Destroy the CUDA graph of cache entry ``at`` (if any), then let go of the plan it replays."""
+        cdef VariantPackCacheEntry* e = &self._entries[at]
+        graph_exec_destroy(e.graph_exec)
+        e.graph_exec = NULL
+        e.graph_plan = NULL
+        self._graph_plans[at] = None
 
     cdef Handle handle_for(self, int device):
         cdef Handle handle
@@ -957,19 +1007,29 @@ cdef class ThreadState:
         return self.handle_for(device)
 
     def clear_variant_packs(self) -> None:
-        """Destroy the cached variant packs of this thread."""
+        """Destroy the cached variant packs of this thread (and the CUDA graphs replaying them)."""
         cdef CudnnApi* api = loaded_api()
         cdef int i
         for i in range(VARIANT_PACK_CACHE_ENTRIES):
+            self._drop_graph(i)
             if self._entries[i].descriptor != NULL and api != NULL:
                 api.cudnnBackendDestroyDescriptor(self._entries[i].descriptor)
-            self._entries[i].descriptor = NULL
+            memset(&self._entries[i], 0, sizeof(VariantPackCacheEntry))
 
     @property
     def cached_variant_packs(self) -> int:
         cdef int i, n = 0
         for i in range(VARIANT_PACK_CACHE_ENTRIES):
             if self._entries[i].descriptor != NULL:
+                n += 1
+        return n
+
+    @property
+    def cached_graphs(self) -> int:
+        """How many cached variant packs have a CUDA graph that replays them."""
+        cdef int i, n = 0
+        for i in range(VARIANT_PACK_CACHE_ENTRIES):
+            if self._entries[i].graph_exec != NULL:
                 n += 1
         return n
 
@@ -1000,6 +1060,31 @@ def set_variant_pack_cache(bint enabled) -> bool:
     previous = _variant_pack_cache
     _variant_pack_cache = enabled
     return previous
+
+
+def set_cuda_graph_replay(bint enabled) -> bool:
+    """Turn CUDA graph replay of repeated executes on or off for the process; returns the previous
+    setting. The default comes from ``$CUDNN_GRAPH_CUDA_GRAPHS`` (0 or 1, read at import; on when unset).
+
+    Turning it off keeps the graphs already built (they are used again when it is turned back on);
+    ``current_thread_state().clear_variant_packs()`` destroys this thread's.
+
+    Example:
+        >>> from cudnn_graph import _backend
+        >>> previous = _backend.set_cuda_graph_replay(False)
+        >>> _backend.cuda_graph_replay_enabled()
+        False
+        >>> _ = _backend.set_cuda_graph_replay(previous)
+    """
+    global _cuda_graph_replay
+    previous = _cuda_graph_replay
+    _cuda_graph_replay = enabled
+    return previous
+
+
+def cuda_graph_replay_enabled() -> bool:
+    """Whether repeated executes may replay CUDA graphs (see set_cuda_graph_replay)."""
+    return _cuda_graph_replay
 
 
 # ---- the execute hot path -----------------------------------------------------------------------------
@@ -1069,9 +1154,9 @@ cdef int _build_variant_pack(CudnnApi* api, int n, const int64_t* uids, void* co
     return CUDNN_STATUS_SUCCESS
 
 
-cdef inline VariantPackCacheEntry* _cached_entry(VariantPackCacheEntry* entries, int n,
-                                                 const int64_t* uids, void* const* ptrs,
-                                                 void* workspace) noexcept nogil:
+cdef inline int _cached_entry(VariantPackCacheEntry* entries, int n, const int64_t* uids,
+                              void* const* ptrs, void* workspace) noexcept nogil:
+    """The index of the entry holding these (uids, pointers, workspace), or -1."""
     cdef int i
     cdef VariantPackCacheEntry* e
     for i in range(VARIANT_PACK_CACHE_ENTRIES):
@@ -1079,27 +1164,39 @@ cdef inline VariantPackCacheEntry* _cached_entry(VariantPackCacheEntry* entries,
         if (e.descriptor != NULL and e.count == n and e.workspace == workspace
                 and memcmp(e.ptrs, ptrs, n * sizeof(void*)) == 0
                 and memcmp(e.uids, uids, n * sizeof(int64_t)) == 0):
-            return e
-    return NULL
+            return i
+    return -1
 
 
-cdef int _variant_pack_from_cache(CudnnApi* api, VariantPackCacheEntry* entries, int* next_victim,
-                                  int n, const int64_t* uids, void* const* ptrs, void* workspace,
-                                  void** out, int* stage) noexcept nogil:
-    """The cached variant pack for these (uids, pointers, workspace), built into a cache slot on a miss."""
-    cdef VariantPackCacheEntry* e = _cached_entry(entries, n, uids, ptrs, workspace)
+cdef int _variant_pack_slot(CudnnApi* api, VariantPackCacheEntry* entries, int* next_victim,
+                            int n, const int64_t* uids, void* const* ptrs, void* workspace,
+                            int* at, bint* hit, bint* evicted_graph, int* stage) noexcept nogil:
+    """The cache slot (``at``) holding a variant pack for these (uids, pointers, workspace), built into
+    the oldest slot on a miss. ``evicted_graph`` says the slot's previous entry had a CUDA graph: it is
+    destroyed here, and the caller drops the plan reference that kept it valid."""
+    cdef int found = _cached_entry(entries, n, uids, ptrs, workspace)
+    cdef VariantPackCacheEntry* e
+    cdef void* vp = NULL
     cdef int status
-    if e != NULL:
-        out[0] = e.descriptor
+    evicted_graph[0] = False
+    if found >= 0:
+        at[0] = found
+        hit[0] = True
         return CUDNN_STATUS_SUCCESS
-    status = _build_variant_pack(api, n, uids, ptrs, workspace, out, stage)
+    hit[0] = False
+    status = _build_variant_pack(api, n, uids, ptrs, workspace, &vp, stage)
     if status != CUDNN_STATUS_SUCCESS:
         return status
-    e = &entries[next_victim[0] % VARIANT_PACK_CACHE_ENTRIES]
-    next_victim[0] = (next_victim[0] + 1) % VARIANT_PACK_CACHE_ENTRIES
+    at[0] = next_victim[0] % VARIANT_PACK_CACHE_ENTRIES
+    next_victim[0] = (at[0] + 1) % VARIANT_PACK_CACHE_ENTRIES
+    e = &entries[at[0]]
+    if e.graph_exec != NULL:
+        graph_exec_destroy(e.graph_exec)
+        evicted_graph[0] = True
     if e.descriptor != NULL:
         api.cudnnBackendDestroyDescriptor(e.descriptor)
-    e.descriptor = out[0]
+    memset(e, 0, sizeof(VariantPackCacheEntry))
+    e.descriptor = vp
     e.workspace = workspace
     e.count = n
     memcpy(e.uids, uids, n * sizeof(int64_t))
@@ -1107,16 +1204,39 @@ cdef int _variant_pack_from_cache(CudnnApi* api, VariantPackCacheEntry* entries,
     return CUDNN_STATUS_SUCCESS
 
 
+# What the execute path does with a cached variant pack.
+cdef enum:
+    _RUN_EXECUTE = 0          # cudnnBackendExecute
+    _RUN_LAUNCHED = 1         # its CUDA graph was launched: done
+    _RUN_BUILD_GRAPH = 2      # the plan repeated on it: populate a graph, then launch it
+    _RUN_LAUNCH_FAILED = 3    # cuGraphLaunch failed: drop the graph, execute instead
+
+
+cdef inline int _replay_action(VariantPackCacheEntry* e, void* plan, GraphReplay* replay,
+                               int* launch_result) noexcept nogil:
+    if e.graph_plan == plan:
+        launch_result[0] = graph_launch(e.graph_exec, replay.stream)
+        if launch_result[0] == 0:
+            return _RUN_LAUNCHED
+        # A capturing stream records the ordinary execute, as it would without replay.
+        return _RUN_EXECUTE if launch_result[0] == CAPTURING_STREAM else _RUN_LAUNCH_FAILED
+    if e.last_plan == plan and not e.no_graph and replay.plan_support[0] >= 0 and _replay_capable >= 0:
+        return _RUN_BUILD_GRAPH
+    return _RUN_EXECUTE
+
+
 cdef int execute_plan(void* handle, void* plan, VariantPack pack, void* workspace,
                       const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
-                      ThreadState state, const OverrideArrays* overrides=NULL) except -1:
+                      ThreadState state, const OverrideArrays* overrides=NULL,
+                      GraphReplay* replay=NULL) except -1:
     return _execute_operands(handle, plan, pack._n, pack._uids, pack._ptrs, workspace, extra_uids, extra_ptrs,
-                             n_extra, state, overrides)
+                             n_extra, state, overrides, replay)
 
 
 cdef int _execute_operands(void* handle, void* plan, int n, const int64_t* uids, void* const* ptrs,
                            void* workspace, const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
-                           ThreadState state, const OverrideArrays* overrides) except -1:
+                           ThreadState state, const OverrideArrays* overrides,
+                           GraphReplay* replay=NULL) except -1:
     cdef CudnnApi* api = loaded_api()
     if api == NULL:
         api = cudnn_api()
@@ -1129,9 +1249,11 @@ cdef int _execute_operands(void* handle, void* plan, int n, const int64_t* uids,
     cdef int64_t* dst_uids
     cdef void** dst_ptrs
     cdef VariantPackCacheEntry* entries = NULL
+    cdef VariantPackCacheEntry* e
     cdef int* next_victim = NULL
     cdef void* vp = NULL
-    cdef int status = CUDNN_STATUS_SUCCESS, stage = 0
+    cdef int status = CUDNN_STATUS_SUCCESS, stage = 0, at = -1, action = _RUN_EXECUTE, launch_result = 0
+    cdef bint hit = False, evicted_graph = False
     if n_extra > 0:
         if total <= VARIANT_PACK_CACHE_OPERANDS:
             dst_uids, dst_ptrs = merged_uids, merged_ptrs
@@ -1153,20 +1275,108 @@ cdef int _execute_operands(void* handle, void* plan, int n, const int64_t* uids,
         next_victim = &state._next_victim
     with nogil:
         if entries != NULL:
-            status = _variant_pack_from_cache(api, entries, next_victim, total, uids, ptrs, workspace,
-                                              &vp, &stage)
+            status = _variant_pack_slot(api, entries, next_victim, total, uids, ptrs, workspace, &at, &hit,
+                                        &evicted_graph, &stage)
+            if status == CUDNN_STATUS_SUCCESS:
+                e = &entries[at]
+                vp = e.descriptor
+                if hit and replay != NULL:
+                    action = _replay_action(e, plan, replay, &launch_result)
+                e.last_plan = plan
         else:
             status = _build_variant_pack(api, total, uids, ptrs, workspace, &vp, &stage, overrides)
-        if status == CUDNN_STATUS_SUCCESS:
+        if status == CUDNN_STATUS_SUCCESS and action == _RUN_EXECUTE:
             stage = _STAGE_EXECUTE
             status = api.cudnnBackendExecute(handle, plan, vp)
-            if entries == NULL:
-                api.cudnnBackendDestroyDescriptor(vp)
+        if entries == NULL and vp != NULL:
+            api.cudnnBackendDestroyDescriptor(vp)
     free(heap_uids)
     free(heap_ptrs)
+    if evicted_graph:
+        state._graph_plans[at] = None    # its graph is gone: the plan may go too
+    if action == _RUN_BUILD_GRAPH or action == _RUN_LAUNCH_FAILED:
+        if action == _RUN_LAUNCH_FAILED:
+            _logger.debug("cuGraphLaunch failed (%s); this variant pack executes without a graph from now on",
+                          _driver_result_text(launch_result))
+            state._drop_graph(at)
+            entries[at].no_graph = True
+        elif _graph_for_entry(state, at, handle, plan, n, replay) == _RUN_LAUNCHED:
+            return 0
+        with nogil:
+            stage = _STAGE_EXECUTE
+            status = api.cudnnBackendExecute(handle, plan, vp)
     if status != CUDNN_STATUS_SUCCESS:
         return raise_status(status, _STAGE_NAMES[stage])
     return 0
+
+
+cdef bint _check_replay_capable(CudnnApi* api) noexcept nogil:
+    global _replay_capable
+    if _replay_capable == 0:
+        _replay_capable = 1 if (api.cudnnBackendPopulateCudaGraph != NULL and graphs_available()) else -1
+    return _replay_capable > 0
+
+
+cdef int _graph_for_entry(ThreadState state, int at, void* handle, void* plan, int n_caller,
+                          GraphReplay* replay) except -1:
+    """Populate, instantiate and launch a CUDA graph for cache entry ``at`` (cold: once per entry).
+
+    Returns _RUN_LAUNCHED, or _RUN_EXECUTE when the caller must execute instead: the pack reads host
+    memory (the entry is marked), cuDNN cannot populate this plan (the plan is marked), or the stream is
+    being captured.
+    """
+    cdef CudnnApi* api = loaded_api()
+    cdef VariantPackCacheEntry* e = &state._entries[at]
+    cdef void* graph = NULL
+    cdef void* graph_exec = NULL
+    cdef int result = 0, status = CUDNN_STATUS_SUCCESS, i
+    if api == NULL or not _check_replay_capable(api):
+        return _RUN_EXECUTE
+    # By-value operands are read from host memory when an execute is issued; a graph would freeze
+    # the values of its population. Only the caller's operands can be host memory the caller changes:
+    # the plan's own constants never change, and views / scratch point into device memory.
+    for i in range(n_caller):
+        if not device_memory(e.ptrs[i]):
+            e.no_graph = True
+            _logger.debug("uid %d is not device memory (a by-value operand?): this variant pack is not "
+                          "replayed as a CUDA graph", e.uids[i])
+            return _RUN_EXECUTE
+    if stream_capturing(replay.stream):
+        return _RUN_EXECUTE        # not now: the capture records the execute; a later repeat builds
+    if e.graph_exec != NULL:
+        state._drop_graph(at)      # another plan's graph: this one repeats now
+    with nogil:
+        result = graph_create(&graph)
+        if result == 0:
+            status = api.cudnnBackendPopulateCudaGraph(handle, plan, e.descriptor, graph)
+            if status == CUDNN_STATUS_SUCCESS:
+                result = graph_instantiate(&graph_exec, graph)
+            # The executable graph holds what it needs (user objects included); the template can go.
+            graph_destroy(graph)
+    if result != 0 or status != CUDNN_STATUS_SUCCESS:
+        replay.plan_support[0] = -1
+        if status != CUDNN_STATUS_SUCCESS:
+            detail = _last_error_string()     # read (and so cleared) even when not logged
+            _logger.debug("cudnnBackendPopulateCudaGraph failed (%s%s); this plan executes without CUDA graphs",
+                          _error_string(status), f": {detail}" if detail else "")
+        else:
+            _logger.debug("CUDA graph creation failed (%s); this plan executes without CUDA graphs",
+                          _driver_result_text(result))
+        return _RUN_EXECUTE
+    e.graph_exec = graph_exec
+    e.graph_plan = plan
+    state._graph_plans[at] = <object>replay.plan_owner
+    replay.plan_support[0] = 1
+    with nogil:
+        result = graph_launch(graph_exec, replay.stream)
+    if result == 0:
+        return _RUN_LAUNCHED
+    if result != CAPTURING_STREAM:
+        _logger.debug("cuGraphLaunch failed (%s); this variant pack executes without a graph from now on",
+                      _driver_result_text(result))
+        state._drop_graph(at)
+        e.no_graph = True
+    return _RUN_EXECUTE
 
 
 @cython.final
@@ -1256,6 +1466,7 @@ cdef class PlanRunner:
         self._n_aliases = 0
         self._n_fixed = 0
         self._n_scratch = 0
+        self._graph_support = 0
 
     def __init__(self, Descriptor plan, int64_t workspace_size, int device=0, str name="",
                  constants=(), keepalive=None, aliases=(), fixed=(), scratch=(), omit=()):
@@ -1324,6 +1535,12 @@ cdef class PlanRunner:
     def plan(self) -> Descriptor:
         return self._plan
 
+    @property
+    def cuda_graph_support(self):
+        """True once cuDNN populated a CUDA graph for this plan, False when it could not (the plan then
+        always executes), None before either happened."""
+        return None if self._graph_support == 0 else self._graph_support > 0
+
     def execute(self, graph, VariantPack pack, ctx):
         """CompiledPlan.execute: ctx carries handle, stream and workspace."""
         self._run(pack, ctx.handle, ctx.stream, ctx.workspace)
@@ -1352,7 +1569,10 @@ cdef class PlanRunner:
         cdef void* handle_ptr
         cdef intptr_t stream_ptr = 0
         cdef bint have_stream = stream is not None
+        cdef bint stream_known = True
         cdef CudnnApi* api
+        cdef GraphReplay replay
+        cdef GraphReplay* replay_ptr = NULL
         if have_stream:
             stream_ptr = stream if type(stream) is int else stream_handle(stream)
         if handle is None:
@@ -1375,6 +1595,8 @@ cdef class PlanRunner:
             if have_stream:
                 api = cudnn_api()
                 check(api.cudnnSetStream(handle_ptr, <void*>stream_ptr), b"cudnnSetStream")
+            else:
+                stream_known = False    # whatever the other binding set: no graph could follow it
         cdef void* ws = self._workspace_pointer(workspace, stream_ptr)
         self._check_alignment(pack)
 
@@ -1382,6 +1604,12 @@ cdef class PlanRunner:
         cdef int64_t extra_uids[PLAN_MAX_EXTRA]
         cdef void* extra_ptrs[PLAN_MAX_EXTRA]
         cdef int n_extra = self._extras(pack, ws, extra_uids, extra_ptrs), i
+        if _cuda_graph_replay and self._graph_support >= 0 and stream_known:
+            # A graph launches on the caller's stream itself; the handle's binding does not matter to it.
+            replay.stream = stream_ptr
+            replay.plan_support = &self._graph_support
+            replay.plan_owner = <void*>self._plan
+            replay_ptr = &replay
         # cuDNN launches on the current context: make it this plan's device (a cheap compare when it is).
         cdef bint pushed = False
         enter_device(self.device, &pushed)
@@ -1389,11 +1617,12 @@ cdef class PlanRunner:
             for i in range(self._n_scratch):
                 if self._scratch_zero[i]:
                     zero_async(<uintptr_t>ws + self._scratch_offsets[i], self._scratch_bytes[i], stream_ptr)
+            # Zero fills above and a graph launched below are ordered on the same stream.
             if self._n_omit == 0:
                 return execute_plan(handle_ptr, self._plan.ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state,
-                                    NULL if overrides is None else &overrides.arrays)
+                                    NULL if overrides is None else &overrides.arrays, replay_ptr)
             return self._execute_without_omitted(handle_ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state,
-                                                 overrides)
+                                                 overrides, replay_ptr)
         finally:
             leave_device(pushed)
 
@@ -1443,7 +1672,8 @@ cdef class PlanRunner:
 
     cdef int _execute_without_omitted(self, void* handle_ptr, VariantPack pack, void* ws,
                                       const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
-                                      ThreadState state, ShapeOverrides overrides) except -1:
+                                      ThreadState state, ShapeOverrides overrides,
+                                      GraphReplay* replay) except -1:
         cdef int64_t* uids = <int64_t*>malloc(max(pack._n, 1) * sizeof(int64_t))
         cdef void** ptrs = <void**>malloc(max(pack._n, 1) * sizeof(void*))
         cdef int kept
@@ -1454,7 +1684,7 @@ cdef class PlanRunner:
         try:
             kept = self._kept_operands(pack, uids, ptrs)
             return _execute_operands(handle_ptr, self._plan.ptr, kept, uids, ptrs, ws, extra_uids, extra_ptrs,
-                                     n_extra, state, NULL if overrides is None else &overrides.arrays)
+                                     n_extra, state, NULL if overrides is None else &overrides.arrays, replay)
         finally:
             free(uids)
             free(ptrs)
@@ -1624,6 +1854,87 @@ def execute_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, bin
     free(uids)
     free(ptrs)
     check(status, b"execute_floor_ns")
+    return (stop - start) / iterations
+
+
+def execute_graph_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, stream=None) -> float:
+    """Host nanoseconds per cuGraphLaunch of this plan's CUDA graph on this pack, from a nogil C loop:
+    the floor of graph replay, next to execute_floor_ns's cudnnBackendExecute floor.
+
+    The graph is populated (cudnnBackendPopulateCudaGraph) and instantiated once, outside the timing;
+    each iteration is the launch a replayed execute issues (a capture check and cuGraphLaunch).
+    Raises CudnnStatusError when cuDNN cannot populate this plan, RuntimeError without graph support.
+
+    Example (on a machine with cuDNN >= 9.5 and a GPU):
+        >>> ns = execute_graph_floor_ns(runner, pack, 100)        # doctest: +SKIP
+    """
+    cdef ThreadState state = thread_state()
+    cdef Handle h = state.handle_for(runner.device)
+    cdef CudnnApi* api = cudnn_api()
+    cdef intptr_t stream_ptr
+    cdef void* ws
+    cdef void* vp = NULL
+    cdef void* graph = NULL
+    cdef void* graph_exec = NULL
+    cdef void* plan = runner._plan.ptr
+    cdef int status = 0, stage = 0, result = 0, i, n
+    cdef bint pushed = False, built = False
+    cdef double start = 0, stop = 0
+    if iterations <= 0:
+        raise ValueError("iterations must be positive")
+    if api.cudnnBackendPopulateCudaGraph == NULL:
+        raise RuntimeError(f"cuDNN {api.version} has no cudnnBackendPopulateCudaGraph (it needs >= 9.5)")
+    if not graphs_available():
+        raise RuntimeError("the CUDA driver lacks the graph entry points (cuGraphCreate, cuGraphLaunch, ...)")
+    if stream is not None:
+        h.bind_stream(stream_handle(stream))
+    stream_ptr = h._stream
+    ws = runner._workspace_pointer(None, stream_ptr)
+    cdef int64_t* uids = <int64_t*>malloc((pack._n + PLAN_MAX_EXTRA) * sizeof(int64_t))
+    cdef void** ptrs = <void**>malloc((pack._n + PLAN_MAX_EXTRA) * sizeof(void*))
+    if uids == NULL or ptrs == NULL:
+        free(uids)
+        free(ptrs)
+        raise MemoryError()
+    try:
+        n = runner._kept_operands(pack, uids, ptrs)
+        n += runner._extras(pack, ws, uids + n, ptrs + n)
+        enter_device(runner.device, &pushed)
+    except BaseException:
+        free(uids)
+        free(ptrs)
+        raise
+    try:
+        with nogil:
+            status = _build_variant_pack(api, n, uids, ptrs, ws, &vp, &stage)
+            built = status == CUDNN_STATUS_SUCCESS
+            if built:
+                result = graph_create(&graph)
+                if result == 0:
+                    status = api.cudnnBackendPopulateCudaGraph(h.ptr, plan, vp, graph)
+                    if status == CUDNN_STATUS_SUCCESS:
+                        result = graph_instantiate(&graph_exec, graph)
+                    graph_destroy(graph)
+            if status == CUDNN_STATUS_SUCCESS and result == 0:
+                result = graph_launch(graph_exec, stream_ptr)     # the first launch uploads the graph
+                start = _now_ns()
+                for i in range(iterations):
+                    if result != 0:
+                        break
+                    result = graph_launch(graph_exec, stream_ptr)
+                stop = _now_ns()
+            graph_exec_destroy(graph_exec)
+            if vp != NULL:
+                api.cudnnBackendDestroyDescriptor(vp)
+    finally:
+        leave_device(pushed)
+        free(uids)
+        free(ptrs)
+    if built:
+        check(status, b"cudnnBackendPopulateCudaGraph")
+    check(status, _STAGE_NAMES[stage])
+    if result != 0:
+        raise RuntimeError(f"execute_graph_floor_ns: a CUDA graph call failed: {_driver_result_text(result)}")
     return (stop - start) / iterations
 
 

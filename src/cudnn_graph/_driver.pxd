@@ -14,6 +14,20 @@ cdef uintptr_t device_alloc(size_t nbytes, int device) except 0
 cdef int device_free(uintptr_t address, int device) noexcept
 cdef int zero_async(uintptr_t address, size_t nbytes, intptr_t stream) except -1
 
+# CUDA graphs. Each returns 0 or the CUresult of the failed driver call (-1: no driver or no such
+# entry point); the destroys accept NULL and do nothing at interpreter exit.
+cdef enum:
+    CAPTURING_STREAM = -2               # graph_launch refused: the stream is being captured
+cdef bint graphs_available() noexcept nogil
+cdef int graph_create(void** graph) noexcept nogil
+cdef int graph_instantiate(void** graph_exec, void* graph) noexcept nogil
+cdef int graph_destroy(void* graph) noexcept nogil
+cdef int graph_exec_destroy(void* graph_exec) noexcept nogil
+cdef bint stream_capturing(intptr_t stream) noexcept nogil
+# Only after graphs_available(): the hot path does not test the entry points again.
+cdef int graph_launch(void* graph_exec, intptr_t stream) noexcept nogil
+cdef bint device_memory(const void* ptr) noexcept nogil
+
 
 cdef class DeviceAllocation:
     cdef readonly uintptr_t ptr

@@ -46,6 +46,16 @@ ctypedef int (*cuGetErrorName_t)(int error, const char** name) noexcept nogil
 ctypedef int (*cuMemsetD8Async_t)(uintptr_t dst, unsigned char value, size_t n, void* stream) noexcept nogil
 ctypedef int (*cuMemcpyHtoD_t)(uintptr_t dst, const void* src, size_t nbytes) noexcept nogil
 
+# CUDA graphs: CUgraph and CUgraphExec are opaque pointers (the runtime's cudaGraph_t is the same
+# handle, which is what cuDNN's populate call takes).
+ctypedef int (*cuGraphCreate_t)(void** graph, unsigned int flags) noexcept nogil
+ctypedef int (*cuGraphInstantiateWithFlags_t)(void** graph_exec, void* graph,
+                                              unsigned long long flags) noexcept nogil
+ctypedef int (*cuGraphDestroy_t)(void* graph) noexcept nogil
+ctypedef int (*cuGraphExecDestroy_t)(void* graph_exec) noexcept nogil
+ctypedef int (*cuGraphLaunch_t)(void* graph_exec, void* stream) noexcept nogil
+ctypedef int (*cuStreamIsCapturing_t)(void* stream, int* status) noexcept nogil
+
 cdef enum:
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
@@ -66,6 +76,12 @@ cdef cuMemFree_t _mem_free = NULL
 cdef cuGetErrorName_t _error_name = NULL
 cdef cuMemsetD8Async_t _memset_async = NULL
 cdef cuMemcpyHtoD_t _copy_to_device = NULL
+cdef cuGraphCreate_t _graph_create = NULL
+cdef cuGraphInstantiateWithFlags_t _graph_instantiate = NULL
+cdef cuGraphDestroy_t _graph_destroy = NULL
+cdef cuGraphExecDestroy_t _graph_exec_destroy = NULL
+cdef cuGraphLaunch_t _graph_launch = NULL
+cdef cuStreamIsCapturing_t _stream_is_capturing = NULL
 cdef int _load_state = 0   # 0: not tried, 1: loaded, -1: no driver
 
 cdef enum:
@@ -82,6 +98,8 @@ cdef int _load() noexcept nogil:
     global _get_attribute, _load_state, _device_count, _device_name, _device_attribute, _driver_version
     global _device_get, _primary_ctx_retain, _ctx_get_current, _ctx_set_current, _ctx_push, _ctx_pop
     global _mem_alloc, _mem_free, _error_name, _stream_get_ctx, _ctx_get_device, _memset_async, _copy_to_device
+    global _graph_create, _graph_instantiate, _graph_destroy, _graph_exec_destroy, _graph_launch
+    global _stream_is_capturing
     if _load_state != 0:
         return _load_state
     cdef void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
@@ -107,6 +125,14 @@ cdef int _load() noexcept nogil:
     _copy_to_device = <cuMemcpyHtoD_t>dlsym(lib, "cuMemcpyHtoD_v2")
     _stream_get_ctx = <cuStreamGetCtx_t>dlsym(lib, "cuStreamGetCtx")
     _ctx_get_device = <cuCtxGetDevice_t>dlsym(lib, "cuCtxGetDevice")
+    # The plain names are the legacy-default-stream entry points (stream 0 means the legacy stream, as
+    # it does for cudnnSetStream); cuGraphInstantiateWithFlags is what cuda.h maps cuGraphInstantiate to.
+    _graph_create = <cuGraphCreate_t>dlsym(lib, "cuGraphCreate")
+    _graph_instantiate = <cuGraphInstantiateWithFlags_t>dlsym(lib, "cuGraphInstantiateWithFlags")
+    _graph_destroy = <cuGraphDestroy_t>dlsym(lib, "cuGraphDestroy")
+    _graph_exec_destroy = <cuGraphExecDestroy_t>dlsym(lib, "cuGraphExecDestroy")
+    _graph_launch = <cuGraphLaunch_t>dlsym(lib, "cuGraphLaunch")
+    _stream_is_capturing = <cuStreamIsCapturing_t>dlsym(lib, "cuStreamIsCapturing")
     if init == NULL or _get_attribute == NULL or init(0) != 0:
         _load_state = -1
     else:
@@ -302,6 +328,76 @@ cdef int zero_async(uintptr_t address, size_t nbytes, intptr_t stream) except -1
     if result != 0:
         raise RuntimeError(f"cuMemsetD8Async({nbytes} bytes) failed: {_result_text(result)}")
     return 0
+
+
+# ---- CUDA graphs (the cuDNN backend replays a plan's populated graph when its operands repeat) ----------
+
+cdef bint graphs_available() noexcept nogil:
+    """True when the driver loaded and exports every graph entry point used here."""
+    return (_load() == 1 and _graph_create != NULL and _graph_instantiate != NULL and _graph_destroy != NULL
+            and _graph_exec_destroy != NULL and _graph_launch != NULL and _stream_is_capturing != NULL)
+
+
+cdef int graph_create(void** graph) noexcept nogil:
+    graph[0] = NULL
+    if not graphs_available():
+        return -1
+    return _graph_create(graph, 0)
+
+
+cdef int graph_instantiate(void** graph_exec, void* graph) noexcept nogil:
+    graph_exec[0] = NULL
+    if not graphs_available():
+        return -1
+    return _graph_instantiate(graph_exec, graph, 0)
+
+
+cdef int graph_destroy(void* graph) noexcept nogil:
+    if graph == NULL or _finalizing or _graph_destroy == NULL:
+        return 0
+    return _graph_destroy(graph)
+
+
+cdef int graph_exec_destroy(void* graph_exec) noexcept nogil:
+    if graph_exec == NULL or _finalizing or _graph_exec_destroy == NULL:
+        return 0
+    return _graph_exec_destroy(graph_exec)
+
+
+cdef bint stream_capturing(intptr_t stream) noexcept nogil:
+    """True when ``stream`` is being captured, or when the driver cannot say (e.g. the legacy stream
+    while another thread captures): either way a graph launch or instantiation must wait."""
+    cdef int capture = 0
+    if _stream_is_capturing == NULL or _stream_is_capturing(<void*>stream, &capture) != 0:
+        return True
+    return capture != 0
+
+
+cdef int graph_launch(void* graph_exec, intptr_t stream) noexcept nogil:
+    """cuGraphLaunch on ``stream`` unless stream_capturing(stream).
+
+    A capturing stream gets the caller's ordinary launch path instead, so that a capture records the
+    same work it would without replay. Returns 0 when launched, CAPTURING_STREAM when refused, else
+    the CUresult of cuGraphLaunch.
+    """
+    if stream_capturing(stream):
+        return CAPTURING_STREAM
+    return _graph_launch(graph_exec, <void*>stream)
+
+
+cdef bint device_memory(const void* ptr) noexcept nogil:
+    """True for memory the driver reports as device memory (host and unknown pointers are not)."""
+    cdef int memory_type = 0
+    if ptr == NULL or _load() != 1:
+        return False
+    if _get_attribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, <uintptr_t>ptr) != 0:
+        return False
+    return memory_type == CU_MEMORYTYPE_DEVICE
+
+
+def result_text(int result) -> str:
+    """A CUresult as ``NAME (code)`` when the driver can name it."""
+    return _result_text(result)
 
 
 def copy_to_device(DeviceAllocation destination, source) -> None:
