@@ -100,9 +100,8 @@ def ours(torch, op: str, x: dict, variant: str = ""):
 
 def ours_backward(torch, op: str, x: dict):
     """(run, compiled plan, first-call seconds) for our cuTile {op}_bwd plan on ``x`` plus a random dO and
-    d_final_state (sets CUDNN_GRAPH_CUTILE_BACKWARD=1: the backward is gated until verified on a GPU)."""
+    d_final_state."""
     import cudnn_graph as cudnn
-    os.environ["CUDNN_GRAPH_CUTILE_BACKWARD"] = "1"
     F = cudnn.data_type
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = dict(x, dO=torch.randn(*x["v"].shape, device="cuda", generator=gen).to(torch.bfloat16),

@@ -19,6 +19,9 @@ import threading
 import numpy as np
 import pytest
 
+# Replay is cuDNN's: pin its plans (the CuTe GEMM engine, where installed, claims these matmul graphs too).
+pytestmark = pytest.mark.usefixtures("prefer_cudnn")
+
 from test_cudnn_backend import RECORDING_LIBCUDNN
 
 FAKE_DRIVER = r"""

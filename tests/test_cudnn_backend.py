@@ -32,6 +32,8 @@ from gpu_support import assert_close, build_gpu, host_dtype, reference_run
 from gpu_support import nhwc as _nhwc, row_major as _row_major
 
 F = cudnn.data_type
+# cuDNN's own behaviour is pinned here; the CuTe GEMM engine (where installed) is tested in test_cute_gemm.
+pytestmark = pytest.mark.usefixtures("prefer_cudnn")
 
 # ---- graph builders shared by the CPU and GPU tests ----------------------------------------------
 
@@ -877,25 +879,10 @@ def _to_host(torch, tensor):
     return tensor.float().cpu().numpy()
 
 
-@pytest.fixture
-def prefer_cudnn():
-    """Rank the cuDNN backend's plans first: the CuTe GEMM engine (where installed) claims these graphs too."""
-    from cudnn_graph.engines import ids
-    from cudnn_graph.router import Router, set_default_router
-
-    class PreferCudnn(Router):
-        def heuristics_sort(self, graph, entries):
-            return sorted(super().heuristics_sort(graph, entries),
-                          key=lambda e: ids.family_of(e.engine_id) != "cudnn")
-    previous = set_default_router(PreferCudnn())
-    yield
-    set_default_router(previous)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("io", [F.BFLOAT16, F.HALF, F.FLOAT], ids=["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("epilogue", [(), ("bias", "relu")], ids=["plain", "bias_relu"])
-def test_matmul_dtypes_with_torch(io, epilogue, prefer_cudnn):
+def test_matmul_dtypes_with_torch(io, epilogue):
     torch = pytest.importorskip("torch")
     host = matmul_inputs(io)
     want = reference_run(matmul_graph, host, {"C"}, io=io, epilogue=epilogue)["C"]

@@ -339,7 +339,7 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
 # ------------------------------------------------- the chunked backward (gdn_bwd, kda_bwd), in NumPy
 #
 # The design the cuTile backward kernels (engines/cutile/_kernels.py chunk_bwd_state_pass, chunk_bwd_grads)
-# follow; the engine declines gdn_bwd / kda_bwd until they have run on a GPU (CUDNN_GRAPH_CUTILE_BACKWARD=1). Per chunk (start state S0, cumulative gates gc, mid row m, last row L), with the forward's
+# follow (verified on the H200: tests/test_cutile_linear_attention.py). Per chunk (start state S0, cumulative gates gc, mid row m, last row L), with the forward's
 #   A = strict_tril((C e^{gc-m}) (K e^{m-gc})^T),  T = (I + A)^-1,  W = T (C e^{gc}),  U = T X,
 #   D = U - W S0,  O = scale (Q e^{gc} S0 + tril((Q e^{gc-m}) (K e^{m-gc})^T) D),
 #   S1 = e^{gc_L} S0 + (K e^{gc_L-gc})^T D,
@@ -472,7 +472,7 @@ def test_chunked_backward_matches_the_reference_backward(op, cu, l2, with_h0, wi
         np.testing.assert_allclose(got[name], want[name], rtol=1e-8, atol=1e-8, err_msg=name)
 
 
-def test_backward_ops_are_declined_until_verified_on_a_gpu(monkeypatch):
+def test_backward_ops_are_claimed(monkeypatch):
     cg = _package()
     from cudnn_graph.engines.cutile import engine as cutile_engine
     F = cg.data_type
@@ -487,9 +487,8 @@ def test_backward_ops_are_declined_until_verified_on_a_gpu(monkeypatch):
         if out is not None:                    # d_initial_state: no initial_state given
             out.set_output(True)
     g.validate()
-    monkeypatch.delenv(cutile_engine.BACKWARD_GATE, raising=False)
-    reason = cutile_engine._support_reason(g, g.nodes[0])
-    assert reason is not None and reason.startswith("backward not verified on a GPU"), reason
+    monkeypatch.setattr(cutile_engine, "_compute_capability", lambda ordinal: (9, 0))   # no GPU here
+    assert cutile_engine._support_reason(g, g.nodes[0]) is None
 
 
 @pytest.mark.parametrize("cu", [[0, 150, 151, 170, 300], [0, 0, 70], [0, 64, 64, 128, 129], [0, 1]])

@@ -220,7 +220,6 @@ def bwd_builder_for(op, host, io_type, l2):
 def run_bwd_case(monkeypatch, op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, dht=True,
                  producer="cupy", seed=0):
     import ml_dtypes
-    monkeypatch.setenv("CUDNN_GRAPH_CUTILE_BACKWARD", "1")
     _require_engine()
     io_np = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
     io_type = {"bfloat16": F.BFLOAT16, "float16": F.HALF}[dtype]
@@ -250,12 +249,6 @@ def run_bwd_case(monkeypatch, op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2
     assert not failures, f"{op} ({producer}) outside tolerance {BWD_TOLERANCE[dtype]}: {report}"
 
 
-def test_backward_is_declined_without_the_gate(monkeypatch):
-    monkeypatch.delenv("CUDNN_GRAPH_CUTILE_BACKWARD", raising=False)
-    from cudnn_graph.engines.cutile import engine as cutile_engine
-    assert not cutile_engine._backward_enabled()
-
-
 # Backward cases share one specialisation per op (K = V = 64, four sequences, states and L2 norm on): the
 # backward's gradient kernel is the slowest to compile. bench/linear_attention.py --backward compiles K = 128.
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
@@ -273,6 +266,17 @@ def test_backward_small_uneven_sequences_jax(monkeypatch, op):
 def test_backward_t2048_h4(monkeypatch, op):
     """T = 2048 (4 x 512), H = 4."""
     run_bwd_case(monkeypatch, op, [0, 512, 1024, 1536, 2048], H=4, K=64, V=64, seed=7)
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_backward_head_dim_128(monkeypatch, op):
+    run_bwd_case(monkeypatch, op, SMALL, K=128, V=128, seed=9)
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_backward_t8192_h16_k128(monkeypatch, op):
+    """The issue's largest case: T = 8192 (4 x 2048), H = 16, K = V = 128."""
+    run_bwd_case(monkeypatch, op, BIG, H=16, K=128, V=128, seed=13)
 
 
 def test_backward_without_states_or_l2norm(monkeypatch):

@@ -10,7 +10,7 @@ import pytest
 import cudnn_graph as cudnn
 from cudnn_graph import _driver
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("prefer_cudnn")]
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 if _driver.device_count() < 2:

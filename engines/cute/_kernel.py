@@ -204,7 +204,6 @@ class HopperGemm:
         tCrA = tiled_mma.make_fragment_A(tCsA)
         tCrB = tiled_mma.make_fragment_B(tCsB)
         tCgC = thr_mma.partition_C(gC)
-        tCcC = thr_mma.partition_C(cC)
 
         if cutlass.const_expr(self.cluster_mn[0] * self.cluster_mn[1] > 1):
             cute.arch.cluster_wait()
@@ -238,13 +237,16 @@ class HopperGemm:
 
         if wg > 0:
             cute.arch.warpgroup_reg_alloc(_CONSUMER_REGS)
-            self._consume(ring, tiled_mma, tCrA, tCrB, tCgC, tCcC, sC, tma_c, mC, mE0, mE1, mE2, s0, s1, s2,
+            self._consume(ring, tiled_mma, tCrA, tCrB, tCgC, cC, sC, tma_c, mC, mE0, mE1, mE2, s0, s1, s2,
                           sched_params, tidx, warp)
 
     @cute.jit
-    def _consume(self, ring, tiled_mma, tCrA, tCrB, tCgC, tCcC, sC, tma_c, mC, mE0, mE1, mE2, s0, s1, s2,
+    def _consume(self, ring, tiled_mma, tCrA, tCrB, tCgC, cC, sC, tma_c, mC, mE0, mE1, mE2, s0, s1, s2,
                  sched_params, tidx, warp):
         spec = self.spec
+        # The accumulator's coordinates are per thread: the warpgroup slice that partitions A and B
+        # would give every thread of a warpgroup its first thread's (m, n).
+        tCcC = tiled_mma.get_slice(tidx - 128).partition_C(cC)
         stages = spec.knobs.stages
         k_tiles = self.k_tiles
         sched = utils.StaticPersistentTileScheduler.create(sched_params, cute.arch.block_idx(),

@@ -11,7 +11,6 @@ at the first launch of a plan's specialisation and cached by cuTile (in memory a
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Optional
 
@@ -29,7 +28,6 @@ BACKWARD_OPS = {"gdn_bwd": "gdn", "kda_bwd": "kda"}     # backward op -> its for
 BACKWARD_BLOCK_V = 32
 # The backward kernels export-compile and follow a NumPy design checked against the reference, but have not
 # run on a GPU yet: they are declined unless this variable is "1" (the GPU tests set it).
-BACKWARD_GATE = "CUDNN_GRAPH_CUTILE_BACKWARD"
 HEAD_DIMS = (64, 128)
 MAX_SEQUENCES = 8191          # the chunk locator holds N + 1 boundaries in one tile
 MIN_ARCH = (8, 0)
@@ -97,16 +95,8 @@ class _Geometry:
         self.workspace_size = offset
 
 
-def _backward_enabled() -> bool:
-    return os.environ.get(BACKWARD_GATE) == "1"
-
-
 def _support_reason(graph, node) -> str | None:
     """Why this engine cannot run ``node`` (None when it can)."""
-    if node.op in BACKWARD_OPS and not _backward_enabled():
-        return (f"backward not verified on a GPU: the cuTile {node.op} kernels compile and follow a chunked design "
-                f"checked in NumPy against the reference, but have not run on a GPU yet (set {BACKWARD_GATE}=1 "
-                "to use them)")
     if node.op not in FORWARD_OPS and node.op not in BACKWARD_OPS:
         return f"op {node.op} has no cuTile kernel (runs {', '.join(FORWARD_OPS + tuple(BACKWARD_OPS))})"
     kind, ordinal = graph.device
