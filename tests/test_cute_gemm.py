@@ -132,6 +132,10 @@ def test_engine_is_absent_from_the_manifest_without_the_dsl(monkeypatch):
     ({"batch": (3,)}, dict(a_stride=(264, 1, 200 * 264), b_stride=(1, 136, 264 * 136),
                            c_stride=(136, 1, 200 * 136), L=3)),
     ({"batch": (2, 3)}, dict(L=6, a_stride=(264, 1, 200 * 264))),
+    # K = 1 (the H200 fuzzer's case): both of A's strides are 1 elements; TMA needs the size-1 axis's
+    # stride 16-byte aligned, so A is read as a column (M-major) and B's size-1 row axis gets 136.
+    ({"K": 1}, dict(a_stride=(1, 200), b_stride=(1, 136))),
+    ({"K": 1, "M": 16, "ab": F.HALF}, dict(a_stride=(1, 16))),
 ])
 def test_layouts_and_batches_map_to_kernel_strides(kw, expect):
     p = _matched(**kw)
@@ -140,7 +144,7 @@ def test_layouts_and_batches_map_to_kernel_strides(kw, expect):
         if key.endswith("stride"):
             got = got[:len(value)]
         assert got == value, (key, got, value)
-    assert (p.M, p.N, p.K) == (200, 136, 264)
+    assert (p.M, p.N, p.K) == (kw.get("M", 200), 136, kw.get("K", 264))
 
 
 @needs_dsl

@@ -91,11 +91,21 @@ def _matrix(name, t, rows, cols, batch_dims, itemsize, which):
     r_s, c_s = strides[-2], strides[-1]
     if any(s < 0 for s in strides):
         _decline(f"{name} has a negative stride {strides}; TMA reads positive strides")
-    # A size-1 axis has no meaningful stride: give it the unit stride when the other axis lacks it.
-    if c_s != 1 and cols == 1:
-        c_s = 1
-    elif r_s != 1 and c_s != 1 and rows == 1:
-        r_s = 1
+    # A size-1 axis has no meaningful stride, but a TMA descriptor still needs one (16-byte aligned):
+    # make the other axis the unit-stride one where it can be, and give the size-1 axis an aligned stride.
+    align = TMA_ALIGN // itemsize
+    if rows == 1 and cols == 1:
+        r_s, c_s = align, 1
+    elif cols == 1:
+        if r_s == 1:
+            c_s = _round_up(rows, align)      # a column, contiguous down its rows
+        else:
+            c_s = 1
+    elif rows == 1:
+        if c_s == 1:
+            r_s = _round_up(cols, align)      # a row, contiguous along it
+        else:
+            r_s = 1
     if c_s != 1 and r_s != 1:
         _decline(f"{name} has strides {strides}: neither of its last two axes is contiguous "
                  f"({which}); TMA needs a unit stride on one of them")
@@ -107,7 +117,6 @@ def _matrix(name, t, rows, cols, batch_dims, itemsize, which):
             _decline(f"{name}'s batch dims {dims[:-2]} neither match the output's {batch_dims} nor are all 1")
         _decline(f"{name} is broadcast over the batch (dims {dims}); the kernel reads A and B per batch")
     L = math.prod(batch_dims)
-    align = TMA_ALIGN // itemsize
     if L == 1:
         batch = _round_up(_span(dims[-2:], (r_s, c_s)), align)
     for what, s in (("row", r_s), ("column", c_s), ("batch", batch)):

@@ -93,20 +93,6 @@ def _gates(g, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool):
 
 
 @ct.function
-def _cumulative(x, pivot):
-    """Per column, the inclusive cumulative sum of x's rows minus its value at row ``pivot`` (-1: none),
-    as one 0/+-1 matrix product: a column scan of a (CHUNK, K) tile through warp shuffles is several
-    times slower. x is split into a TF32 head and its remainder, so the sums keep f32 accuracy."""
-    rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
-    cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
-    steps = (ct.where(cols <= rows, 1.0, 0.0) - ct.where(cols <= pivot, 1.0, 0.0)).astype(ct.tfloat32)
-    head = x.astype(ct.tfloat32)
-    rest = (x - head.astype(ct.float32)).astype(ct.tfloat32)
-    acc = ct.mma(steps, head, ct.zeros(x.shape, dtype=ct.float32))
-    return ct.mma(steps, rest, acc)
-
-
-@ct.function
 def _row(x, index):
     """Row ``index`` of a (CHUNK, width) tile as a (1, width) tile."""
     rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
@@ -199,42 +185,35 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
-        # Ordered so that few (CHUNK, K) f32 tiles are live at once: each is 64 registers a thread.
-        count = stop - start
         kt = _rows(k, h, start, stop, K, 0)
         if USE_L2:
             kt = _l2_normalise(kt)
+        vt = _rows(v, h, start, stop, V, 0)
+        gc = _gates(g, h, start, stop, K, PER_CHANNEL)
         if BETA_PER_CHANNEL:
             bt = _rows(beta, h, start, stop, K, 0)
         else:
             bt = _column(beta, h, start, stop)
         read = bt * kt
-        if PER_CHANNEL:
-            gt = _rows(g, h, start, stop, K, 0)
-            if STORE_KD:
-                # Zero g padding: past the chunk's last token the sums repeat its row, and k is zero there.
-                _store_rows(kd_out, h, start, stop, 0, kt * ct.exp(-_cumulative(gt, count - 1)), K)
-            gc = _cumulative(gt, -1)
-            _store_rows(g_out, h, start, stop, 0, gc, K)
-            decayed_read = read * ct.exp(gc)
-            # Relative to the middle row, the scores' exp split stays near 1 on both sides.
-            rel = _cumulative(gt, ct.minimum(count - 1, _MID))
-        else:
-            gc = _gates(g, h, start, stop, K, False)
-            ct.store(g_out.slice(0, start, stop), (0, h), gc)
-            if STORE_KD:
-                _store_rows(kd_out, h, start, stop, 0, kt * ct.exp(_row(gc, count - 1) - gc), K)
-            decayed_read = read * ct.exp(gc)
-            rel = gc
-        a = _decayed_scores(read, kt, rel, ct.zeros((1, 1), dtype=ct.float32), False, PER_CHANNEL, False)
-        inv = _unit_lower_inverse(a)
-        _store_rows(w_out, h, start, stop, 0, _mm(inv, decayed_read, ct.zeros((CHUNK, K), dtype=ct.float32)), K)
-        vt = _rows(v, h, start, stop, V, 0)
         if HAS_W:
             xt = _rows(wgate, h, start, stop, V, 0) * vt
         else:
             xt = bt * vt
-        _store_rows(u_out, h, start, stop, 0, _mm(inv, xt, ct.zeros((CHUNK, V), dtype=ct.float32)), V)
+        mid = _row(gc, ct.minimum(stop - start - 1, _MID))
+        a = _decayed_scores(read, kt, gc, mid, False, PER_CHANNEL, False)
+        inv = _unit_lower_inverse(a)
+        w = _mm(inv, read * ct.exp(gc), ct.zeros((CHUNK, K), dtype=ct.float32))
+        u = _mm(inv, xt, ct.zeros((CHUNK, V), dtype=ct.float32))
+        _store_rows(w_out, h, start, stop, 0, w, K)
+        _store_rows(u_out, h, start, stop, 0, u, V)
+        if PER_CHANNEL:
+            _store_rows(g_out, h, start, stop, 0, gc, K)
+        else:
+            ct.store(g_out.slice(0, start, stop), (0, h), gc)
+        if STORE_KD:
+            # Past the chunk's last token gc repeats the last row (zero g padding), and k is zero there.
+            last = _row(gc, stop - start - 1)
+            _store_rows(kd_out, h, start, stop, 0, kt * ct.exp(last - gc), K)
 
 
 @ct.kernel
