@@ -77,8 +77,19 @@ def _make_builder(schema):
     binding = OpBinding(schema, REQUIRED, _GENERIC)
     order = binding.order
 
+    declined = dict(schema.extra.get("declined_keywords") or {})
+
     def builder(self, *args, **kwargs):
         return self._build(binding, args, kwargs)
+
+    if declined:
+        # Keywords the op's pygraph counterpart lacks because cuDNN cannot do what they ask: a decline
+        # that says why, not an unknown-keyword TypeError.
+        def builder(self, *args, **kwargs):
+            for key in kwargs:
+                if key in declined:
+                    raise GraphNotSupportedError(f"{schema.name}(): {key}: {declined[key]}")
+            return self._build(binding, args, kwargs)
 
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
     seen = set()

@@ -2,8 +2,8 @@
 
 CPU: the lowered programs (the composite node sequence cudnn-frontend builds for cuDNN's fused attention
 engines, the native SDPA operations, the choice between them) and the declines. GPU (marked ``gpu``):
-results against the reference engine, forward and backward, bf16 and fp16, head dims 64 and 128, from
-CuPy and JAX.
+results against the reference engine, forward and backward, bf16 and fp16, head dims 64, 128 and 256, from
+CuPy and JAX; docs/backend_sdpa.md tabulates which feature runs where.
 """
 from __future__ import annotations
 
@@ -81,8 +81,9 @@ def fwd_graph(device, io=F.BFLOAT16, *, b=2, h_q=4, h_k=None, s_q=128, s_kv=None
 
 
 def bwd_graph(device, io=F.BFLOAT16, *, b=2, h_q=4, h_k=None, s_q=128, s_kv=None, d=64, padding=False,
-              bias=False, sink=False, dsink=False, **sdpa_kw):
-    """dQ, dK, dV of sdpa_backward(q, k, v, o, dO, stats) in ``io``."""
+              bias=False, sink=False, dsink=False, custom_dropout=False, philox=None, rng_dump=False, **sdpa_kw):
+    """dQ, dK, dV of sdpa_backward(q, k, v, o, dO, stats) in ``io``; ``custom_dropout``: a keep-mask with
+    its scale and inverse scale; ``philox``: a dropout probability drawn from seed / offset tensors."""
     h_k = h_k or h_q
     s_kv = s_kv or s_q
     g = cudnn.pygraph(io_data_type=io, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
@@ -106,6 +107,17 @@ def bwd_graph(device, io=F.BFLOAT16, *, b=2, h_q=4, h_k=None, s_q=128, s_kv=None
         kw["sink_token"] = t["sink"]
         if dsink:
             kw["dSink_token"] = True
+    if custom_dropout:
+        t["mask"] = g.tensor(name="mask", dim=[b, h_q, s_q, s_kv], stride=_dense((b, h_q, s_q, s_kv)), data_type=io)
+        for name in ("scale", "scale_inv"):
+            t[name] = g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.FLOAT)
+        kw["dropout"] = (t["mask"], t["scale"], t["scale_inv"])
+    if philox is not None:
+        t["seed"] = g.tensor(name="seed", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT64)
+        t["offset"] = g.tensor(name="offset", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT64)
+        kw["dropout"] = (philox, t["seed"], t["offset"])
+        if rng_dump:
+            kw["rng_dump"] = True
     dq, dk, dv = g.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["dO"], t["stats"],
                                  attn_scale=1.0 / math.sqrt(d), name="attn_bwd", **kw)
     for name, x in (("dQ", dq), ("dK", dk), ("dV", dv)):
@@ -113,6 +125,8 @@ def bwd_graph(device, io=F.BFLOAT16, *, b=2, h_q=4, h_k=None, s_q=128, s_kv=None
         t[name] = x
     if sink and dsink:
         t["dSink_token"] = g.nodes[-1].outputs["dSink_token"].set_output(True).set_name("dSink_token")
+    if rng_dump:
+        t["rng_dump"] = g.nodes[-1].outputs["rng_dump"].set_output(True).set_name("rng_dump")
     g.validate()
     return g, t
 
@@ -627,17 +641,25 @@ def test_philox_dropout_equals_its_dumped_keep_mask_used_as_a_custom_mask():
 
 
 def _bwd_inputs(io, b=2, h_q=4, h_k=None, s_q=128, s_kv=None, d=64, padding=False, bias=False, seed=1,
-                sink=False, **mask):
-    """Backward inputs whose o and Stats are the reference forward's (so P recomputed from Stats is exact)."""
+                sink=False, keep=None, **mask):
+    """Backward inputs whose o and Stats are the reference forward's (so P recomputed from Stats is exact).
+    ``keep``: a dropout keep-probability; the inputs then hold a random keep-mask and its scales (the
+    forward's O uses them)."""
     from cudnn_graph.engines.reference import _kernels_sdpa
     from gpu_support import host_dtype
     x = _fwd_inputs(io, b, h_q, h_k, s_q, s_kv, d, padding, bias, seed, sink=sink)
+    if keep is not None:
+        drop_rng = np.random.default_rng(seed + 13)
+        x["mask"] = (drop_rng.random((b, h_q, s_q, s_kv or s_q)) < keep).astype(np.float32).astype(host_dtype(io))
+        x["scale"] = np.full((1, 1, 1, 1), 1 / keep, np.float32)
+        x["scale_inv"] = np.full((1, 1, 1, 1), keep, np.float32)
     attrs = {"generate_stats": True, "attn_scale": 1.0 / math.sqrt(d), "use_padding_mask": padding, **mask}
     for key in ("use_causal_mask", "use_causal_mask_bottom_right", "diagonal_band_left_bound",
                 "diagonal_band_right_bound", "sliding_window_length", "diagonal_alignment"):
         attrs.setdefault(key, None)
     inputs = {k: x.get(k) for k in ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv")}
     inputs["sink_token"] = x.get("sink")
+    inputs["dropout_mask"], inputs["dropout_scale"] = x.get("mask"), x.get("scale")
     o_dims, row_dims = (b, h_q, s_q, d), (b, h_q, s_q, 1)
     out = _kernels_sdpa.sdpa_forward_kernel(inputs, attrs, {"O": (o_dims, host_dtype(io)),
                                                             "Stats": (row_dims, np.float32)})
@@ -943,3 +965,296 @@ def test_ragged_offsets_reach_the_tensor_descriptors(scratch, native_names):
         attrs = tensor_attrs(program, Ref(f"tensor_{t[name].uid}"))
         offset = "o_offset" if name == "O" else f"{name}_offset"
         assert attrs["CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC"] == Ref(f"tensor_{t[offset].uid}")
+
+
+# ---- head dim 256, ragged (THD) backward, paged backward, and the backward features without a GPU test ------
+#
+# cuDNN's support matrix (9.18) gives fp16 / bf16 attention on Hopper head dims up to 256 forward and backward,
+# ragged layouts in both directions and paged K/V caches in the forward only. Where the loaded cuDNN still has
+# no engine, the test checks that the decline is a GraphNotSupportedError carrying cuDNN's / the lowering's
+# reason, then skips with it.
+
+def _decline_reason(exc) -> str:
+    """The reasons inside a decline; asserts there is one from the cuDNN backend (its lowering names the
+    node, the engine quotes cuDNN), not a bare "no engine"."""
+    declines = getattr(exc, "declines", None) or [("", str(exc))]
+    reasons = [f"{who}: {why}" for who, why in declines if "cuDNN" in why or "node 'attn" in why]
+    assert reasons, f"the decline does not say why the cuDNN backend refused: {exc}"
+    return "; ".join(reasons)
+
+
+def _or_declined_with_reason(run, what: str):
+    """``run()``, or a skip quoting the reason of a clean decline; anything else fails the test."""
+    try:
+        return run()
+    except GraphNotSupportedError as exc:
+        pytest.skip(f"{what}: declined cleanly ({type(exc).__name__}): {_decline_reason(exc)}")
+
+
+D256 = dict(h_q=2, d=256)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", IO, ids=IO_IDS)
+@pytest.mark.parametrize("producer", ["cupy", "jax"])
+def test_d256_forward_matches_the_reference_or_is_declined(io, producer):
+    from gpu_support import compare
+    host = _fwd_inputs(io, **D256)
+    kw = dict(D256, io=io, use_causal_mask=True)
+    g = _or_declined_with_reason(
+        lambda: compare(fwd_graph, host, {"O", "Stats"}, producer, tolerance=TOL_FWD[io], **kw), "d=256 forward")
+    _assert_cudnn_plan(g)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", IO, ids=IO_IDS)
+@pytest.mark.parametrize("producer", ["cupy", "jax"])
+def test_d256_backward_matches_the_reference_or_is_declined(io, producer):
+    from gpu_support import compare
+    host = _bwd_inputs(io, **D256, use_causal_mask=True)
+    kw = dict(D256, io=io, use_causal_mask=True)
+    g = _or_declined_with_reason(
+        lambda: compare(bwd_graph, host, {"dQ", "dK", "dV"}, producer, tolerance=TOL_BWD[io], **kw),
+        "d=256 backward")
+    _assert_cudnn_plan(g)
+
+
+# Backward features whose earlier GPU tests were CuPy-only or missing: each from CuPy in both dtypes where it
+# had none, and from JAX. "shape" keys size the inputs, the rest go to the graph builder.
+MORE_BACKWARD_CASES = {
+    "causal_bottom_right": dict(s_q=64, s_kv=192, use_causal_mask_bottom_right=True),
+    "mqa": dict(h_q=4, h_k=1, use_causal_mask=True),
+    "custom_dropout": dict(custom_dropout=True, use_causal_mask=True),
+    "gqa": dict(h_q=4, h_k=2, use_causal_mask=True),
+    "padding": dict(padding=True, use_causal_mask=True),
+    "bias": dict(bias=True),
+    "sliding_window": dict(diagonal_band_right_bound=0, diagonal_band_left_bound=32),
+    "alibi": dict(use_causal_mask=True, use_alibi_mask=True),
+    "sink": dict(sink=True, dsink=True, use_causal_mask=True),
+}
+_NEW_BWD = [(F.BFLOAT16, "cupy"), (F.HALF, "cupy"), (F.BFLOAT16, "jax")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case,io,producer", [
+    *[(case, io, producer) for case in ("causal_bottom_right", "mqa", "custom_dropout") for io, producer in _NEW_BWD],
+    *[(case, F.HALF, "jax") for case in ("gqa", "padding", "bias", "sliding_window", "alibi", "sink")]],
+    ids=lambda x: {F.BFLOAT16: "bf16", F.HALF: "fp16"}.get(x, x) if not isinstance(x, str) else x)
+def test_more_backward_features_match_the_reference(case, io, producer):
+    from gpu_support import compare
+    kw = dict(MORE_BACKWARD_CASES[case])
+    shape = {k: kw[k] for k in ("h_q", "h_k", "s_q", "s_kv", "padding", "bias", "sink") if k in kw}
+    mask = {k: v for k, v in kw.items() if k.startswith(("use_", "diagonal"))}
+    host = _bwd_inputs(io, **shape, **mask, keep=0.8 if kw.get("custom_dropout") else None)
+    outs = {"dQ", "dK", "dV"} | ({"dSink_token"} if kw.get("dsink") else set())
+    g = _or_declined_with_reason(
+        lambda: compare(bwd_graph, host, outs, producer, tolerance=TOL_BWD[io], io=io, **kw), f"{case} backward")
+    _assert_cudnn_plan(g)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", IO, ids=IO_IDS)
+def test_philox_dropout_backward_equals_its_dumped_keep_mask_used_as_a_custom_mask(io):
+    """The reference has no Philox stream: the backward's own rng_dump, used as a custom keep-mask on the
+    reference, must give the same dQ / dK / dV."""
+    from gpu_support import assert_close, gpu_run, host_dtype, reference_run
+    _skip_unless_lowerable(bwd_graph, io=io, philox=0.2, rng_dump=True)
+    host = _bwd_inputs(io)
+    host["seed"] = np.full((1, 1, 1, 1), 1234, np.int64)
+    host["offset"] = np.full((1, 1, 1, 1), 7, np.int64)
+    got, g = _or_declined_with_reason(
+        lambda: gpu_run(bwd_graph, host, {"dQ", "dK", "dV", "rng_dump"}, "cupy", io=io, philox=0.2, rng_dump=True),
+        "Philox dropout backward")
+    _assert_cudnn_plan(g)
+    keep = np.asarray(got["rng_dump"], np.float32)
+    assert set(np.unique(keep)) <= {0.0, 1.0}
+    assert abs(float(keep.mean()) - 0.8) < 0.02
+    custom = {k: v for k, v in host.items() if k not in ("seed", "offset")}
+    custom["mask"] = keep.astype(host_dtype(io))
+    custom["scale"] = np.full((1, 1, 1, 1), 1 / 0.8, np.float32)
+    custom["scale_inv"] = np.full((1, 1, 1, 1), 0.8, np.float32)
+    want = reference_run(bwd_graph, custom, {"dQ", "dK", "dV"}, io=io, custom_dropout=True)
+    for name in ("dQ", "dK", "dV"):
+        assert_close(got[name], want[name], np.dtype(want[name].dtype).name, f"{name} (Philox backward)",
+                     tolerance=TOL_BWD[io])
+
+
+def ragged_bwd_graph(device, io=F.BFLOAT16, *, b=2, h_q=4, h_k=None, s_q=128, s_kv=128, d=64, ragged=True,
+                     **sdpa_kw):
+    """sdpa_backward over packed (THD) q / k / v / o / dO, writing packed dQ / dK / dV: (b, h, s, d) tensors
+    with BSHD strides and (b + 1) INT64 element offsets, shared as cudnn-frontend's samples share them (q and
+    dQ, k and dK, v and dV, o and dO). ``ragged=False``: the same graph over padded BSHD buffers (the
+    reference's). Stats is a dense BHSD (b, h_q, s_q, 1) tensor."""
+    h_k = h_k or h_q
+    g = cudnn.pygraph(io_data_type=io, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                      device=device, name="sdpa_ragged_bwd")
+    t = {}
+    offsets = {}
+    for name in ("q", "k", "v", "o"):
+        offsets[name] = t[f"{name}_offset"] = g.tensor(name=f"{name}_offset", dim=[b + 1, 1, 1, 1],
+                                                       stride=[1, 1, 1, 1], data_type=F.INT64) if ragged else None
+    for name, h, s, shares in (("q", h_q, s_q, "q"), ("k", h_k, s_kv, "k"), ("v", h_k, s_kv, "v"),
+                               ("o", h_q, s_q, "o"), ("dO", h_q, s_q, "o")):
+        t[name] = g.tensor(name=name, dim=[b, h, s, d], stride=[s * h * d, d, h * d, 1], data_type=io,
+                           ragged_offset=offsets[shares])
+    t["stats"] = g.tensor(name="stats", dim=[b, h_q, s_q, 1], stride=_dense((b, h_q, s_q, 1)), data_type=F.FLOAT)
+    for name in ("seq_len_q", "seq_len_kv"):
+        t[name] = g.tensor(name=name, dim=[b, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT32)
+    dq, dk, dv = g.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["dO"], t["stats"], attn_scale=1.0 / math.sqrt(d),
+                                 name="attn_bwd", use_padding_mask=True, seq_len_q=t["seq_len_q"],
+                                 seq_len_kv=t["seq_len_kv"], **sdpa_kw)
+    for name, x, shares in (("dQ", dq, "q"), ("dK", dk, "k"), ("dV", dv, "v")):
+        x.set_output(True).set_name(name)
+        if ragged:
+            x.set_ragged_offset(offsets[shares])
+        t[name] = x
+    g.validate()
+    return g, t
+
+
+RAGGED_BACKWARD_CASES = {
+    "d64": dict(d=64),
+    "d128_causal": dict(d=128, use_causal_mask=True),
+    "gqa_causal_bottom_right": dict(h_q=4, h_k=2, use_causal_mask_bottom_right=True),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", IO, ids=IO_IDS)
+@pytest.mark.parametrize("case", list(RAGGED_BACKWARD_CASES))
+def test_ragged_backward_matches_the_reference(io, case):
+    """dQ / dK / dV of a packed (THD) backward against the reference on the padded BSHD layout. CuPy only:
+    JAX hands over dense row-major (b, h, s, d) arrays, not a BSHD-strided view of a packed buffer."""
+    from cudnn_graph.engines.reference import _kernels_sdpa
+    from gpu_support import assert_close, gpu_run, host_dtype, reference_run
+    kw = dict(RAGGED_BACKWARD_CASES[case])
+    shape = dict(b=2, h_q=kw.pop("h_q", 4), s=128, d=kw.pop("d", 64))
+    h_k = kw.pop("h_k", None) or shape["h_q"]
+    b, h_q, s, d = shape["b"], shape["h_q"], shape["s"], shape["d"]
+    rng = np.random.default_rng(17)
+    seq_q, seq_kv = np.array([s - 20, s // 3]), np.array([s - 7, s // 2 + 3])   # s_kv >= s_q per sequence
+    padded = {"q": _rand(io, (b, s, h_q, d), rng), "k": _rand(io, (b, s, h_k, d), rng),
+              "v": _rand(io, (b, s, h_k, d), rng), "dO": _rand(io, (b, s, h_q, d), rng)}
+    lengths = {"seq_len_q": seq_q.astype(np.int32).reshape(b, 1, 1, 1),
+               "seq_len_kv": seq_kv.astype(np.int32).reshape(b, 1, 1, 1)}
+    for name, seq in (("q", seq_q), ("k", seq_kv), ("v", seq_kv), ("dO", seq_q)):
+        for i, n in enumerate(seq):
+            padded[name][i, n:] = 0
+    # o and Stats from the reference forward on the padded layout (zero past seq_len_q)
+    attrs = {"generate_stats": True, "attn_scale": 1.0 / math.sqrt(d), "use_padding_mask": True, **kw}
+    for key in ("use_causal_mask", "use_causal_mask_bottom_right", "diagonal_band_left_bound",
+                "diagonal_band_right_bound", "sliding_window_length", "diagonal_alignment"):
+        attrs.setdefault(key, None)
+    fwd_in = {name: padded[name].transpose(0, 2, 1, 3) for name in "qkv"}
+    fwd = _kernels_sdpa.sdpa_forward_kernel({**fwd_in, **lengths}, attrs, {
+        "O": ((b, h_q, s, d), host_dtype(io)), "Stats": ((b, h_q, s, 1), np.float32)})
+    padded["o"] = np.ascontiguousarray(fwd["O"].transpose(0, 2, 1, 3))
+    dense = {name: x.transpose(0, 2, 1, 3) for name, x in padded.items()}
+    common = dict(io=io, h_q=h_q, h_k=h_k, s_q=s, s_kv=s, d=d, **kw)
+    want = reference_run(ragged_bwd_graph, {**dense, **lengths, "stats": fwd["Stats"]}, {"dQ", "dK", "dV"},
+                         ragged=False, **common)
+    packed = {**lengths, "stats": fwd["Stats"]}
+    for name, seq, shares in (("q", seq_q, "q"), ("k", seq_kv, "k"), ("v", seq_kv, "v"), ("o", seq_q, "o"),
+                              ("dO", seq_q, "o")):
+        packed[name], packed[f"{shares}_offset"] = _packed_view(padded[name], seq)
+    got, g = _or_declined_with_reason(lambda: gpu_run(ragged_bwd_graph, packed, {"dQ", "dK", "dV"}, "cupy",
+                                                      **common), f"ragged backward ({case})")
+    _assert_cudnn_plan(g)
+    for name, seq, shares in (("dQ", seq_q, "q"), ("dK", seq_kv, "k"), ("dV", seq_kv, "v")):
+        value = _unpacked(got[name], packed[f"{shares}_offset"], seq)
+        expected = np.asarray(want[name], np.float32).copy()
+        for i, n in enumerate(seq):
+            expected[i, :, n:] = 0
+        assert_close(value, expected, np.dtype(want[name].dtype).name, f"{name} (ragged, cupy)",
+                     tolerance=TOL_BWD[io])
+
+
+# ---- CPU: the lowering and declines behind the GPU tests above -----------------------------------------
+
+def test_d256_lowers_both_ways_and_larger_backward_head_dims_are_declined(scratch, native_names):
+    g, _ = fwd_graph("cuda", h_q=2, d=256, use_causal_mask=True)
+    assert ops_of(lower_program(g, version=91900))[0] == ("OPERATION_MATMUL", None)
+    g, t = bwd_graph("cuda", h_q=2, d=256, use_causal_mask=True)
+    program = lower_program(g, version=91900)
+    assert ("OPERATION_SDPA_BWD", None) not in ops_of(program)
+    assert tensor_attrs(program, Ref(f"tensor_{t['k'].uid}"))["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 2, 256, 128)
+    g, _ = bwd_graph("cuda", h_q=2, d=264, use_causal_mask=True)
+    with pytest.raises(GraphNotSupportedError, match=r"node 'attn_bwd'.*head dims up to 256 \(on sm_90.*d_qk=264"):
+        lower_program(g, version=91900)
+
+
+def test_head_dims_above_256_decline_the_native_backward_too(native_names, monkeypatch):
+    monkeypatch.setattr(_lower_sdpa, "BACKWARD_ORDER", ("native",))
+    g, _ = bwd_graph("cuda", h_q=2, d=320)
+    with pytest.raises(GraphNotSupportedError, match="head dims up to 256"):
+        lower_program(g, version=91900)
+
+
+def test_paged_sdpa_backward_is_declined_as_forward_only():
+    g = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                      device="cuda")
+    x = {n: g.tensor(name=n, dim=list(dims), stride=_dense(dims)) for n, dims in (
+        ("q", (2, 4, 64, 64)), ("k", (5, 4, 64, 64)), ("v", (5, 4, 64, 64)), ("o", (2, 4, 64, 64)),
+        ("dO", (2, 4, 64, 64)))}
+    stats = g.tensor(name="stats", dim=[2, 4, 64, 1], stride=_dense((2, 4, 64, 1)), data_type=F.FLOAT)
+    table = g.tensor(name="table", dim=[2, 1, 2, 1], stride=[2, 2, 1, 1], data_type=F.INT32)
+    for keyword in ("paged_attention_k_table", "paged_attention_v_table"):
+        with pytest.raises(GraphNotSupportedError, match=f"sdpa_backward\\(\\): {keyword}: paged K/V caches are "
+                                                         "forward only.*N/A for the backward"):
+            g.sdpa_backward(x["q"], x["k"], x["v"], x["o"], x["dO"], stats, **{keyword: table})
+    with pytest.raises(GraphNotSupportedError, match="forward only"):
+        g.scaled_dot_product_flash_attention_backward(x["q"], x["k"], x["v"], x["o"], x["dO"], stats,
+                                                      paged_attention_max_seq_len_kv=128)
+    assert not g.nodes                              # nothing was added
+    with pytest.raises(TypeError, match="unexpected keyword argument 'page_table'"):
+        g.sdpa_backward(x["q"], x["k"], x["v"], x["o"], x["dO"], stats, page_table=table)
+
+
+def test_ragged_backward_puts_the_offsets_where_cudnn_frontend_does(scratch, native_names):
+    g, t = ragged_bwd_graph("cuda", use_causal_mask=True)
+    program = lower_program(g, version=91900)
+    assert ("OPERATION_SDPA_BWD", None) not in ops_of(program)
+    for name, shares in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "o"), ("dO", "o"), ("dQ", "q"), ("dK", "k"),
+                         ("dV", "v")):
+        attrs = tensor_attrs(program, Ref(f"tensor_{t[name].uid}"))
+        assert attrs["CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC"] == Ref(f"tensor_{t[shares + '_offset'].uid}"), name
+    assert "CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC" not in tensor_attrs(program, Ref(f"tensor_{t['stats'].uid}"))
+    # K, read transposed for Q K^T, is reshaped back for dQ = dS K: that view keeps K's offsets
+    ops = [program.step(n).attrs for n in program.operations]
+    reshapes = [op for op in ops if "CUDNN_ATTR_OPERATION_RESHAPE_XDESC" in op]
+    k_back = [op for op in reshapes if op["CUDNN_ATTR_OPERATION_RESHAPE_XDESC"] == Ref(f"tensor_{t['k'].uid}")]
+    (k_back,) = k_back
+    attrs = tensor_attrs(program, k_back["CUDNN_ATTR_OPERATION_RESHAPE_YDESC"])
+    assert attrs["CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC"] == Ref(f"tensor_{t['k_offset'].uid}")
+    assert attrs["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 4, 128, 64)
+    assert attrs["CUDNN_ATTR_TENSOR_STRIDES"] == (128 * 4 * 64, 64, 4 * 64, 1)
+    # softmax_sum and the dQ accumulator stay dense BHSD (no max_total_seq_len_*), as in cudnn-frontend
+    softmax_sum, accum = scratch
+    for uid, *_ in (softmax_sum, accum):
+        assert "CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC" not in tensor_attrs(program, Ref(f"tensor_{uid}"))
+
+
+def test_ragged_gqa_backward_needs_cudnn_9_6(scratch, native_names):
+    g, _ = ragged_bwd_graph("cuda", h_q=4, h_k=2)
+    assert ("OPERATION_REDUCTION", RED.ADD) in ops_of(lower_program(g, version=91900))
+    with pytest.raises(GraphNotSupportedError, match="ragged .*GQA / MQA.* needs cuDNN >= 9.6.0; loaded 9.5.1"):
+        lower_program(g, version=90501)
+
+
+def test_dropout_backward_graphs_lower(scratch, native_names):
+    g, t = bwd_graph("cuda", custom_dropout=True, use_causal_mask=True)
+    ops = [program_step.attrs for program_step in
+           (lambda p: [p.step(n) for n in p.operations])(lower_program(g, version=91900))]
+    assert any(op.get("CUDNN_ATTR_OPERATION_POINTWISE_BDESC") == Ref(f"tensor_{t['mask'].uid}") for op in ops)
+    assert any(op.get("CUDNN_ATTR_OPERATION_POINTWISE_BDESC") == Ref(f"tensor_{t['scale_inv'].uid}") for op in ops)
+    g, t = bwd_graph("cuda", philox=0.2, rng_dump=True)
+    program = lower_program(g, version=91900)
+    (op,) = program.of_kind("OPERATION_RNG")
+    assert op["CUDNN_ATTR_OPERATION_RNG_YDESC"] == Ref(f"tensor_{t['rng_dump'].uid}")
+
+
+def test_reference_engine_declines_ragged_graphs_instead_of_misreading_them():
+    from gpu_support import reference_run
+    host = {name: np.zeros(1) for name in ("q",)}
+    with pytest.raises(GraphNotSupportedError, match="reference engine does not apply ragged offsets"):
+        reference_run(ragged_bwd_graph, host, {"dQ"}, io=F.HALF)

@@ -55,6 +55,7 @@ from ..data_type import DataType
 from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, register
 
 __all__ = ["DiagonalAlignment", "AttentionImplementation", "MaskSpec", "resolve_masking", "stats_requested",
+           "PAGED_BACKWARD_REASON",
            "expand_dropout_forward", "expand_dropout_backward", "infer_s_kv", "alibi_slopes",
            "SDPA_POSITIONAL", "SDPA_BACKWARD_POSITIONAL"]
 
@@ -318,6 +319,13 @@ def _check_ragged(ctx: InferContext, ports: tuple, b: int, padding: bool) -> Non
         if tuple(getattr(r, "dim", (b + 1, 1, 1, 1))) != (b + 1, 1, 1, 1):
             ctx.fail(port, f"the ragged offset tensor must have dims (b + 1, 1, 1, 1) = {[b + 1, 1, 1, 1]}; "
                            f"got {list(r.dim)}")
+
+
+# cudnn-frontend's sdpa_backward has no page-table keywords: cuDNN's support matrix lists paged attention as
+# N/A for the backward. pygraph names the reason instead of an unknown-keyword TypeError.
+PAGED_BACKWARD_REASON = ("paged K/V caches are forward only: cuDNN's attention backward (composite or SDPA_BWD) "
+                         "reads no page tables (its support matrix lists paged attention as N/A for the "
+                         "backward); gather the pages into dense or ragged K/V for the backward")
 
 
 @dataclass(frozen=True)
@@ -681,6 +689,8 @@ _SDPA_BACKWARD = OpSchema(
         "output_keywords": ("dBias", "dSink_token", "rng_dump"),
         "scalar_ports": {"attn_scale": DataType.FLOAT},
         "keyword_expanders": {"dropout": expand_dropout_backward},
+        "declined_keywords": {name: PAGED_BACKWARD_REASON for name in (
+            "paged_attention_k_table", "paged_attention_v_table", "paged_attention_max_seq_len_kv")},
         "generic_positional": ("compute_data_type", "name"),
         "note": _EXTRA_NOTE,
         "aliases": ("scaled_dot_product_flash_attention_backward",),

@@ -40,20 +40,28 @@ from typing import Optional
 from ...data_type import DataType
 from ...enums import pointwise_mode as PW, reduction_mode as RED
 from ...errors import GraphNotSupportedError
-from ...ops._sdpa import AttentionImplementation, DiagonalAlignment, MaskSpec, alibi_slopes, infer_s_kv, \
-    resolve_masking, stats_requested
+from ...ops._sdpa import PAGED_BACKWARD_REASON, AttentionImplementation, DiagonalAlignment, MaskSpec, \
+    alibi_slopes, infer_s_kv, resolve_masking, stats_requested
 from .lowering import ATTRIBUTE_TYPES, Ref, Step, lowers
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NATIVE_FWD_VERSION", "NATIVE_BWD_VERSION", "BACKWARD_ORDER", "SDPA_ATTRIBUTE_TYPES", "settable", "choose_forward",
-           "choose_backward"]
+__all__ = ["NATIVE_FWD_VERSION", "NATIVE_BWD_VERSION", "BACKWARD_ORDER", "BACKWARD_MAX_HEAD_DIM",
+           "PAGED_BACKWARD_REASON", "SDPA_ATTRIBUTE_TYPES", "settable", "choose_forward", "choose_backward"]
 
 NATIVE_FWD_VERSION = 91301       # CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR usable (cudnn-frontend's gate)
 NATIVE_BLOCK_MASK_VERSION = 91400
 NATIVE_PAGED_VERSION = 91500     # page tables and sequence lengths on the native forward
 NATIVE_BWD_VERSION = 91700
 NATIVE_SUBGRAPH_VERSION = 92100  # masks / bias / dropout / sink reach the native op only through a subgraph
+RAGGED_GQA_BWD_VERSION = 90600   # ragged offsets with h_k or h_v < h_q in the backward (cudnn-frontend's gate)
+
+# cuDNN's support matrix (9.18): the fused fp16 / bf16 attention runs head dims up to 256 on sm_90 (forward
+# and backward); its backward stops at 128 on sm_80 / sm_89, and cudnn-frontend's checks keep sm_100's there
+# too (bar d_qk=192 with d_v=128). The
+# lowering does not know the device, so it declines only what no architecture runs and lets cuDNN's
+# heuristics refuse the rest (the engine then says so).
+BACKWARD_MAX_HEAD_DIM = 256
 
 # The lowerings sdpa_backward tries, in order. cudnn-frontend's released nodes build only the composite
 # backward; the native SDPA_BWD operation is a fallback for what the composite declines. cuDNN 9.19 on an
@@ -173,6 +181,8 @@ class _Ask:
         self.dscale_inv = ins.get("dropout_scale_inv")
         self.sink = ins.get("sink_token")
         self.block_mask = ins.get("block_mask")
+        self.ragged = any(getattr(t, "ragged_offset", None) is not None
+                          for t in (*ins.values(), *node.outputs.values()))
         self.score_mod = a.get("score_mod") is not None or a.get("score_mod_bprop") is not None
         self.io = DataType(lw.graph._resolved_type(self.q))
         self.compute = lw.compute_type(node)
@@ -212,6 +222,13 @@ def _common_decline(ask: _Ask) -> Optional[str]:
             return f"tensor '{t.name}' ({name}) needs a unit stride along the head dim; got strides {tuple(t.stride)}"
     if ask.d_qk % 8 or ask.d_v % 8:
         return f"head dims must be multiples of 8; got d_qk={ask.d_qk}, d_v={ask.d_v}"
+    if not ask.forward:
+        if ask.d_qk > BACKWARD_MAX_HEAD_DIM or ask.d_v > BACKWARD_MAX_HEAD_DIM:
+            return (f"cuDNN's attention backward takes head dims up to {BACKWARD_MAX_HEAD_DIM} (on sm_90; up to "
+                    f"128 on sm_80 / sm_89, and on sm_100 but for d_qk=192 with d_v=128); got d_qk={ask.d_qk}, "
+                    f"d_v={ask.d_v}")
+        if ask.table_k is not None or ask.table_v is not None:
+            return PAGED_BACKWARD_REASON
     return None
 
 
@@ -275,10 +292,10 @@ def _composite_decline(ask: _Ask, lw) -> Optional[str]:
             return "the composite backward: " + _missing_names(_RESHAPE_ATTRS)
         if ask.s_q == 1 and ask.s_kv == 1:
             return "s_q = s_kv = 1 has no backward engine"
-        if ask.d_qk > 256 or ask.d_v > 256:
-            return f"head dims above 256 have no backward engine; got d_qk={ask.d_qk}, d_v={ask.d_v}"
-        if ask.table_k is not None or ask.table_v is not None:
-            return "paged K/V caches are forward only"
+        if ask.ragged and (ask.h_k != ask.h_q or ask.h_v != ask.h_q) and lw.version is not None \
+                and lw.version < RAGGED_GQA_BWD_VERSION:
+            return (f"a ragged (THD) backward with fewer K/V heads than query heads (GQA / MQA) needs cuDNN >= "
+                    f"{_dotted(RAGGED_GQA_BWD_VERSION)}; loaded {_dotted(lw.version)}")
         if lw.version is not None and lw.version <= 91500 and ask.s_kv % 128 and not ask.padding:
             return (f"cuDNN {_dotted(lw.version)} needs a padding-mask workaround for s_kv % 128 != 0 "
                     "that this lowering does not build; give use_padding_mask with full lengths")
@@ -354,8 +371,12 @@ class _Steps:
         self.n += 1
         return f"sdpa{self.i}_{what}{self.n}"
 
-    def virtual(self, dims, dtype=_F, strides=None) -> Ref:
+    def virtual(self, dims, dtype=_F, strides=None, ragged: Optional[Ref] = None) -> Ref:
+        """A virtual tensor; ``ragged``: the offset tensor of a packed (THD) view, as cudnn-frontend gives
+        the K it reshapes back in the backward."""
         ref, step = self.lw.virtual(tuple(dims), strides if strides is None else tuple(strides), dtype)
+        if ragged is not None:
+            step.attrs["CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC"] = ragged
         self.steps.append(step)
         return ref
 
@@ -702,7 +723,8 @@ def _backward_composite(lw, ask: _Ask, i: int):
     _grad_matmul(s, ask, lw, ds_t, lw.ref(ask.q), ask.dk, ask.h_k, d_qk, seq_q, seq_kv)
 
     # dQ = dS @ K through a FLOAT accumulator (cuDNN >= 9.6 initialises it itself)
-    k_back = s.reshape(lw.ref(ask.k), s.virtual(k_dims, ask.io, k_strides))
+    k_ragged = lw.ref(ask.k.ragged_offset) if ask.k.ragged_offset is not None else None
+    k_back = s.reshape(lw.ref(ask.k), s.virtual(k_dims, ask.io, k_strides, ragged=k_ragged))
     accum = s.scratch((b, h_q, s_q, d_qk), _F, fill=0 if lw.version is not None and lw.version < 90600 else None)
     s.matmul(ds, k_back, accum, m=seq_q, k=seq_kv)
     s.pointwise(PW.IDENTITY, accum, y=lw.ref(ask.dq))

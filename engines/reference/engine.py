@@ -116,6 +116,9 @@ class ReferencePlan(CompiledPlan):
                     np.copyto(values[t.uid], result.astype(dtype), casting="unsafe")
 
 
+_PACKED_LAYOUT_OPS = ("sdpa", "sdpa_backward")   # ops whose ragged offsets change which elements are read
+
+
 class ReferenceEngine(BaseEngine):
     """Runs every op with a NumPy kernel on host-device graphs."""
 
@@ -128,6 +131,14 @@ class ReferenceEngine(BaseEngine):
         kind, _ = graph.device
         if kind != "cpu":
             raise GraphNotSupportedError(f"the reference engine runs host graphs; this graph is on {kind}")
+        packed = [t.name for n in graph.nodes if n.op in _PACKED_LAYOUT_OPS
+                  for t in list(n.inputs.values()) + list(n.outputs.values())
+                  if getattr(t, "ragged_offset", None) is not None]
+        if packed:
+            # The attention kernels read each tensor through dims and strides; a packed (THD) tensor's
+            # sequences start where its offset tensor says, which they would not apply: a wrong answer.
+            raise GraphNotSupportedError(f"the reference engine does not apply ragged offsets (packed THD "
+                                         f"layouts); attention tensor '{packed[0]}' has one")
         missing = sorted({n.op for n in graph.nodes if n.op not in KERNELS})
         if missing:
             raise GraphNotSupportedError(f"the reference engine has no kernel for {', '.join(missing)}")
