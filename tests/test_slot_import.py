@@ -523,3 +523,76 @@ def test_failed_import_after_taking_the_capsule_calls_the_deleter_once():
 def test_slot_keeps_memory_alive_after_the_producer_is_gone():
     s = Slot.from_object(np.arange(1000, dtype=np.float64))
     np.testing.assert_array_equal(np.from_dlpack(s), np.arange(1000, dtype=np.float64))
+
+
+# ---- ownership of a consumed capsule -------------------------------------------------------------
+
+def test_slot_that_owns_an_imported_managed_tensor_is_its_own_owner_and_releases_it_once():
+    a = np.arange(6, dtype=np.float32)
+    s = Slot.from_object(ep.make_capsule(a))
+    assert s.owner is s
+    assert ep.counts() == (1, 0)
+    del s
+    assert ep.counts() == (1, 1)
+
+
+def test_managed_table_export_is_released_once_when_the_slot_dies():
+    a = np.arange(6, dtype=np.float32)
+    s = Slot.from_object(ep.ManagedOnlyProducer(a))
+    assert s.owner is s and s.data_ptr == _ptr(a)
+    assert ep.counts() == (1, 0)
+    del s
+    assert ep.counts() == (1, 1)
+
+
+def test_consumed_capsule_without_context_drops_its_destructor():
+    """On a consumed capsule the protocol leaves the destructor nothing to do: it is not run at all."""
+    a = np.arange(6, dtype=np.float32)
+    cap = ep.make_capsule(a)
+    before = ep.destructor_calls()
+    s = Slot.from_object(cap)
+    assert "used_dltensor_versioned" in repr(cap)
+    del cap
+    assert ep.destructor_calls() == before
+    del s
+    assert ep.counts() == (1, 1)
+
+
+def test_consumed_capsule_with_a_context_keeps_its_destructor():
+    """A destructor may own the capsule's context: a capsule that has one keeps its destructor."""
+    import ctypes
+    set_context = ctypes.pythonapi.PyCapsule_SetContext
+    set_context.argtypes = [ctypes.py_object, ctypes.c_void_p]
+    set_context.restype = ctypes.c_int
+    a = np.arange(6, dtype=np.float32)
+    cap = ep.make_capsule(a, versioned=False)
+    assert set_context(cap, 1) == 0
+    before = ep.destructor_calls()
+    s = Slot.from_object(cap)
+    assert "used_dltensor" in repr(cap)
+    del cap
+    assert ep.destructor_calls() == before + 1
+    assert ep.counts() == (1, 0)              # the destructor saw a consumed capsule: it freed nothing
+    del s
+    assert ep.counts() == (1, 1)
+
+
+def test_bench_consume_helper_takes_and_releases_a_capsule_exactly_once():
+    a = np.arange(6, dtype=np.float32)
+    cap = ep.make_capsule(a)
+    ep.consume(cap)
+    assert "used_dltensor_versioned" in repr(cap) and ep.counts() == (1, 1)
+    del cap
+    assert ep.counts() == (1, 1)
+    assert ep.consume(None) is None
+    ep.consume(a.__dlpack__())                # a NumPy legacy capsule
+    with pytest.raises(ValueError, match="not an unconsumed"):
+        ep.consume(ep.make_capsule(a, name="not_dlpack"))     # its own destructor frees it
+
+
+def test_bench_table_helpers_release_what_they_export():
+    a = np.arange(6, dtype=np.float32)
+    ep.managed_export_release(ep.ManagedOnlyProducer(a))
+    assert ep.counts() == (1, 1)
+    ep.view_export(ep.ExchangeProducer(a))
+    assert ep.counts() == (1, 1)

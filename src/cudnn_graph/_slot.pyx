@@ -7,7 +7,8 @@ what the producer handed over and copies shape and strides into the slot's own s
 """
 cimport cython
 from cpython.pycapsule cimport (PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_Destructor,
-                                PyCapsule_SetName, PyCapsule_IsValid, PyCapsule_New)
+                                PyCapsule_SetName, PyCapsule_IsValid, PyCapsule_New, PyCapsule_GetContext,
+                                PyCapsule_SetDestructor)
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_Occurred
 from cpython.number cimport PyNumber_Index
@@ -119,42 +120,6 @@ def _parse_device(device):
     return (d.device_type, d.device_id)
 
 
-@cython.final
-@cython.freelist(64)
-cdef class ManagedRef:
-    def __cinit__(self):
-        self.versioned = NULL
-        self.legacy = NULL
-
-    def __init__(self):
-        raise TypeError("ManagedRef is created by the DLPack importer only")
-
-    def __dealloc__(self):
-        self.release()
-
-    cdef void release(self) noexcept:
-        cdef DLManagedTensorVersioned* v = self.versioned
-        cdef DLManagedTensor* m = self.legacy
-        self.versioned = NULL
-        self.legacy = NULL
-        if v != NULL and v.deleter != NULL:
-            v.deleter(v)
-        if m != NULL and m.deleter != NULL:
-            m.deleter(m)
-
-
-cdef inline ManagedRef _ref_versioned(DLManagedTensorVersioned* m):
-    cdef ManagedRef r = ManagedRef.__new__(ManagedRef)
-    r.versioned = m
-    return r
-
-
-cdef inline ManagedRef _ref_legacy(DLManagedTensor* m):
-    cdef ManagedRef r = ManagedRef.__new__(ManagedRef)
-    r.legacy = m
-    return r
-
-
 cdef inline int64_t _abs64(int64_t v) noexcept nogil:
     return -v if v < 0 else v
 
@@ -177,6 +142,20 @@ cdef extern from *:
 # data + offset arithmetic on it can never wrap.
 cdef enum:
     _SPAN_LIMIT_SHIFT = 56
+
+
+cdef tuple _dims_of(const int64_t* values, int n):
+    return tuple([values[i] for i in range(n)])
+
+
+cdef int _raise_shape_overflow(const DLTensor* src, object what) except -1:
+    raise MalformedBufferError(f"{_describe(what)}: shape {_dims_of(src.shape, src.ndim)} overflows int64")
+
+
+cdef int _raise_span_overflow(const DLTensor* t, object what) except -1:
+    raise MalformedBufferError(
+        f"{_describe(what)}: strides {_dims_of(t.strides, t.ndim)} address beyond int64 for shape "
+        f"{_dims_of(t.shape, t.ndim)}")
 
 
 # The C exchange table Slot publishes, so DSL launchers read slots without Python calls.
@@ -258,7 +237,9 @@ cdef class Slot:
         self.tensor.byte_offset = 0
         self.tensor.device.device_type = kDLCPU
         self.tensor.device.device_id = 0
-        self.owner = None
+        self._owner = None
+        self._managed_v = NULL
+        self._managed_l = NULL
         self._readonly = False
         self._producer_stream = 0
 
@@ -266,9 +247,21 @@ cdef class Slot:
         raise TypeError("use Slot.from_object(buffer) or Slot.from_address(ptr, shape, ...)")
 
     def __dealloc__(self):
+        self._release()
         if self._heap != NULL:
             free(self._heap)
             self._heap = NULL
+
+    cdef void _release(self) noexcept:
+        """Run the deleter of the managed tensor this slot imported, if any (once: the field is cleared first)."""
+        cdef DLManagedTensorVersioned* v = self._managed_v
+        cdef DLManagedTensor* m = self._managed_l
+        self._managed_v = NULL
+        self._managed_l = NULL
+        if v != NULL and v.deleter != NULL:
+            v.deleter(v)
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
 
     cdef int _alloc_geometry(self, int ndim) except -1:
         if ndim <= SLOT_INLINE_DIMS:
@@ -311,8 +304,7 @@ cdef class Slot:
                 raise MalformedBufferError(f"{_describe(what)}: shape[{i}] = {extent} is negative")
             self.tensor.shape[i] = extent
             if numel != 0 and cg_mul_overflows(numel, extent, &numel):
-                raise MalformedBufferError(
-                    f"{_describe(what)}: shape {tuple(src.shape[j] for j in range(ndim))} overflows int64")
+                _raise_shape_overflow(src, what)
         if src.strides == NULL:
             stride = 1
             for i in range(ndim - 1, -1, -1):
@@ -328,9 +320,7 @@ cdef class Slot:
                 stride = self.tensor.strides[i]
                 if (stride == INT64_MIN or cg_mul_overflows(self.tensor.shape[i] - 1, _abs64(stride), &extent)
                         or cg_add_overflows(span, extent, &span)):
-                    raise MalformedBufferError(
-                        f"{_describe(what)}: strides {tuple(self.tensor.strides[j] for j in range(ndim))} "
-                        f"address beyond int64 for shape {tuple(self.tensor.shape[j] for j in range(ndim))}")
+                    _raise_span_overflow(&self.tensor, what)
             bits = dtype_bits(src.dtype)
             if span >= ((<int64_t>1) << (_SPAN_LIMIT_SHIFT + 3)) // (bits if bits > 0 else 1):
                 raise MalformedBufferError(
@@ -413,6 +403,14 @@ cdef class Slot:
     @property
     def readonly(self) -> bool:
         return self._readonly
+
+    @property
+    def owner(self):
+        """What keeps the memory alive: the producer object (borrowed view, CUDA array interface), the
+        slot itself when it owns an imported DLPack managed tensor, or None (a bare address)."""
+        if self._owner is None and (self._managed_v != NULL or self._managed_l != NULL):
+            return self
+        return self._owner
 
     @property
     def producer_stream(self) -> int:
@@ -550,30 +548,58 @@ cdef DLManagedTensor* export_legacy(Slot s) except NULL:
 
 # ---- import ---------------------------------------------------------------------------------
 
-cdef Slot _slot_from_managed_versioned(DLManagedTensorVersioned* m, object what):
-    """Take ownership of a versioned managed tensor (its deleter runs exactly once, even on error)."""
+cdef int _adopt_versioned(Slot s, DLManagedTensorVersioned* m, object what) except -1:
+    """Make ``s`` the owner of a versioned managed tensor, then validate it.
+
+    The slot owns the tensor from the first line on, so its deleter runs exactly once, when the slot
+    dies, also when validation fails (the caller drops the slot as the error propagates).
+    """
     if m == NULL:
         raise MalformedBufferError(f"{_describe(what)}: the managed tensor pointer is NULL")
-    cdef ManagedRef ref = _ref_versioned(m)
+    s._managed_v = m
     if m.version.major != CG_DLPACK_MAJOR:
         raise MalformedBufferError(
             f"{_describe(what)}: DLPack major version {m.version.major} is not supported "
             f"(this consumer speaks {CG_DLPACK_MAJOR}.x)")
-    cdef Slot s = Slot.__new__(Slot)
     s._fill(&m.dl_tensor, m.version.minor < 2, what)
     s._readonly = (m.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
-    s.owner = ref
-    return s
+    return 0
 
 
-cdef Slot _slot_from_managed_legacy(DLManagedTensor* m, object what):
+cdef int _adopt_legacy(Slot s, DLManagedTensor* m, object what) except -1:
     if m == NULL:
         raise MalformedBufferError(f"{_describe(what)}: the managed tensor pointer is NULL")
-    cdef ManagedRef ref = _ref_legacy(m)
-    cdef Slot s = Slot.__new__(Slot)
+    s._managed_l = m
     s._fill(&m.dl_tensor, True, what)
-    s.owner = ref
+    return 0
+
+
+cdef Slot _slot_from_managed_versioned(DLManagedTensorVersioned* m, object what):
+    """Take ownership of a versioned managed tensor handed over already made (its deleter runs exactly
+    once, even when no slot can be allocated for it)."""
+    cdef Slot s
+    try:
+        s = Slot.__new__(Slot)
+    except BaseException:
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
+        raise
+    _adopt_versioned(s, m, what)
     return s
+
+
+cdef inline int _take(object capsule, const char* used_name) except -1:
+    """Mark a capsule consumed (renamed used_*, as the protocol requires).
+
+    Its destructor is also dropped when the capsule carries no context: on a consumed capsule the
+    protocol leaves that destructor nothing to do, and some producers spend real time doing nothing
+    (JAX's asks for the pointer under the unconsumed name and clears the resulting ValueError,
+    about 0.5 us). A capsule with a context keeps its destructor, which may own that context.
+    """
+    PyCapsule_SetName(capsule, used_name)
+    if PyCapsule_GetContext(capsule) == NULL:
+        PyCapsule_SetDestructor(capsule, NULL)
+    return 0
 
 
 cdef Slot slot_from_capsule(object capsule, object what):
@@ -583,17 +609,21 @@ cdef Slot slot_from_capsule(object capsule, object what):
     if not PyCapsule_CheckExact(capsule):
         raise BufferImportError(
             f"{_describe(what)}: __dlpack__ returned {type(capsule).__name__}, not a capsule")
+    # Made before the capsule is taken: should the allocation fail, the capsule still owns its tensor.
+    cdef Slot s = Slot.__new__(Slot)
     name = PyCapsule_GetName(capsule)
     if name == NULL:
         raise MalformedBufferError(f"{_describe(what)}: the DLPack capsule has no name")
     if strcmp(name, CG_CAPSULE_VERSIONED) == 0:
         pointer = PyCapsule_GetPointer(capsule, name)
-        PyCapsule_SetName(capsule, CG_CAPSULE_VERSIONED_USED)
-        return _slot_from_managed_versioned(<DLManagedTensorVersioned*>pointer, what)
+        _take(capsule, CG_CAPSULE_VERSIONED_USED)
+        _adopt_versioned(s, <DLManagedTensorVersioned*>pointer, what)
+        return s
     if strcmp(name, CG_CAPSULE_LEGACY) == 0:
         pointer = PyCapsule_GetPointer(capsule, name)
-        PyCapsule_SetName(capsule, CG_CAPSULE_LEGACY_USED)
-        return _slot_from_managed_legacy(<DLManagedTensor*>pointer, what)
+        _take(capsule, CG_CAPSULE_LEGACY_USED)
+        _adopt_legacy(s, <DLManagedTensor*>pointer, what)
+        return s
     if strncmp(name, b"used_", 5) == 0:
         raise MalformedBufferError(
             f"{_describe(what)}: the DLPack capsule was already consumed ('{name.decode()}')")
@@ -695,24 +725,6 @@ cdef int _raise_producer_error(object what) except -1:
         f"{_describe(what)}: the producer's DLPack exchange function failed without an error")
 
 
-cdef int borrow_view(object obj, DLTensor* view) except -1:
-    """1 and ``view`` filled when obj's type lends borrowed C views through its exchange table, else 0.
-
-    The view (shape, strides) is valid only until control returns to the producer; its data
-    pointer does not include ``byte_offset``.
-    """
-    cdef type tp = type(obj)
-    cdef _TypeEntry entry
-    if tp is Slot or tp is int:
-        return 0
-    entry = _type_entry(tp)
-    if entry.api == NULL or entry.api.dltensor_from_py_object_no_sync == NULL:
-        return 0
-    if entry.api.dltensor_from_py_object_no_sync(<void*>obj, view) != 0:
-        _raise_producer_error(tp)
-    return 1
-
-
 cdef Slot _slot_from_table(object obj, const DLPackExchangeAPI* api, type tp):
     cdef DLTensor view
     cdef DLManagedTensorVersioned* managed = NULL
@@ -722,13 +734,40 @@ cdef Slot _slot_from_table(object obj, const DLPackExchangeAPI* api, type tp):
             _raise_producer_error(tp)
         s = Slot.__new__(Slot)
         s._fill(&view, False, tp)
-        s.owner = obj
+        s._owner = obj
         return s
     if api.managed_tensor_from_py_object_no_sync == NULL:
         raise MalformedBufferError(f"{tp.__name__}'s DLPack exchange table has no export function")
+    # Made before the export: should the allocation fail, no managed tensor exists yet to release.
+    s = Slot.__new__(Slot)
     if api.managed_tensor_from_py_object_no_sync(<void*>obj, &managed) != 0:
         _raise_producer_error(tp)
-    return _slot_from_managed_versioned(managed, tp)
+    _adopt_versioned(s, managed, tp)
+    return s
+
+
+cdef Slot slot_or_view(object obj, object stream, DLTensor* view):
+    """A Slot for ``obj``; or None, with ``*view`` filled, when ``view`` is not NULL and obj's type lends
+    borrowed C views through its exchange table. One per-type lookup either way.
+
+    A borrowed view is the producer's, unvalidated, and valid only until control returns to the
+    producer; its data pointer does not include ``byte_offset``. The caller checks it against a full
+    declared geometry (shape and strides), which is what makes it safe to use.
+    """
+    cdef type tp = type(obj)
+    cdef _TypeEntry entry
+    if tp is Slot:
+        return <Slot>obj
+    entry = _type_entry(tp)
+    if entry.api != NULL:
+        if view != NULL and entry.api.dltensor_from_py_object_no_sync != NULL:
+            if entry.api.dltensor_from_py_object_no_sync(<void*>obj, view) != 0:
+                _raise_producer_error(tp)
+            return None
+        return _slot_from_table(obj, entry.api, tp)
+    if entry.has_dlpack:
+        return _slot_from_dlpack(obj, tp, None, stream, entry)
+    return _slot_from_other(obj, tp, entry, stream)
 
 
 cdef object _MAX_VERSION_ARG = (CG_DLPACK_MAJOR, CG_DLPACK_MINOR)
@@ -745,8 +784,8 @@ cdef Slot _slot_from_dlpack(object obj, type tp, object method, object stream, _
         dev = obj.__dlpack_device__()
         if dev[0] in (kDLCPU, kDLCUDAHost):
             stream = None
-        else:
-            stream = stream_handle(stream) or 1
+        elif type(stream) is not int or stream <= 0:
+            stream = stream_handle(stream) or 1     # a positive int handle passes through as it is
     if entry is not None and entry.legacy_dlpack:
         # A producer older than DLPack 1.0 (JAX 0.11): one call, not a refused one and a retry.
         if method is None:
@@ -877,7 +916,7 @@ cdef Slot _slot_from_cai(object obj, dict cai, bint host=False):
     s._readonly = bool(data[1])
     if stream is not None:
         s._producer_stream = stream
-    s.owner = obj
+    s._owner = obj
     return s
 
 
@@ -918,16 +957,7 @@ cdef Slot slot_from_address(intptr_t ptr, object shape, object strides, DLDataTy
 
 
 cdef Slot slot_from_object(object obj, object stream):
-    cdef type tp = type(obj)
-    cdef _TypeEntry entry
-    if tp is Slot:
-        return <Slot>obj
-    entry = _type_entry(tp)
-    if entry.api != NULL:
-        return _slot_from_table(obj, entry.api, tp)
-    if entry.has_dlpack:
-        return _slot_from_dlpack(obj, tp, None, stream, entry)
-    return _slot_from_other(obj, tp, entry, stream)
+    return slot_or_view(obj, stream, NULL)
 
 
 cdef Slot _slot_from_other(object obj, type tp, _TypeEntry entry, object stream):

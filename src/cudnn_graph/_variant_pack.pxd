@@ -30,7 +30,9 @@ cdef class PackLayout:
 
 
 cdef class VariantPack:
-    cdef tuple _items                     # per operand: a Slot, or an int address not yet made a Slot
+    # Per operand: a Slot, an int address not yet made a Slot, or a producer object whose borrowed
+    # exchange-table view was checked (made a Slot only if .slots is read).
+    cdef tuple _items
     cdef tuple _slots                     # made on first access of .slots
     cdef readonly PackLayout layout
     cdef int _n

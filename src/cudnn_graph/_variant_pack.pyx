@@ -9,11 +9,12 @@ from libc.stdint cimport int32_t, int64_t, intptr_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset, memcpy
 from cpython.number cimport PyNumber_Index
+from cpython.long cimport PyLong_AsLongAndOverflow
 
 from cudnn_graph._dlpack cimport DLTensor, DLDataType, DLDevice, kDLCUDA, kDLCUDAManaged
 from cudnn_graph._dtypes cimport parse_dtype, dtype_name
 from cudnn_graph._ir cimport Tensor
-from cudnn_graph._slot cimport borrow_view, Slot, slot_from_object, slot_from_address, SLOT_MAX_NDIM, SLOT_INLINE_DIMS
+from cudnn_graph._slot cimport Slot, slot_from_object, slot_or_view, slot_from_address, SLOT_MAX_NDIM, SLOT_INLINE_DIMS
 from cudnn_graph._slot import device_name, _parse_device
 
 from cudnn_graph.errors import (
@@ -145,7 +146,7 @@ cdef int check_tensor(const DLTensor* t, void* data, bint readonly, TensorSpec s
             device_name(t.device.device_type, t.device.device_id))
     if data == NULL and not spec._empty:
         raise ValueError(f"{spec.label()}: the producer's data pointer is NULL")
-    if (<uintptr_t>data) % <uintptr_t>spec.alignment != 0:
+    if (<uintptr_t>data) & <uintptr_t>(spec.alignment - 1):      # a power of two (checked by TensorSpec)
         raise AlignmentError(spec.name, spec.uid, f"data address aligned to {spec.alignment} bytes",
                              f"a multiple of {spec.alignment}", f"0x{<uintptr_t>data:x}")
     if spec.is_output and readonly:
@@ -243,7 +244,7 @@ cdef intptr_t _checked_address(object buffer, TensorSpec spec) except? -1:
         raise ValueError(f"{spec.label()}: address {buffer} is negative")
     if ptr == 0 and not spec._empty:
         raise ValueError(f"{spec.label()}: address 0 (NULL) for a tensor of shape {spec.shape}")
-    if (<uintptr_t>ptr) % <uintptr_t>spec.alignment != 0:
+    if (<uintptr_t>ptr) & <uintptr_t>(spec.alignment - 1):
         raise AlignmentError(spec.name, spec.uid, f"data address aligned to {spec.alignment} bytes",
                              f"a multiple of {spec.alignment}", f"0x{<uintptr_t>ptr:x}")
     return ptr
@@ -273,29 +274,21 @@ cdef Slot _slot_from_spec_address(object buffer, TensorSpec spec):
     return s
 
 
-cdef Slot _slot_for(object buffer, TensorSpec spec, object stream):
+cdef Slot _slot_for(object buffer, TensorSpec spec, object stream, DLTensor* view):
+    """The checked Slot for a non-address buffer; or None when ``view`` (not NULL) was filled with the
+    producer's borrowed view instead (the caller checks it)."""
     cdef Slot s
-    if type(buffer) is int:
-        # A bare address takes the geometry the graph declares for the tensor.
-        return _slot_from_spec_address(buffer, spec)
     if type(buffer) is Slot:
         s = <Slot>buffer
     else:
         try:
-            s = slot_from_object(buffer, stream)
+            s = slot_or_view(buffer, stream, view)
         except BufferImportError as exc:
             raise BufferImportError(f"{spec.label()}: {exc}") from None
+        if s is None:
+            return None
     check_slot(s, spec)
     return s
-
-
-@cython.final
-cdef class _Borrowed:
-    """A producer object whose exchange-table view was checked; its Slot is made only on demand."""
-    cdef readonly object obj
-
-    def __cinit__(self, obj):
-        self.obj = obj
 
 
 @cython.final
@@ -355,12 +348,12 @@ cdef class VariantPack:
 
     @property
     def slots(self) -> tuple:
-        """One Slot per operand, uids ascending (bare addresses become Slots here, on first access)."""
+        """One Slot per operand, uids ascending (bare addresses and borrowed producer views become Slots
+        here, on first access)."""
         if self._slots is None:
             self._slots = tuple([
                 _slot_from_spec_address(item, <TensorSpec>self.layout.specs[self.layout._index[self._uids[i]]])
-                if type(item) is int else (
-                    slot_from_object((<_Borrowed>item).obj, None) if type(item) is _Borrowed else item)
+                if type(item) is int else (item if type(item) is Slot else slot_from_object(item, None))
                 for i, item in enumerate(self._items)])
         return self._slots
 
@@ -396,11 +389,18 @@ cdef VariantPack pack_from_mapping(object mapping, PackLayout layout, object str
     cdef list placed = [None] * nspec
     cdef DLTensor view
     cdef void* data
+    cdef long small
+    cdef int overflow
     _alloc_arrays(pack, nspec)
     for key, buffer in mapping.items():
-        uid = _key_uid(key, layout)
-        if type(uid) is int and 0 <= <object>uid < PACK_DENSE_UIDS:
-            i = layout._dense[<Py_ssize_t>uid] - 1
+        uid = key if type(key) is int else _key_uid(key, layout)
+        small = -1
+        if type(uid) is int:
+            small = PyLong_AsLongAndOverflow(uid, &overflow)    # never raises for an int
+            if overflow != 0:
+                small = -1
+        if 0 <= small < PACK_DENSE_UIDS:
+            i = layout._dense[small] - 1
         else:
             position = layout._index.get(uid)
             i = -1 if position is None else position
@@ -416,17 +416,20 @@ cdef VariantPack pack_from_mapping(object mapping, PackLayout layout, object str
             # Engines that read only pointers never need a Slot for it: .slots makes one on demand.
             pack._ptrs[i] = <void*>_checked_address(buffer, spec)
             placed[i] = buffer
-        elif spec.strides is not None and borrow_view(buffer, &view):
-            # A producer's borrowed C view checked against the spec's full geometry: no Slot is made
-            # unless an engine asks for .slots (then the producer is read again).
+            n += 1
+            continue
+        # A producer's borrowed C view is taken only when the spec declares strides: checked against
+        # the full declared geometry, the view needs no validation of its own and no Slot is made
+        # unless an engine asks for .slots (then the producer is read again).
+        s = _slot_for(buffer, spec, stream, &view if spec.strides is not None else NULL)
+        if s is None:
             data = <void*>(<char*>view.data + view.byte_offset)
             check_tensor(&view, data, False, spec)
             pack._ptrs[i] = data
-            placed[i] = _Borrowed(buffer)
+            placed[i] = buffer
         else:
-            item = _slot_for(buffer, spec, stream)
-            pack._ptrs[i] = (<Slot>item).tensor.data
-            placed[i] = item
+            pack._ptrs[i] = s.tensor.data
+            placed[i] = s
         n += 1
     if n < nspec:
         missing = [sp for sp, got in zip(layout.specs, placed) if got is None and sp.required]

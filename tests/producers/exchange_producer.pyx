@@ -4,12 +4,12 @@ Every managed tensor made here counts its deleter calls, so tests can prove that
 each deleter exactly once and never on a tensor it did not take.
 """
 cimport cython
-from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer, PyCapsule_GetName
+from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer, PyCapsule_GetName, PyCapsule_SetName
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_SetObject
 from libc.stdint cimport int32_t, int64_t, uint64_t, intptr_t, uintptr_t
 from libc.stdlib cimport malloc, free
-from libc.string cimport memset, strncmp
+from libc.string cimport memset, strcmp, strncmp
 
 from cudnn_graph._dlpack cimport *
 
@@ -72,13 +72,25 @@ cdef void* _unconsumed(object cap) noexcept:
     return PyCapsule_GetPointer(cap, name)
 
 
+cdef long _destructor_calls = 0
+
+
+def destructor_calls():
+    """How often a capsule destructor of this module ran (consumed capsules included); never reset."""
+    return _destructor_calls
+
+
 cdef void _capsule_versioned_dtor(object cap) noexcept:
+    global _destructor_calls
+    _destructor_calls += 1
     cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>_unconsumed(cap)
     if m != NULL and m.deleter != NULL:
         m.deleter(m)
 
 
 cdef void _capsule_legacy_dtor(object cap) noexcept:
+    global _destructor_calls
+    _destructor_calls += 1
     cdef DLManagedTensor* m = <DLManagedTensor*>_unconsumed(cap)
     if m != NULL and m.deleter != NULL:
         m.deleter(m)
@@ -250,11 +262,13 @@ cdef int _managed_from_py(void* obj, DLManagedTensorVersioned** out) noexcept wi
     if p.fail_with is not None:
         out[0] = NULL
         return _fail(p)
+    cdef int i
     cdef VersionedBlock* vb = <VersionedBlock*>malloc(sizeof(VersionedBlock))
     memset(vb, 0, sizeof(VersionedBlock))
     vb.generation = _generation
     _fill_view(p, &vb.m.dl_tensor)
-    for i in range(p.array.ndim):
+    # C loop over the view's own ndim: an export costs a framework's C export, not Python lookups.
+    for i in range(p.view.ndim):
         vb.geometry[i] = p.shape[i]
         vb.geometry[64 + i] = p.strides[i]
     vb.m.dl_tensor.shape = vb.geometry
@@ -345,3 +359,56 @@ cdef class WrongCapsuleNameProducer(ProducerBase):
 cdef class PlainProducer(ProducerBase):
     """No table at all; a Python subclass may install one later."""
     pass
+
+
+# ---- producer-side costs, for bench/dlpack_import.py ------------------------------------------
+# Each function below does one producer-side operation from C. Timed against ``noop(x)`` (the same call
+# with no work), the difference is the producer's own cost, free of any consumer's overhead.
+
+def noop(obj):
+    """Does nothing: the call overhead that the functions below share."""
+    return None
+
+
+def consume(capsule):
+    """Take and release a DLPack capsule as a minimal conforming consumer does, without using it:
+    rename it used_*, then call its deleter. ``consume(None)`` does nothing (the calibration).
+
+    ``consume(x.__dlpack__(...))`` less ``consume(None)`` is what a producer's export costs any
+    consumer: the export, the release, and whatever the producer's capsule destructor does with a
+    consumed capsule (JAX's raises and clears a ValueError there).
+    """
+    cdef const char* name
+    cdef DLManagedTensorVersioned* v
+    cdef DLManagedTensor* m
+    if capsule is None:
+        return None
+    name = PyCapsule_GetName(capsule)
+    if name != NULL and strcmp(name, "dltensor_versioned") == 0:
+        v = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, name)
+        PyCapsule_SetName(capsule, "used_dltensor_versioned")
+        if v.deleter != NULL:
+            v.deleter(v)
+        return None
+    if name != NULL and strcmp(name, "dltensor") == 0:
+        m = <DLManagedTensor*>PyCapsule_GetPointer(capsule, name)
+        PyCapsule_SetName(capsule, "used_dltensor")
+        if m.deleter != NULL:
+            m.deleter(m)
+        return None
+    raise ValueError(f"not an unconsumed DLPack capsule: {capsule!r}")
+
+
+def managed_export_release(ProducerBase obj):
+    """The test producers' managed export through their table, then its deleter."""
+    cdef DLManagedTensorVersioned* m = NULL
+    if _managed_from_py(<void*>obj, &m) != 0:
+        raise RuntimeError("managed export failed")
+    m.deleter(m)
+
+
+def view_export(ProducerBase obj):
+    """The test producers' borrowed-view export through their table."""
+    cdef DLTensor view
+    if _dltensor_from_py(<void*>obj, &view) != 0:
+        raise RuntimeError("view export failed")
