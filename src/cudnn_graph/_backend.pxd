@@ -67,13 +67,22 @@ cdef class ThreadState:
     cdef void _drop_graph(self, int at) noexcept
 
 
+# This thread's ThreadState (created on first use; kept in the interpreter's per-thread dict, so it goes
+# when the thread does).
 cdef ThreadState thread_state()
 
-# Build the variant pack from the pack's uid / pointer arrays (plus ``extra`` operands the plan
+
+# The operands of one execute as C arrays, uids ascending (a VariantPack's, or arrays a caller filled).
+ctypedef struct Operands:
+    int n
+    const int64_t* uids
+    void* const* ptrs
+
+# Build the variant pack from the operands' uid / pointer arrays (plus ``extra`` operands the plan
 # supplies itself) and run cudnnBackendExecute with the GIL released. ``state`` (may be None)
 # holds this thread's cache of finalized variant packs; ``replay`` (may be NULL) lets a repeated
 # pack run as a CUDA graph.
-cdef int execute_plan(void* handle, void* plan, VariantPack pack, void* workspace,
+cdef int execute_plan(void* handle, void* plan, const Operands* operands, void* workspace,
                       const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
                       ThreadState state, const OverrideArrays* overrides=*,
                       GraphReplay* replay=*) except -1
@@ -141,17 +150,24 @@ cdef class PlanRunner:
     cdef object _checked_layout         # the PackLayout _device_operand was computed for
     cdef int _n_specs
     cdef uint8_t* _device_operand       # per layout position: 1 for device operands (16-byte aligned)
+    cdef int _n_device_uids
+    cdef int64_t* _device_uids          # the layout's device-operand uids, ascending
+    cdef intptr_t _last_stream          # the stream whose cached workspace _last_workspace is ...
+    cdef void* _last_workspace          # ... (NULL: none remembered); a one-entry cache before the dict
     cdef PackLayout _bound_layout       # the graph's layout, for execute_mapping
     cdef int _graph_support             # 0: untried or populated fine; -1: cuDNN cannot populate a graph
 
     cdef int _run(self, VariantPack pack, object handle, object stream, object workspace,
                   ShapeOverrides overrides=*) except -1
-    cdef int _extras(self, VariantPack pack, void* ws, int64_t* extra_uids, void** extra_ptrs) except -1
-    cdef int _kept_operands(self, VariantPack pack, int64_t* uids, void** ptrs) noexcept
-    cdef int _execute_without_omitted(self, void* handle_ptr, VariantPack pack, void* ws,
+    # _run on operands given as C arrays: no VariantPack object is needed (``layout`` may be None).
+    cdef int _run_operands(self, PackLayout layout, const Operands* operands, object handle, object stream,
+                           object workspace, ShapeOverrides overrides) except -1
+    cdef int _extras(self, const Operands* operands, void* ws, int64_t* extra_uids, void** extra_ptrs) except -1
+    cdef int _kept_operands(self, const Operands* operands, int64_t* uids, void** ptrs) noexcept
+    cdef int _execute_without_omitted(self, void* handle_ptr, const Operands* operands, void* ws,
                                       const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
                                       ThreadState state, ShapeOverrides overrides,
                                       GraphReplay* replay) except -1
     cdef void* _workspace_pointer(self, object workspace, intptr_t stream_key) except? NULL
-    cdef int _check_alignment(self, VariantPack pack) except -1
+    cdef int _check_alignment(self, PackLayout layout, const Operands* operands) except -1
     cdef int _prepare_layout(self, PackLayout layout) except -1

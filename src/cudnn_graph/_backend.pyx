@@ -9,7 +9,8 @@ The hot path is ``PlanRunner.execute(graph, pack, ctx)``: it resolves the handle
 (``cudnnSetStream`` only when the stream changed), the workspace (the caller's, checked for size, or
 one cached per plan and stream), checks device operands for the 16-byte alignment the tensor
 descriptors promise, and calls ``execute_plan``, which builds (or reuses) the variant pack from the
-VariantPack's C arrays and runs ``cudnnBackendExecute`` with the GIL released.
+operands' C arrays (``Operands``: a VariantPack's, or arrays a caller filled) and runs
+``cudnnBackendExecute`` with the GIL released.
 
 CUDA graph replay (``set_cuda_graph_replay``, ``$CUDNN_GRAPH_CUDA_GRAPHS``): when a plan runs again on
 a cached variant pack (same uids, pointers and workspace, on this thread), cuDNN populates a CUDA graph
@@ -26,7 +27,10 @@ Example (on a machine with cuDNN and a GPU):
     >>> d.set("CUDNN_ATTR_MATMUL_COMP_TYPE", "CUDNN_TYPE_DATA_TYPE", 0).finalize()  # doctest: +SKIP
 """
 cimport cython
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.number cimport PyNumber_Index
+from cpython.object cimport PyObject
+from cpython.pystate cimport PyThreadState_GetDict
 from libc.stdint cimport int32_t, int64_t, intptr_t, uintptr_t, uint8_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memcmp, memset
@@ -991,9 +995,11 @@ cdef class ThreadState:
         e.graph_plan = NULL
         self._graph_plans[at] = None
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef Handle handle_for(self, int device):
         cdef Handle handle
-        if device < len(self._handles):
+        if 0 <= device < len(self._handles):
             found = self._handles[device]
             if found is not None:
                 return <Handle>found
@@ -1034,15 +1040,22 @@ cdef class ThreadState:
         return n
 
 
-_thread_local = threading.local()
+# The key of this module's entry in the interpreter's per-thread dict (PyThreadState_GetDict): a lookup
+# there is a C call and one dict probe, where threading.local costs an attribute lookup through Python.
+cdef str _THREAD_STATE_KEY = "cudnn_graph._backend.ThreadState"
 
 
 cdef ThreadState thread_state():
-    state = getattr(_thread_local, "state", None)
-    if state is None:
-        state = ThreadState()
-        _thread_local.state = state
-    return <ThreadState>state
+    cdef PyObject* per_thread = PyThreadState_GetDict()     # borrowed
+    cdef PyObject* found
+    if per_thread == NULL:
+        raise RuntimeError("no per-thread dict: cudnn_graph needs a Python thread state")
+    found = PyDict_GetItemWithError(<object>per_thread, _THREAD_STATE_KEY)
+    if found != NULL and type(<object>found) is ThreadState:
+        return <ThreadState>found
+    state = ThreadState()
+    PyDict_SetItem(<object>per_thread, _THREAD_STATE_KEY, state)
+    return state
 
 
 def current_thread_state() -> ThreadState:
@@ -1225,12 +1238,12 @@ cdef inline int _replay_action(VariantPackCacheEntry* e, void* plan, GraphReplay
     return _RUN_EXECUTE
 
 
-cdef int execute_plan(void* handle, void* plan, VariantPack pack, void* workspace,
+cdef int execute_plan(void* handle, void* plan, const Operands* operands, void* workspace,
                       const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
                       ThreadState state, const OverrideArrays* overrides=NULL,
                       GraphReplay* replay=NULL) except -1:
-    return _execute_operands(handle, plan, pack._n, pack._uids, pack._ptrs, workspace, extra_uids, extra_ptrs,
-                             n_extra, state, overrides, replay)
+    return _execute_operands(handle, plan, operands.n, operands.uids, operands.ptrs, workspace, extra_uids,
+                             extra_ptrs, n_extra, state, overrides, replay)
 
 
 cdef int _execute_operands(void* handle, void* plan, int n, const int64_t* uids, void* const* ptrs,
@@ -1467,6 +1480,10 @@ cdef class PlanRunner:
         self._n_fixed = 0
         self._n_scratch = 0
         self._graph_support = 0
+        self._device_uids = NULL
+        self._n_device_uids = 0
+        self._last_stream = 0
+        self._last_workspace = NULL
 
     def __init__(self, Descriptor plan, int64_t workspace_size, int device=0, str name="",
                  constants=(), keepalive=None, aliases=(), fixed=(), scratch=(), omit=()):
@@ -1529,7 +1546,9 @@ cdef class PlanRunner:
 
     def __dealloc__(self):
         free(self._device_operand)
+        free(self._device_uids)
         self._device_operand = NULL
+        self._device_uids = NULL
 
     @property
     def plan(self) -> Descriptor:
@@ -1564,8 +1583,18 @@ cdef class PlanRunner:
 
     cdef int _run(self, VariantPack pack, object handle, object stream, object workspace,
                   ShapeOverrides overrides=None) except -1:
+        cdef Operands operands
+        operands.n = pack._n
+        operands.uids = pack._uids
+        operands.ptrs = pack._ptrs
+        return self._run_operands(pack.layout, &operands, handle, stream, workspace, overrides)
+
+    cdef int _run_operands(self, PackLayout layout, const Operands* operands, object handle, object stream,
+                           object workspace, ShapeOverrides overrides) except -1:
+        # The common call (no handle, no stream or an int one, the plan's own workspace, no extras) runs
+        # straight through here with no Python object made: every branch below is a C compare.
         cdef ThreadState state = thread_state()
-        cdef Handle h = None
+        cdef Handle h
         cdef void* handle_ptr
         cdef intptr_t stream_ptr = 0
         cdef bint have_stream = stream is not None
@@ -1598,12 +1627,15 @@ cdef class PlanRunner:
             else:
                 stream_known = False    # whatever the other binding set: no graph could follow it
         cdef void* ws = self._workspace_pointer(workspace, stream_ptr)
-        self._check_alignment(pack)
+        if layout is not None:
+            self._check_alignment(layout, operands)
 
         # What the plan supplies itself: fixed scalars, views, its own constants and scratch.
         cdef int64_t extra_uids[PLAN_MAX_EXTRA]
         cdef void* extra_ptrs[PLAN_MAX_EXTRA]
-        cdef int n_extra = self._extras(pack, ws, extra_uids, extra_ptrs), i
+        cdef int n_extra = 0, i
+        if self._n_constants or self._n_aliases or self._n_fixed or self._n_scratch:
+            n_extra = self._extras(operands, ws, extra_uids, extra_ptrs)
         if _cuda_graph_replay and self._graph_support >= 0 and stream_known:
             # A graph launches on the caller's stream itself; the handle's binding does not matter to it.
             replay.stream = stream_ptr
@@ -1619,30 +1651,30 @@ cdef class PlanRunner:
                     zero_async(<uintptr_t>ws + self._scratch_offsets[i], self._scratch_bytes[i], stream_ptr)
             # Zero fills above and a graph launched below are ordered on the same stream.
             if self._n_omit == 0:
-                return execute_plan(handle_ptr, self._plan.ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state,
-                                    NULL if overrides is None else &overrides.arrays, replay_ptr)
-            return self._execute_without_omitted(handle_ptr, pack, ws, extra_uids, extra_ptrs, n_extra, state,
+                return execute_plan(handle_ptr, self._plan.ptr, operands, ws, extra_uids, extra_ptrs, n_extra,
+                                    state, NULL if overrides is None else &overrides.arrays, replay_ptr)
+            return self._execute_without_omitted(handle_ptr, operands, ws, extra_uids, extra_ptrs, n_extra, state,
                                                  overrides, replay_ptr)
         finally:
             leave_device(pushed)
 
-    cdef int _extras(self, VariantPack pack, void* ws, int64_t* extra_uids, void** extra_ptrs) except -1:
+    cdef int _extras(self, const Operands* operands, void* ws, int64_t* extra_uids, void** extra_ptrs) except -1:
         """Fill the operands the plan supplies (PLAN_MAX_EXTRA at most); returns how many."""
         cdef int n_extra = 0, i, at
         # Scalars the graph fixed and the caller did not pass.
-        if self._n_constants and pack._n != self._n_specs:
+        if self._n_constants and operands.n != self._n_specs:
             for i in range(self._n_constants):
-                if _uid_index(pack, self._constant_uids[i]) < 0:
+                if _uid_index(operands, self._constant_uids[i]) < 0:
                     extra_uids[n_extra] = self._constant_uids[i]
                     extra_ptrs[n_extra] = self._constant_ptrs[i]
                     n_extra += 1
         for i in range(self._n_aliases):
-            at = _uid_index(pack, self._alias_sources[i])
+            at = _uid_index(operands, self._alias_sources[i])
             if at < 0:
                 raise MissingTensorError(f"{self.name}: the pack has no operand with uid "
                                          f"{self._alias_sources[i]}, which uid {self._alias_views[i]} is a view of")
             extra_uids[n_extra] = self._alias_views[i]
-            extra_ptrs[n_extra] = <void*>(<char*>pack._ptrs[at] + self._alias_offsets[i])
+            extra_ptrs[n_extra] = <void*>(<char*>operands.ptrs[at] + self._alias_offsets[i])
             n_extra += 1
         for i in range(self._n_fixed):
             extra_uids[n_extra] = self._fixed_uids[i]
@@ -1654,35 +1686,35 @@ cdef class PlanRunner:
             n_extra += 1
         return n_extra
 
-    cdef int _kept_operands(self, VariantPack pack, int64_t* uids, void** ptrs) noexcept:
-        """Copy the pack's operands but the omitted ones into ``uids`` / ``ptrs``; returns the count."""
+    cdef int _kept_operands(self, const Operands* operands, int64_t* uids, void** ptrs) noexcept:
+        """Copy the operands but the omitted ones into ``uids`` / ``ptrs``; returns the count."""
         cdef int i, j, kept = 0
         cdef bint skip
-        for i in range(pack._n):
+        for i in range(operands.n):
             skip = False
             for j in range(self._n_omit):
-                if pack._uids[i] == self._omit_uids[j]:
+                if operands.uids[i] == self._omit_uids[j]:
                     skip = True
                     break
             if not skip:
-                uids[kept] = pack._uids[i]
-                ptrs[kept] = pack._ptrs[i]
+                uids[kept] = operands.uids[i]
+                ptrs[kept] = operands.ptrs[i]
                 kept += 1
         return kept
 
-    cdef int _execute_without_omitted(self, void* handle_ptr, VariantPack pack, void* ws,
+    cdef int _execute_without_omitted(self, void* handle_ptr, const Operands* operands, void* ws,
                                       const int64_t* extra_uids, void* const* extra_ptrs, int n_extra,
                                       ThreadState state, ShapeOverrides overrides,
                                       GraphReplay* replay) except -1:
-        cdef int64_t* uids = <int64_t*>malloc(max(pack._n, 1) * sizeof(int64_t))
-        cdef void** ptrs = <void**>malloc(max(pack._n, 1) * sizeof(void*))
+        cdef int64_t* uids = <int64_t*>malloc(max(operands.n, 1) * sizeof(int64_t))
+        cdef void** ptrs = <void**>malloc(max(operands.n, 1) * sizeof(void*))
         cdef int kept
         if uids == NULL or ptrs == NULL:
             free(uids)
             free(ptrs)
             raise MemoryError()
         try:
-            kept = self._kept_operands(pack, uids, ptrs)
+            kept = self._kept_operands(operands, uids, ptrs)
             return _execute_operands(handle_ptr, self._plan.ptr, kept, uids, ptrs, ws, extra_uids, extra_ptrs,
                                      n_extra, state, NULL if overrides is None else &overrides.arrays, replay)
         finally:
@@ -1696,6 +1728,8 @@ cdef class PlanRunner:
         if workspace is None:
             if self.workspace_size <= 0:
                 return NULL
+            if self._last_workspace != NULL and self._last_stream == stream_key:
+                return self._last_workspace
             # One allocation per (plan, stream): work on one stream is ordered, so reuse is safe.
             found = self._workspaces.get(stream_key)
             if found is None:
@@ -1705,10 +1739,16 @@ cdef class PlanRunner:
                         if len(self._workspaces) >= _WORKSPACES_PER_PLAN:
                             # Callers that make a stream per step must not grow this without bound;
                             # freeing waits for work still using the block (cuMemFree synchronizes).
+                            # The remembered workspace may be the one going: forget it first (the
+                            # free releases the GIL).
+                            self._last_workspace = NULL
                             del self._workspaces[next(iter(self._workspaces))]
                         found = DeviceAllocation(self.workspace_size, self.device)
                         self._workspaces[stream_key] = found
-            return <void*>(<DeviceAllocation>found).ptr
+            # Both fields are written with the GIL held and no call between: readers see a pair.
+            self._last_stream = stream_key
+            self._last_workspace = <void*>(<DeviceAllocation>found).ptr
+            return self._last_workspace
         if type(workspace) is int:
             return <void*><uintptr_t>workspace   # a raw address: the caller vouches for its size
         if isinstance(workspace, DeviceAllocation):
@@ -1727,41 +1767,60 @@ cdef class PlanRunner:
                                  f"{self.workspace_size}", self.workspace_size, nbytes)
         return slot.tensor.data
 
-    cdef int _check_alignment(self, VariantPack pack) except -1:
+    cdef int _check_alignment(self, PackLayout layout, const Operands* operands) except -1:
         """Device operands must honour the 16-byte alignment the tensor descriptors declare."""
-        cdef PackLayout layout = pack.layout
         cdef uintptr_t misaligned = 0
-        cdef int i, n = pack._n
+        cdef int i, j = 0, n = operands.n
         if layout is None:
             return 0
         if layout is not self._checked_layout:
             self._prepare_layout(layout)
         if n == self._n_specs:
+            # Every operand of the layout: pack positions are layout positions.
             for i in range(n):
                 if self._device_operand[i]:
-                    misaligned |= (<uintptr_t>pack._ptrs[i]) & 15
-            if misaligned == 0:
-                return 0
+                    misaligned |= (<uintptr_t>operands.ptrs[i]) & 15
+        else:
+            # Some optional operands left out: walk the operands' uids and the device uids (both
+            # ascending) together.
+            for i in range(n):
+                while j < self._n_device_uids and self._device_uids[j] < operands.uids[i]:
+                    j += 1
+                if j == self._n_device_uids:
+                    break
+                if self._device_uids[j] == operands.uids[i]:
+                    misaligned |= (<uintptr_t>operands.ptrs[i]) & 15
+        if misaligned == 0:
+            return 0
         for i in range(n):
-            position = layout._index.get(pack._uids[i])
+            position = layout._index.get(operands.uids[i])
             if position is None or not self._device_operand[<int>position]:
                 continue
-            if (<uintptr_t>pack._ptrs[i]) & 15:
+            if (<uintptr_t>operands.ptrs[i]) & 15:
                 spec = <TensorSpec>layout.specs[<int>position]
                 raise AlignmentError(spec.name, spec.uid, "data address aligned to 16 bytes (the cuDNN plan "
                                      "was built for 16-byte aligned operands)", "a multiple of 16",
-                                     f"0x{<uintptr_t>pack._ptrs[i]:x}")
+                                     f"0x{<uintptr_t>operands.ptrs[i]:x}")
         return 0
 
     cdef int _prepare_layout(self, PackLayout layout) except -1:
-        cdef int i, n = len(layout.specs)
+        cdef int i, n = len(layout.specs), n_device = 0
         cdef uint8_t* flags = <uint8_t*>malloc(max(n, 1))
-        if flags == NULL:
+        cdef int64_t* device_uids = <int64_t*>malloc(max(n, 1) * sizeof(int64_t))
+        if flags == NULL or device_uids == NULL:
+            free(flags)
+            free(device_uids)
             raise MemoryError()
         for i in range(n):
             flags[i] = (<TensorSpec>layout.specs[i])._device.device_type != kDLCPU
+            if flags[i]:
+                device_uids[n_device] = (<TensorSpec>layout.specs[i]).uid     # specs are sorted by uid
+                n_device += 1
         free(self._device_operand)
+        free(self._device_uids)
         self._device_operand = flags
+        self._device_uids = device_uids
+        self._n_device_uids = n_device
         self._n_specs = n
         self._checked_layout = layout
         return 0
@@ -1777,14 +1836,14 @@ cdef inline int64_t _align_up(int64_t n, int64_t alignment) noexcept nogil:
     return (n + alignment - 1) // alignment * alignment
 
 
-cdef inline int _uid_index(VariantPack pack, int64_t uid) noexcept:
-    # The pack's uids are sorted: binary search; -1 when absent.
-    cdef int lo = 0, hi = pack._n - 1, mid
+cdef inline int _uid_index(const Operands* operands, int64_t uid) noexcept nogil:
+    # The operands' uids are sorted: binary search; -1 when absent.
+    cdef int lo = 0, hi = operands.n - 1, mid
     while lo <= hi:
         mid = (lo + hi) >> 1
-        if pack._uids[mid] == uid:
+        if operands.uids[mid] == uid:
             return mid
-        if pack._uids[mid] < uid:
+        if operands.uids[mid] < uid:
             lo = mid + 1
         else:
             hi = mid - 1
@@ -1814,6 +1873,8 @@ def execute_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, bin
     cdef void* plan = runner._plan.ptr
     cdef int status = 0, stage = 0, i
     cdef double start, stop
+    cdef Operands operands
+    operands.n, operands.uids, operands.ptrs = pack._n, pack._uids, pack._ptrs
     if stream is not None:
         h.bind_stream(stream_handle(stream))
     if iterations <= 0:
@@ -1827,8 +1888,8 @@ def execute_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, bin
         raise MemoryError()
     cdef int n
     try:
-        n = runner._kept_operands(pack, uids, ptrs)
-        n += runner._extras(pack, ws, uids + n, ptrs + n)
+        n = runner._kept_operands(&operands, uids, ptrs)
+        n += runner._extras(&operands, ws, uids + n, ptrs + n)
     except BaseException:
         free(uids)
         free(ptrs)
@@ -1880,6 +1941,8 @@ def execute_graph_floor_ns(PlanRunner runner, VariantPack pack, int iterations, 
     cdef int status = 0, stage = 0, result = 0, i, n
     cdef bint pushed = False, built = False
     cdef double start = 0, stop = 0
+    cdef Operands operands
+    operands.n, operands.uids, operands.ptrs = pack._n, pack._uids, pack._ptrs
     if iterations <= 0:
         raise ValueError("iterations must be positive")
     if api.cudnnBackendPopulateCudaGraph == NULL:
@@ -1897,8 +1960,8 @@ def execute_graph_floor_ns(PlanRunner runner, VariantPack pack, int iterations, 
         free(ptrs)
         raise MemoryError()
     try:
-        n = runner._kept_operands(pack, uids, ptrs)
-        n += runner._extras(pack, ws, uids + n, ptrs + n)
+        n = runner._kept_operands(&operands, uids, ptrs)
+        n += runner._extras(&operands, ws, uids + n, ptrs + n)
         enter_device(runner.device, &pushed)
     except BaseException:
         free(uids)

@@ -237,6 +237,12 @@ cdef int enter_device(int device, bint* pushed) except -1:
     cdef void* current = NULL
     cdef int result
     pushed[0] = False
+    # Every execute comes here: when the device's context is already known and current, that is
+    # one driver call and a compare.
+    if (_load_state == 1 and 0 <= device < _MAX_PRIMARY_CONTEXTS and _primary_contexts[device] != NULL
+            and _ctx_get_current != NULL and _ctx_get_current(&current) == 0
+            and current == _primary_contexts[device]):
+        return 0
     if _load() != 1:
         return 0    # no driver: nothing can be made current (cuDNN reports its own error if used)
     _primary_context(device, &wanted)

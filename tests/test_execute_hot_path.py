@@ -1,0 +1,104 @@
+"""PlanRunner's per-call path: the checks and caches it keeps while it skips Python-level work.
+
+CPU tests against the stand-in libcudnn + libcuda of test_cuda_graph_replay (its log shows each
+execute's workspace and operand pointers); replay is off so that every call is an execute line.
+"""
+from __future__ import annotations
+
+import pytest
+
+from test_cuda_graph_replay import PROLOGUE, fake_cuda, pointers, run_child  # noqa: F401 (fixture)
+
+OFF = {"CUDNN_GRAPH_CUDA_GRAPHS": "0"}
+
+
+def executes(records):
+    return [r for r in records if r[0] == "execute"]
+
+
+def test_sixteen_byte_alignment_is_checked_on_device_operands_whether_or_not_optional_ones_are_given(
+        fake_cuda, tmp_path):
+    out, records = run_child(PROLOGUE + """
+errors = []
+packs = [{3: 0x100000, 5: 0x200008},                     # the optional host scalar left out
+         {3: 0x100000, 5: 0x200008, 7: 0x300004},        # every operand given
+         {3: 0x100008, 5: 0x200000, 7: 0x300004}]
+for mapping in packs:
+    try:
+        run(*(mapping[3], mapping[5])) if len(mapping) == 2 else runner.run(layout.pack(mapping), stream=0)
+    except Exception as e:
+        errors.append([type(e).__name__, str(e)])
+# A host operand is not held to the device operands' 16 bytes (its own 4-byte alignment is checked).
+runner.run(layout.pack({3: 0x100000, 5: 0x200000, 7: 0x300004}), stream=0)
+runner.run(layout.pack({3: 0x100000, 5: 0x200000}), stream=0)
+print(json.dumps({"errors": errors}))
+""", {**fake_cuda(), **OFF}, tmp_path / "log")
+    assert [e[0] for e in out["errors"]] == ["AlignmentError"] * 3
+    assert "tensor 'y' (uid 5)" in out["errors"][0][1] and "0x200008" in out["errors"][0][1]
+    assert "tensor 'y' (uid 5)" in out["errors"][1][1]
+    assert "tensor 'x' (uid 3)" in out["errors"][2][1]
+    # nothing misaligned reached cuDNN; the two aligned packs did
+    assert [pointers(r) for r in executes(records)] == [{3: 0x100000, 5: 0x200000, 7: 0x300004},
+                                                          {3: 0x100000, 5: 0x200000}]
+
+
+def test_the_plan_keeps_one_workspace_per_stream_and_a_stream_it_let_go_gets_a_fresh_one(fake_cuda, tmp_path):
+    _, records = run_child(PROLOGUE + """
+ws_runner = _backend.PlanRunner(plan, 4096, 0, "ws")
+streams = [0x5000, 0x6000, 0x5000, 0x5000, 0x6000]           # alternating: each keeps its own
+streams += [0x7000 + 0x100 * i for i in range(7)]            # 9 streams in all: the plan keeps 8
+streams += [0x5000, 0x6000, 0x6000]                          # the oldest go first: each gets a new one
+for s in streams:
+    ws_runner.run(layout.pack({3: 0x100000, 5: 0x200000}), stream=s)
+print(json.dumps({}))
+""", {**fake_cuda(), **OFF}, tmp_path / "log")
+    workspaces = [r[2] for r in executes(records)]
+    assert len(workspaces) == 15
+    first, second = workspaces[0], workspaces[1]
+    assert first != second and "(nil)" not in (first, second)
+    assert workspaces[:5] == [first, second, first, first, second]
+    assert len(set(workspaces[5:12]) | {first, second}) == 9                 # one each
+    assert workspaces[12] not in set(workspaces[:12])                        # 0x5000's was let go ...
+    assert workspaces[13] not in set(workspaces[:13])                        # ... then 0x6000's
+    assert workspaces[14] == workspaces[13]
+
+
+def test_each_thread_has_its_own_state_and_handle_and_keeps_them_across_calls(fake_cuda, tmp_path):
+    out, _ = run_child(PROLOGUE + """
+seen = {}
+def work(i):
+    first = _backend.current_thread_state()
+    run(0x100000 + 0x1000 * i, 0x200000)
+    seen[i] = [id(first), first is _backend.current_thread_state(), first.cached_variant_packs,
+               int(first.handle(0)) == int(_backend.thread_handle(0))]
+threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+for t in threads: t.start()
+for t in threads: t.join()
+main = _backend.current_thread_state()
+print(json.dumps({"seen": seen, "main_packs": main.cached_variant_packs,
+                  "main_same": main is _backend.current_thread_state()}))
+""", {**fake_cuda(), **OFF}, tmp_path / "log")
+    seen = out["seen"]
+    assert all(same and packs == 1 and handle for _, same, packs, handle in seen.values())
+    assert out["main_packs"] == 0 and out["main_same"]          # the threads' packs stayed theirs
+
+
+def test_a_calls_stream_does_not_stick_to_the_thread_handle_and_a_callers_handle_keeps_its_own(
+        fake_cuda, tmp_path):
+    out, records = run_child(PROLOGUE + """
+pack = layout.pack({3: 0x100000, 5: 0x200000})
+runner.run(pack, stream=0x5000)
+runner.run(pack)                                   # no stream: the default one, not 0x5000
+runner.run(pack)
+mine = _backend.create_handle()
+_backend.set_stream(handle=mine, stream=0x6000)
+runner.run(pack, handle=mine)                      # keeps 0x6000: no cudnnSetStream
+runner.run(pack, handle=mine)
+kept = mine.stream
+runner.run(pack, handle=mine, stream=0x7000)       # a stream given with the handle is set on it
+print(json.dumps({"kept": kept, "after": mine.stream,
+                  "thread": _backend.thread_handle(0).stream}))
+""", {**fake_cuda(), **OFF}, tmp_path / "log")
+    assert [r[1] for r in records if r[0] == "stream"] == ["0x5000", "(nil)", "0x6000", "0x7000"]
+    assert out == {"kept": 0x6000, "after": 0x7000, "thread": 0}
+    assert len(executes(records)) == 6
