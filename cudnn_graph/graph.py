@@ -120,8 +120,6 @@ class pygraph(_GraphCore):
     ``override_shapes`` / ``override_strides``); the cuDNN backend needs cuDNN >= 9.21 for it.
     """
 
-    _hot = None   # the selected plan's fast executor (False: it has none); reset when the selection moves
-
     def __init__(self, io_data_type=None, intermediate_data_type=None, compute_data_type=None,
                  handle=None, *, name: str = "", device=None, router: Optional[Router] = None,
                  sm_count=None, sm_version=None, kernel_cache=None, is_override_shape_enabled: bool = False):
@@ -473,18 +471,12 @@ class pygraph(_GraphCore):
 
     # -- execute -----------------------------------------------------------------------------------
 
-    def execute(self, variant_pack: Mapping, workspace=None, handle=None, stream=None, *,
-                override_uids=None, override_shapes=None, override_strides=None) -> None:
-        """Run the selected plan on ``{Tensor | uid | name: buffer}``.
-
-        Buffers may be any DLPack or CUDA-array-interface object, a Slot, or a bare int address
-        (shaped by the tensor's declared geometry). Every buffer is checked before any launch.
-        """
+    # execute() is the graph core's (cudnn_graph._ir.Graph.execute): the repeated call runs the selected
+    # plan's one-call executor (self._hot, reset to None when the selection moves) without a Python
+    # frame, and hands everything else here.
+    def _execute(self, variant_pack: Mapping, workspace, handle, stream, override_uids, override_shapes,
+                 override_strides) -> None:
         hot = self._hot
-        if hot and workspace is None and override_uids is None and override_shapes is None \
-                and override_strides is None:
-            hot(variant_pack, self.handle if handle is None else handle, stream)
-            return
         st = self._state
         compiled = st.compiled.get(st.selected) if st.planned else None
         if compiled is None:

@@ -102,3 +102,36 @@ print(json.dumps({"kept": kept, "after": mine.stream,
     assert [r[1] for r in records if r[0] == "stream"] == ["0x5000", "(nil)", "0x6000", "0x7000"]
     assert out == {"kept": 0x6000, "after": 0x7000, "thread": 0}
     assert len(executes(records)) == 6
+
+
+def test_pygraph_execute_repeats_through_the_plans_one_call_executor_and_other_calls_take_the_general_path(
+        fake_cuda, tmp_path):
+    out, records = run_child("""
+import json
+import cudnn_graph as cudnn
+F = cudnn.data_type
+g = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT, name="mm")
+a = g.tensor(name="A", dim=(1, 128, 128), stride=(128 * 128, 128, 1))
+b = g.tensor(name="B", dim=(1, 128, 128), stride=(128 * 128, 128, 1))
+c = g.matmul(a, b, name="mm"); c.set_output(True).set_data_type(F.HALF)
+g.build([cudnn.heur_mode.A])
+before = g._hot
+g.execute({a: 0x100000, b: 0x200000, c: 0x300000})          # finds the executor, runs the general way
+hot = g._hot
+g.execute({a: 0x100000, b: 0x200000, c: 0x300000})          # the executor
+g.execute({"A": 0x110000, "B": 0x200000, c.uid: 0x300000})    # names and uids as keys
+g.execute({a: 0x100000, b: 0x200000, c: 0x300000}, workspace=0x900000)   # a workspace: the general way
+errors = []
+try:
+    g.execute({a: 0x100008, b: 0x200000, c: 0x300000})
+except Exception as e:
+    errors.append(type(e).__name__)
+print(json.dumps({"before": repr(before), "hot": getattr(hot, "__name__", repr(hot)), "errors": errors}))
+""", {**fake_cuda(), **OFF}, tmp_path / "log")
+    assert out == {"before": "None", "hot": "execute_mapping", "errors": ["AlignmentError"]}
+    runs = executes(records)
+    assert [list(pointers(r).values()) for r in runs] == [[0x100000, 0x200000, 0x300000],
+                                                          [0x100000, 0x200000, 0x300000],
+                                                          [0x110000, 0x200000, 0x300000],
+                                                          [0x100000, 0x200000, 0x300000]]
+    assert runs[3][2] == "0x900000"

@@ -46,6 +46,7 @@ cdef class Graph:
     cdef public object handle
     cdef object _router
     cdef public object _state        # lifecycle and plan-list state kept by cudnn_graph.graph
+    cdef public object _hot          # the selected plan's one-call executor (None: not looked up; False: none)
     cdef public bint _inferred
 
     cdef int _mutable(self) except -1

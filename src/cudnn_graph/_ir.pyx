@@ -417,6 +417,7 @@ cdef class Graph:
         self._router = None
         self._state = None
         self._inferred = False
+        self._hot = None
 
     def __init__(self, io_data_type=None, intermediate_data_type=None, compute_data_type=None, *,
                  name="", device=None, handle=None, router=None):
@@ -438,6 +439,25 @@ cdef class Graph:
 
     def _freeze(self):
         self.frozen = True
+
+    def execute(self, variant_pack, workspace=None, handle=None, stream=None, *,
+                override_uids=None, override_shapes=None, override_strides=None):
+        """Run the selected plan on ``{Tensor | uid | name: buffer}``.
+
+        Buffers may be any DLPack or CUDA-array-interface object, a Slot, or a bare int address
+        (shaped by the tensor's declared geometry). Every buffer is checked before any launch.
+
+        Example (a built graph ``g`` with tensors ``a``, ``b``, ``c`` and device buffers):
+            >>> g.execute({a: a_buf, b: b_buf, c: c_buf}, stream=torch_stream)   # doctest: +SKIP
+        """
+        # The repeated call (no workspace, no overrides) goes from here to the plan's executor with no
+        # Python frame; everything else, and the first call that finds the executor, is graph.py's.
+        hot = self._hot
+        if (hot is not None and hot is not False and workspace is None and override_uids is None
+                and override_shapes is None and override_strides is None):
+            hot(variant_pack, self.handle if handle is None else handle, stream)
+            return
+        self._execute(variant_pack, workspace, handle, stream, override_uids, override_shapes, override_strides)
 
     @property
     def router(self):
