@@ -1242,11 +1242,10 @@ def test_ragged_gqa_backward_needs_cudnn_9_6(scratch, native_names):
 
 
 def test_dropout_backward_graphs_lower(scratch, native_names):
+    # A caller's keep-mask in the backward gave a wrong dK on the H200 (cuDNN 9.19): declined, saying so.
     g, t = bwd_graph("cuda", custom_dropout=True, use_causal_mask=True)
-    ops = [program_step.attrs for program_step in
-           (lambda p: [p.step(n) for n in p.operations])(lower_program(g, version=91900))]
-    assert any(op.get("CUDNN_ATTR_OPERATION_POINTWISE_BDESC") == Ref(f"tensor_{t['mask'].uid}") for op in ops)
-    assert any(op.get("CUDNN_ATTR_OPERATION_POINTWISE_BDESC") == Ref(f"tensor_{t['scale_inv'].uid}") for op in ops)
+    with pytest.raises(GraphNotSupportedError, match="custom dropout mask in the backward.*wrong dK"):
+        lower_program(g, version=91900)
     g, t = bwd_graph("cuda", philox=0.2, rng_dump=True)
     program = lower_program(g, version=91900)
     (op,) = program.of_kind("OPERATION_RNG")

@@ -292,6 +292,11 @@ def _composite_decline(ask: _Ask, lw) -> Optional[str]:
             return "the composite backward: " + _missing_names(_RESHAPE_ATTRS)
         if ask.s_q == 1 and ask.s_kv == 1:
             return "s_q = s_kv = 1 has no backward engine"
+        if ask.dmask is not None:
+            # Measured on the H200 (cuDNN 9.19): dK off by ~33% of its scale with a caller's keep-mask,
+            # bf16 and fp16, CuPy and JAX, while the same lowering with a Philox mask matches the reference.
+            return ("a custom dropout mask in the backward: cuDNN 9.19's plan for it computed a wrong dK on "
+                    "the H200, so it is declined until that is understood (Philox dropout backward is verified)")
         if ask.ragged and (ask.h_k != ask.h_q or ask.h_v != ask.h_q) and lw.version is not None \
                 and lw.version < RAGGED_GQA_BWD_VERSION:
             return (f"a ragged (THD) backward with fewer K/V heads than query heads (GQA / MQA) needs cuDNN >= "
