@@ -143,6 +143,21 @@ def run(x, y, **kw):
 """
 
 
+def test_a_driver_missing_device_queries_raises_instead_of_crashing(fake_cuda, tmp_path):
+    """The stand-in libcuda has no cuDeviceGetName / cuDeviceGetAttribute: querying a device is a typed
+    error (engines that ask for the architecture then decline), never a call through a NULL pointer."""
+    out, _ = run_child("""
+import json
+from cudnn_graph import _driver
+try:
+    _driver.device_info(0)
+    print(json.dumps({"error": None}))
+except RuntimeError as exc:
+    print(json.dumps({"error": str(exc)}))
+""", fake_cuda(), tmp_path / "log")
+    assert out["error"] is not None and "cuDeviceGetName" in out["error"]
+
+
 def kinds(records):
     """The execute-path calls in order: execute / populate / launch / exec_destroy."""
     return [r[0] for r in records if r[0] in ("execute", "populate", "launch", "exec_destroy", "memset")]

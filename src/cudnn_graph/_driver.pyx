@@ -133,7 +133,9 @@ cdef int _load() noexcept nogil:
     _graph_exec_destroy = <cuGraphExecDestroy_t>dlsym(lib, "cuGraphExecDestroy")
     _graph_launch = <cuGraphLaunch_t>dlsym(lib, "cuGraphLaunch")
     _stream_is_capturing = <cuStreamIsCapturing_t>dlsym(lib, "cuStreamIsCapturing")
-    if init == NULL or _get_attribute == NULL or init(0) != 0:
+    # The context calls run unchecked on hot paths: a driver without them is treated as no driver.
+    if init == NULL or _get_attribute == NULL or _ctx_get_current == NULL or _ctx_set_current == NULL \
+            or _ctx_push == NULL or _ctx_pop == NULL or init(0) != 0:
         _load_state = -1
     else:
         _load_state = 1
@@ -177,7 +179,12 @@ def device_info(int ordinal) -> dict:
     """Name and compute capability of one device."""
     cdef char name[256]
     cdef int major = 0, minor = 0
-    if _load() != 1 or _device_name(name, 256, ordinal) != 0:
+    if _load() != 1:
+        raise RuntimeError(f"CUDA device {ordinal} is not available: no CUDA driver")
+    if _device_name == NULL or _device_attribute == NULL:
+        raise RuntimeError(f"CUDA device {ordinal} cannot be queried: the driver lacks cuDeviceGetName / "
+                           "cuDeviceGetAttribute")
+    if _device_name(name, 256, ordinal) != 0:
         raise RuntimeError(f"CUDA device {ordinal} is not available")
     _device_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ordinal)
     _device_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ordinal)
@@ -292,6 +299,8 @@ cdef uintptr_t device_alloc(size_t nbytes, int device) except 0:
     cdef bint pushed = False
     cdef int result
     _require_driver(b"device allocation")
+    if _mem_alloc == NULL:
+        raise RuntimeError("libcuda has no cuMemAlloc_v2")
     if nbytes == 0:
         raise ValueError("device_alloc: size 0")
     enter_device(device, &pushed)
@@ -417,6 +426,8 @@ def copy_to_device(DeviceAllocation destination, source) -> None:
     if data.shape[0] == 0:
         return
     _require_driver(b"host-to-device copy")
+    if _copy_to_device == NULL:
+        raise RuntimeError("libcuda has no cuMemcpyHtoD_v2")
     enter_device(destination.device, &pushed)
     try:
         with nogil:
