@@ -64,19 +64,12 @@ def main(argv=None) -> dict:
 
     F = cudnn.data_type
     sync = torch.cuda.synchronize
-    from cudnn_graph.engines import ids
-    from cudnn_graph.router import Router
+    from cudnn_graph.router import PreferFamily
 
-    class PreferCudnn(Router):
-        """The comparison is cuDNN's execute against cuDNN's: rank its plans first (the CuTe GEMM engine,
-        where installed, claims this graph too; bench/gemm.py measures that one)."""
-
-        def heuristics_sort(self, graph, entries):
-            return sorted(super().heuristics_sort(graph, entries),
-                          key=lambda e: ids.family_of(e.engine_id) != "cudnn")
-
+    # The comparison is cuDNN's execute against cuDNN's: rank its plans first (the CuTe GEMM engine, where
+    # installed, claims this graph too; bench/gemm.py measures that one).
     g = cudnn.pygraph(io_data_type=F.BFLOAT16, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
-                      device="cuda:0", router=PreferCudnn())
+                      device="cuda:0", router=PreferFamily("cudnn"))
     A = g.tensor(name="A", dim=[1, M, K], stride=[M * K, K, 1])
     B = g.tensor(name="B", dim=[1, K, N], stride=[K * N, N, 1])
     C = g.matmul(A, B).set_output(True).set_data_type(F.BFLOAT16)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Sequence
 
-__all__ = ["Router", "get_default_router", "set_default_router"]
+__all__ = ["Router", "PreferFamily", "get_default_router", "set_default_router"]
 
 
 class Router:
@@ -30,6 +30,25 @@ class Router:
     def heuristics_sort(self, graph, entries: list) -> list:
         order = {id(e): i for i, e in enumerate(entries)}
         return sorted(entries, key=lambda e: (-e.priority, order[id(e)]))
+
+
+class PreferFamily(Router):
+    """The default ranking, with the plans of the named engine families first ('cudnn', 'native',
+    'python', 'external': ``engines.ids.family_of``), e.g. to compare cuDNN's own plan with another
+    binding's while a python engine also claims the graph.
+
+    Example:
+        >>> from cudnn_graph.router import PreferFamily
+        >>> router = PreferFamily("cudnn")          # pygraph(..., router=router) or set_default_router
+    """
+
+    def __init__(self, *families: str):
+        self.families = frozenset(families)
+
+    def heuristics_sort(self, graph, entries: list) -> list:
+        from .engines.ids import family_of
+        return sorted(super().heuristics_sort(graph, entries),
+                      key=lambda e: family_of(e.engine_id) not in self.families)
 
 
 _default = Router()

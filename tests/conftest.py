@@ -27,13 +27,7 @@ def pytest_collection_modifyitems(config, items):
 def prefer_cudnn():
     """Rank the cuDNN backend's plans first, for tests that pin cuDNN's own behaviour (plan names, handles,
     graph replay): the CuTe GEMM engine, where installed, claims the same matmul graphs and would win."""
-    from cudnn_graph.engines import ids
-    from cudnn_graph.router import Router, set_default_router
-
-    class PreferCudnn(Router):
-        def heuristics_sort(self, graph, entries):
-            return sorted(super().heuristics_sort(graph, entries),
-                          key=lambda e: ids.family_of(e.engine_id) != "cudnn")
-    previous = set_default_router(PreferCudnn())
+    from cudnn_graph.router import PreferFamily, set_default_router
+    previous = set_default_router(PreferFamily("cudnn"))
     yield
     set_default_router(previous)

@@ -110,14 +110,10 @@ def test_pygraph_execute_repeats_through_the_plans_one_call_executor_and_other_c
 import json
 import cudnn_graph as cudnn
 F = cudnn.data_type
-from cudnn_graph.engines import ids
-from cudnn_graph.router import Router
-class PreferCudnn(Router):
-    # The stand-in serves cuDNN's API only: the CuTe engine (where installed) would launch on it.
-    def heuristics_sort(self, graph, entries):
-        return sorted(super().heuristics_sort(graph, entries), key=lambda e: ids.family_of(e.engine_id) != "cudnn")
+from cudnn_graph.router import PreferFamily
+# The stand-in serves cuDNN's API only: the CuTe engine (where installed) would launch on it.
 g = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT, name="mm",
-                  router=PreferCudnn())
+                  router=PreferFamily("cudnn"))
 a = g.tensor(name="A", dim=(1, 128, 128), stride=(128 * 128, 128, 1))
 b = g.tensor(name="B", dim=(1, 128, 128), stride=(128 * 128, 128, 1))
 c = g.matmul(a, b, name="mm"); c.set_output(True).set_data_type(F.HALF)

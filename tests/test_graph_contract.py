@@ -353,6 +353,17 @@ def test_per_graph_router_ranks_the_list(register, reference_only):
     assert [p.label for p in g2.plans] == ["toy-0", "reference"]
 
 
+def test_prefer_family_ranks_that_familys_plans_first_and_keeps_the_rest_in_order(register, reference_only):
+    from cudnn_graph.router import PreferFamily
+    register(ToyEngine())
+    g, *_ = add_graph(router=PreferFamily("python"))
+    g.build()
+    assert [p.label for p in g.plans] == ["reference", "toy-0"]      # the reference engine is a python one
+    g2, *_ = add_graph(router=PreferFamily("cudnn"))                 # no cuDNN plan: the default order
+    g2.build()
+    assert [p.label for p in g2.plans] == ["toy-0", "reference"]
+
+
 def test_process_default_router_is_used_and_restored(register, reference_only):
     register(ToyEngine())
     before = get_default_router()
