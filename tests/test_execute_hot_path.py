@@ -138,3 +138,91 @@ print(json.dumps({"before": repr(before), "hot": getattr(hot, "__name__", repr(h
                                                           [0x110000, 0x200000, 0x300000],
                                                           [0x100000, 0x200000, 0x300000]]
     assert runs[3][2] == "0x900000"
+
+
+def test_execute_mapping_packs_on_the_stack_with_every_check_of_a_variant_pack(fake_cuda, tmp_path):
+    # execute_mapping fills C arrays itself (no VariantPack): each bad mapping must raise what
+    # layout.pack raises, naming the same tensor, with nothing reaching cuDNN.
+    out, records = run_child(PROLOGUE + """
+from cudnn_graph._testing import exchange_producer as ep
+runner.bind_layout(layout)
+bad = [{3: 0x100000},                                   # y missing
+       {3: 0x100000, 5: 0x200000, 9: 0x300000},         # unknown uid
+       {"x": 0x100000, "nope": 0x200000},               # unknown name
+       {3: 0x100000, "x": 0x100000, 5: 0x200000},       # x twice (uid and name)
+       {3: 0, 5: 0x200000},                              # NULL
+       {3: -16, 5: 0x200000},                            # negative
+       {3: 1 << 70, 5: 0x200000},                        # beyond a pointer
+       {3: 0x100001, 5: 0x200000},                       # not even half-aligned
+       {3: 0x100000, 5: 0x200008},                       # not 16-byte aligned for the plan
+       {3: 0x100000, 5: 0x200000, 7: 0x300002},          # host scalar below its 4 bytes
+       {3.0: 0x100000, 5: 0x200000},                     # a key that names nothing
+       {3: 0x100000, 5: np.zeros((4, 8), np.float16)},   # host memory for a device tensor
+       {3: 0x100000, 5: "buffer"},                       # not a buffer
+       [(3, 0x100000)]]                                  # not a mapping
+errors = []
+for mapping in bad:
+    got = []
+    for call in (lambda: runner.execute_mapping(mapping, None, None),
+                 lambda: runner.run(layout.pack(mapping), stream=None)):
+        try:
+            call()
+            got.append(None)
+        except Exception as e:
+            got.append([type(e).__name__, str(e)])
+    errors.append(got)
+runner.execute_mapping({"y": 0x200000, 3: 0x100000}, None, None)               # any key order, names
+runner.execute_mapping({5: 0x200000, 3: 0x100000, "s": 0x300004}, None, None)
+print(json.dumps({"errors": errors}))
+""", {**fake_cuda(), **OFF}, tmp_path / "log")
+    names = []
+    for mapped, packed in out["errors"]:
+        assert mapped == packed        # same type, same message
+        names.append(mapped[0])
+    assert names == ["MissingTensorError", "UnknownTensorError", "UnknownTensorError", "ValueError",
+                     "ValueError", "ValueError", "ValueError", "AlignmentError", "AlignmentError",
+                     "AlignmentError", "TypeError", "DeviceMismatchError", "BufferImportError", "TypeError"]
+    assert "tensor 'y' (uid 5)" in out["errors"][0][0][1]
+    assert [pointers(r) for r in executes(records)] == [{3: 0x100000, 5: 0x200000},
+                                                          {3: 0x100000, 5: 0x200000, 7: 0x300004}]
+
+
+def test_execute_mapping_keeps_imported_tensors_for_the_call_and_releases_each_once(fake_cuda, tmp_path):
+    # Host-memory specs with strides: exchange-API producers lend borrowed views, DLPack producers are
+    # imported into Slots that must live until the launch and be released after it.
+    out, records = run_child(PROLOGUE + """
+from cudnn_graph._testing import exchange_producer as ep
+hlayout = PackLayout([TensorSpec(3, (4, 8), "float16", strides=(8, 1), device="cpu", name="x"),
+                      TensorSpec(5, (4, 8), "float16", strides=(8, 1), device="cpu", name="y", is_output=True)])
+hrunner = _backend.PlanRunner(plan, 0, 0, "host")
+hrunner.bind_layout(hlayout)
+x, y = np.zeros((4, 8), np.float16), np.zeros((4, 8), np.float16)
+want = {3: x.ctypes.data, 5: y.ctypes.data}
+ep.reset_counts()
+hrunner.execute_mapping({3: ep.ExchangeProducer(x), 5: ep.ExchangeProducer(y)}, None, None)   # views
+views = ep.counts()
+hrunner.execute_mapping({3: ep.ManagedOnlyProducer(x), 5: ep.ManagedOnlyProducer(y)}, None, None)
+hrunner.execute_mapping({3: x, 5: y}, None, None)                                              # __dlpack__
+print(json.dumps({"views": views, "managed": ep.counts(), "want": want}))
+""", {**fake_cuda(), **OFF}, tmp_path / "log")
+    assert out["views"] == [0, 0]                 # borrowed: nothing exported, nothing to release
+    assert out["managed"] == [2, 2]               # two imports, each released once
+    want = {int(k): v for k, v in out["want"].items()}
+    assert [pointers(r) for r in executes(records)] == [want] * 3
+
+
+def test_execute_mapping_falls_back_to_a_variant_pack_for_a_layout_larger_than_its_stack_arrays(
+        fake_cuda, tmp_path):
+    out, records = run_child(PROLOGUE + """
+big = PackLayout([TensorSpec(10 + i, (4,), "float32", name=f"t{i}") for i in range(20)])
+runner.bind_layout(big)
+runner.execute_mapping({10 + i: 0x100000 * (i + 1) for i in range(20)}, None, None)
+try:
+    runner.execute_mapping({10 + i: 0x100000 * (i + 1) for i in range(19)}, None, None)
+    error = None
+except Exception as e:
+    error = [type(e).__name__, str(e)]
+print(json.dumps({"error": error}))
+""", {**fake_cuda(), **OFF}, tmp_path / "log")
+    assert out["error"][0] == "MissingTensorError" and "tensor 't19' (uid 29)" in out["error"][1]
+    assert [pointers(r) for r in executes(records)] == [{10 + i: 0x100000 * (i + 1) for i in range(20)}]

@@ -40,7 +40,7 @@ from cudnn_graph._loader cimport CudnnApi, cudnn_api, loaded_api, check, check_n
 from cudnn_graph._dlpack cimport kDLCPU, kDLCUDA, kDLCUDAManaged
 from cudnn_graph._dtypes cimport dtype_bits
 from cudnn_graph._slot cimport Slot, slot_from_object, slot_numel
-from cudnn_graph._variant_pack cimport VariantPack, PackLayout, TensorSpec, pack_from_mapping
+from cudnn_graph._variant_pack cimport VariantPack, PackLayout, TensorSpec, pack_from_mapping, pack_into, PACK_INLINE
 from cudnn_graph._stream cimport stream_handle
 from cudnn_graph._driver cimport (
     enter_device, leave_device, stream_device, zero_async, DeviceAllocation, CAPTURING_STREAM, graphs_available,
@@ -1572,8 +1572,26 @@ cdef class PlanRunner:
         self._bound_layout = layout
 
     def execute_mapping(self, mapping, handle, stream):
-        """pygraph.execute's fast path: normalise ``{tensor | uid: buffer}`` and run, with no Python frame."""
-        self._run(pack_from_mapping(mapping, self._bound_layout, stream), handle, stream, None)
+        """pygraph.execute's fast path: normalise ``{tensor | uid: buffer}`` and run, with no Python frame.
+
+        The operands go into arrays on the C stack (no VariantPack object) unless the layout is too
+        large for them.
+        """
+        cdef PackLayout layout = self._bound_layout
+        cdef int64_t uids[PACK_INLINE]
+        cdef void* ptrs[PACK_INLINE]
+        cdef Py_ssize_t n
+        cdef Operands operands
+        if layout is None or len(layout.specs) > PACK_INLINE:
+            self._run(pack_from_mapping(mapping, layout, stream), handle, stream, None)
+            return
+        # Slots made for the call (imported tensors they own) live until the launch is issued.
+        keepalive = pack_into(mapping, layout, stream, uids, ptrs, PACK_INLINE, &n)
+        operands.n = <int>n
+        operands.uids = uids
+        operands.ptrs = ptrs
+        self._run_operands(layout, &operands, handle, stream, None, None)
+        del keepalive
 
     def run_with_overrides(self, VariantPack pack, ShapeOverrides overrides, *, handle=None, stream=None,
                            workspace=None):

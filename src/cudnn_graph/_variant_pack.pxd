@@ -44,3 +44,8 @@ cdef class VariantPack:
 
 cdef int check_slot(Slot s, TensorSpec spec) except -1
 cdef VariantPack pack_from_mapping(object mapping, PackLayout layout, object stream)
+# pack_from_mapping's checks with no VariantPack: the operands (uids ascending) go into the caller's
+# arrays (``capacity`` entries; a layout with more specs is refused), ``*count`` gets how many. Returns
+# what the caller must keep alive until its launch is issued (the Slots made here), or None.
+cdef object pack_into(object mapping, PackLayout layout, object stream, int64_t* uids, void** ptrs,
+                      Py_ssize_t capacity, Py_ssize_t* count)

@@ -5,7 +5,7 @@ uid); it is shared by every thread that executes the plan. A ``VariantPack`` is 
 and arrays belong to that call alone, so concurrent calls never see each other's pointers.
 """
 cimport cython
-from libc.stdint cimport int32_t, int64_t, intptr_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, intptr_t, uintptr_t, uint8_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset, memcpy
 from cpython.number cimport PyNumber_Index
@@ -373,82 +373,145 @@ cdef int _alloc_arrays(VariantPack pack, Py_ssize_t n) except -1:
     return 0
 
 
+cdef Py_ssize_t _position(object key, PackLayout layout) except -2:
+    """The layout position of a mapping key (Tensor, uid or tensor name); -1 when it names no operand.
+
+    Tensors and small int uids resolve through the layout's dense array with no Python int made.
+    """
+    cdef int64_t uid64
+    cdef long small
+    cdef int overflow
+    if type(key) is Tensor:
+        uid64 = (<Tensor>key)._uid
+        if 0 <= uid64 < PACK_DENSE_UIDS:
+            return layout._dense[uid64] - 1
+        uid = uid64
+    elif type(key) is int:
+        uid = key
+    else:
+        uid = _key_uid(key, layout)
+    if type(uid) is int:
+        small = PyLong_AsLongAndOverflow(uid, &overflow)    # never raises for an int
+        if overflow == 0 and 0 <= small < PACK_DENSE_UIDS:
+            return layout._dense[small] - 1
+    position = layout._index.get(uid)
+    return -1 if position is None else <Py_ssize_t>position
+
+
+cdef inline intptr_t _address(object buffer, TensorSpec spec) except? -1:
+    """``_checked_address`` with the common case (a positive, aligned, in-range int) inlined."""
+    cdef int overflow
+    cdef long ptr = PyLong_AsLongAndOverflow(buffer, &overflow)    # buffer is an int: never raises
+    if overflow == 0 and ptr > 0 and ((<uintptr_t>ptr) & <uintptr_t>(spec.alignment - 1)) == 0:
+        return <intptr_t>ptr
+    return _checked_address(buffer, spec)     # raises the typed error (or allows NULL for empty tensors)
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
+cdef object _pack_core(object mapping, PackLayout layout, object stream, int64_t* uids, void** ptrs,
+                       Py_ssize_t* count, list placed):
+    """Check every buffer of ``mapping`` against ``layout`` and write the operands, uids ascending, into
+    ``uids`` / ``ptrs`` (room for every spec of the layout); ``*count`` gets how many.
+
+    ``placed`` (a list of one None per spec, or None) receives each operand's item at its spec position
+    for a VariantPack: the int, the Slot, or the producer whose borrowed view was checked. Without it,
+    the Slots this call made are returned (they own imported tensors; the caller keeps them until its
+    launch is issued), or None when there are none: ints and borrowed views need nothing kept, since
+    the caller's mapping holds the producers for the whole call.
+    """
+    cdef Py_ssize_t nspec = len(layout.specs), i, j, n = 0
+    cdef TensorSpec spec
+    cdef Slot s
+    cdef DLTensor view
+    cdef void* data
+    cdef list made = None
+    cdef uint8_t filled_inline[PACK_INLINE]
+    cdef uint8_t* filled = filled_inline
+    if type(mapping) is not dict and not hasattr(mapping, "items"):
+        raise TypeError(f"a variant pack is a mapping {{tensor or uid: buffer}}; got {type(mapping).__name__}")
+    if nspec > PACK_INLINE:
+        filled = <uint8_t*>malloc(nspec)
+        if filled == NULL:
+            raise MemoryError()
+    memset(filled, 0, nspec)
+    try:
+        # Each operand lands at its spec's position (specs are sorted by uid): no sort, and a position
+        # filled twice is a uid given twice (e.g. by its name and by its uid).
+        for key, buffer in mapping.items():
+            i = _position(key, layout)
+            if i < 0:
+                raise UnknownTensorError(f"uid {_key_uid(key, layout)} is not a tensor of this graph "
+                                         f"(its uids: {sorted(layout._index)})")
+            if i >= nspec:
+                raise AssertionError(f"corrupt PackLayout index for key {key!r}")
+            spec = <TensorSpec>layout.specs[i]
+            if filled[i]:
+                raise ValueError(f"tensor uid {spec.uid} is given twice in the variant pack")
+            filled[i] = 1
+            n += 1
+            if type(buffer) is int:
+                # Engines that read only pointers never need a Slot for it: .slots makes one on demand.
+                ptrs[i] = <void*>_address(buffer, spec)
+                if placed is not None:
+                    placed[i] = buffer
+                continue
+            # A producer's borrowed C view is taken only when the spec declares strides: checked against
+            # the full declared geometry, the view needs no validation of its own and no Slot is made
+            # unless an engine asks for .slots (then the producer is read again).
+            s = _slot_for(buffer, spec, stream, &view if spec.strides is not None else NULL)
+            if s is None:
+                data = <void*>(<char*>view.data + view.byte_offset)
+                check_tensor(&view, data, False, spec)
+                ptrs[i] = data
+                if placed is not None:
+                    placed[i] = buffer
+                continue
+            ptrs[i] = s.tensor.data
+            if placed is not None:
+                placed[i] = s
+            elif s is not buffer:
+                if made is None:
+                    made = [s]
+                else:
+                    made.append(s)
+        if n < nspec:
+            for i in range(nspec):
+                if not filled[i] and (<TensorSpec>layout.specs[i]).required:
+                    raise MissingTensorError("the variant pack lacks " + ", ".join([
+                        (<TensorSpec>layout.specs[j]).label() for j in range(nspec)
+                        if not filled[j] and (<TensorSpec>layout.specs[j]).required]))
+        # Pointers were written at spec positions; close the gaps of optional operands not given.
+        j = 0
+        for i in range(nspec):
+            if filled[i]:
+                uids[j] = (<TensorSpec>layout.specs[i]).uid
+                ptrs[j] = ptrs[i]
+                j += 1
+    finally:
+        if filled != filled_inline:
+            free(filled)
+    count[0] = n
+    return made
+
+
+cdef object pack_into(object mapping, PackLayout layout, object stream, int64_t* uids, void** ptrs,
+                      Py_ssize_t capacity, Py_ssize_t* count):
+    if len(layout.specs) > capacity:
+        raise ValueError(f"the layout has {len(layout.specs)} operands; the arrays hold {capacity}")
+    return _pack_core(mapping, layout, stream, uids, ptrs, count, None)
+
+
 cdef VariantPack pack_from_mapping(object mapping, PackLayout layout, object stream):
     if layout is None:
         return _pack_unchecked(mapping, stream)
     cdef VariantPack pack = VariantPack.__new__(VariantPack)
-    cdef Py_ssize_t nspec = len(layout.specs), i, j, n = 0
-    cdef TensorSpec spec
-    cdef Slot s
-    if type(mapping) is not dict and not hasattr(mapping, "items"):
-        raise TypeError(f"a variant pack is a mapping {{tensor or uid: buffer}}; got {type(mapping).__name__}")
-    # Each slot lands at its spec's position (specs are sorted by uid): no sort, and a position
-    # filled twice is a uid given twice (e.g. by its name and by its uid).
+    cdef Py_ssize_t nspec = len(layout.specs), n
     cdef list placed = [None] * nspec
-    cdef DLTensor view
-    cdef void* data
-    cdef long small
-    cdef int overflow
     _alloc_arrays(pack, nspec)
-    for key, buffer in mapping.items():
-        uid = key if type(key) is int else _key_uid(key, layout)
-        small = -1
-        if type(uid) is int:
-            small = PyLong_AsLongAndOverflow(uid, &overflow)    # never raises for an int
-            if overflow != 0:
-                small = -1
-        if 0 <= small < PACK_DENSE_UIDS:
-            i = layout._dense[small] - 1
-        else:
-            position = layout._index.get(uid)
-            i = -1 if position is None else position
-        if i < 0:
-            raise UnknownTensorError(
-                f"uid {uid} is not a tensor of this graph (its uids: {sorted(layout._index)})")
-        if i >= nspec:
-            raise AssertionError(f"corrupt PackLayout index for uid {uid}")
-        if placed[i] is not None:
-            raise ValueError(f"tensor uid {uid} is given twice in the variant pack")
-        spec = <TensorSpec>layout.specs[i]
-        if type(buffer) is int:
-            # Engines that read only pointers never need a Slot for it: .slots makes one on demand.
-            pack._ptrs[i] = <void*>_checked_address(buffer, spec)
-            placed[i] = buffer
-            n += 1
-            continue
-        # A producer's borrowed C view is taken only when the spec declares strides: checked against
-        # the full declared geometry, the view needs no validation of its own and no Slot is made
-        # unless an engine asks for .slots (then the producer is read again).
-        s = _slot_for(buffer, spec, stream, &view if spec.strides is not None else NULL)
-        if s is None:
-            data = <void*>(<char*>view.data + view.byte_offset)
-            check_tensor(&view, data, False, spec)
-            pack._ptrs[i] = data
-            placed[i] = buffer
-        else:
-            pack._ptrs[i] = s.tensor.data
-            placed[i] = s
-        n += 1
-    if n < nspec:
-        missing = [sp for sp, got in zip(layout.specs, placed) if got is None and sp.required]
-        if missing:
-            raise MissingTensorError(
-                "the variant pack lacks " + ", ".join((<TensorSpec>sp).label() for sp in missing))
-    # Pointers were written at spec positions; close the gaps of optional operands not given.
-    j = 0
-    for i in range(nspec):
-        if placed[i] is None:
-            continue
-        pack._uids[j] = (<TensorSpec>layout.specs[i]).uid
-        pack._ptrs[j] = pack._ptrs[i]
-        j += 1
+    _pack_core(mapping, layout, stream, pack._uids, pack._ptrs, &n, placed)
     pack._n = <int>n
-    if n == nspec:
-        pack._items = tuple(placed)
-    else:
-        pack._items = tuple([x for x in placed if x is not None])
+    pack._items = tuple(placed) if n == nspec else tuple([x for x in placed if x is not None])
     pack.layout = layout
     return pack
 
