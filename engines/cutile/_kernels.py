@@ -179,17 +179,28 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
                   NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt,
                   PER_CHANNEL: ConstBool, BETA_PER_CHANNEL: ConstBool, HAS_W: ConstBool, USE_L2: ConstBool,
                   STORE_KD: ConstBool):
-    """Per (chunk, head): gc, w = T (C * exp(gc)) and u = T X into the f32 scratch arrays (and, for the
-    split state pass, the state-write keys kd = k * exp(gc_last - gc))."""
+    """Per (chunk, head): gc (per-token gates; per-channel ones come from chunk_gates), w = T (C * exp(gc))
+    and u = T X into the f32 scratch arrays (and, for the split state pass, the state-write keys
+    kd = k * exp(gc_last - gc))."""
     c = ct.bid(0)
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
+        count = stop - start
         kt = _rows(k, h, start, stop, K, 0)
         if USE_L2:
             kt = _l2_normalise(kt)
         vt = _rows(v, h, start, stop, V, 0)
-        gc = _gates(g, h, start, stop, K, PER_CHANNEL)
+        if PER_CHANNEL:
+            # chunk_gates wrote the in-chunk sums: read them back with their middle and last rows, as the
+            # state pass does (a (CHUNK, K) scan and row extractions here cost 4x gdn's whole prepare).
+            last = _gate_row(g_out, h, stop - 1, K, True)
+            gc = _pad_gates(_rows(g_out, h, start, stop, K, 0), count, last)
+            mid = _gate_row(g_out, h, start + ct.minimum(count - 1, _MID), K, True)
+        else:
+            gc = _gates(g, h, start, stop, K, False)
+            last = _row(gc, count - 1)
+            mid = ct.zeros((1, 1), dtype=ct.float32)   # a scalar gate needs no split
         if BETA_PER_CHANNEL:
             bt = _rows(beta, h, start, stop, K, 0)
         else:
@@ -199,21 +210,28 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
             xt = _rows(wgate, h, start, stop, V, 0) * vt
         else:
             xt = bt * vt
-        mid = _row(gc, ct.minimum(stop - start - 1, _MID))
         a = _decayed_scores(read, kt, gc, mid, False, PER_CHANNEL, False)
         inv = _unit_lower_inverse(a)
         w = _mm(inv, read * ct.exp(gc), ct.zeros((CHUNK, K), dtype=ct.float32))
         u = _mm(inv, xt, ct.zeros((CHUNK, V), dtype=ct.float32))
         _store_rows(w_out, h, start, stop, 0, w, K)
         _store_rows(u_out, h, start, stop, 0, u, V)
-        if PER_CHANNEL:
-            _store_rows(g_out, h, start, stop, 0, gc, K)
-        else:
+        if not PER_CHANNEL:
             ct.store(g_out.slice(0, start, stop), (0, h), gc)
         if STORE_KD:
             # Past the chunk's last token gc repeats the last row (zero g padding), and k is zero there.
-            last = _row(gc, stop - start - 1)
             _store_rows(kd_out, h, start, stop, 0, kt * ct.exp(last - gc), K)
+
+
+@ct.kernel
+def chunk_gates(g, cu, g_out, NSEQ: ConstInt, NP: ConstInt, K: ConstInt):
+    """Per (chunk, head) of per-channel gates (kda, gdn2): the in-chunk cumulative sums into g_out, for
+    chunk_prepare and the later passes to read."""
+    c = ct.bid(0)
+    h = ct.bid(1)
+    n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
+    if n < NSEQ:
+        _store_rows(g_out, h, start, stop, 0, _gates(g, h, start, stop, K, True), K)
 
 
 @ct.kernel

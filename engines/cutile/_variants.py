@@ -58,6 +58,9 @@ class Variant:
         """The tile width that holds every sequence's chunk count (a power of two >= N + 1)."""
         return next_pow2(self.n_seq + 1)
 
+    def gates_constants(self) -> tuple:
+        return (self.n_seq, self.seq_tile, self.K)
+
     def prepare_constants(self) -> tuple:
         return (self.n_seq, self.seq_tile, self.K, self.V, self.per_channel, self.beta_per_channel,
                 self.has_w, self.use_l2, self.split)
@@ -84,7 +87,9 @@ class Variant:
 
 
 def signatures(variant: Variant) -> list:
-    """[(kernel, KernelSignature)] for the forward kernels of ``variant`` (two, or three when split)."""
+    """[(kernel, KernelSignature)] for the forward kernels of ``variant`` in launch order: chunk_gates
+    (per-channel gates only), chunk_prepare, then chunk_recurrence or (split) chunk_state_pass and
+    chunk_output."""
     import cuda.tile as ct
     from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature
 
@@ -108,15 +113,18 @@ def signatures(variant: Variant) -> list:
     recurrence = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, 3), array(f32, 3), array(f32, gate_ndim),
                   array(ct.int32, 1), array(f32, 4), array(v.io_dtype, 3), array(f32, 4),
                   *v.recurrence_constants()]
-    prepared = (_kernels.chunk_prepare, KernelSignature(prepare, cconv).with_mangled_symbol("chunk_prepare"))
+    prepared = [(_kernels.chunk_prepare, KernelSignature(prepare, cconv).with_mangled_symbol("chunk_prepare"))]
+    if v.per_channel:
+        gates = [array(f32, 3), array(ct.int32, 1), array(f32, 3), *v.gates_constants()]
+        prepared.insert(0, (_kernels.chunk_gates, KernelSignature(gates, cconv).with_mangled_symbol("chunk_gates")))
     if not v.split:
-        return [prepared, (_kernels.chunk_recurrence,
-                           KernelSignature(recurrence, cconv).with_mangled_symbol("chunk_recurrence"))]
+        return [*prepared, (_kernels.chunk_recurrence,
+                            KernelSignature(recurrence, cconv).with_mangled_symbol("chunk_recurrence"))]
     state_pass = [array(f32, 3), array(f32, 3), array(f32, 3), array(f32, gate_ndim), array(ct.int32, 1),
                   array(f32, 4), array(f32, 4), array(f32, 4), *v.state_pass_constants()]
     output = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, 3), array(f32, gate_ndim),
               array(ct.int32, 1), array(f32, 4), array(v.io_dtype, 3), *v.output_constants()]
-    return [prepared,
+    return [*prepared,
             (_kernels.chunk_state_pass, KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_state_pass")),
             (_kernels.chunk_output, KernelSignature(output, cconv).with_mangled_symbol("chunk_output"))]
 
@@ -147,7 +155,8 @@ def backward_signatures(variant: Variant) -> list:
              array(io, 3), array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 3), array(f32, 3),
              array(io, 3), array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2),
              *v.bwd_grads_constants()]
-    return signatures(v)[:2] + [
+    forward = signatures(v)
+    return forward[:len(forward) - 1] + [
         (_kernels.chunk_bwd_state_pass,
          KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_bwd_state_pass")),
         (_kernels.chunk_bwd_grads, KernelSignature(grads, cconv).with_mangled_symbol("chunk_bwd_grads")),

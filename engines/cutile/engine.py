@@ -136,6 +136,7 @@ class CutileForwardPlan(CompiledPlan):
     def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry):
         super().__init__(plan, geometry.workspace_size)
         from . import _kernels
+        self._gates = _kernels.chunk_gates
         self._prepare = _kernels.chunk_prepare
         self._recurrence = _kernels.chunk_recurrence
         self.variant = variant
@@ -185,6 +186,13 @@ class CutileForwardPlan(CompiledPlan):
                 self._views[base] = views
         return views
 
+    def _gate_launches(self, g, cu, scratch) -> list:
+        """Per-channel gates (kda, gdn2) get their in-chunk sums from a launch of their own."""
+        v = self.variant
+        if not v.per_channel:
+            return []
+        return [("gates", self._prepare_grid, self._gates, (g, cu, scratch["g"], *v.gates_constants()))]
+
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
         import cuda.tile as ct
         slots = variant_pack.slots
@@ -203,9 +211,10 @@ class CutileForwardPlan(CompiledPlan):
         wgate = slot("w") if v.has_w else val
         h0 = slot("initial_state") if v.has_h0 else scratch["state_dummy"]
         ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
-        launches = [("prepare", self._prepare_grid, self._prepare,
-                     (k, val, g, beta, wgate, cu, scratch["w"], scratch["u"], scratch["g"], scratch["kd"],
-                      *v.prepare_constants()))]
+        launches = self._gate_launches(g, cu, scratch)
+        launches.append(("prepare", self._prepare_grid, self._prepare,
+                         (k, val, g, beta, wgate, cu, scratch["w"], scratch["u"], scratch["g"], scratch["kd"],
+                          *v.prepare_constants())))
         if v.split:
             launches += [
                 ("state_pass", self._recurrence_grid, self._state_pass,
@@ -257,6 +266,7 @@ class CutileBackwardPlan(CutileForwardPlan):
         dht = slot("d_final_state") if v.has_dht else dummy
         dh0 = slot("d_initial_state") if v.has_h0 else dummy
         launches = [
+            *self._gate_launches(g, cu, sc),
             ("prepare", self._prepare_grid, self._prepare,
              (k, val, g, beta, val, cu, sc["w"], sc["u"], sc["g"], sc["kd"], *v.prepare_constants())),
             ("state_pass", self._recurrence_grid, self._state_pass,
