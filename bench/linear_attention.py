@@ -7,7 +7,10 @@ Run on a GPU machine with torch, fla-core, cuda-tile and a tileiras compiler:
 Shape (issue 8): T = 8192 tokens as 4 sequences of 2048 (varlen, cu_seqlens), H = 16, K = V = 128, bf16
 q/k/v/beta, f32 gates, L2-normalised q/k, initial state in, final state out. Ops: gdn (fla
 ``chunk_gated_delta_rule``) and kda (fla ``chunk_kda``). Times are CUDA-event means over back-to-back
-calls after a warm-up (so the first call's compilation is excluded and reported apart). ``--backward``
+calls after a warm-up (so the first call's compilation is excluded and reported apart), taken in
+``--rounds`` alternating rounds (fla, ours, fla, ours, ...): the table shows each side's median and the
+median of the per-round ratios, since fla's time (Triton launches from Python, host-side chunk tables)
+moves with the host's speed from run to run. ``--backward``
 also times our gdn_bwd / kda_bwd (fla's backward refuses to run correctly on Hopper with Triton 3.6, issue 8).
 Also prints each op's max |difference| between the two outputs. Prints a table; writes
 bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when OUT is set).
@@ -23,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -180,6 +184,16 @@ def fla_call(torch, op: str, x: dict):
     return run, result
 
 
+def alternate(torch, ours_run, fla_run, iters: int, rounds: int):
+    """(our median ms, fla's median ms, [(ours, fla) per round]) from ``rounds`` alternating timings;
+    fla's side is 0.0 when fla did not run."""
+    pairs = []
+    for _ in range(max(1, rounds)):
+        fla = event_ms(torch, fla_run, iters) if fla_run is not None else 0.0
+        pairs.append((event_ms(torch, ours_run, iters), fla))
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs), pairs
+
+
 def _variant_names(arg: str) -> list:
     if not arg:
         return []
@@ -197,11 +211,12 @@ def main() -> None:
     parser.add_argument("--variants", default="", help="'all' or a comma list of plan variants to time too")
     parser.add_argument("--breakdown", action="store_true", help="time each kernel launch apart")
     parser.add_argument("--backward", action="store_true", help="also time our gdn_bwd / kda_bwd plans")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating fla / ours timing rounds")
     args = parser.parse_args()
     rows = []
     for op in args.ops.split(","):
         x = make_inputs(torch, op)
-        fla_ms, fla_result = None, None
+        fla_ms, fla_result, fla_run = None, None, None
         try:
             fla_run, fla_result = fla_call(torch, op, x)
             fla_ms = event_ms(torch, fla_run, args.iters)
@@ -214,7 +229,10 @@ def main() -> None:
                 row["fla_error"] = fla_error
             try:
                 run, out, final, built, first, compiled = ours(torch, op, x, variant)
-                row["ours_fwd_ms"] = event_ms(torch, run, args.iters)
+                row["ours_fwd_ms"], row["fla_fwd_ms"], row["rounds"] = alternate(torch, run, fla_run, args.iters,
+                                                                                 args.rounds)
+                if fla_run is None:
+                    row["fla_fwd_ms"] = None
                 row["ours_build_s"], row["ours_first_call_s"] = built, first
                 if args.breakdown:
                     row["kernels_ms"] = kernel_breakdown(torch, run, compiled, args.iters)
@@ -224,8 +242,8 @@ def main() -> None:
             if out is not None and fla_result is not None:
                 row["max_abs_diff_o"] = float((out.float() - fla_result["o"][0].float()).abs().max())
                 row["max_abs_diff_final"] = float((final - fla_result["final"].float()).abs().max())
-            if row.get("ours_fwd_ms") is not None and fla_ms:
-                row["ours_over_fla"] = row["ours_fwd_ms"] / fla_ms
+            if row.get("rounds") and fla_run is not None:
+                row["ours_over_fla"] = statistics.median(o / f for o, f in row["rounds"])
             row["ours_bwd_ms"] = None
             if args.backward and not variant:
                 try:

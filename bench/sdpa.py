@@ -199,8 +199,13 @@ def host_time(torch, cudnn, fe, handle, reps: int) -> dict:
     pack_i = {t: x.data_ptr() for t, x in pack_t.items()}
     g.execute(pack_t)
     sync()
-    out["ours torch"] = burst_us(lambda: g.execute(pack_t), sync, reps=reps)
-    out["ours raw int"] = burst_us(lambda: g.execute(pack_i), sync, reps=reps)
+    replay_default = _backend.cuda_graph_replay_enabled()
+    for replay, suffix in ((True, ""), (False, " (replay off)")):
+        # replay on is the default: a repeated call launches a CUDA graph of its execute
+        _backend.set_cuda_graph_replay(replay)
+        out["ours torch" + suffix] = burst_us(lambda: g.execute(pack_t), sync, reps=reps)
+        out["ours raw int" + suffix] = burst_us(lambda: g.execute(pack_i), sync, reps=reps)
+    _backend.set_cuda_graph_replay(replay_default)
     out["exports torch us"] = TORCH_EXPORT_US_PER_OPERAND * len(pack_t)
 
     compiled = g._state.compiled[g._state.selected]
@@ -213,6 +218,16 @@ def host_time(torch, cudnn, fe, handle, reps: int) -> dict:
         per.append(_backend.execute_floor_ns(runner, packed, 100, reuse_variant_pack=True))
     sync()
     out["c floor"] = statistics.median(per) / 1e3
+    out["cuda graph method"] = runner.cuda_graph_method
+    try:
+        per = []
+        for _ in range(reps):
+            sync()
+            per.append(_backend.execute_graph_floor_ns(runner, packed, 100))
+        sync()
+        out["graph launch floor"] = statistics.median(per) / 1e3
+    except Exception as exc:      # no graph for this plan: the replay rows are plain executes
+        out["graph launch floor"] = f"n/a ({type(exc).__name__}: {str(exc)[:80]})"
 
     if fe is not None:
         try:
@@ -268,14 +283,18 @@ def main(argv=None) -> dict:
         lines.append(f"host time: {host['error']}")
     else:
         floor = host["c floor"]
+        launch = host.get("graph launch floor")
+        launch = f"{launch:.2f}" if isinstance(launch, float) else launch
         lines.append(f"host us per execute, b{SMALL['b']} h{SMALL['h']} s{SMALL['s']} d{SMALL['d']} causal, "
-                     f"plan {host['plan']}: C floor {floor:.2f}")
+                     f"plan {host['plan']}: C floor {floor:.2f} (cudnnBackendExecute); graph launch floor "
+                     f"{launch} (graphs by {host.get('cuda graph method')}); rows without a suffix replay "
+                     f"graphs (the default)")
         fe_us = host.get("frontend torch")
-        for name in ("ours torch", "ours raw int"):
+        for name in ("ours torch", "ours raw int", "ours torch (replay off)", "ours raw int (replay off)"):
             us = host[name]
-            bound = floor + (host["exports torch us"] if name == "ours torch" else 0.0) + 1.0
+            bound = floor + (host["exports torch us"] if name.startswith("ours torch") else 0.0) + 1.0
             vs_fe = f"{us / fe_us:.2f}x frontend (target <= 0.6)" if isinstance(fe_us, float) else ""
-            lines.append(f"  {name:<14}{us:>8.2f} us  (target <= {bound:.2f})  {vs_fe}")
+            lines.append(f"  {name:<26}{us:>8.2f} us  (target <= {bound:.2f})  {vs_fe}")
         lines.append(f"  {'frontend torch':<14}{fe_us:>8.2f} us" if isinstance(fe_us, float)
                      else f"  frontend: {fe_us}")
     if "error" in kern:

@@ -75,6 +75,39 @@ int cudnnBackendPopulateCudaGraph(void *h, void *plan, void *v, void *g) {
     snprintf(b + k, 2048 - k, " %s", graph->text); emit(b); return 0;
 }
 #endif
+#ifndef NO_CAPTURE
+/* Stream capture: an execute issued on a handle bound to the capturing stream is recorded, not run. */
+static __thread void *capturing;
+static __thread fake_graph_t *captured;
+int cuStreamCreate(void **s, unsigned flags) {
+    static unsigned long next = 0xC0000;
+    pthread_mutex_lock(&lock); next += 0x100; *s = (void *)next; pthread_mutex_unlock(&lock);
+    char b[64]; snprintf(b, 64, "stream_create %p %u", *s, flags); emit(b); return 0;
+}
+int cuStreamDestroy_v2(void *s) { char b[64]; snprintf(b, 64, "stream_destroy %p", s); emit(b); return 0; }
+int cuStreamBeginCapture_v2(void *s, int mode) {
+    capturing = s; captured = calloc(1, sizeof *captured);
+    char b[64]; snprintf(b, 64, "begin_capture %p %d", s, mode); emit(b); return 0;
+}
+int cuStreamEndCapture(void *s, void **g) {
+    if (s != capturing) return 901;
+    const char *fail = getenv("FAKE_END_CAPTURE_STATUS");
+    *g = captured; capturing = 0; captured = 0;
+    emit("end_capture");
+    if (fail && atoi(fail)) { free(*g); *g = 0; return atoi(fail); }
+    return 0;
+}
+int cuGraphGetNodes(void *g, void **nodes, size_t *n) { *n = ((fake_graph_t *)g)->text[0] ? 1 : 0; return 0; }
+static int captured_execute(const char *line) {
+    if (!capturing || bound_stream != capturing || getenv("FAKE_CAPTURE_ELSEWHERE")) return 0;
+    const char *rest = strchr(strchr(line, ' ') + 1, ' ') + 1;      /* after "execute <thread> " */
+    snprintf(captured->text, sizeof captured->text, "%s", rest);
+    char b[2048]; snprintf(b, 2048, "capture %lu %s", (unsigned long)pthread_self(), rest); emit(b);
+    return 1;
+}
+#else
+static int captured_execute(const char *line) { return 0; }
+#endif
 """
 
 
@@ -89,7 +122,16 @@ def fake_cuda(tmp_path_factory):
     source = RECORDING_LIBCUDNN.replace('fopen(getenv("FAKE_CUDNN_LOG"), "w")', 'fopen(getenv("FAKE_CUDNN_LOG"), "a")')
     source = source.replace("size_t cudnnGetVersion(void) { return 91900; }",
                             "size_t cudnnGetVersion(void) { return FAKE_VERSION; }")
+    # The handle's bound stream decides whether an execute is captured (FAKE_DRIVER's capture calls).
+    source = source.replace("int cudnnSetStream(void *h, void *s) { char b[64];",
+                            "static __thread void *bound_stream; static int captured_execute(const char *line);\n"
+                            "int cudnnSetStream(void *h, void *s) { bound_stream = s; char b[64];")
+    source = source.replace("(long long)x->uids[i], x->ptrs[i]);\n    emit(b); return 0;",
+                            "(long long)x->uids[i], x->ptrs[i]);\n"
+                            "    const char *fail = getenv(\"FAKE_CAPTURED_EXECUTE_STATUS\");\n"
+                            "    if (captured_execute(b)) return fail ? atoi(fail) : 0;\n    emit(b); return 0;")
     assert "FAKE_VERSION" in source and '"a")' in source
+    assert "bound_stream = s" in source and "captured_execute(b)" in source
     built = {}
 
     def make(variant="", version=91900):
@@ -99,7 +141,7 @@ def fake_cuda(tmp_path_factory):
             folder.mkdir()
             (folder / "fake.c").write_text(source + FAKE_DRIVER)
             lib = folder / "libcuda.so.1"
-            flags = [f"-DFAKE_VERSION={version}"] + ([f"-D{variant}"] if variant else [])
+            flags = [f"-DFAKE_VERSION={version}"] + [f"-D{v}" for v in variant.split()]
             subprocess.run([cc, "-shared", "-fPIC", "-O1", *flags, str(folder / "fake.c"), "-o", str(lib),
                             "-lpthread"], check=True)
             os.symlink(lib, folder / "libcudnn.so.9")
@@ -160,7 +202,7 @@ except RuntimeError as exc:
 
 def kinds(records):
     """The execute-path calls in order: execute / populate / launch / exec_destroy."""
-    return [r[0] for r in records if r[0] in ("execute", "populate", "launch", "exec_destroy", "memset")]
+    return [r[0] for r in records if r[0] in ("execute", "populate", "capture", "launch", "exec_destroy", "memset")]
 
 
 def pointers(record):
@@ -253,7 +295,7 @@ other.run(layout.pack({3: 0x100000, 5: 0x800000}), stream=0)
 other.run(layout.pack({3: 0x100000, 5: 0x800000}), stream=0)
 print(json.dumps({"support": runner.cuda_graph_support, "other": other.cuda_graph_support,
                   "graphs": state.cached_graphs}))
-""", {**fake_cuda(), "FAKE_POPULATE_STATUS": "3000"}, tmp_path / "log")
+""", {**fake_cuda("NO_CAPTURE"), "FAKE_POPULATE_STATUS": "3000"}, tmp_path / "log")
     k = kinds(records)
     # one failed populate for the runner (on its first repeat), one for the other runner; all execute
     assert k.count("populate") == 2 and "launch" not in k and k.count("execute") == 8
@@ -345,8 +387,9 @@ def test_switch_works_without_cudnn_or_a_gpu():
         _backend.set_cuda_graph_replay(previous)
 
 
-@pytest.mark.parametrize("variant, version", [("NO_POPULATE", 91900), ("", 90400)])
-def test_a_cudnn_without_the_populate_entry_point_just_executes(fake_cuda, tmp_path, variant, version):
+@pytest.mark.parametrize("variant, version", [("NO_POPULATE NO_CAPTURE", 91900), ("NO_CAPTURE", 90400)])
+def test_a_cudnn_without_the_populate_entry_point_nor_capture_just_executes(fake_cuda, tmp_path, variant,
+                                                                            version):
     out, records = run_child(PROLOGUE + """
 from cudnn_graph import _loader
 for _ in range(4):
@@ -458,8 +501,120 @@ try:
     _backend.execute_graph_floor_ns(runner, layout.pack({3: 0x100000, 5: 0x200000}), 10)
 except Exception as e:
     print(json.dumps({"error": type(e).__name__, "text": str(e)}))
-""", {**fake_cuda(), "FAKE_POPULATE_STATUS": "3000"}, tmp_path / "log2")
+""", {**fake_cuda("NO_CAPTURE"), "FAKE_POPULATE_STATUS": "3000"}, tmp_path / "log2")
     assert "cudnnBackendPopulateCudaGraph" in out["text"]
+
+
+# ---- capture: plans cuDNN refuses to populate get their execute recorded ---------------------------------
+
+def stream_binds(records):
+    return [r[1] for r in records if r[0] == "stream"]
+
+
+def test_a_plan_cudnn_cannot_populate_is_captured_once_then_launched(fake_cuda, tmp_path):
+    out, records = run_child(PROLOGUE + """
+for _ in range(4):
+    run(0x100000, 0x200000)
+method = runner.cuda_graph_method
+for _ in range(3):
+    run(0x300000, 0x200000)                      # a new pack: the plan is known to need a capture
+print(json.dumps({"graphs": state.cached_graphs, "support": runner.cuda_graph_support, "method": method}))
+""", {**fake_cuda(), "FAKE_POPULATE_STATUS": "3000"}, tmp_path / "log")
+    # the captured execute records the work without running it: the launch right after runs it
+    assert kinds(records) == ["execute", "populate", "capture", "launch", "launch", "launch",
+                              "execute", "capture", "launch", "launch"]
+    assert out == {"graphs": 2, "support": True, "method": "capture"}
+    for r in records:
+        if r[0] in ("capture", "launch"):
+            assert pointers(r)[5] == 0x200000
+    launches = [pointers(r)[3] for r in records if r[0] == "launch"]
+    assert launches == [0x100000] * 3 + [0x300000] * 2
+
+
+def test_capture_runs_on_a_private_stream_and_rebinds_the_callers(fake_cuda, tmp_path):
+    out, records = run_child(PROLOGUE + """
+for _ in range(3):
+    run(0x100000, 0x200000, stream=0x5000)
+print(json.dumps({}))
+""", {**fake_cuda(), "FAKE_POPULATE_STATUS": "3000"}, tmp_path / "log")
+    created = [r for r in records if r[0] == "stream_create"]
+    assert len(created) == 1 and created[0][2] == "1"                    # non-blocking
+    private = created[0][1]
+    assert [r[1:] for r in records if r[0] == "begin_capture"] == [[private, "1"]]   # thread-local mode
+    assert stream_binds(records) == ["0x5000", private, "0x5000"]
+    assert [r[1] for r in records if r[0] == "stream_destroy"] == [private]
+    assert [r[2] for r in records if r[0] == "launch"] == ["0x5000", "0x5000"]
+
+
+@pytest.mark.parametrize("failure", [{"FAKE_CAPTURED_EXECUTE_STATUS": "3000"}, {"FAKE_CAPTURE_ELSEWHERE": "1"},
+                                     {"FAKE_END_CAPTURE_STATUS": "900"}],
+                         ids=["execute-fails", "nothing-recorded", "capture-invalidated"])
+def test_a_failed_capture_marks_the_plan_and_it_executes(fake_cuda, tmp_path, failure):
+    out, records = run_child(PROLOGUE + """
+for _ in range(5):
+    run(0x100000, 0x200000, stream=0x5000)
+print(json.dumps({"graphs": state.cached_graphs, "support": runner.cuda_graph_support,
+                  "method": runner.cuda_graph_method}))
+""", {**fake_cuda(), "FAKE_POPULATE_STATUS": "3000", **failure}, tmp_path / "log")
+    k = kinds(records)
+    assert "launch" not in k and k.count("populate") == 1
+    # work that escaped the capture (ran on some other stream) ran then; the call still executes on its own
+    escaped = ["execute"] if "FAKE_CAPTURE_ELSEWHERE" in failure else []
+    assert [x for x in k if x != "capture"] == ["execute", "populate"] + escaped + ["execute"] * 4
+    assert out == {"graphs": 0, "support": False, "method": None}
+    assert stream_binds(records)[-1] == "0x5000"                         # rebound after the attempt
+    assert len([r for r in records if r[0] == "stream_destroy"]) == 1
+
+
+def test_capture_without_a_populate_entry_point(fake_cuda, tmp_path):
+    out, records = run_child(PROLOGUE + """
+for _ in range(3):
+    run(0x100000, 0x200000)
+print(json.dumps({"method": runner.cuda_graph_method}))
+""", fake_cuda("NO_POPULATE"), tmp_path / "log")
+    assert kinds(records) == ["execute", "capture", "launch", "launch"]
+    assert out == {"method": "capture"}
+
+
+def test_populated_plans_are_not_captured(fake_cuda, tmp_path):
+    out, records = run_child(PROLOGUE + """
+for _ in range(3):
+    run(0x100000, 0x200000)
+print(json.dumps({"method": runner.cuda_graph_method}))
+""", fake_cuda(), tmp_path / "log")
+    assert kinds(records) == ["execute", "populate", "launch", "launch"]
+    assert out == {"method": "populate"} and not any(r[0] == "begin_capture" for r in records)
+
+
+@pytest.mark.parametrize("how", ["switch", "environment"])
+def test_capture_can_be_turned_off(fake_cuda, tmp_path, how):
+    env = {**fake_cuda(), "FAKE_POPULATE_STATUS": "3000"}
+    if how == "environment":
+        env["CUDNN_GRAPH_CUDA_GRAPH_CAPTURE"] = "0"
+    out, records = run_child(PROLOGUE + f"""
+if {how == "switch"!r}:
+    assert _backend.set_cuda_graph_capture(False) is True
+for _ in range(3):
+    run(0x100000, 0x200000)
+print(json.dumps({{"on": _backend.cuda_graph_capture_enabled(), "support": runner.cuda_graph_support}}))
+""", env, tmp_path / "log")
+    assert kinds(records) == ["execute", "populate", "execute", "execute"]
+    assert out == {"on": False, "support": False}
+
+
+def test_an_unreadable_capture_setting_warns_naming_its_variable():
+    from cudnn_graph import _backend
+    with pytest.warns(RuntimeWarning, match=r"CUDNN_GRAPH_CUDA_GRAPH_CAPTURE='x' is not 0 or 1; CUDA graph capture"):
+        _backend._switch_from_env("x", True, _backend.CUDA_GRAPH_CAPTURE_ENV_VAR, "CUDA graph capture")
+
+
+def test_graph_floor_uses_a_capture_when_populate_is_refused(fake_cuda, tmp_path):
+    out, records = run_child(PROLOGUE + """
+ns = _backend.execute_graph_floor_ns(runner, layout.pack({3: 0x100000, 5: 0x200000}), 10)
+print(json.dumps({"ns": ns}))
+""", {**fake_cuda(), "FAKE_POPULATE_STATUS": "3000"}, tmp_path / "log")
+    assert out["ns"] > 0
+    assert kinds(records) == ["populate", "capture"] + ["launch"] * 11 + ["exec_destroy"]
 
 
 # ---- GPU: replayed results equal cudnnBackendExecute's -------------------------------------------------
@@ -728,3 +883,97 @@ def test_gpu_graph_floor_is_below_the_execute_floor_when_populated(graph_replay_
     torch.cuda.synchronize()
     print(f"execute floor {execute_ns / 1e3:.2f} us, graph launch floor {graph_ns / 1e3:.2f} us")
     assert graph_ns > 0
+
+
+def _replay_cases():
+    """(id, builder) for graphs of every backend family: each returns a validated pygraph."""
+    import cudnn_graph as cudnn
+    from cudnn_graph import reduction_mode
+    from test_backend_conv import spec as conv_spec
+    from test_backend_norm import layer_graph, layer_backward_graph, batchnorm_graph
+    from test_backend_sdpa import fwd_graph, bwd_graph
+    from test_cudnn_backend import reduction_graph
+    import fuzz_conv
+
+    def conv():
+        g, _ = fuzz_conv.build("cuda", conv_spec())
+        return g
+
+    return [
+        ("matmul", lambda: _matmul_epilogue_graph(None)[0]),
+        ("conv_fprop", conv),
+        ("conv_dgrad", lambda: fuzz_conv.build("cuda", conv_spec(op="dgrad"))[0]),
+        ("layernorm", lambda: layer_graph("cuda")[0]),
+        ("layernorm_backward", lambda: layer_backward_graph("cuda")[0]),
+        ("batchnorm", lambda: batchnorm_graph("cuda")[0]),
+        ("reduction", lambda: reduction_graph("cuda", reduction_mode.ADD)[0]),
+        ("sdpa", lambda: fwd_graph("cuda", use_causal_mask=True)[0]),
+        ("sdpa_backward", lambda: bwd_graph("cuda", use_causal_mask=True)[0]),
+    ]
+
+
+def _random_operands(torch, layout, seed):
+    """A tensor for every operand of ``layout``, laid out as it asks: inputs random, outputs NaN."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    dtypes = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+              "float64": torch.float64, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8,
+              "int8": torch.int8, "bool": torch.bool}
+    out = {}
+    for spec in layout.specs:
+        if not spec.required or spec.dtype not in dtypes or spec.device[0] == "cpu":
+            continue
+        dtype = dtypes[spec.dtype]
+        strides = spec.strides or torch.empty(spec.shape).stride()
+        x = torch.empty_strided(spec.shape, strides, device="cuda", dtype=dtype)
+        if spec.is_output:
+            x.fill_(float("nan") if dtype.is_floating_point else 0)
+        elif dtype.is_floating_point:
+            x.copy_(torch.rand(spec.shape, device="cuda", generator=gen) * 0.5 + 0.25)
+        else:
+            x.fill_(1)
+        out[spec.uid] = x
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", range(9), ids=["matmul", "conv_fprop", "conv_dgrad", "layernorm",
+                                                "layernorm_backward", "batchnorm", "reduction", "sdpa",
+                                                "sdpa_backward"])
+def test_gpu_captured_or_populated_graphs_compute_what_the_execute_does(graph_replay_on, case):
+    """Each family's plan, replayed (populated by cuDNN, or its execute captured where cuDNN refuses),
+    gives what cudnnBackendExecute gives, call after call, with new input contents in the same buffers."""
+    torch = pytest.importorskip("torch")
+    _backend = graph_replay_on
+    name, build = _replay_cases()[case]
+    g = build()
+    if g._state.selected not in g._state.compiled:
+        g.build([__import__("cudnn_graph").heur_mode.A])
+    compiled = g._state.compiled[g._state.selected]
+    runner = getattr(compiled, "runner", None)
+    if runner is None:
+        pytest.skip(f"{name}: the selected plan ({g.selected_plan.label}) is not a cuDNN plan")
+    buffers = _random_operands(torch, compiled.layout, 0)
+    outputs = [s.uid for s in compiled.layout.specs if s.is_output and s.uid in buffers]
+    inputs = [s.uid for s in compiled.layout.specs if not s.is_output and s.uid in buffers
+              and buffers[s.uid].dtype.is_floating_point]
+    for step in range(4):
+        for uid in inputs:                                   # new contents, same pointers
+            buffers[uid].mul_(0.9).add_(0.01 * (step + 1))
+        _backend.set_cuda_graph_replay(False)
+        for uid in outputs:
+            buffers[uid].fill_(float("nan") if buffers[uid].dtype.is_floating_point else 0)
+        g.execute(buffers)
+        torch.cuda.synchronize()
+        want = {uid: buffers[uid].clone() for uid in outputs}
+        _backend.set_cuda_graph_replay(True)
+        for _ in range(2):                                   # a repeat: from the second on, a graph
+            for uid in outputs:
+                buffers[uid].fill_(float("nan") if buffers[uid].dtype.is_floating_point else 0)
+            g.execute(buffers)
+            torch.cuda.synchronize()
+            for uid in outputs:
+                torch.testing.assert_close(buffers[uid], want[uid], rtol=2e-3, atol=2e-3, equal_nan=True,
+                                           msg=lambda m: f"{name} step {step} uid {uid}: {m}")
+    print(f"{name}: plan {g.selected_plan.label}, graphs by {runner.cuda_graph_method} "
+          f"(support {runner.cuda_graph_support})")
+    assert runner.cuda_graph_support is not None

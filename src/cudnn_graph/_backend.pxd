@@ -50,10 +50,17 @@ ctypedef struct VariantPackCacheEntry:
     bint no_graph                       # the pack reads host memory (by-value operands): never replayed
 
 
+# How a plan's CUDA graphs are recorded (PlanRunner._graph_support).
+cdef enum:
+    GRAPH_UNTRIED = 0
+    GRAPH_BY_POPULATE = 1               # cudnnBackendPopulateCudaGraph
+    GRAPH_BY_CAPTURE = 2                # cuDNN refused to populate: a stream capture of its execute
+    GRAPH_NONE = -1                     # neither works: the plan always executes
+
 # What the execute path needs to replay a CUDA graph instead of calling cudnnBackendExecute.
 ctypedef struct GraphReplay:
     intptr_t stream                     # where the caller asked the work to go
-    int* plan_support                   # PlanRunner._graph_support: set to -1 when populate fails
+    int* plan_support                   # PlanRunner._graph_support: how (or whether) graphs are recorded
     void* plan_owner                    # PyObject* (borrowed) of the plan Descriptor, kept by the entry
 
 
@@ -155,7 +162,7 @@ cdef class PlanRunner:
     cdef intptr_t _last_stream          # the stream whose cached workspace _last_workspace is ...
     cdef void* _last_workspace          # ... (NULL: none remembered); a one-entry cache before the dict
     cdef PackLayout _bound_layout       # the graph's layout, for execute_mapping
-    cdef int _graph_support             # 0: untried or populated fine; -1: cuDNN cannot populate a graph
+    cdef int _graph_support             # GRAPH_*: how this plan's graphs are recorded, once known
 
     cdef int _run(self, VariantPack pack, object handle, object stream, object workspace,
                   ShapeOverrides overrides=*) except -1

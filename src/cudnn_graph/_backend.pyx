@@ -17,7 +17,10 @@ a cached variant pack (same uids, pointers and workspace, on this thread), cuDNN
 for it once (cudnnBackendPopulateCudaGraph, cuDNN >= 9.5) and later calls launch that graph on the
 caller's stream (cuGraphLaunch) instead of calling cudnnBackendExecute. A graph reads its operands'
 memory when it runs, as an execute does; packs holding host (pass-by-value) operands, whose values a
-graph would freeze, are never replayed. A plan cuDNN cannot populate is marked and executes as before.
+graph would freeze, are never replayed. A plan cuDNN cannot populate (cuDNN 9.19 refuses most of them:
+CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API) has its execute recorded instead, by a thread-local
+stream capture on a private stream (``set_cuda_graph_capture``, ``$CUDNN_GRAPH_CUDA_GRAPH_CAPTURE``); a
+plan neither way works for is marked and executes as before.
 
 Example (on a machine with cuDNN and a GPU):
     >>> from cudnn_graph import _backend
@@ -45,7 +48,7 @@ from cudnn_graph._stream cimport stream_handle
 from cudnn_graph._driver cimport (
     enter_device, leave_device, stream_device, zero_async, DeviceAllocation, CAPTURING_STREAM, graphs_available,
     graph_create, graph_instantiate, graph_destroy, graph_exec_destroy, graph_launch, device_memory,
-    stream_capturing,
+    stream_capturing, capture_available, capture_begin, capture_end, EMPTY_CAPTURE,
 )
 
 import atexit
@@ -72,18 +75,19 @@ from cudnn_graph._loader import error_string as _error_string, get_last_error_st
 _logger = logging.getLogger(__name__)
 
 CUDA_GRAPHS_ENV_VAR = "CUDNN_GRAPH_CUDA_GRAPHS"
+CUDA_GRAPH_CAPTURE_ENV_VAR = "CUDNN_GRAPH_CUDA_GRAPH_CAPTURE"
 _SWITCH_WORDS = {"1": True, "true": True, "on": True, "yes": True,
                  "0": False, "false": False, "off": False, "no": False}
 
 
-def _switch_from_env(value, bint default) -> bool:
+def _switch_from_env(value, bint default, variable=CUDA_GRAPHS_ENV_VAR, what="CUDA graph replay") -> bool:
     """The on/off value of an environment switch: 1/0 (or true/false, on/off, yes/no); unset or empty
     keeps ``default``, anything else keeps it too, with a RuntimeWarning naming the variable."""
     if value is None or not value.strip():
         return default
     found = _SWITCH_WORDS.get(value.strip().lower())
     if found is None:
-        warnings.warn(f"${CUDA_GRAPHS_ENV_VAR}={value!r} is not 0 or 1; CUDA graph replay stays "
+        warnings.warn(f"${variable}={value!r} is not 0 or 1; {what} stays "
                       f"{'on' if default else 'off'}", RuntimeWarning, stacklevel=2)
         return default
     return found
@@ -93,6 +97,9 @@ cdef bint _finalizing = False          # interpreter exit: leave descriptors and
 cdef bint _variant_pack_cache = True   # reuse finalized variant packs when uids/pointers repeat
 # Replay repeated executes as CUDA graphs (read once from the environment; set_cuda_graph_replay).
 cdef bint _cuda_graph_replay = _switch_from_env(os.environ.get(CUDA_GRAPHS_ENV_VAR), True)
+# Record the graph of a plan cuDNN cannot populate by capturing its execute (set_cuda_graph_capture).
+cdef bint _cuda_graph_capture = _switch_from_env(os.environ.get(CUDA_GRAPH_CAPTURE_ENV_VAR), True,
+                                                 CUDA_GRAPH_CAPTURE_ENV_VAR, "CUDA graph capture")
 cdef int _replay_capable = 0           # 0: not yet known; 1: cuDNN can populate and the driver launch; -1: no
 
 # Capacities for attribute queries: generous bounds on what cuDNN returns (an engine has fewer
@@ -1100,6 +1107,32 @@ def cuda_graph_replay_enabled() -> bool:
     return _cuda_graph_replay
 
 
+def set_cuda_graph_capture(bint enabled) -> bool:
+    """Let replay record the graph of a plan cuDNN cannot populate by capturing one execute of it (on a
+    private stream, thread-local capture mode), or not; returns the previous setting. The default comes
+    from ``$CUDNN_GRAPH_CUDA_GRAPH_CAPTURE`` (0 or 1, read at import; on when unset).
+
+    It decides only how graphs not built yet are made: plans already marked keep their mark (a new
+    PlanRunner, e.g. a rebuilt graph, tries again).
+
+    Example:
+        >>> from cudnn_graph import _backend
+        >>> previous = _backend.set_cuda_graph_capture(False)
+        >>> _backend.cuda_graph_capture_enabled()
+        False
+        >>> _ = _backend.set_cuda_graph_capture(previous)
+    """
+    global _cuda_graph_capture
+    previous = _cuda_graph_capture
+    _cuda_graph_capture = enabled
+    return previous
+
+
+def cuda_graph_capture_enabled() -> bool:
+    """Whether a plan cuDNN cannot populate may be replayed from a captured execute."""
+    return _cuda_graph_capture
+
+
 # ---- the execute hot path -----------------------------------------------------------------------------
 
 cdef enum:
@@ -1110,11 +1143,13 @@ cdef enum:
     _STAGE_FINALIZE = 5
     _STAGE_EXECUTE = 6
     _STAGE_OVERRIDES = 7
+    _STAGE_POPULATE = 8
+    _STAGE_SET_STREAM = 9
 
 cdef enum:
     _WORKSPACES_PER_PLAN = 8     # workspaces a plan keeps for the streams it ran on (oldest goes first)
 
-cdef const char* _STAGE_NAMES[8]
+cdef const char* _STAGE_NAMES[10]
 _STAGE_NAMES[0] = b"cudnnBackendExecute"
 _STAGE_NAMES[1] = b"cudnnBackendCreateDescriptor(VARIANT_PACK)"
 _STAGE_NAMES[2] = b"cudnnBackendSetAttribute(VARIANT_PACK_UNIQUE_IDS)"
@@ -1123,6 +1158,8 @@ _STAGE_NAMES[4] = b"cudnnBackendSetAttribute(VARIANT_PACK_WORKSPACE)"
 _STAGE_NAMES[5] = b"cudnnBackendFinalize(VARIANT_PACK)"
 _STAGE_NAMES[6] = b"cudnnBackendExecute"
 _STAGE_NAMES[7] = b"cudnnBackendSetAttribute(VARIANT_PACK_OVERRIDE_*)"
+_STAGE_NAMES[8] = b"cudnnBackendPopulateCudaGraph"
+_STAGE_NAMES[9] = b"cudnnSetStream"
 
 
 cdef int _build_variant_pack(CudnnApi* api, int n, const int64_t* uids, void* const* ptrs,
@@ -1326,21 +1363,86 @@ cdef int _execute_operands(void* handle, void* plan, int n, const int64_t* uids,
 cdef bint _check_replay_capable(CudnnApi* api) noexcept nogil:
     global _replay_capable
     if _replay_capable == 0:
-        _replay_capable = 1 if (api.cudnnBackendPopulateCudaGraph != NULL and graphs_available()) else -1
-    return _replay_capable > 0
+        _replay_capable = 1 if graphs_available() else -1
+    return _replay_capable > 0 and (api.cudnnBackendPopulateCudaGraph != NULL or _capture_allowed())
+
+
+cdef inline bint _capture_allowed() noexcept nogil:
+    return _cuda_graph_capture and capture_available()
+
+
+cdef int _record_graph(CudnnApi* api, void* handle, void* plan, void* vp, intptr_t stream, int* method,
+                       void** graph_exec, int* status, int* stage) noexcept nogil:
+    """Make an executable CUDA graph of one execute of ``plan`` on ``vp``, launchable on ``stream``.
+
+    cuDNN populates it, unless ``method`` already says this plan needs a capture; when it cannot (or
+    has no populate call), the execute is captured from a private stream with ``handle`` bound to it,
+    then ``handle`` is bound to ``stream`` again. ``method`` becomes the one that worked (GRAPH_*);
+    ``status`` and ``stage`` the first failed cuDNN call. Returns 0 or the failed CUresult (or
+    EMPTY_CAPTURE when a capture recorded no work: nothing ran on the handle's stream).
+    """
+    cdef void* graph = NULL
+    cdef intptr_t private = 0
+    cdef int result = 0, restored
+    graph_exec[0] = NULL
+    status[0] = CUDNN_STATUS_SUCCESS
+    if method[0] != GRAPH_BY_CAPTURE and api.cudnnBackendPopulateCudaGraph != NULL:
+        result = graph_create(&graph)
+        if result == 0:
+            stage[0] = _STAGE_POPULATE
+            status[0] = api.cudnnBackendPopulateCudaGraph(handle, plan, vp, graph)
+            if status[0] == CUDNN_STATUS_SUCCESS:
+                result = graph_instantiate(graph_exec, graph)
+            graph_destroy(graph)
+            graph = NULL
+        if result == 0 and status[0] == CUDNN_STATUS_SUCCESS:
+            method[0] = GRAPH_BY_POPULATE
+            return 0
+        if result != 0 or not _capture_allowed():
+            method[0] = GRAPH_NONE
+            return result
+    elif not _capture_allowed():
+        method[0] = GRAPH_NONE
+        return 0
+    # cuDNN refused to populate (or cannot): record its execute instead. The populate failure is not
+    # reported: the capture's outcome is.
+    status[0] = CUDNN_STATUS_SUCCESS
+    result = capture_begin(&private)
+    if result != 0:
+        method[0] = GRAPH_NONE
+        return result
+    stage[0] = _STAGE_SET_STREAM
+    status[0] = api.cudnnSetStream(handle, <void*>private)
+    if status[0] == CUDNN_STATUS_SUCCESS:
+        stage[0] = _STAGE_EXECUTE
+        status[0] = api.cudnnBackendExecute(handle, plan, vp)
+    result = capture_end(private, &graph)
+    # The handle must not stay bound to the private stream, which is gone now.
+    restored = api.cudnnSetStream(handle, <void*>stream)
+    if restored != CUDNN_STATUS_SUCCESS:
+        graph_destroy(graph)
+        method[0] = GRAPH_NONE
+        stage[0] = _STAGE_SET_STREAM
+        status[0] = restored
+        return 0
+    if status[0] == CUDNN_STATUS_SUCCESS and result == 0:
+        result = graph_instantiate(graph_exec, graph)
+    graph_destroy(graph)
+    method[0] = GRAPH_BY_CAPTURE if (status[0] == CUDNN_STATUS_SUCCESS and result == 0) else GRAPH_NONE
+    return result
 
 
 cdef int _graph_for_entry(ThreadState state, int at, void* handle, void* plan, int n_caller,
                           GraphReplay* replay) except -1:
-    """Populate, instantiate and launch a CUDA graph for cache entry ``at`` (cold: once per entry).
+    """Record (populate or capture), instantiate and launch a CUDA graph for cache entry ``at`` (cold:
+    once per entry).
 
     Returns _RUN_LAUNCHED, or _RUN_EXECUTE when the caller must execute instead: the pack reads host
-    memory (the entry is marked), cuDNN cannot populate this plan (the plan is marked), or the stream is
-    being captured.
+    memory (the entry is marked), no graph can be recorded for this plan (the plan is marked), or the
+    stream is being captured.
     """
     cdef CudnnApi* api = loaded_api()
     cdef VariantPackCacheEntry* e = &state._entries[at]
-    cdef void* graph = NULL
     cdef void* graph_exec = NULL
     cdef int result = 0, status = CUDNN_STATUS_SUCCESS, i
     if api == NULL or not _check_replay_capable(api):
@@ -1358,28 +1460,27 @@ cdef int _graph_for_entry(ThreadState state, int at, void* handle, void* plan, i
         return _RUN_EXECUTE        # not now: the capture records the execute; a later repeat builds
     if e.graph_exec != NULL:
         state._drop_graph(at)      # another plan's graph: this one repeats now
+    cdef int method = replay.plan_support[0], stage = 0
     with nogil:
-        result = graph_create(&graph)
-        if result == 0:
-            status = api.cudnnBackendPopulateCudaGraph(handle, plan, e.descriptor, graph)
-            if status == CUDNN_STATUS_SUCCESS:
-                result = graph_instantiate(&graph_exec, graph)
-            # The executable graph holds what it needs (user objects included); the template can go.
-            graph_destroy(graph)
-    if result != 0 or status != CUDNN_STATUS_SUCCESS:
-        replay.plan_support[0] = -1
+        result = _record_graph(api, handle, plan, e.descriptor, replay.stream, &method, &graph_exec, &status,
+                               &stage)
+    replay.plan_support[0] = method
+    if method == GRAPH_NONE:
+        detail = _last_error_string() if status != CUDNN_STATUS_SUCCESS else ""   # read (and so cleared)
+        if stage == _STAGE_SET_STREAM and status != CUDNN_STATUS_SUCCESS:
+            # Only a failed rebinding gets here: the handle may still name the capture's stream.
+            raise_status(status, _STAGE_NAMES[stage])
         if status != CUDNN_STATUS_SUCCESS:
-            detail = _last_error_string()     # read (and so cleared) even when not logged
-            _logger.debug("cudnnBackendPopulateCudaGraph failed (%s%s); this plan executes without CUDA graphs",
-                          _error_string(status), f": {detail}" if detail else "")
+            _logger.debug("%s failed (%s%s); this plan executes without CUDA graphs",
+                          _STAGE_NAMES[stage].decode(), _error_string(status), f": {detail}" if detail else "")
         else:
-            _logger.debug("CUDA graph creation failed (%s); this plan executes without CUDA graphs",
-                          _driver_result_text(result))
+            _logger.debug("recording a CUDA graph failed (%s); this plan executes without CUDA graphs",
+                          "the capture recorded no work" if result == EMPTY_CAPTURE
+                          else _driver_result_text(result))
         return _RUN_EXECUTE
     e.graph_exec = graph_exec
     e.graph_plan = plan
     state._graph_plans[at] = <object>replay.plan_owner
-    replay.plan_support[0] = 1
     with nogil:
         result = graph_launch(graph_exec, replay.stream)
     if result == 0:
@@ -1556,9 +1657,15 @@ cdef class PlanRunner:
 
     @property
     def cuda_graph_support(self):
-        """True once cuDNN populated a CUDA graph for this plan, False when it could not (the plan then
+        """True once a CUDA graph was recorded for this plan, False when none could be (the plan then
         always executes), None before either happened."""
-        return None if self._graph_support == 0 else self._graph_support > 0
+        return None if self._graph_support == GRAPH_UNTRIED else self._graph_support > 0
+
+    @property
+    def cuda_graph_method(self):
+        """How this plan's graphs are recorded: ``"populate"`` (cuDNN's cudnnBackendPopulateCudaGraph),
+        ``"capture"`` (a captured execute, where cuDNN refuses to populate), or None (not yet, or never)."""
+        return {GRAPH_BY_POPULATE: "populate", GRAPH_BY_CAPTURE: "capture"}.get(self._graph_support)
 
     def execute(self, graph, VariantPack pack, ctx):
         """CompiledPlan.execute: ctx carries handle, stream and workspace."""
@@ -1940,9 +2047,10 @@ def execute_graph_floor_ns(PlanRunner runner, VariantPack pack, int iterations, 
     """Host nanoseconds per cuGraphLaunch of this plan's CUDA graph on this pack, from a nogil C loop:
     the floor of graph replay, next to execute_floor_ns's cudnnBackendExecute floor.
 
-    The graph is populated (cudnnBackendPopulateCudaGraph) and instantiated once, outside the timing;
-    each iteration is the launch a replayed execute issues (a capture check and cuGraphLaunch).
-    Raises CudnnStatusError when cuDNN cannot populate this plan, RuntimeError without graph support.
+    The graph is recorded as replay records it (cuDNN's populate, else a captured execute) and
+    instantiated once, outside the timing; each iteration is the launch a replayed execute issues (a
+    capture check and cuGraphLaunch). Raises CudnnStatusError when cuDNN fails to record this plan,
+    RuntimeError without graph support or when no graph could be recorded.
 
     Example (on a machine with cuDNN >= 9.5 and a GPU):
         >>> ns = execute_graph_floor_ns(runner, pack, 100)        # doctest: +SKIP
@@ -1953,18 +2061,18 @@ def execute_graph_floor_ns(PlanRunner runner, VariantPack pack, int iterations, 
     cdef intptr_t stream_ptr
     cdef void* ws
     cdef void* vp = NULL
-    cdef void* graph = NULL
     cdef void* graph_exec = NULL
     cdef void* plan = runner._plan.ptr
-    cdef int status = 0, stage = 0, result = 0, i, n
-    cdef bint pushed = False, built = False
+    cdef int status = 0, stage = 0, result = 0, i, n, method = runner._graph_support
+    cdef bint pushed = False
     cdef double start = 0, stop = 0
     cdef Operands operands
     operands.n, operands.uids, operands.ptrs = pack._n, pack._uids, pack._ptrs
     if iterations <= 0:
         raise ValueError("iterations must be positive")
-    if api.cudnnBackendPopulateCudaGraph == NULL:
-        raise RuntimeError(f"cuDNN {api.version} has no cudnnBackendPopulateCudaGraph (it needs >= 9.5)")
+    if api.cudnnBackendPopulateCudaGraph == NULL and not _capture_allowed():
+        raise RuntimeError(f"cuDNN {api.version} has no cudnnBackendPopulateCudaGraph (it needs >= 9.5) and "
+                           f"stream capture is off or unavailable")
     if not graphs_available():
         raise RuntimeError("the CUDA driver lacks the graph entry points (cuGraphCreate, cuGraphLaunch, ...)")
     if stream is not None:
@@ -1988,15 +2096,9 @@ def execute_graph_floor_ns(PlanRunner runner, VariantPack pack, int iterations, 
     try:
         with nogil:
             status = _build_variant_pack(api, n, uids, ptrs, ws, &vp, &stage)
-            built = status == CUDNN_STATUS_SUCCESS
-            if built:
-                result = graph_create(&graph)
-                if result == 0:
-                    status = api.cudnnBackendPopulateCudaGraph(h.ptr, plan, vp, graph)
-                    if status == CUDNN_STATUS_SUCCESS:
-                        result = graph_instantiate(&graph_exec, graph)
-                    graph_destroy(graph)
-            if status == CUDNN_STATUS_SUCCESS and result == 0:
+            if status == CUDNN_STATUS_SUCCESS:
+                result = _record_graph(api, h.ptr, plan, vp, stream_ptr, &method, &graph_exec, &status, &stage)
+            if status == CUDNN_STATUS_SUCCESS and result == 0 and graph_exec != NULL:
                 result = graph_launch(graph_exec, stream_ptr)     # the first launch uploads the graph
                 start = _now_ns()
                 for i in range(iterations):
@@ -2011,11 +2113,13 @@ def execute_graph_floor_ns(PlanRunner runner, VariantPack pack, int iterations, 
         leave_device(pushed)
         free(uids)
         free(ptrs)
-    if built:
-        check(status, b"cudnnBackendPopulateCudaGraph")
     check(status, _STAGE_NAMES[stage])
+    if result == EMPTY_CAPTURE:
+        raise RuntimeError("execute_graph_floor_ns: the captured execute recorded no work")
     if result != 0:
         raise RuntimeError(f"execute_graph_floor_ns: a CUDA graph call failed: {_driver_result_text(result)}")
+    if method == GRAPH_NONE:
+        raise RuntimeError("execute_graph_floor_ns: no CUDA graph could be recorded for this plan")
     return (stop - start) / iterations
 
 

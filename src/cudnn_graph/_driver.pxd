@@ -18,12 +18,17 @@ cdef int zero_async(uintptr_t address, size_t nbytes, intptr_t stream) except -1
 # entry point); the destroys accept NULL and do nothing at interpreter exit.
 cdef enum:
     CAPTURING_STREAM = -2               # graph_launch refused: the stream is being captured
+    EMPTY_CAPTURE = -3                  # capture_end: the capture recorded no work
 cdef bint graphs_available() noexcept nogil
 cdef int graph_create(void** graph) noexcept nogil
 cdef int graph_instantiate(void** graph_exec, void* graph) noexcept nogil
 cdef int graph_destroy(void* graph) noexcept nogil
 cdef int graph_exec_destroy(void* graph_exec) noexcept nogil
 cdef bint stream_capturing(intptr_t stream) noexcept nogil
+# Recording a graph from a private stream (for plans cuDNN cannot populate natively).
+cdef bint capture_available() noexcept nogil
+cdef int capture_begin(intptr_t* stream) noexcept nogil
+cdef int capture_end(intptr_t stream, void** graph) noexcept nogil
 # Only after graphs_available(): the hot path does not test the entry points again.
 cdef int graph_launch(void* graph_exec, intptr_t stream) noexcept nogil
 cdef bint device_memory(const void* ptr) noexcept nogil

@@ -55,10 +55,20 @@ ctypedef int (*cuGraphDestroy_t)(void* graph) noexcept nogil
 ctypedef int (*cuGraphExecDestroy_t)(void* graph_exec) noexcept nogil
 ctypedef int (*cuGraphLaunch_t)(void* graph_exec, void* stream) noexcept nogil
 ctypedef int (*cuStreamIsCapturing_t)(void* stream, int* status) noexcept nogil
+# Stream capture: the graph of an execute cuDNN cannot populate natively is recorded from a private stream.
+ctypedef int (*cuStreamCreate_t)(void** stream, unsigned int flags) noexcept nogil
+ctypedef int (*cuStreamDestroy_t)(void* stream) noexcept nogil
+ctypedef int (*cuStreamBeginCapture_t)(void* stream, int mode) noexcept nogil
+ctypedef int (*cuStreamEndCapture_t)(void* stream, void** graph) noexcept nogil
+ctypedef int (*cuGraphGetNodes_t)(void* graph, void** nodes, size_t* count) noexcept nogil
 
 cdef enum:
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+    CU_STREAM_NON_BLOCKING = 1
+    # Thread-local: a call this thread may not make while capturing (a synchronous copy, a sync) fails
+    # the capture instead of running outside the graph.
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
 
 cdef cuPointerGetAttribute_t _get_attribute = NULL
 cdef cuDeviceGetCount_t _device_count = NULL
@@ -82,6 +92,11 @@ cdef cuGraphDestroy_t _graph_destroy = NULL
 cdef cuGraphExecDestroy_t _graph_exec_destroy = NULL
 cdef cuGraphLaunch_t _graph_launch = NULL
 cdef cuStreamIsCapturing_t _stream_is_capturing = NULL
+cdef cuStreamCreate_t _stream_create = NULL
+cdef cuStreamDestroy_t _stream_destroy = NULL
+cdef cuStreamBeginCapture_t _begin_capture = NULL
+cdef cuStreamEndCapture_t _end_capture = NULL
+cdef cuGraphGetNodes_t _graph_nodes = NULL
 cdef int _load_state = 0   # 0: not tried, 1: loaded, -1: no driver
 
 cdef enum:
@@ -99,7 +114,7 @@ cdef int _load() noexcept nogil:
     global _device_get, _primary_ctx_retain, _ctx_get_current, _ctx_set_current, _ctx_push, _ctx_pop
     global _mem_alloc, _mem_free, _error_name, _stream_get_ctx, _ctx_get_device, _memset_async, _copy_to_device
     global _graph_create, _graph_instantiate, _graph_destroy, _graph_exec_destroy, _graph_launch
-    global _stream_is_capturing
+    global _stream_is_capturing, _stream_create, _stream_destroy, _begin_capture, _end_capture, _graph_nodes
     if _load_state != 0:
         return _load_state
     cdef void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
@@ -133,6 +148,11 @@ cdef int _load() noexcept nogil:
     _graph_exec_destroy = <cuGraphExecDestroy_t>dlsym(lib, "cuGraphExecDestroy")
     _graph_launch = <cuGraphLaunch_t>dlsym(lib, "cuGraphLaunch")
     _stream_is_capturing = <cuStreamIsCapturing_t>dlsym(lib, "cuStreamIsCapturing")
+    _stream_create = <cuStreamCreate_t>dlsym(lib, "cuStreamCreate")
+    _stream_destroy = <cuStreamDestroy_t>dlsym(lib, "cuStreamDestroy_v2")
+    _begin_capture = <cuStreamBeginCapture_t>dlsym(lib, "cuStreamBeginCapture_v2")
+    _end_capture = <cuStreamEndCapture_t>dlsym(lib, "cuStreamEndCapture")
+    _graph_nodes = <cuGraphGetNodes_t>dlsym(lib, "cuGraphGetNodes")
     # The context calls run unchecked on hot paths: a driver without them is treated as no driver.
     if init == NULL or _get_attribute == NULL or _ctx_get_current == NULL or _ctx_set_current == NULL \
             or _ctx_push == NULL or _ctx_pop == NULL or init(0) != 0:
@@ -398,6 +418,51 @@ cdef int graph_launch(void* graph_exec, intptr_t stream) noexcept nogil:
     if stream_capturing(stream):
         return CAPTURING_STREAM
     return _graph_launch(graph_exec, <void*>stream)
+
+
+cdef bint capture_available() noexcept nogil:
+    """True when graphs are available and the driver exports the stream-capture entry points."""
+    return (graphs_available() and _stream_create != NULL and _stream_destroy != NULL and _begin_capture != NULL
+            and _end_capture != NULL and _graph_nodes != NULL)
+
+
+cdef int capture_begin(intptr_t* stream) noexcept nogil:
+    """Create a private non-blocking stream on the current context and begin a thread-local capture on
+    it. Returns 0 (``stream`` set) or the failed CUresult (nothing left behind)."""
+    cdef void* s = NULL
+    cdef int result
+    stream[0] = 0
+    if not capture_available():
+        return -1
+    result = _stream_create(&s, CU_STREAM_NON_BLOCKING)
+    if result != 0:
+        return result
+    result = _begin_capture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+    if result != 0:
+        _stream_destroy(s)
+        return result
+    stream[0] = <intptr_t>s
+    return 0
+
+
+cdef int capture_end(intptr_t stream, void** graph) noexcept nogil:
+    """End capture_begin's capture and destroy its stream. Returns 0 with ``graph`` holding the recorded
+    work, EMPTY_CAPTURE when nothing was recorded (no graph), or the failed CUresult (no graph)."""
+    cdef size_t nodes = 0
+    cdef int result
+    graph[0] = NULL
+    result = _end_capture(<void*>stream, graph)
+    _stream_destroy(<void*>stream)
+    if result != 0:
+        graph_destroy(graph[0])
+        graph[0] = NULL
+        return result
+    result = _graph_nodes(graph[0], NULL, &nodes)
+    if result != 0 or nodes == 0:
+        graph_destroy(graph[0])
+        graph[0] = NULL
+        return result if result != 0 else EMPTY_CAPTURE
+    return 0
 
 
 cdef bint device_memory(const void* ptr) noexcept nogil:
