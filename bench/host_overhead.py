@@ -129,7 +129,9 @@ def main(argv=None) -> dict:
             if own_exports is not None:
                 # the producer's exports issued in the same burst as a raw-pointer execute: what it costs
                 # under the same GPU-queue conditions (some producers wait on their own events)
-                in_context[name + suffix] = burst_us(lambda: (own_exports(), g.execute(pack_i)), sync, reps=reps)
+                # (taken before the execute and released after it, as an importing consumer holds them)
+                in_context[name + suffix] = burst_us(
+                    lambda: (lambda held: (g.execute(pack_i), held.clear()))(list(own_exports())), sync, reps=reps)
     c.zero_()
     g.execute(pack_t)
     sync()

@@ -19,6 +19,8 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
                                  VARIANT_KNOBS; each compiles at its first call, tens of seconds)
     --breakdown                  time each kernel launch of our plans apart (prepare, recurrence or
                                  state_pass + output) with CUDA events around each launch
+    --gpu-time                   also each side's GPU time per call from the torch profiler (fla's calls
+                                 are host-bound on some hosts: this is the kernels' cost alone)
 """
 from __future__ import annotations
 
@@ -184,6 +186,21 @@ def fla_call(torch, op: str, x: dict):
     return run, result
 
 
+def gpu_ms(torch, fn, iters: int) -> float:
+    """Milliseconds of GPU work per call of ``fn`` (kernels, copies and fills, from the profiler's
+    device-side records): what the call costs the GPU, whatever its host side costs."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    total_us = sum(e.self_device_time_total for e in prof.key_averages() if e.device_type == DeviceType.CUDA)
+    return total_us / iters / 1e3
+
+
 def alternate(torch, ours_run, fla_run, iters: int, rounds: int):
     """(our median ms, fla's median ms, [(ours, fla) per round]) from ``rounds`` alternating timings;
     fla's side is 0.0 when fla did not run."""
@@ -212,6 +229,8 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true", help="time each kernel launch apart")
     parser.add_argument("--backward", action="store_true", help="also time our gdn_bwd / kda_bwd plans")
     parser.add_argument("--rounds", type=int, default=5, help="alternating fla / ours timing rounds")
+    parser.add_argument("--gpu-time", action="store_true",
+                        help="also report each side's GPU time per call (torch profiler), free of host cost")
     args = parser.parse_args()
     rows = []
     for op in args.ops.split(","):
@@ -233,6 +252,11 @@ def main() -> None:
                                                                                  args.rounds)
                 if fla_run is None:
                     row["fla_fwd_ms"] = None
+                if args.gpu_time:
+                    row["ours_gpu_ms"] = gpu_ms(torch, run, args.iters)
+                    if fla_run is not None:
+                        row["fla_gpu_ms"] = gpu_ms(torch, fla_run, args.iters)
+                        row["ours_over_fla_gpu"] = row["ours_gpu_ms"] / row["fla_gpu_ms"]
                 row["ours_build_s"], row["ours_first_call_s"] = built, first
                 if args.breakdown:
                     row["kernels_ms"] = kernel_breakdown(torch, run, compiled, args.iters)
@@ -262,7 +286,12 @@ def main() -> None:
     for r in rows:
         def fmt(key, spec):
             return format(r[key], spec) if r.get(key) is not None else "-"
-        kernels = " ".join(f"{k}={v:.3f}" for k, v in {**r.get("kernels_ms", {}),
+        if r.get("ours_gpu_ms") is not None:
+            kernels = (f"gpu ms ours {r['ours_gpu_ms']:.3f} fla {fmt('fla_gpu_ms', '.3f')} "
+                       f"ratio {fmt('ours_over_fla_gpu', '.2f')}; ")
+        else:
+            kernels = ""
+        kernels += " ".join(f"{k}={v:.3f}" for k, v in {**r.get("kernels_ms", {}),
                                                          **r.get("bwd_kernels_ms", {})}.items())
         print(f"{r['op']:5} {r['variant']:16} {fmt('ours_fwd_ms', '12.3f')} {fmt('fla_fwd_ms', '11.3f')} "
               f"{fmt('ours_over_fla', '9.2f')} {fmt('max_abs_diff_o', '10.2e')} {fmt('ours_first_call_s', '13.1f')}"

@@ -10,12 +10,14 @@ from .ids import OUT_OF_TREE
 
 logger = logging.getLogger(__name__)
 
-# In-tree engines: module, class. Each is tried once; an ImportError means "absent", silently.
+# In-tree engines: module, class, optional. Each is tried once; an ImportError means "absent", silently.
+# An optional engine whose import fails otherwise (a broken dependency) is absent too, with a warning:
+# the graphs still run on the other engines.
 _IN_TREE = (
-    ("cudnn_graph.engines.reference", "ReferenceEngine"),
-    ("cudnn_graph.engines.cudnn_backend", "CudnnBackendEngine"),
-    ("cudnn_graph.engines.cute", "CuteGemmEngine"),
-    ("cudnn_graph.engines.cutile", "CutileLinearAttentionEngine"),
+    ("cudnn_graph.engines.reference", "ReferenceEngine", False),
+    ("cudnn_graph.engines.cudnn_backend", "CudnnBackendEngine", False),
+    ("cudnn_graph.engines.cute", "CuteGemmEngine", True),
+    ("cudnn_graph.engines.cutile", "CutileLinearAttentionEngine", True),
 )
 
 _lock = threading.Lock()
@@ -25,11 +27,16 @@ _registered: list[BaseEngine] = []
 
 def _load_in_tree() -> list[BaseEngine]:
     engines = []
-    for module, cls in _IN_TREE:
+    for module, cls, optional in _IN_TREE:
         try:
             mod = importlib.import_module(module)
         except ImportError as exc:
             logger.debug("engine %s absent: %s", module, exc)
+            continue
+        except Exception as exc:     # noqa: BLE001
+            if not optional:
+                raise
+            logger.warning("engine %s left out: importing it raised %s: %s", module, type(exc).__name__, exc)
             continue
         factory = getattr(mod, cls, None)
         if factory is None:

@@ -123,6 +123,40 @@ def test_engine_is_absent_from_the_manifest_without_the_dsl(monkeypatch):
     assert "cute_gemm" not in names and "reference" in names
 
 
+def test_a_dsl_that_fails_to_import_leaves_the_engine_out_and_graphs_run(tmp_path):
+    """A broken install (the DSL's package raises RuntimeError at import, as nvidia-cutlass-dsl does
+    without its CUDA-toolkit flavour) is an absent engine with the reason, not a failed build."""
+    import subprocess
+    import textwrap
+    broken = tmp_path / "cutlass"
+    broken.mkdir()
+    (broken / "__init__.py").write_text('raise RuntimeError("No CTK flavor installed")\n')
+    (broken / "cute.py").write_text("")
+    code = textwrap.dedent("""
+        import json, logging, numpy as np
+        logging.basicConfig(level=logging.WARNING)
+        import cudnn_graph as cudnn
+        from cudnn_graph.engines import manifest
+        names = [e.name for e in manifest.engines()]
+        F = cudnn.data_type
+        g = cudnn.pygraph(io_data_type=F.FLOAT, compute_data_type=F.FLOAT, device="cpu")
+        a = g.tensor(name="A", dim=[1, 4, 8], stride=[32, 8, 1])
+        b = g.tensor(name="B", dim=[1, 8, 2], stride=[16, 2, 1])
+        c = g.matmul(a, b).set_output(True)
+        g.build([cudnn.heur_mode.A])
+        x, y, z = np.ones((1, 4, 8), np.float32), np.ones((1, 8, 2), np.float32), np.zeros((1, 4, 2), np.float32)
+        g.execute({a: x, b: y, c: z})
+        print(json.dumps({"names": names, "z": float(z.sum())}))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path)] + [p for p in sys.path if p]))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    out = __import__("json").loads(result.stdout.strip().splitlines()[-1])
+    assert "cute_gemm" not in out["names"] and "reference" in out["names"]
+    assert out["z"] == 64.0
+    assert "does not import (RuntimeError: No CTK flavor installed)" in result.stderr
+
+
 @needs_dsl
 @pytest.mark.parametrize("kw, expect", [
     ({}, dict(a_stride=(264, 1, 200 * 264),
