@@ -62,6 +62,7 @@ def test_every_kernel_exports_a_cubin(variant, arch):
 VARIANT_EXPORTS = [
     ("gdn", {"low_mma": False}),
     ("kda", {"block_v": 128}),
+    ("gdn", {"output_block_v": 128}),
     ("gdn", {"split": False, "block_v": 64, "low_mma": False}),
     ("kda", {"split": False, "block_v": 64, "low_mma": True}),
 ]

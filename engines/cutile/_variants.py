@@ -40,6 +40,7 @@ class Variant:
     low_mma: bool = False   # BF16 inputs for the state / output products (else TF32)
     split: bool = False     # state pass and a parallel output kernel instead of one recurrence
     has_dht: bool = False   # backward: d_final_state is given
+    output_block_v: int = 0  # value columns per CTA of the split output kernel (0: block_v)
 
     @property
     def per_channel(self) -> bool:
@@ -81,8 +82,12 @@ class Variant:
         return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.V, self.block_v, self.per_channel,
                 self.use_l2)
 
+    @property
+    def out_block_v(self) -> int:
+        return self.output_block_v or self.block_v
+
     def output_constants(self) -> tuple:
-        return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel,
+        return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.out_block_v, self.per_channel,
                 self.use_l2, self.low_mma)
 
 
