@@ -220,6 +220,27 @@ def _variant_names(arg: str) -> list:
     return [v for v in arg.split(",") if v]
 
 
+HEADER = (f"{'op':5} {'variant':16} {'ours fwd ms':>12} {'fla fwd ms':>11} {'ours/fla':>9} {'|o diff|':>10} "
+          f"{'first call s':>13} {'ours bwd ms':>12}  kernels ms")
+
+
+def row_lines(r: dict) -> list:
+    """The table line of one row (and its errors)."""
+    def fmt(key, spec):
+        return format(r[key], spec) if r.get(key) is not None else "-"
+    if r.get("ours_gpu_ms") is not None:
+        kernels = (f"gpu ms ours {r['ours_gpu_ms']:.3f} fla {fmt('fla_gpu_ms', '.3f')} "
+                   f"ratio {fmt('ours_over_fla_gpu', '.2f')}; ")
+    else:
+        kernels = ""
+    kernels += " ".join(f"{k}={v:.3f}" for k, v in {**r.get("kernels_ms", {}), **r.get("bwd_kernels_ms", {})}.items())
+    lines = [f"{r['op']:5} {r['variant']:16} {fmt('ours_fwd_ms', '12.3f')} {fmt('fla_fwd_ms', '11.3f')} "
+             f"{fmt('ours_over_fla', '9.2f')} {fmt('max_abs_diff_o', '10.2e')} {fmt('ours_first_call_s', '13.1f')}"
+             f" {fmt('ours_bwd_ms', '12.3f')}  {kernels}"]
+    lines += [f"  {key}: {r[key]}" for key in ("ours_error", "fla_error", "ours_bwd_error") if key in r]
+    return lines
+
+
 def main() -> None:
     import torch
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -278,27 +299,14 @@ def main() -> None:
                 except Exception as exc:       # noqa: BLE001
                     row["ours_bwd_error"] = f"{type(exc).__name__}: {exc}"
             rows.append(row)
+            # each row as soon as it is measured (a run cut short by a timeout still leaves its rows)
+            print("\n".join(row_lines(row)), file=sys.stderr, flush=True)
             del out, final
             torch.cuda.empty_cache()
 
-    print(f"{'op':5} {'variant':16} {'ours fwd ms':>12} {'fla fwd ms':>11} {'ours/fla':>9} {'|o diff|':>10} "
-          f"{'first call s':>13} {'ours bwd ms':>12}  kernels ms")
+    print(HEADER)
     for r in rows:
-        def fmt(key, spec):
-            return format(r[key], spec) if r.get(key) is not None else "-"
-        if r.get("ours_gpu_ms") is not None:
-            kernels = (f"gpu ms ours {r['ours_gpu_ms']:.3f} fla {fmt('fla_gpu_ms', '.3f')} "
-                       f"ratio {fmt('ours_over_fla_gpu', '.2f')}; ")
-        else:
-            kernels = ""
-        kernels += " ".join(f"{k}={v:.3f}" for k, v in {**r.get("kernels_ms", {}),
-                                                         **r.get("bwd_kernels_ms", {})}.items())
-        print(f"{r['op']:5} {r['variant']:16} {fmt('ours_fwd_ms', '12.3f')} {fmt('fla_fwd_ms', '11.3f')} "
-              f"{fmt('ours_over_fla', '9.2f')} {fmt('max_abs_diff_o', '10.2e')} {fmt('ours_first_call_s', '13.1f')}"
-              f" {fmt('ours_bwd_ms', '12.3f')}  {kernels}")
-        for key in ("ours_error", "fla_error", "ours_bwd_error"):
-            if key in r:
-                print(f"  {key}: {r[key]}")
+        print("\n".join(row_lines(r)))
     record = {"host": platform.node(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
     here = os.path.dirname(os.path.abspath(__file__))
     os.makedirs(os.path.join(here, "results"), exist_ok=True)

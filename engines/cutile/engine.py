@@ -54,20 +54,17 @@ def _compute_capability(ordinal: int) -> tuple:
 
 # Plan variants (knob sets) proposed after the default one; bench/linear_attention.py --variants times them.
 # block_v: value columns per CTA of the state pass; output_block_v: of the split output kernel (0: block_v;
-# a wider block computes a chunk's scores once for more columns); occupancy: a CTAs-per-SM hint to the
-# compiler for the state pass and output kernels (0: its choice); mma: input type of the state/output
+# a wider block computes a chunk's scores once for more columns); mma: input type of the state/output
 # products ("auto": BF16 for BF16 inputs, as fla, else TF32); split: a state pass that stores every chunk's
 # start state, then o for all chunks in parallel (fla's form). The default was measured fastest on the H200
 # (issue 8 note).
-DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "split": True, "output_block_v": 0, "occupancy": 0}
+DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "split": True, "output_block_v": 0}
 VARIANT_KNOBS = {
     "tf32": {"mma": "tf32"},
     "bv64": {"block_v": 64},
     "bv128": {"block_v": 128},
     "out64": {"output_block_v": 64},
     "out128": {"output_block_v": 128},
-    "occ4": {"occupancy": 4},
-    "out128_occ2": {"output_block_v": 128, "occupancy": 2},
     "fused": {"split": False, "block_v": 64, "mma": "tf32"},
     "fused_bf16": {"split": False, "block_v": 64, "mma": "bf16"},
 }
@@ -166,13 +163,6 @@ class CutileForwardPlan(CompiledPlan):
         if variant.split:
             self._state_pass = _kernels.chunk_state_pass
             self._output = _kernels.chunk_output
-        occupancy = int(plan.knobs.get("occupancy", 0))
-        if occupancy:
-            # A compiler hint (CTAs per SM) for the value-blocked kernels: fewer registers, more CTAs.
-            self._recurrence = self._recurrence.replace_hints(occupancy=occupancy)
-            if variant.split:
-                self._state_pass = self._state_pass.replace_hints(occupancy=occupancy)
-                self._output = self._output.replace_hints(occupancy=occupancy)
         # bench/linear_attention.py --breakdown sets this to time each launch: hook(name, launch).
         self.launch_hook = None
 
@@ -365,8 +355,6 @@ class CutileLinearAttentionEngine(BaseEngine):
             raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
         if knobs["mma"] not in MMA_TYPES:
             raise GraphNotSupportedError(f"mma={knobs['mma']!r}; expected one of {MMA_TYPES}")
-        if int(knobs["occupancy"]) not in (0, 1, 2, 4, 8):
-            raise GraphNotSupportedError(f"occupancy={knobs['occupancy']!r}; expected 0 (auto), 1, 2, 4 or 8")
         output_block_v = int(knobs["output_block_v"])
         if output_block_v not in (0, 32, 64, 128) or (output_block_v and geometry.V % output_block_v):
             raise GraphNotSupportedError(f"output_block_v={output_block_v} is not 0 or one of 32, 64, 128 "
