@@ -132,7 +132,12 @@ def test_a_dsl_that_fails_to_import_leaves_the_engine_out_and_graphs_run(tmp_pat
     broken.mkdir()
     (broken / "__init__.py").write_text('raise RuntimeError("No CTK flavor installed")\n')
     (broken / "cute.py").write_text("")
-    code = textwrap.dedent("""
+    code = textwrap.dedent(f"""
+        import sys
+        # ahead of an installed DSL, whose .pth file puts its own path first at start-up
+        sys.path.insert(0, {str(tmp_path)!r})
+        for name in [m for m in sys.modules if m == "cutlass" or m.startswith("cutlass.")]:
+            del sys.modules[name]
         import json, logging, numpy as np
         logging.basicConfig(level=logging.WARNING)
         import cudnn_graph as cudnn
@@ -145,10 +150,10 @@ def test_a_dsl_that_fails_to_import_leaves_the_engine_out_and_graphs_run(tmp_pat
         c = g.matmul(a, b).set_output(True)
         g.build([cudnn.heur_mode.A])
         x, y, z = np.ones((1, 4, 8), np.float32), np.ones((1, 8, 2), np.float32), np.zeros((1, 4, 2), np.float32)
-        g.execute({a: x, b: y, c: z})
-        print(json.dumps({"names": names, "z": float(z.sum())}))
+        g.execute({{a: x, b: y, c: z}})
+        print(json.dumps({{"names": names, "z": float(z.sum())}}))
     """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path)] + [p for p in sys.path if p]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     out = __import__("json").loads(result.stdout.strip().splitlines()[-1])
