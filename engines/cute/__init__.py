@@ -3,14 +3,10 @@
 Optional (extra ``cute``: nvidia-cutlass-dsl): without the DSL this package raises ImportError and the
 manifest leaves the engine out; nothing else changes. See docs/engines_cute.md.
 """
-import logging as _logging
-
 from ._toolchain import missing as _missing
 
 _why = _missing()
 if _why is not None:
-    if "does not import" in _why:   # installed but broken: worth a warning, unlike a plain absence
-        _logging.getLogger(__name__).warning("CuTe GEMM engine left out: %s", _why)
     raise ImportError(_why)
 
 from .engine import CuteGemmEngine  # noqa: E402

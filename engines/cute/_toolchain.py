@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 
 def missing() -> str | None:
@@ -17,8 +18,10 @@ def missing() -> str | None:
     except (ImportError, ValueError) as exc:
         return f"nvidia-cutlass-dsl is not importable ({exc}); install the 'cute' extra"
     except Exception as exc:     # noqa: BLE001  (a broken install raises what it likes: the engine is absent)
-        return (f"nvidia-cutlass-dsl is installed but does not import ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); reinstall the 'cute' extra")
+        why = (f"nvidia-cutlass-dsl is installed but does not import ({type(exc).__name__}: "
+               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); reinstall the 'cute' extra")
+        logging.getLogger(__name__).warning("CuTe GEMM engine left out: %s", why)   # broken: say so
+        return why
     if not found:
         return "nvidia-cutlass-dsl is not installed (module 'cutlass'); install the 'cute' extra"
     return None

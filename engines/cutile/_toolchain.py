@@ -25,8 +25,10 @@ def missing() -> str | None:
     except ImportError as exc:
         return f"cuda.tile is not importable ({exc}); install the 'cutile' extra"
     except Exception as exc:     # noqa: BLE001  (a broken install raises what it likes: the engine is absent)
-        return (f"cuda.tile is installed but does not import ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); reinstall the 'cutile' extra")
+        why = (f"cuda.tile is installed but does not import ({type(exc).__name__}: "
+               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); reinstall the 'cutile' extra")
+        logger.warning("cuTile engine left out: %s", why)   # broken, unlike a plain absence: say so
+        return why
     if tileiras_path() is None:
         return ("no tileiras compiler was found (pip package nvidia-cuda-tileiras with nvidia-cuda-nvcc and "
                 "nvidia-nvvm, or tileiras on PATH / in $CUDA_HOME/bin)")

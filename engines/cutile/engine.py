@@ -303,8 +303,6 @@ class CutileLinearAttentionEngine(BaseEngine):
         self.missing = _toolchain.missing()
         # The manifest leaves an unavailable engine out of every plan list.
         self.available = self.missing is None
-        if self.missing and "does not import" in self.missing:   # installed but broken: say so once
-            logger.warning("cuTile engine left out: %s", self.missing)
 
     def propose_plans(self, graph) -> list[PlanConfig]:
         if self.missing:
