@@ -157,7 +157,8 @@ def test_gdn_long_sequences_jax():
 
 # Each plan variant (engines/cutile/engine.py VARIANT_KNOBS) once, on a small case: (variant, op).
 VARIANT_CASES = [("tf32", "gdn"), ("tf32", "kda"), ("bv64", "kda"), ("bv128", "gdn"), ("fused", "gdn"),
-                 ("fused", "kda"), ("fused_bf16", "gdn"), ("out64", "kda"), ("out128", "gdn")]
+                 ("fused", "kda"), ("fused_bf16", "gdn"), ("out64", "kda"), ("out128", "gdn"), ("io_scratch", "gdn"),
+                 ("io_scratch", "kda"), ("io_scratch_out128", "kda")]
 
 
 @pytest.mark.parametrize("variant, op", VARIANT_CASES)

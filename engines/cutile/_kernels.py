@@ -316,7 +316,7 @@ def chunk_state_pass(kd_in, w_in, u_in, g_in, cu, h0, hs, ht,
     for j in range(chunks):
         start = bos + j * CHUNK
         stop = ct.minimum(start + CHUNK, eos)
-        ct.store(hs, (first + j, h, 0, vb), ct.reshape(state, (1, 1, K, BV)))
+        ct.store(hs, (first + j, h, 0, vb), ct.reshape(state, (1, 1, K, BV)).astype(hs.dtype))
         wt = _rows(w_in, h, start, stop, K, 0)
         ut = _rows(u_in, h, start, stop, BV, vb)
         delta = _mmx(-wt, state, ut, LOW)
@@ -356,7 +356,7 @@ def chunk_output(q, k, d_in, g_in, cu, hs, o, scale: ConstFloat,
             mid = ct.zeros((1, 1), dtype=ct.float32)
         last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
         gc = _pad_gates(gc, count, last)
-        state = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
+        state = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV)).astype(ct.float32)
         delta = _rows(d_in, h, start, stop, BV, vb)
         qs = qt * (ct.exp(gc) * scale)
         attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL, LOW)

@@ -41,6 +41,7 @@ class Variant:
     split: bool = False     # state pass and a parallel output kernel instead of one recurrence
     has_dht: bool = False   # backward: d_final_state is given
     output_block_v: int = 0  # value columns per CTA of the split output kernel (0: block_v)
+    scratch_dtype: str = "float32"   # w, u, kd and the chunk-start states of the split forward
 
     @property
     def per_channel(self) -> bool:
@@ -112,9 +113,10 @@ def signatures(variant: Variant) -> list:
     gate_ndim = 3 if v.per_channel else 2
     beta_ndim = 3 if v.beta_per_channel else 2
     cconv = CallingConvention.cutile_python_v1()
+    sc = v.scratch_dtype
     prepare = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, gate_ndim), array(v.beta_dtype, beta_ndim),
-               array(v.w_dtype, 3), array(ct.int32, 1), array(f32, 3), array(f32, 3), array(f32, gate_ndim),
-               array(f32, 3), *v.prepare_constants()]
+               array(v.w_dtype, 3), array(ct.int32, 1), array(sc, 3), array(sc, 3), array(f32, gate_ndim),
+               array(sc, 3), *v.prepare_constants()]
     recurrence = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, 3), array(f32, 3), array(f32, gate_ndim),
                   array(ct.int32, 1), array(f32, 4), array(v.io_dtype, 3), array(f32, 4),
                   *v.recurrence_constants()]
@@ -125,10 +127,10 @@ def signatures(variant: Variant) -> list:
     if not v.split:
         return [*prepared, (_kernels.chunk_recurrence,
                             KernelSignature(recurrence, cconv).with_mangled_symbol("chunk_recurrence"))]
-    state_pass = [array(f32, 3), array(f32, 3), array(f32, 3), array(f32, gate_ndim), array(ct.int32, 1),
-                  array(f32, 4), array(f32, 4), array(f32, 4), *v.state_pass_constants()]
-    output = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, 3), array(f32, gate_ndim),
-              array(ct.int32, 1), array(f32, 4), array(v.io_dtype, 3), *v.output_constants()]
+    state_pass = [array(sc, 3), array(sc, 3), array(sc, 3), array(f32, gate_ndim), array(ct.int32, 1),
+                  array(f32, 4), array(sc, 4), array(f32, 4), *v.state_pass_constants()]
+    output = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(sc, 3), array(f32, gate_ndim),
+              array(ct.int32, 1), array(sc, 4), array(v.io_dtype, 3), *v.output_constants()]
     return [*prepared,
             (_kernels.chunk_state_pass, KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_state_pass")),
             (_kernels.chunk_output, KernelSignature(output, cconv).with_mangled_symbol("chunk_output"))]

@@ -54,17 +54,21 @@ def _compute_capability(ordinal: int) -> tuple:
 
 # Plan variants (knob sets) proposed after the default one; bench/linear_attention.py --variants times them.
 # block_v: value columns per CTA of the state pass; output_block_v: of the split output kernel (0: block_v;
-# a wider block computes a chunk's scores once for more columns); mma: input type of the state/output
+# a wider block computes a chunk's scores once for more columns); scratch: "io" keeps the split forward's
+# w, u, kd and chunk-start states in the input type when that is BF16 / FP16 (fla's choice: half the
+# scratch traffic), "f32" in float32; mma: input type of the state/output
 # products ("auto": BF16 for BF16 inputs, as fla, else TF32); split: a state pass that stores every chunk's
 # start state, then o for all chunks in parallel (fla's form). The default was measured fastest on the H200
 # (issue 8 note).
-DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "split": True, "output_block_v": 0}
+DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "split": True, "output_block_v": 0, "scratch": "f32"}
 VARIANT_KNOBS = {
     "tf32": {"mma": "tf32"},
     "bv64": {"block_v": 64},
     "bv128": {"block_v": 128},
     "out64": {"output_block_v": 64},
     "out128": {"output_block_v": 128},
+    "io_scratch": {"scratch": "io"},
+    "io_scratch_out128": {"scratch": "io", "output_block_v": 128},
     "fused": {"split": False, "block_v": 64, "mma": "tf32"},
     "fused_bf16": {"split": False, "block_v": 64, "mma": "bf16"},
 }
@@ -74,7 +78,9 @@ MMA_TYPES = ("auto", "tf32", "bf16")
 class _Geometry:
     """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built."""
 
-    def __init__(self, node, split: bool = False, backward: bool = False):
+    def __init__(self, node, split: bool = False, backward: bool = False, io_scratch: str = ""):
+        """``io_scratch``: the input type ("bfloat16", "float16") in which the split forward keeps w, u,
+        kd and the chunk-start states ("": float32, as everything else)."""
         q, v = node.inputs["q"], node.inputs["v"]
         self.T, self.H, self.K = q.dim
         self.V = v.dim[2]
@@ -83,6 +89,8 @@ class _Geometry:
         gate_width = self.K if OP_FEATURES[BACKWARD_OPS.get(node.op, node.op)][0] else 1
         offset = 0
         self.regions = {}
+        self.dtypes = {}
+        narrow = {"w", "u", "kd", "hs"} if (io_scratch and split and not backward) else set()
         regions = [("w", (self.T, self.H, self.K)), ("u", (self.T, self.H, self.V)),
                    ("g", (self.T, self.H, self.K) if gate_width > 1 else (self.T, self.H)),
                    ("state_dummy", (1, 1, self.K, self.V))]
@@ -97,7 +105,8 @@ class _Geometry:
             for d in shape:
                 count *= d
             self.regions[name] = (offset, shape)
-            offset += _align(4 * count)
+            self.dtypes[name] = io_scratch if name in narrow else "float32"
+            offset += _align((2 if name in narrow else 4) * count)
         self.workspace_size = offset
 
 
@@ -184,7 +193,8 @@ class CutileForwardPlan(CompiledPlan):
         views = self._views.get(base)
         if views is None:
             from ... import Slot
-            views = {name: Slot.from_address(base + offset, shape, None, "float32", self._device)
+            dtypes = self._geometry.dtypes
+            views = {name: Slot.from_address(base + offset, shape, None, dtypes[name], self._device)
                      for name, (offset, shape) in self._geometry.regions.items()}
             with self._lock:
                 if len(self._views) > 8:
@@ -330,7 +340,9 @@ class CutileLinearAttentionEngine(BaseEngine):
             # The default ranks first; the variants are there to be pinned (plan index, a router) or timed.
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self,
                                     priority=10.0 if not suffix else 1.0,
-                                    workspace_size=_Geometry(node, knobs["split"]).workspace_size))
+                                    workspace_size=_Geometry(node, knobs["split"],
+                                                             io_scratch=_io_scratch(graph, node, knobs)
+                                                             ).workspace_size))
         return plans
 
     def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
@@ -347,7 +359,10 @@ class CutileLinearAttentionEngine(BaseEngine):
             return CutileBackwardPlan(plan, graph, node, variant, geometry)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         split = bool(knobs["split"])
-        geometry = _Geometry(node, split)
+        if knobs["scratch"] not in ("f32", "io"):
+            raise GraphNotSupportedError(f"scratch={knobs['scratch']!r}; expected 'f32' or 'io'")
+        io_scratch = _io_scratch(graph, node, knobs)
+        geometry = _Geometry(node, split, io_scratch=io_scratch)
         block_v = int(knobs["block_v"])
         if block_v not in (32, 64, 128) or geometry.V % block_v:
             raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
@@ -359,8 +374,16 @@ class CutileLinearAttentionEngine(BaseEngine):
                                          f"dividing V={geometry.V}")
         low = {"bf16": True, "tf32": False}.get(knobs["mma"])   # None: auto
         variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low, split=split),
-                                      output_block_v=output_block_v)
+                                      output_block_v=output_block_v, scratch_dtype=io_scratch or "float32")
         return CutileForwardPlan(plan, graph, node, variant, geometry)
+
+
+def _io_scratch(graph, node, knobs) -> str:
+    """The narrow scratch type of a split forward plan with ``scratch="io"`` (a 16-bit input), else ""."""
+    if knobs.get("scratch") != "io" or not knobs.get("split", True) or node.op in BACKWARD_OPS:
+        return ""
+    io = _IO_TYPES[graph._resolved_type(node.inputs["q"])]
+    return io if io in ("bfloat16", "float16") else ""
 
 
 def variant_of(graph, node, block_v: int, low_mma: Optional[bool] = False, split: bool = False) -> Variant:
