@@ -31,6 +31,7 @@ import platform
 import statistics
 import sys
 import time
+from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sdpa import event_ms  # noqa: E402  (one CUDA-event timer for the benchmarks)
@@ -186,9 +187,10 @@ def fla_call(torch, op: str, x: dict):
     return run, result
 
 
-def gpu_ms(torch, fn, iters: int) -> float:
+def gpu_ms(torch, fn, iters: int, per_kernel: Optional[dict] = None) -> float:
     """Milliseconds of GPU work per call of ``fn`` (kernels, copies and fills, from the profiler's
-    device-side records): what the call costs the GPU, whatever its host side costs."""
+    device-side records): what the call costs the GPU, whatever its host side costs. ``per_kernel``, when
+    given, receives each kernel's milliseconds per call by name."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     fn()
@@ -197,8 +199,10 @@ def gpu_ms(torch, fn, iters: int) -> float:
         for _ in range(iters):
             fn()
         torch.cuda.synchronize()
-    total_us = sum(e.self_device_time_total for e in prof.key_averages() if e.device_type == DeviceType.CUDA)
-    return total_us / iters / 1e3
+    events = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
+    if per_kernel is not None:
+        per_kernel.update({e.key[:60]: e.self_device_time_total / iters / 1e3 for e in events})
+    return sum(e.self_device_time_total for e in events) / iters / 1e3
 
 
 def alternate(torch, ours_run, fla_run, iters: int, rounds: int):
@@ -238,6 +242,8 @@ def row_lines(r: dict) -> list:
              f"{fmt('ours_over_fla', '9.2f')} {fmt('max_abs_diff_o', '10.2e')} {fmt('ours_first_call_s', '13.1f')}"
              f" {fmt('ours_bwd_ms', '12.3f')}  {kernels}"]
     lines += [f"  {key}: {r[key]}" for key in ("ours_error", "fla_error", "ours_bwd_error") if key in r]
+    if r.get("fla_kernels_ms") and r["variant"] == "default":
+        lines += [f"  fla {name}: {ms:.3f}" for name, ms in r["fla_kernels_ms"].items()]
     return lines
 
 
@@ -276,7 +282,8 @@ def main() -> None:
                 if args.gpu_time:
                     row["ours_gpu_ms"] = gpu_ms(torch, run, args.iters)
                     if fla_run is not None:
-                        row["fla_gpu_ms"] = gpu_ms(torch, fla_run, args.iters)
+                        row["fla_kernels_ms"] = {}
+                        row["fla_gpu_ms"] = gpu_ms(torch, fla_run, args.iters, row["fla_kernels_ms"])
                         row["ours_over_fla_gpu"] = row["ours_gpu_ms"] / row["fla_gpu_ms"]
                 row["ours_build_s"], row["ours_first_call_s"] = built, first
                 if args.breakdown:
