@@ -39,10 +39,11 @@ needs_cutile = pytest.mark.skipif(MISSING is not None, reason=f"cannot compile c
 
 
 def export_variants() -> list:
-    """The default plan's specialisation per op (split form, value blocks of 32, BF16 products) with every
-    optional feature on (initial/final state, L2 norm)."""
+    """The default plan's specialisation per op (state pass value blocks of 32, output over all of V, BF16
+    products and scratch) with every optional feature on (initial/final state, L2 norm)."""
     return [_variants.Variant(op, "bfloat16", "bfloat16", "bfloat16", 128, 128, 32, 4, 128 ** -0.5,
-                              True, True, True, low_mma=True, split=True) for op in _variants.OP_FEATURES]
+                              True, True, True, low_mma=True, output_block_v=128, scratch_dtype="bfloat16")
+            for op in _variants.OP_FEATURES]
 
 
 @needs_cutile
@@ -58,15 +59,13 @@ def test_every_kernel_exports_a_cubin(variant, arch):
 
 
 # The plan variants (engine.VARIANT_KNOBS) compile to other kernel instances: each knob once, sm_90 only
-# (the H200's), to keep CI's export time down. The prepare kernel only changes with ``split``.
+# (the H200's), to keep CI's export time down. Kernels a knob leaves as the default's are not exported again.
 VARIANT_EXPORTS = [
     ("gdn", {"low_mma": False}),
     ("kda", {"block_v": 128}),
-    ("gdn", {"output_block_v": 128}),
-    ("gdn", {"scratch_dtype": "bfloat16"}),
-    ("kda", {"scratch_dtype": "bfloat16", "output_block_v": 128}),
-    ("gdn", {"split": False, "block_v": 64, "low_mma": False}),
-    ("kda", {"split": False, "block_v": 64, "low_mma": True}),
+    ("gdn", {"output_block_v": 32}),
+    ("kda", {"output_block_v": 64}),
+    ("kda", {"scratch_dtype": "float32"}),
 ]
 
 
@@ -78,8 +77,10 @@ def test_every_plan_variant_exports_a_cubin_for_sm90(op, knobs):
     from cuda.tile.compilation import export_kernel
     base = export_variants()[list(_variants.OP_FEATURES).index(op)]
     variant = dataclasses.replace(base, **knobs)
+    same_prepare = (variant.scratch_dtype, variant.low_mma) == (base.scratch_dtype, base.low_mma)
     for kernel, signature in _variants.signatures(variant):
-        if signature.symbol.startswith("chunk_prepare") and variant.split and variant.scratch_dtype == "float32":
+        if signature.symbol.startswith("chunk_gates") or (signature.symbol.startswith("chunk_prepare")
+                                                          and same_prepare):
             continue                   # the default's instance, exported above
         buffer = io.BytesIO()
         export_kernel(kernel, [signature], buffer, gpu_code="sm_90", output_format="cubin")
@@ -92,10 +93,10 @@ def test_every_plan_variant_exports_a_cubin_for_sm90(op, knobs):
                            "them until they pass on a GPU; set CUDNN_GRAPH_EXPORT_BACKWARD=1 to export them")
 @pytest.mark.parametrize("op", ["gdn", "kda"])
 def test_backward_kernels_export_a_cubin_for_sm90(op):
-    """gdn_bwd / kda_bwd: the two backward kernels (the forward recompute is the split forward's)."""
+    """gdn_bwd / kda_bwd: the two backward kernels (the forward recompute is the forward's)."""
     from cuda.tile.compilation import export_kernel
     variant = _variants.Variant(op, "bfloat16", "bfloat16", "bfloat16", 128, 128, 32, 4, 128 ** -0.5,
-                                True, True, False, split=True, has_dht=True)
+                                True, True, False, has_dht=True)
     for kernel, signature in _variants.backward_signatures(variant)[2:]:
         buffer = io.BytesIO()
         export_kernel(kernel, [signature], buffer, gpu_code="sm_90", output_format="cubin")
@@ -335,8 +336,8 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     assert names[0] == "cutile_gdn_chunk64" and plans[0].knobs == cutile_engine.DEFAULT_KNOBS
     assert names[1:] == [f"cutile_gdn_chunk64_{v}" for v in cutile_engine.VARIANT_KNOBS]
     assert all(p.priority < plans[0].priority for p in plans[1:])
-    fused = [p for p in plans if not p.knobs["split"]]
-    assert fused and all(p.workspace_size < plans[0].workspace_size for p in fused)
+    wide = [p for p in plans if p.knobs["scratch"] == "f32"]
+    assert wide and all(p.workspace_size > plans[0].workspace_size for p in wide)
 
 
 # ------------------------------------------------- the chunked backward (gdn_bwd, kda_bwd), in NumPy
@@ -496,7 +497,7 @@ def test_backward_ops_are_claimed(monkeypatch):
 
 @pytest.mark.parametrize("cu", [[0, 150, 151, 170, 300], [0, 0, 70], [0, 64, 64, 128, 129], [0, 1]])
 def test_state_pass_and_output_kernels_number_chunks_alike(cu):
-    """The split forward: chunk_state_pass stores sequence n's j-th chunk state at _first_chunk(n) + j;
+    """chunk_state_pass stores sequence n's j-th chunk state (and deltas) at _first_chunk(n) + j;
     chunk_output reads chunk c's from c as _locate_chunk numbers it: the two must agree."""
     lo, hi = np.array(cu[:-1]), np.array(cu[1:])
     count = (hi - lo + C - 1) // C

@@ -11,9 +11,10 @@ Chunks of C = 64 tokens. With ``gc`` the in-chunk inclusive cumulative sum of g 
 start, the deltas ``U'`` of a chunk solve ``(I + A) U' = X - (C * exp(gc)) S0`` where ``A`` is strictly lower
 triangular, ``A[t, i] = (c_t * exp(gc_t - gc_i)) . k_i`` (the UT transform). With ``T = (I + A)^-1``:
 ``w = T (C * exp(gc))`` and ``u = T X`` depend on the chunk alone (kernel ``chunk_prepare``, parallel over
-chunks); the state pass (kernel ``chunk_recurrence``, sequential over a sequence's chunks) forms
-``U' = u - w S0``, the outputs ``O = scale ((Q * exp(gc)) S0 + (Q K^T masked by exp(gc_t - gc_j), j <= t) U')``
-and the next state ``exp(gc_last) S0 + (K * exp(gc_last - gc))^T U'``.
+chunks); the state pass (kernel ``chunk_state_pass``, sequential over a sequence's chunks) forms
+``U' = u - w S0``, stores S0 and the next state ``exp(gc_last) S0 + (K * exp(gc_last - gc))^T U'``; then
+``chunk_output``, parallel over chunks again, forms
+``O = scale ((Q * exp(gc)) S0 + (Q K^T masked by exp(gc_t - gc_j), j <= t) U')``.
 
 ``T`` is the Neumann product ``(I - A)(I + A^2)(I + A^4)...(I + A^32)`` (A is nilpotent: A^64 = 0), which
 needs only tile matrix products. Per-channel decays (kda, gdn2) split ``exp(gc_t - gc_i)`` around the gate
@@ -59,6 +60,26 @@ def _store_rows(x, h, start, stop, col, tile, width: ConstInt):
 
 
 @ct.function
+def _chunk_block(x, c, h, width: ConstInt, col):
+    """Global chunk c, head h, column block ``col`` of a chunk-major (chunks, H, CHUNK, n) scratch array as a
+    (CHUNK, width) tile of its type. Scratch is laid out by chunk so every access is one aligned, in-bounds
+    block (rows past a sequence's end hold zeros), whatever the sequence boundaries."""
+    tile = ct.load(x, (c, h, 0, col), shape=(1, 1, CHUNK, width), check_bounds=False)
+    return ct.reshape(tile, (CHUNK, width))
+
+
+@ct.function
+def _chunk_tile(x, c, h, width: ConstInt, col):
+    """``_chunk_block`` as f32."""
+    return _chunk_block(x, c, h, width, col).astype(ct.float32)
+
+
+@ct.function
+def _store_chunk_tile(x, c, h, col, tile, width: ConstInt):
+    ct.store(x, (c, h, 0, col), ct.reshape(tile, (1, 1, CHUNK, width)).astype(x.dtype), check_bounds=False)
+
+
+@ct.function
 def _mm(x, y, acc):
     """x @ y + acc on the tensor cores in TF32 (f32 inputs would be emulated: slow and huge code)."""
     return ct.mma(x.astype(ct.tfloat32), y.astype(ct.tfloat32), acc)
@@ -83,13 +104,27 @@ def _l2_normalise(x):
 
 
 @ct.function
+def _cumsum_rows(x):
+    """Inclusive cumulative sum down the rows of a (CHUNK, n) f32 tile as two TF32 products with the lower
+    triangular ones (x split into its TF32 head and the remainder, so the sum keeps f32 accuracy): the
+    tensor cores do in two instructions what a row scan does through shuffles (ct.cumsum on a (64, 128)
+    tile cost kda five times its whole gate read and write on the H200)."""
+    rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
+    cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
+    ones = ct.where(rows >= cols, 1.0, 0.0).astype(ct.tfloat32)
+    head = x.astype(ct.tfloat32)
+    rest = x - head.astype(ct.float32)
+    zero = ct.zeros(x.shape, dtype=ct.float32)
+    return ct.mma(ones, rest.astype(ct.tfloat32), ct.mma(ones, head, zero))
+
+
+@ct.function
 def _gates(g, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool):
     """In-chunk inclusive cumulative log decay: (CHUNK, K) per channel, (CHUNK, 1) per token."""
     if PER_CHANNEL:
-        gt = _rows(g, h, start, stop, K, 0)
+        return _cumsum_rows(_rows(g, h, start, stop, K, 0))
     else:
-        gt = _column(g, h, start, stop)
-    return ct.cumsum(gt, axis=0)
+        return ct.cumsum(_column(g, h, start, stop), axis=0)
 
 
 @ct.function
@@ -178,10 +213,10 @@ def _locate_chunk(cu, c, NSEQ: ConstInt, NP: ConstInt):
 def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
                   NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt,
                   PER_CHANNEL: ConstBool, BETA_PER_CHANNEL: ConstBool, HAS_W: ConstBool, USE_L2: ConstBool,
-                  STORE_KD: ConstBool):
-    """Per (chunk, head): gc (per-token gates; per-channel ones come from chunk_gates), w = T (C * exp(gc))
-    and u = T X into the f32 scratch arrays (and, for the split state pass, the state-write keys
-    kd = k * exp(gc_last - gc))."""
+                  LOW: ConstBool):
+    """Per (chunk, head): gc (per-token gates; per-channel ones come from chunk_gates), w = T (C * exp(gc)),
+    u = T X and the state-write keys kd = k * exp(gc_last - gc) into the scratch arrays. T itself is formed
+    in TF32; with LOW its products with C and X take BF16 inputs (fla's choice: T in the input type)."""
     c = ct.bid(0)
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
@@ -212,15 +247,14 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
             xt = bt * vt
         a = _decayed_scores(read, kt, gc, mid, False, PER_CHANNEL, False)
         inv = _unit_lower_inverse(a)
-        w = _mm(inv, read * ct.exp(gc), ct.zeros((CHUNK, K), dtype=ct.float32))
-        u = _mm(inv, xt, ct.zeros((CHUNK, V), dtype=ct.float32))
-        _store_rows(w_out, h, start, stop, 0, w, K)
-        _store_rows(u_out, h, start, stop, 0, u, V)
+        w = _mmx(inv, read * ct.exp(gc), ct.zeros((CHUNK, K), dtype=ct.float32), LOW)
+        u = _mmx(inv, xt, ct.zeros((CHUNK, V), dtype=ct.float32), LOW)
+        # Rows past the chunk's last token are zero in w, u and kd: their k, beta and g rows are zero padding.
+        _store_chunk_tile(w_out, c, h, 0, w, K)
+        _store_chunk_tile(u_out, c, h, 0, u, V)
+        _store_chunk_tile(kd_out, c, h, 0, kt * ct.exp(last - gc), K)
         if not PER_CHANNEL:
             ct.store(g_out.slice(0, start, stop), (0, h), gc)
-        if STORE_KD:
-            # Past the chunk's last token gc repeats the last row (zero g padding), and k is zero there.
-            _store_rows(kd_out, h, start, stop, 0, kt * ct.exp(last - gc), K)
 
 
 @ct.kernel
@@ -234,56 +268,7 @@ def chunk_gates(g, cu, g_out, NSEQ: ConstInt, NP: ConstInt, K: ConstInt):
         _store_rows(g_out, h, start, stop, 0, _gates(g, h, start, stop, K, True), K)
 
 
-@ct.kernel
-def chunk_recurrence(q, k, w_in, u_in, g_in, cu, h0, o, ht, scale: ConstFloat,
-                     K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool, USE_L2: ConstBool,
-                     HAS_H0: ConstBool, STORE_HT: ConstBool, LOW: ConstBool):
-    """Per (sequence, head, value block): the state pass over the sequence's chunks, writing o (and ht)."""
-    n = ct.bid(0)
-    h = ct.bid(1)
-    vb = ct.bid(2)
-    bos = ct.load(cu, (n,), shape=())
-    eos = ct.load(cu, (n + 1,), shape=())
-    if HAS_H0:
-        state = ct.reshape(ct.load(h0, (n, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
-    else:
-        state = ct.zeros((K, BV), dtype=ct.float32)
-    chunks = (eos - bos + (CHUNK - 1)) // CHUNK
-    for j in range(chunks):
-        start = bos + j * CHUNK
-        stop = ct.minimum(start + CHUNK, eos)
-        qt = _rows(q, h, start, stop, K, 0)
-        kt = _rows(k, h, start, stop, K, 0)
-        if USE_L2:
-            qt = _l2_normalise(qt)
-            kt = _l2_normalise(kt)
-        wt = _rows(w_in, h, start, stop, K, 0)
-        ut = _rows(u_in, h, start, stop, BV, vb)
-        count = stop - start
-        if PER_CHANNEL:
-            gc = _rows(g_in, h, start, stop, K, 0)
-            mid = _gate_row(g_in, h, start + ct.minimum(count - 1, _MID), K, True)
-        else:
-            gc = _column(g_in, h, start, stop)
-            mid = ct.zeros((1, 1), dtype=ct.float32)   # a scalar gate needs no split
-        last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
-        gc = _pad_gates(gc, count, last)
-        delta = _mmx(-wt, state, ut, LOW)
-        qs = qt * (ct.exp(gc) * scale)
-        attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL, LOW)
-        out = _mmx(attn, delta, _mmx(qs, state, ct.zeros((CHUNK, BV), dtype=ct.float32), LOW), LOW)
-        _store_rows(o, h, start, stop, vb, out, BV)
-        kd = kt * ct.exp(last - gc)
-        if PER_CHANNEL:
-            decay = ct.reshape(ct.exp(last), (K, 1))
-        else:
-            decay = ct.exp(last)
-        state = _mmx(ct.transpose(kd), delta, state * decay, LOW)
-    if STORE_HT:
-        ct.store(ht, (n, h, 0, vb), ct.reshape(state, (1, 1, K, BV)))
-
-
-# ------------------------------------------------------------------ split form: state pass, then output
+# ------------------------------------------------------------------ state pass, then output
 
 @ct.function
 def _first_chunk(cu, n, NSEQ: ConstInt, NP: ConstInt):
@@ -296,12 +281,28 @@ def _first_chunk(cu, n, NSEQ: ConstInt, NP: ConstInt):
     return ct.sum(ct.where(idx < n, count, 0))
 
 
+@ct.function
+def _state_pass_inputs(kd_in, w_in, u_in, g_in, h, vb, c, start, eos, K: ConstInt, BV: ConstInt,
+                       PER_CHANNEL: ConstBool):
+    """What the state pass reads for global chunk c (first token ``start``): w, u's value block and kd in
+    the scratch type, and the chunk's total decay ((K, 1) per channel, (1, 1) per token)."""
+    wt = _chunk_block(w_in, c, h, K, 0)
+    ut = _chunk_block(u_in, c, h, BV, vb)
+    kd = _chunk_block(kd_in, c, h, K, 0)
+    last = _gate_row(g_in, h, ct.minimum(start + CHUNK, eos) - 1, K, PER_CHANNEL)
+    if PER_CHANNEL:
+        decay = ct.reshape(ct.exp(last), (K, 1))
+    else:
+        decay = ct.exp(last)
+    return wt, ut, kd, decay
+
+
 @ct.kernel
-def chunk_state_pass(kd_in, w_in, u_in, g_in, cu, h0, hs, ht,
+def chunk_state_pass(kd_in, w_in, u_in, g_in, cu, h0, hs, ht, d_out,
                      NSEQ: ConstInt, NP: ConstInt, K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
                      HAS_H0: ConstBool, STORE_HT: ConstBool, LOW: ConstBool):
     """Per (sequence, head, value block): the sequential part alone. Stores the state at every chunk
-    start (hs, by global chunk) and overwrites u with the chunk's deltas ``u - w S``."""
+    start (hs) and the chunk's deltas ``u - w S`` (d_out), both by global chunk."""
     n = ct.bid(0)
     h = ct.bid(1)
     vb = ct.bid(2)
@@ -314,19 +315,11 @@ def chunk_state_pass(kd_in, w_in, u_in, g_in, cu, h0, hs, ht,
         state = ct.zeros((K, BV), dtype=ct.float32)
     chunks = (eos - bos + (CHUNK - 1)) // CHUNK
     for j in range(chunks):
-        start = bos + j * CHUNK
-        stop = ct.minimum(start + CHUNK, eos)
+        wt, ut, kd, decay = _state_pass_inputs(kd_in, w_in, u_in, g_in, h, vb, first + j, bos + j * CHUNK, eos,
+                                               K, BV, PER_CHANNEL)
         ct.store(hs, (first + j, h, 0, vb), ct.reshape(state, (1, 1, K, BV)).astype(hs.dtype))
-        wt = _rows(w_in, h, start, stop, K, 0)
-        ut = _rows(u_in, h, start, stop, BV, vb)
-        delta = _mmx(-wt, state, ut, LOW)
-        _store_rows(u_in, h, start, stop, vb, delta, BV)
-        kd = _rows(kd_in, h, start, stop, K, 0)
-        last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
-        if PER_CHANNEL:
-            decay = ct.reshape(ct.exp(last), (K, 1))
-        else:
-            decay = ct.exp(last)
+        delta = _mmx(-wt, state, ut.astype(ct.float32), LOW)
+        _store_chunk_tile(d_out, first + j, h, vb, delta, BV)
         state = _mmx(ct.transpose(kd), delta, state * decay, LOW)
     if STORE_HT:
         ct.store(ht, (n, h, 0, vb), ct.reshape(state, (1, 1, K, BV)))
@@ -356,8 +349,10 @@ def chunk_output(q, k, d_in, g_in, cu, hs, o, scale: ConstFloat,
             mid = ct.zeros((1, 1), dtype=ct.float32)
         last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
         gc = _pad_gates(gc, count, last)
-        state = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV)).astype(ct.float32)
-        delta = _rows(d_in, h, start, stop, BV, vb)
+        # state and deltas stay in the scratch type: the products convert them (an f32 copy of a 128 x 128
+        # state alone would take 128 registers a thread)
+        state = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
+        delta = _chunk_block(d_in, c, h, BV, vb)
         qs = qt * (ct.exp(gc) * scale)
         attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL, LOW)
         out = _mmx(attn, delta, _mmx(qs, state, ct.zeros((CHUNK, BV), dtype=ct.float32), LOW), LOW)
@@ -366,8 +361,8 @@ def chunk_output(q, k, d_in, g_in, cu, hs, o, scale: ConstFloat,
 
 # ------------------------------------------------------------- backward (gdn_bwd, kda_bwd): two kernels
 #
-# After the split forward's chunk_prepare (with kd) and chunk_state_pass (chunk-start states hs, deltas D
-# in u) have recomputed the forward, chunk_bwd_state_pass walks each sequence's chunks last to first
+# After the forward's chunk_prepare and chunk_state_pass (chunk-start states hs, deltas D in d) have
+# recomputed the forward, chunk_bwd_state_pass walks each sequence's chunks last to first
 # carrying dS, and chunk_bwd_grads forms every other gradient per chunk in parallel. The math is
 # tests/test_cutile_export.py::chunked_backward (checked there against the reference backward).
 
@@ -409,10 +404,10 @@ def chunk_bwd_state_pass(q, k, do, w_in, kd_in, g_in, cu, dht, dhs, dd_out, dh0,
         gc = _pad_gates(gc, count, last)
         dot = _rows(do, h, start, stop, BV, vb)
         attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL, False)
-        kd = _rows(kd_in, h, start, stop, K, 0)
+        kd = _chunk_tile(kd_in, first + j, h, K, 0)
         dd = _mm(ct.transpose(attn), dot, _mm(kd, ds, ct.zeros((CHUNK, BV), dtype=ct.float32)))
-        _store_rows(dd_out, h, start, stop, vb, dd, BV)
-        wt = _rows(w_in, h, start, stop, K, 0)
+        _store_chunk_tile(dd_out, first + j, h, vb, dd, BV)
+        wt = _chunk_tile(w_in, first + j, h, K, 0)
         qs = qt * (ct.exp(gc) * scale)
         if PER_CHANNEL:
             decay = ct.reshape(ct.exp(last), (K, 1))
@@ -471,8 +466,8 @@ def chunk_bwd_grads(q, k, v, g, beta, do, cu, hs, dhs, d_in, dd_in, dq, dk, dv, 
         for vb in range(V // BV):
             s0 = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
             ds1 = ct.reshape(ct.load(dhs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
-            dt = _rows(d_in, h, start, stop, BV, vb)
-            ddt = _rows(dd_in, h, start, stop, BV, vb)
+            dt = _chunk_tile(d_in, c, h, BV, vb)
+            ddt = _chunk_tile(dd_in, c, h, BV, vb)
             dot = _rows(do, h, start, stop, BV, vb)
             vt = _rows(v, h, start, stop, BV, vb)
             ut = _mm(inv, bt * vt, ct.zeros((CHUNK, BV), dtype=ct.float32))

@@ -37,11 +37,10 @@ class Variant:
     use_l2: bool
     has_h0: bool
     store_ht: bool
-    low_mma: bool = False   # BF16 inputs for the state / output products (else TF32)
-    split: bool = False     # state pass and a parallel output kernel instead of one recurrence
+    low_mma: bool = False   # BF16 inputs for the w / u, state and output products (else TF32)
     has_dht: bool = False   # backward: d_final_state is given
-    output_block_v: int = 0  # value columns per CTA of the split output kernel (0: block_v)
-    scratch_dtype: str = "float32"   # w, u, kd and the chunk-start states of the split forward
+    output_block_v: int = 0  # value columns per CTA of the output kernel (0: block_v)
+    scratch_dtype: str = "float32"   # w, u, kd, the deltas and the chunk-start states of the forward
 
     @property
     def per_channel(self) -> bool:
@@ -65,11 +64,7 @@ class Variant:
 
     def prepare_constants(self) -> tuple:
         return (self.n_seq, self.seq_tile, self.K, self.V, self.per_channel, self.beta_per_channel,
-                self.has_w, self.use_l2, self.split)
-
-    def recurrence_constants(self) -> tuple:
-        return (float(self.scale), self.K, self.block_v, self.per_channel, self.use_l2, self.has_h0,
-                self.store_ht, self.low_mma)
+                self.has_w, self.use_l2, self.low_mma)
 
     def state_pass_constants(self) -> tuple:
         return (self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.has_h0, self.store_ht,
@@ -92,21 +87,24 @@ class Variant:
                 self.use_l2, self.low_mma)
 
 
+def array(dtype, ndim: int):
+    """The launch's constraint on an array argument: row-major with unit last stride, 32-bit indices, no
+    aliasing. ``dtype``: a name ("bfloat16", "float16", "float32") or a cuTile type."""
+    import cuda.tile as ct
+    from cuda.tile.compilation import ArrayConstraint
+    if isinstance(dtype, str):
+        dtype = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}[dtype]
+    return ArrayConstraint(dtype, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
+                           may_alias_internally=False, stride_constant=(None,) * (ndim - 1) + (1,))
+
+
 def signatures(variant: Variant) -> list:
     """[(kernel, KernelSignature)] for the forward kernels of ``variant`` in launch order: chunk_gates
-    (per-channel gates only), chunk_prepare, then chunk_recurrence or (split) chunk_state_pass and
-    chunk_output."""
+    (per-channel gates only), chunk_prepare, chunk_state_pass and chunk_output."""
     import cuda.tile as ct
-    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature
+    from cuda.tile.compilation import CallingConvention, KernelSignature
 
     from . import _kernels
-
-    types = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
-
-    def array(dtype, ndim):
-        return ArrayConstraint(types[dtype] if isinstance(dtype, str) else dtype, ndim,
-                               index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
-                               may_alias_internally=False, stride_constant=(None,) * (ndim - 1) + (1,))
 
     v = variant
     f32 = "float32"
@@ -115,21 +113,15 @@ def signatures(variant: Variant) -> list:
     cconv = CallingConvention.cutile_python_v1()
     sc = v.scratch_dtype
     prepare = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, gate_ndim), array(v.beta_dtype, beta_ndim),
-               array(v.w_dtype, 3), array(ct.int32, 1), array(sc, 3), array(sc, 3), array(f32, gate_ndim),
-               array(sc, 3), *v.prepare_constants()]
-    recurrence = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, 3), array(f32, 3), array(f32, gate_ndim),
-                  array(ct.int32, 1), array(f32, 4), array(v.io_dtype, 3), array(f32, 4),
-                  *v.recurrence_constants()]
+               array(v.w_dtype, 3), array(ct.int32, 1), array(sc, 4), array(sc, 4), array(f32, gate_ndim),
+               array(sc, 4), *v.prepare_constants()]
     prepared = [(_kernels.chunk_prepare, KernelSignature(prepare, cconv).with_mangled_symbol("chunk_prepare"))]
     if v.per_channel:
         gates = [array(f32, 3), array(ct.int32, 1), array(f32, 3), *v.gates_constants()]
         prepared.insert(0, (_kernels.chunk_gates, KernelSignature(gates, cconv).with_mangled_symbol("chunk_gates")))
-    if not v.split:
-        return [*prepared, (_kernels.chunk_recurrence,
-                            KernelSignature(recurrence, cconv).with_mangled_symbol("chunk_recurrence"))]
-    state_pass = [array(sc, 3), array(sc, 3), array(sc, 3), array(f32, gate_ndim), array(ct.int32, 1),
-                  array(f32, 4), array(sc, 4), array(f32, 4), *v.state_pass_constants()]
-    output = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(sc, 3), array(f32, gate_ndim),
+    state_pass = [array(sc, 4), array(sc, 4), array(sc, 4), array(f32, gate_ndim), array(ct.int32, 1),
+                  array(f32, 4), array(sc, 4), array(f32, 4), array(sc, 4), *v.state_pass_constants()]
+    output = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(sc, 4), array(f32, gate_ndim),
               array(ct.int32, 1), array(sc, 4), array(v.io_dtype, 3), *v.output_constants()]
     return [*prepared,
             (_kernels.chunk_state_pass, KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_state_pass")),
@@ -137,29 +129,22 @@ def signatures(variant: Variant) -> list:
 
 
 def backward_signatures(variant: Variant) -> list:
-    """[(kernel, KernelSignature)] for the backward of ``variant`` (op gdn or kda, split=True, store_ht=False):
+    """[(kernel, KernelSignature)] for the backward of ``variant`` (op gdn or kda, store_ht=False):
     the forward recompute (prepare with kd, state pass), then the reverse state pass and the gradients."""
     import cuda.tile as ct
-    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature
+    from cuda.tile.compilation import CallingConvention, KernelSignature
 
     from . import _kernels
-
-    types = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
-
-    def array(dtype, ndim):
-        return ArrayConstraint(types[dtype] if isinstance(dtype, str) else dtype, ndim,
-                               index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
-                               may_alias_internally=False, stride_constant=(None,) * (ndim - 1) + (1,))
 
     v = variant
     f32, io = "float32", v.io_dtype
     gate_ndim = 3 if v.per_channel else 2
     cconv = CallingConvention.cutile_python_v1()
-    state_pass = [array(io, 3), array(io, 3), array(io, 3), array(f32, 3), array(f32, 3), array(f32, gate_ndim),
-                  array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 3), array(f32, 4),
+    state_pass = [array(io, 3), array(io, 3), array(io, 3), array(f32, 4), array(f32, 4), array(f32, gate_ndim),
+                  array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4),
                   *v.bwd_state_pass_constants()]
     grads = [array(io, 3), array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2),
-             array(io, 3), array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 3), array(f32, 3),
+             array(io, 3), array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4),
              array(io, 3), array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2),
              *v.bwd_grads_constants()]
     forward = signatures(v)

@@ -1,10 +1,10 @@
 """CutileLinearAttentionEngine: cuTile chunked kernels for the delta-rule forward ops (gdn, kda, gdn2).
 
-The default plan runs three launches on the caller's stream (see ``_kernels``): ``chunk_prepare`` over
-every (chunk, head), ``chunk_state_pass`` over every (sequence, head, value block) and ``chunk_output``
-over every (chunk, head, value block); the ``fused`` variants fold the last two into ``chunk_recurrence``.
-Their f32 scratch (w, u, the cumulative gates, the chunk-start states) is carved from the workspace at
-plan-time offsets. The kernels read
+A forward plan runs three launches on the caller's stream (see ``_kernels``; four for per-channel gates):
+``chunk_prepare`` over every (chunk, head), ``chunk_state_pass`` over every (sequence, head, value block) and
+``chunk_output`` over every (chunk, head, value block). Their scratch (w, u, kd, the deltas and the
+chunk-start states, laid out by chunk; the cumulative gates) is carved from the workspace at plan-time
+offsets. The kernels read
 ``cu_seqlens`` on the device, so execute never synchronises with the host. Kernels are compiled by cuTile
 at the first launch of a plan's specialisation and cached by cuTile (in memory and on disk) afterwards.
 """
@@ -53,24 +53,19 @@ def _compute_capability(ordinal: int) -> tuple:
 
 
 # Plan variants (knob sets) proposed after the default one; bench/linear_attention.py --variants times them.
-# block_v: value columns per CTA of the state pass; output_block_v: of the split output kernel (0: block_v;
-# a wider block computes a chunk's scores once for more columns); scratch: "io" keeps the split forward's
-# w, u, kd and chunk-start states in the input type when that is BF16 / FP16 (fla's choice: half the
-# scratch traffic), "f32" in float32; mma: input type of the state/output
-# products ("auto": BF16 for BF16 inputs, as fla, else TF32); split: a state pass that stores every chunk's
-# start state, then o for all chunks in parallel (fla's form). The default was measured fastest on the H200
-# (issue 8 note).
-DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "split": True, "output_block_v": 0, "scratch": "f32"}
+# block_v: value columns per CTA of the state pass; output_block_v: of the output kernel (0: all of V, so a
+# chunk's scores and L2 norms are formed once); scratch: "io" keeps w, u, kd, the deltas and the chunk-start
+# states in the input type when that is BF16 / FP16 (fla's choice: half the scratch traffic), "f32" in
+# float32; mma: input type of the w / u, state and output products ("auto": BF16 for BF16 inputs, as fla,
+# else TF32; the UT inverse is TF32 always). The default was measured fastest on the H200 (issue 8 note).
+DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "output_block_v": 0, "scratch": "io"}
 VARIANT_KNOBS = {
     "tf32": {"mma": "tf32"},
     "bv64": {"block_v": 64},
     "bv128": {"block_v": 128},
+    "out32": {"output_block_v": 32},
     "out64": {"output_block_v": 64},
-    "out128": {"output_block_v": 128},
-    "io_scratch": {"scratch": "io"},
-    "io_scratch_out128": {"scratch": "io", "output_block_v": 128},
-    "fused": {"split": False, "block_v": 64, "mma": "tf32"},
-    "fused_bf16": {"split": False, "block_v": 64, "mma": "bf16"},
+    "f32_scratch": {"scratch": "f32"},
 }
 MMA_TYPES = ("auto", "tf32", "bf16")
 
@@ -78,9 +73,10 @@ MMA_TYPES = ("auto", "tf32", "bf16")
 class _Geometry:
     """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built."""
 
-    def __init__(self, node, split: bool = False, backward: bool = False, io_scratch: str = ""):
-        """``io_scratch``: the input type ("bfloat16", "float16") in which the split forward keeps w, u,
-        kd and the chunk-start states ("": float32, as everything else)."""
+    def __init__(self, node, backward: bool = False, io_scratch: str = ""):
+        """``io_scratch``: the input type ("bfloat16", "float16") in which the forward keeps w, u, kd, the
+        deltas and the chunk-start states ("": float32, as everything else). Per-chunk scratch is laid out
+        (chunk, head, CHUNK rows, width), by global chunk."""
         q, v = node.inputs["q"], node.inputs["v"]
         self.T, self.H, self.K = q.dim
         self.V = v.dim[2]
@@ -90,16 +86,14 @@ class _Geometry:
         offset = 0
         self.regions = {}
         self.dtypes = {}
-        narrow = {"w", "u", "kd", "hs"} if (io_scratch and split and not backward) else set()
-        regions = [("w", (self.T, self.H, self.K)), ("u", (self.T, self.H, self.V)),
+        narrow = {"w", "u", "kd", "d", "hs"} if (io_scratch and not backward) else set()
+        by_chunk = (self.chunks, self.H, CHUNK)
+        regions = [("w", (*by_chunk, self.K)), ("u", (*by_chunk, self.V)), ("kd", (*by_chunk, self.K)),
+                   ("d", (*by_chunk, self.V)), ("hs", (self.chunks, self.H, self.K, self.V)),
                    ("g", (self.T, self.H, self.K) if gate_width > 1 else (self.T, self.H)),
                    ("state_dummy", (1, 1, self.K, self.V))]
-        if split or backward:
-            regions += [("kd", (self.T, self.H, self.K)), ("hs", (self.chunks, self.H, self.K, self.V))]
-        else:
-            regions += [("kd", (1, 1, self.K))]
         if backward:
-            regions += [("dhs", (self.chunks, self.H, self.K, self.V)), ("dd", (self.T, self.H, self.V))]
+            regions += [("dhs", (self.chunks, self.H, self.K, self.V)), ("dd", (*by_chunk, self.V))]
         for name, shape in regions:
             count = 1
             for d in shape:
@@ -153,7 +147,8 @@ class CutileForwardPlan(CompiledPlan):
         from . import _kernels
         self._gates = _kernels.chunk_gates
         self._prepare = _kernels.chunk_prepare
-        self._recurrence = _kernels.chunk_recurrence
+        self._state_pass = _kernels.chunk_state_pass
+        self._output = _kernels.chunk_output
         self.variant = variant
         self._geometry = geometry
         self._device = graph.device_code
@@ -167,11 +162,8 @@ class CutileForwardPlan(CompiledPlan):
         self._lock = threading.Lock()
         g = geometry
         self._prepare_grid = (g.chunks, g.H, 1)
-        self._recurrence_grid = (g.N, g.H, g.V // variant.block_v)
+        self._state_pass_grid = (g.N, g.H, g.V // variant.block_v)
         self._output_grid = (g.chunks, g.H, g.V // variant.out_block_v)
-        if variant.split:
-            self._state_pass = _kernels.chunk_state_pass
-            self._output = _kernels.chunk_output
         # bench/linear_attention.py --breakdown sets this to time each launch: hook(name, launch).
         self.launch_hook = None
 
@@ -231,17 +223,12 @@ class CutileForwardPlan(CompiledPlan):
         launches.append(("prepare", self._prepare_grid, self._prepare,
                          (k, val, g, beta, wgate, cu, scratch["w"], scratch["u"], scratch["g"], scratch["kd"],
                           *v.prepare_constants())))
-        if v.split:
-            launches += [
-                ("state_pass", self._recurrence_grid, self._state_pass,
-                 (scratch["kd"], scratch["w"], scratch["u"], scratch["g"], cu, h0, scratch["hs"], ht,
-                  *v.state_pass_constants())),
-                ("output", self._output_grid, self._output,
-                 (q, k, scratch["u"], scratch["g"], cu, scratch["hs"], slot("o"), *v.output_constants()))]
-        else:
-            launches.append(("recurrence", self._recurrence_grid, self._recurrence,
-                             (q, k, scratch["w"], scratch["u"], scratch["g"], cu, h0, slot("o"), ht,
-                              *v.recurrence_constants())))
+        launches += [
+            ("state_pass", self._state_pass_grid, self._state_pass,
+             (scratch["kd"], scratch["w"], scratch["u"], scratch["g"], cu, h0, scratch["hs"], ht, scratch["d"],
+              *v.state_pass_constants())),
+            ("output", self._output_grid, self._output,
+             (q, k, scratch["d"], scratch["g"], cu, scratch["hs"], slot("o"), *v.output_constants()))]
         hook = self.launch_hook
         for name, grid, kernel, args in launches:
             if hook is None:
@@ -251,13 +238,12 @@ class CutileForwardPlan(CompiledPlan):
 
 
 class CutileBackwardPlan(CutileForwardPlan):
-    """A built gdn_bwd / kda_bwd plan: the split forward recompute, then the reverse state pass and the
+    """A built gdn_bwd / kda_bwd plan: the forward recompute, then the reverse state pass and the
     per-chunk gradients (``_kernels``: chunk_bwd_state_pass, chunk_bwd_grads)."""
 
     def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry):
         super().__init__(plan, graph, node, variant, geometry)
         from . import _kernels
-        self._state_pass = _kernels.chunk_state_pass
         self._bwd_state_pass = _kernels.chunk_bwd_state_pass
         self._bwd_grads = _kernels.chunk_bwd_grads
         self._grads_grid = (geometry.chunks, geometry.H, 1)
@@ -285,13 +271,13 @@ class CutileBackwardPlan(CutileForwardPlan):
             *self._gate_launches(g, cu, sc),
             ("prepare", self._prepare_grid, self._prepare,
              (k, val, g, beta, val, cu, sc["w"], sc["u"], sc["g"], sc["kd"], *v.prepare_constants())),
-            ("state_pass", self._recurrence_grid, self._state_pass,
-             (sc["kd"], sc["w"], sc["u"], sc["g"], cu, h0, sc["hs"], dummy, *v.state_pass_constants())),
-            ("bwd_state_pass", self._recurrence_grid, self._bwd_state_pass,
+            ("state_pass", self._state_pass_grid, self._state_pass,
+             (sc["kd"], sc["w"], sc["u"], sc["g"], cu, h0, sc["hs"], dummy, sc["d"], *v.state_pass_constants())),
+            ("bwd_state_pass", self._state_pass_grid, self._bwd_state_pass,
              (q, k, do, sc["w"], sc["kd"], sc["g"], cu, dht, sc["dhs"], sc["dd"], dh0,
               *v.bwd_state_pass_constants())),
             ("bwd_grads", self._grads_grid, self._bwd_grads,
-             (q, k, val, g, beta, do, cu, sc["hs"], sc["dhs"], sc["u"], sc["dd"], slot("dq"), slot("dk"),
+             (q, k, val, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["dd"], slot("dq"), slot("dk"),
               slot("dv"), slot("dg"), slot("dbeta"), *v.bwd_grads_constants())),
         ]
         hook = self.launch_hook
@@ -334,14 +320,14 @@ class CutileLinearAttentionEngine(BaseEngine):
         plans = []
         for suffix, extra in (("", {}), *VARIANT_KNOBS.items()):
             knobs = {**DEFAULT_KNOBS, **extra}
-            if node.inputs["v"].dim[2] % max(knobs["block_v"], knobs["output_block_v"]):
-                continue
+            if node.inputs["v"].dim[2] % max(knobs["block_v"], knobs["output_block_v"]) or (
+                    extra.get("output_block_v") == node.inputs["v"].dim[2]):
+                continue     # a block wider than V, or the same plan as the default
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
             # The default ranks first; the variants are there to be pinned (plan index, a router) or timed.
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self,
                                     priority=10.0 if not suffix else 1.0,
-                                    workspace_size=_Geometry(node, knobs["split"],
-                                                             io_scratch=_io_scratch(graph, node, knobs)
+                                    workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
                                                              ).workspace_size))
         return plans
 
@@ -355,14 +341,13 @@ class CutileLinearAttentionEngine(BaseEngine):
             block_v = int(plan.knobs.get("block_v", BACKWARD_BLOCK_V))
             if block_v not in (32, 64, 128) or geometry.V % block_v:
                 raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
-            variant = variant_of(graph, node, block_v, split=True)
+            variant = variant_of(graph, node, block_v)
             return CutileBackwardPlan(plan, graph, node, variant, geometry)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
-        split = bool(knobs["split"])
         if knobs["scratch"] not in ("f32", "io"):
             raise GraphNotSupportedError(f"scratch={knobs['scratch']!r}; expected 'f32' or 'io'")
         io_scratch = _io_scratch(graph, node, knobs)
-        geometry = _Geometry(node, split, io_scratch=io_scratch)
+        geometry = _Geometry(node, io_scratch=io_scratch)
         block_v = int(knobs["block_v"])
         if block_v not in (32, 64, 128) or geometry.V % block_v:
             raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
@@ -373,20 +358,21 @@ class CutileLinearAttentionEngine(BaseEngine):
             raise GraphNotSupportedError(f"output_block_v={output_block_v} is not 0 or one of 32, 64, 128 "
                                          f"dividing V={geometry.V}")
         low = {"bf16": True, "tf32": False}.get(knobs["mma"])   # None: auto
-        variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low, split=split),
-                                      output_block_v=output_block_v, scratch_dtype=io_scratch or "float32")
+        variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
+                                      output_block_v=output_block_v or geometry.V,
+                                      scratch_dtype=io_scratch or "float32")
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 
 def _io_scratch(graph, node, knobs) -> str:
-    """The narrow scratch type of a split forward plan with ``scratch="io"`` (a 16-bit input), else ""."""
-    if knobs.get("scratch") != "io" or not knobs.get("split", True) or node.op in BACKWARD_OPS:
+    """The narrow scratch type of a forward plan with ``scratch="io"`` (a 16-bit input), else ""."""
+    if knobs.get("scratch") != "io" or node.op in BACKWARD_OPS:
         return ""
     io = _IO_TYPES[graph._resolved_type(node.inputs["q"])]
     return io if io in ("bfloat16", "float16") else ""
 
 
-def variant_of(graph, node, block_v: int, low_mma: Optional[bool] = False, split: bool = False) -> Variant:
+def variant_of(graph, node, block_v: int, low_mma: Optional[bool] = False) -> Variant:
     """The kernel specialisation a forward node needs (``low_mma=None``: BF16 products for BF16 inputs)."""
     from cudnn_graph.ops._linear_attention import resolved_scale
     resolve = graph._resolved_type
@@ -402,5 +388,5 @@ def variant_of(graph, node, block_v: int, low_mma: Optional[bool] = False, split
         scale=resolved_scale(params, q.dim[2]), use_l2=bool(params.get("use_qk_l2norm", False)),
         has_h0=node.inputs.get("initial_state") is not None,
         store_ht="final_state" in node.outputs and not backward,
-        low_mma=(io == "bfloat16") if low_mma is None else low_mma, split=split,
+        low_mma=(io == "bfloat16") if low_mma is None else low_mma,
         has_dht=backward and node.inputs.get("d_final_state") is not None)
