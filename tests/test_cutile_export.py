@@ -66,9 +66,6 @@ VARIANT_EXPORTS = [
     ("gdn", {"output_block_v": 32}),
     ("kda", {"output_block_v": 64}),
     ("kda", {"scratch_dtype": "float32"}),
-    ("kda", {"gate_sums": True}),
-    ("gdn", {"solve_apart": True}),
-    ("kda", {"solve_apart": True, "gate_sums": True}),
 ]
 
 
@@ -80,7 +77,8 @@ def test_every_plan_variant_exports_a_cubin_for_sm90(op, knobs):
     from cuda.tile.compilation import export_kernel
     base = export_variants()[list(_variants.OP_FEATURES).index(op)]
     variant = dataclasses.replace(base, **knobs)
-    same_prepare = variant.prepare_constants() == base.prepare_constants() and variant.scratch_dtype == base.scratch_dtype
+    same_prepare = (variant.prepare_constants(), variant.scratch_dtype) == (base.prepare_constants(),
+                                                                            base.scratch_dtype)
     for kernel, signature in _variants.signatures(variant):
         if signature.symbol.startswith("chunk_gates") or (signature.symbol.startswith("chunk_prepare")
                                                           and same_prepare):
@@ -337,9 +335,7 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
         cutile_engine._support_reason = original
     names = [p.label for p in plans]
     assert names[0] == "cutile_gdn_chunk64" and plans[0].knobs == cutile_engine.DEFAULT_KNOBS
-    # gdn's gate is one scalar per token: the knob for per-channel gate sums would repeat the default
-    assert names[1:] == [f"cutile_gdn_chunk64_{v}" for v, knobs in cutile_engine.VARIANT_KNOBS.items()
-                         if not knobs.get("gate_sums")]
+    assert names[1:] == [f"cutile_gdn_chunk64_{v}" for v in cutile_engine.VARIANT_KNOBS]
     assert all(p.priority < plans[0].priority for p in plans[1:])
     wide = [p for p in plans if p.knobs["scratch"] == "f32"]
     assert wide and all(p.workspace_size > plans[0].workspace_size for p in wide)

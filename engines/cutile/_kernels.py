@@ -111,34 +111,23 @@ def _split_tf32(x):
 
 
 @ct.function
-def _gate_sums(g, count):
-    """The in-chunk sums of per-channel gates g (CHUNK, K), zero past ``count``, as three (CHUNK, K) tiles:
-    gc (inclusive cumulative sums), gc - gc[mid] and gc[count - 1] - gc, each one pair of TF32 products
-    of g with a 0/+-1 matrix (so the differences are summed directly, not taken between large sums). The
+def _cumsum_rows(x):
+    """Inclusive cumulative sums down the rows of a (CHUNK, n) f32 tile, as two TF32 products of the lower
+    triangular ones with x's TF32 head and remainder (0/1 coefficients: the sum keeps f32 accuracy). The
     tensor cores do in two instructions what a row scan does through shuffles (ct.cumsum on a (64, 128)
     tile cost kda five times its whole gate read and write on the H200)."""
     rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
     cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
-    upto_row = ct.where(cols <= rows, 1.0, 0.0)
-    upto_mid = ct.where(cols <= ct.minimum(count - 1, _MID), 1.0, 0.0)
-    upto_last = ct.where(cols < count, 1.0, 0.0)
-    head, rest = _split_tf32(g)
-    return (_exact_product(upto_row, head, rest), _exact_product(upto_row - upto_mid, head, rest),
-            _exact_product(upto_last - upto_row, head, rest))
-
-
-@ct.function
-def _exact_product(coefficients, head, rest):
-    """coefficients @ (head + rest) in f32 for 0/+-1 coefficients (exact in TF32)."""
-    c = coefficients.astype(ct.tfloat32)
-    return ct.mma(c, rest, ct.mma(c, head, ct.zeros((CHUNK, head.shape[1]), dtype=ct.float32)))
+    ones = ct.where(cols <= rows, 1.0, 0.0).astype(ct.tfloat32)
+    head, rest = _split_tf32(x)
+    return ct.mma(ones, rest, ct.mma(ones, head, ct.zeros(x.shape, dtype=ct.float32)))
 
 
 @ct.function
 def _gates(g, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool):
     """In-chunk inclusive cumulative log decay: (CHUNK, K) per channel, (CHUNK, 1) per token."""
     if PER_CHANNEL:
-        return _gate_sums(_rows(g, h, start, stop, K, 0), stop - start)[0]
+        return _cumsum_rows(_rows(g, h, start, stop, K, 0))
     else:
         return ct.cumsum(_column(g, h, start, stop), axis=0)
 
@@ -226,22 +215,19 @@ def _locate_chunk(cu, c, NSEQ: ConstInt, NP: ConstInt):
 
 
 @ct.function
-def _keys_and_gates(k, g, beta, g_out, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool,
-                    BETA_PER_CHANNEL: ConstBool, USE_L2: ConstBool, GATE_SUMS: ConstBool):
+def _keys_and_gates(k, g, beta, g_sums, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool,
+                    BETA_PER_CHANNEL: ConstBool, USE_L2: ConstBool):
     """A chunk's keys (L2-normalised with USE_L2), beta, and gates: gc, gc - gc[mid] (per channel; gc itself
-    for a scalar gate, which needs no split) and gc[last] - gc. Per-channel sums are formed here with
-    GATE_SUMS (and stored to g_out), else read back from g_out (chunk_gates wrote them)."""
+    for a scalar gate, which needs no split) and gc[last] - gc. Per-channel sums are read back from g_sums
+    (chunk_gates wrote them: forming them here took more shared memory than an H200 has at K = 128)."""
     count = stop - start
     kt = _rows(k, h, start, stop, K, 0)
     if USE_L2:
         kt = _l2_normalise(kt)
-    if PER_CHANNEL and GATE_SUMS:
-        gc, from_mid, to_last = _gate_sums(_rows(g, h, start, stop, K, 0), count)
-        _store_rows(g_out, h, start, stop, 0, gc, K)
-    elif PER_CHANNEL:
-        last = _gate_row(g_out, h, stop - 1, K, True)
-        gc = _pad_gates(_rows(g_out, h, start, stop, K, 0), count, last)
-        from_mid = gc - _gate_row(g_out, h, start + ct.minimum(count - 1, _MID), K, True)
+    if PER_CHANNEL:
+        last = _gate_row(g_sums, h, stop - 1, K, True)
+        gc = _pad_gates(_rows(g_sums, h, start, stop, K, 0), count, last)
+        from_mid = gc - _gate_row(g_sums, h, start + ct.minimum(count - 1, _MID), K, True)
         to_last = last - gc
     else:
         gc = _gates(g, h, start, stop, K, False)
@@ -283,9 +269,8 @@ def _write_w_u_kd(inv, kt, bt, gc, to_last, v, wgate, h, start, stop, c, w_out, 
 def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
                   NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt,
                   PER_CHANNEL: ConstBool, BETA_PER_CHANNEL: ConstBool, HAS_W: ConstBool, USE_L2: ConstBool,
-                  LOW: ConstBool, GATE_SUMS: ConstBool):
-    """Per (chunk, head): gc (per-token gates; per-channel ones here when GATE_SUMS, else from chunk_gates),
-    w = T (C * exp(gc)), u = T X and the state-write keys kd = k * exp(gc_last - gc) into the scratch arrays.
+                  LOW: ConstBool):
+    """Per (chunk, head): gc (per-token gates; per-channel ones come from chunk_gates), w = T (C * exp(gc)), u = T X and the state-write keys kd = k * exp(gc_last - gc) into the scratch arrays.
     T itself is formed in TF32; with LOW its products with C and X take BF16 inputs (fla's choice: T in the
     input type)."""
     c = ct.bid(0)
@@ -293,7 +278,7 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
         kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_out, h, start, stop, K, PER_CHANNEL,
-                                                        BETA_PER_CHANNEL, USE_L2, GATE_SUMS)
+                                                        BETA_PER_CHANNEL, USE_L2)
         inv = _ut_inverse(kt, bt, from_mid, PER_CHANNEL)
         _write_w_u_kd(inv, kt, bt, gc, to_last, v, wgate, h, start, stop, c, w_out, u_out, kd_out, V, HAS_W, LOW)
         if not PER_CHANNEL:
@@ -301,45 +286,15 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
 
 
 @ct.kernel
-def chunk_solve(k, g, beta, cu, g_out, t_out, NSEQ: ConstInt, NP: ConstInt, K: ConstInt,
-                PER_CHANNEL: ConstBool, BETA_PER_CHANNEL: ConstBool, USE_L2: ConstBool, GATE_SUMS: ConstBool):
-    """Per (chunk, head): the gates' in-chunk sums (g_out) and T = (I + A)^-1 (t_out, by chunk): the first
-    half of chunk_prepare, for plans that run it as two launches (``chunk_w_u``), each lighter."""
+def chunk_gates(g, cu, g_out, NSEQ: ConstInt, NP: ConstInt, KB: ConstInt):
+    """Per (chunk, head, block of KB key channels) of per-channel gates (kda, gdn2): the in-chunk cumulative
+    sums into g_out, for chunk_prepare and the later passes to read."""
     c = ct.bid(0)
     h = ct.bid(1)
+    kb = ct.bid(2)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
-        kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_out, h, start, stop, K, PER_CHANNEL,
-                                                        BETA_PER_CHANNEL, USE_L2, GATE_SUMS)
-        _store_chunk_tile(t_out, c, h, 0, _ut_inverse(kt, bt, from_mid, PER_CHANNEL), CHUNK)
-        if not PER_CHANNEL:
-            ct.store(g_out.slice(0, start, stop), (0, h), gc)
-
-
-@ct.kernel
-def chunk_w_u(k, v, g, beta, wgate, cu, g_in, t_in, w_out, u_out, kd_out,
-              NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, PER_CHANNEL: ConstBool,
-              BETA_PER_CHANNEL: ConstBool, HAS_W: ConstBool, USE_L2: ConstBool, LOW: ConstBool):
-    """Per (chunk, head): w, u and kd from chunk_solve's T and gate sums (the second half of chunk_prepare)."""
-    c = ct.bid(0)
-    h = ct.bid(1)
-    n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
-    if n < NSEQ:
-        kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_in, h, start, stop, K, PER_CHANNEL,
-                                                        BETA_PER_CHANNEL, USE_L2, False)
-        inv = _chunk_block(t_in, c, h, CHUNK, 0)
-        _write_w_u_kd(inv, kt, bt, gc, to_last, v, wgate, h, start, stop, c, w_out, u_out, kd_out, V, HAS_W, LOW)
-
-
-@ct.kernel
-def chunk_gates(g, cu, g_out, NSEQ: ConstInt, NP: ConstInt, K: ConstInt):
-    """Per (chunk, head) of per-channel gates (kda, gdn2): the in-chunk cumulative sums into g_out, for
-    chunk_prepare and the later passes to read."""
-    c = ct.bid(0)
-    h = ct.bid(1)
-    n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
-    if n < NSEQ:
-        _store_rows(g_out, h, start, stop, 0, _gates(g, h, start, stop, K, True), K)
+        _store_rows(g_out, h, start, stop, kb, _cumsum_rows(_rows(g, h, start, stop, KB, kb)), KB)
 
 
 # ------------------------------------------------------------------ state pass, then output

@@ -41,8 +41,6 @@ class Variant:
     has_dht: bool = False   # backward: d_final_state is given
     output_block_v: int = 0  # value columns per CTA of the output kernel (0: block_v)
     scratch_dtype: str = "float32"   # w, u, kd, the deltas and the chunk-start states of the forward
-    gate_sums: bool = False  # per-channel gates: chunk_prepare forms their in-chunk sums (no chunk_gates)
-    solve_apart: bool = False  # chunk_prepare as two launches: chunk_solve (T), then chunk_w_u
 
     @property
     def per_channel(self) -> bool:
@@ -61,20 +59,14 @@ class Variant:
         """The tile width that holds every sequence's chunk count (a power of two >= N + 1)."""
         return next_pow2(self.n_seq + 1)
 
+    gate_block = 64     # key channels per CTA of chunk_gates
+
     def gates_constants(self) -> tuple:
-        return (self.n_seq, self.seq_tile, self.K)
+        return (self.n_seq, self.seq_tile, self.gate_block)
 
     def prepare_constants(self) -> tuple:
         return (self.n_seq, self.seq_tile, self.K, self.V, self.per_channel, self.beta_per_channel,
-                self.has_w, self.use_l2, self.low_mma, self.gate_sums)
-
-    def solve_constants(self) -> tuple:
-        return (self.n_seq, self.seq_tile, self.K, self.per_channel, self.beta_per_channel, self.use_l2,
-                self.gate_sums)
-
-    def w_u_constants(self) -> tuple:
-        return (self.n_seq, self.seq_tile, self.K, self.V, self.per_channel, self.beta_per_channel, self.has_w,
-                self.use_l2, self.low_mma)
+                self.has_w, self.use_l2, self.low_mma)
 
     def state_pass_constants(self) -> tuple:
         return (self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.has_h0, self.store_ht,
@@ -110,8 +102,7 @@ def array(dtype, ndim: int):
 
 def signatures(variant: Variant) -> list:
     """[(kernel, KernelSignature)] for the forward kernels of ``variant`` in launch order: chunk_gates
-    (per-channel gates, unless the prepare step forms them), chunk_prepare (or chunk_solve and chunk_w_u),
-    chunk_state_pass and chunk_output."""
+    (per-channel gates only), chunk_prepare, chunk_state_pass and chunk_output."""
     import cuda.tile as ct
     from cuda.tile.compilation import CallingConvention, KernelSignature
 
@@ -126,18 +117,8 @@ def signatures(variant: Variant) -> list:
     prepare = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, gate_ndim), array(v.beta_dtype, beta_ndim),
                array(v.w_dtype, 3), array(ct.int32, 1), array(sc, 4), array(sc, 4), array(f32, gate_ndim),
                array(sc, 4), *v.prepare_constants()]
-    if v.solve_apart:
-        solve = [array(v.io_dtype, 3), array(f32, gate_ndim), array(v.beta_dtype, beta_ndim), array(ct.int32, 1),
-                 array(f32, gate_ndim), array(sc, 4), *v.solve_constants()]
-        w_u = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, gate_ndim), array(v.beta_dtype, beta_ndim),
-               array(v.w_dtype, 3), array(ct.int32, 1), array(f32, gate_ndim), array(sc, 4), array(sc, 4),
-               array(sc, 4), array(sc, 4), *v.w_u_constants()]
-        prepared = [(_kernels.chunk_solve, KernelSignature(solve, cconv).with_mangled_symbol("chunk_solve")),
-                    (_kernels.chunk_w_u, KernelSignature(w_u, cconv).with_mangled_symbol("chunk_w_u"))]
-    else:
-        prepared = [(_kernels.chunk_prepare,
-                     KernelSignature(prepare, cconv).with_mangled_symbol("chunk_prepare"))]
-    if v.per_channel and not v.gate_sums:
+    prepared = [(_kernels.chunk_prepare, KernelSignature(prepare, cconv).with_mangled_symbol("chunk_prepare"))]
+    if v.per_channel:
         gates = [array(f32, 3), array(ct.int32, 1), array(f32, 3), *v.gates_constants()]
         prepared.insert(0, (_kernels.chunk_gates, KernelSignature(gates, cconv).with_mangled_symbol("chunk_gates")))
     state_pass = [array(sc, 4), array(sc, 4), array(sc, 4), array(f32, gate_ndim), array(ct.int32, 1),

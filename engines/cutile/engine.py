@@ -57,12 +57,9 @@ def _compute_capability(ordinal: int) -> tuple:
 # chunk's scores and L2 norms are formed once); scratch: "io" keeps w, u, kd, the deltas and the chunk-start
 # states in the input type when that is BF16 / FP16 (fla's choice: half the scratch traffic), "f32" in
 # float32; mma: input type of the w / u, state and output products ("auto": BF16 for BF16 inputs, as fla,
-# else TF32; the UT inverse is TF32 always); gate_sums: per-channel gates get their in-chunk sums in
-# chunk_prepare instead of a chunk_gates launch of their own; solve_apart: chunk_prepare runs as two
-# launches (chunk_solve stores T, chunk_w_u applies it), each with fewer tiles live. The default was
-# measured fastest on the H200 (issue 8 note).
-DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "output_block_v": 0, "scratch": "io", "gate_sums": False,
-                 "solve_apart": False}
+# else TF32; the UT inverse is TF32 always).
+# The default was measured fastest on the H200 (issue 8 note).
+DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "output_block_v": 0, "scratch": "io"}
 VARIANT_KNOBS = {
     "tf32": {"mma": "tf32"},
     "bv64": {"block_v": 64},
@@ -70,9 +67,6 @@ VARIANT_KNOBS = {
     "out32": {"output_block_v": 32},
     "out64": {"output_block_v": 64},
     "f32_scratch": {"scratch": "f32"},
-    "gate_sums": {"gate_sums": True},
-    "solve_apart": {"solve_apart": True},
-    "solve_apart_gate_sums": {"solve_apart": True, "gate_sums": True},
 }
 MMA_TYPES = ("auto", "tf32", "bf16")
 
@@ -80,7 +74,7 @@ MMA_TYPES = ("auto", "tf32", "bf16")
 class _Geometry:
     """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built."""
 
-    def __init__(self, node, backward: bool = False, io_scratch: str = "", solve_apart: bool = False):
+    def __init__(self, node, backward: bool = False, io_scratch: str = ""):
         """``io_scratch``: the input type ("bfloat16", "float16") in which the forward keeps w, u, kd, the
         deltas and the chunk-start states ("": float32, as everything else). Per-chunk scratch is laid out
         (chunk, head, CHUNK rows, width), by global chunk."""
@@ -93,11 +87,10 @@ class _Geometry:
         offset = 0
         self.regions = {}
         self.dtypes = {}
-        narrow = {"w", "u", "kd", "d", "hs", "t"} if (io_scratch and not backward) else set()
+        narrow = {"w", "u", "kd", "d", "hs"} if (io_scratch and not backward) else set()
         by_chunk = (self.chunks, self.H, CHUNK)
         regions = [("w", (*by_chunk, self.K)), ("u", (*by_chunk, self.V)), ("kd", (*by_chunk, self.K)),
                    ("d", (*by_chunk, self.V)), ("hs", (self.chunks, self.H, self.K, self.V)),
-                   ("t", (*by_chunk, CHUNK) if solve_apart else (1, 1, CHUNK, CHUNK)),
                    ("g", (self.T, self.H, self.K) if gate_width > 1 else (self.T, self.H)),
                    ("state_dummy", (1, 1, self.K, self.V))]
         if backward:
@@ -155,8 +148,6 @@ class CutileForwardPlan(CompiledPlan):
         from . import _kernels
         self._gates = _kernels.chunk_gates
         self._prepare = _kernels.chunk_prepare
-        self._solve = _kernels.chunk_solve
-        self._w_u = _kernels.chunk_w_u
         self._state_pass = _kernels.chunk_state_pass
         self._output = _kernels.chunk_output
         self.variant = variant
@@ -205,12 +196,12 @@ class CutileForwardPlan(CompiledPlan):
         return views
 
     def _gate_launches(self, g, cu, scratch) -> list:
-        """Per-channel gates (kda, gdn2) get their in-chunk sums from a launch of their own (unless
-        chunk_prepare forms them)."""
+        """Per-channel gates (kda, gdn2) get their in-chunk sums from a launch of their own."""
         v = self.variant
-        if not v.per_channel or v.gate_sums:
+        if not v.per_channel:
             return []
-        return [("gates", self._prepare_grid, self._gates, (g, cu, scratch["g"], *v.gates_constants()))]
+        grid = (self._geometry.chunks, self._geometry.H, self._geometry.K // v.gate_block)
+        return [("gates", grid, self._gates, (g, cu, scratch["g"], *v.gates_constants()))]
 
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
         import cuda.tile as ct
@@ -231,17 +222,9 @@ class CutileForwardPlan(CompiledPlan):
         h0 = slot("initial_state") if v.has_h0 else scratch["state_dummy"]
         ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
         launches = self._gate_launches(g, cu, scratch)
-        if v.solve_apart:
-            launches += [
-                ("solve", self._prepare_grid, self._solve,
-                 (k, g, beta, cu, scratch["g"], scratch["t"], *v.solve_constants())),
-                ("w_u", self._prepare_grid, self._w_u,
-                 (k, val, g, beta, wgate, cu, scratch["g"], scratch["t"], scratch["w"], scratch["u"], scratch["kd"],
-                  *v.w_u_constants()))]
-        else:
-            launches.append(("prepare", self._prepare_grid, self._prepare,
-                             (k, val, g, beta, wgate, cu, scratch["w"], scratch["u"], scratch["g"], scratch["kd"],
-                              *v.prepare_constants())))
+        launches.append(("prepare", self._prepare_grid, self._prepare,
+                         (k, val, g, beta, wgate, cu, scratch["w"], scratch["u"], scratch["g"], scratch["kd"],
+                          *v.prepare_constants())))
         launches += [
             ("state_pass", self._state_pass_grid, self._state_pass,
              (scratch["kd"], scratch["w"], scratch["u"], scratch["g"], cu, h0, scratch["hs"], ht, scratch["d"],
@@ -340,15 +323,13 @@ class CutileLinearAttentionEngine(BaseEngine):
         for suffix, extra in (("", {}), *VARIANT_KNOBS.items()):
             knobs = {**DEFAULT_KNOBS, **extra}
             V = node.inputs["v"].dim[2]
-            if V % max(knobs["block_v"], knobs["output_block_v"]) or extra.get("output_block_v") == V or (
-                    extra.get("gate_sums") and not OP_FEATURES[node.op][0]):
+            if V % max(knobs["block_v"], knobs["output_block_v"]) or extra.get("output_block_v") == V:
                 continue     # a block wider than V, or the same kernels as the default
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
             # The default ranks first; the variants are there to be pinned (plan index, a router) or timed.
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self,
                                     priority=10.0 if not suffix else 1.0,
-                                    workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs),
-                                                             solve_apart=bool(knobs["solve_apart"])
+                                    workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
                                                              ).workspace_size))
         return plans
 
@@ -368,7 +349,7 @@ class CutileLinearAttentionEngine(BaseEngine):
         if knobs["scratch"] not in ("f32", "io"):
             raise GraphNotSupportedError(f"scratch={knobs['scratch']!r}; expected 'f32' or 'io'")
         io_scratch = _io_scratch(graph, node, knobs)
-        geometry = _Geometry(node, io_scratch=io_scratch, solve_apart=bool(knobs["solve_apart"]))
+        geometry = _Geometry(node, io_scratch=io_scratch)
         block_v = int(knobs["block_v"])
         if block_v not in (32, 64, 128) or geometry.V % block_v:
             raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
@@ -381,8 +362,7 @@ class CutileLinearAttentionEngine(BaseEngine):
         low = {"bf16": True, "tf32": False}.get(knobs["mma"])   # None: auto
         variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
                                       output_block_v=output_block_v or geometry.V,
-                                      scratch_dtype=io_scratch or "float32", gate_sums=bool(knobs["gate_sums"]),
-                                      solve_apart=bool(knobs["solve_apart"]))
+                                      scratch_dtype=io_scratch or "float32")
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 
