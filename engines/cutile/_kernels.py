@@ -480,7 +480,7 @@ def chunk_bwd_grads(q, k, v, g, beta, do, cu, hs, dhs, d_in, dd_in, dq, dk, dv, 
         mid = _row(gc, ct.minimum(count - 1, _MID))
         last = _row(gc, count - 1)
         read = bt * kt
-        a = _decayed_scores(read, kt, from_mid, mid, False, PER_CHANNEL, False)
+        a = _decayed_scores(read, kt, gc, mid, False, PER_CHANNEL, False)
         inv = _unit_lower_inverse(a)
         cg = read * ct.exp(gc)
         wt = _mm(inv, cg, ct.zeros((CHUNK, K), dtype=ct.float32))
