@@ -17,8 +17,8 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
 
     --variants all | NAME,NAME   also time the engine's other plans (knob sets: engines/cutile/engine.py
                                  VARIANT_KNOBS; each compiles at its first call, tens of seconds)
-    --breakdown                  time each kernel launch of our plans apart (prepare, recurrence or
-                                 state_pass + output) with CUDA events around each launch
+    --breakdown                  time each kernel launch of our plans apart (gates, prepare, state_pass,
+                                 output; the backward's prefixed bwd:) with CUDA events around each launch
     --gpu-time                   also each side's GPU time per call from the torch profiler (fla's calls
                                  are host-bound on some hosts: this is the kernels' cost alone)
 """
@@ -237,7 +237,8 @@ def row_lines(r: dict) -> list:
                    f"ratio {fmt('ours_over_fla_gpu', '.2f')}; ")
     else:
         kernels = ""
-    kernels += " ".join(f"{k}={v:.3f}" for k, v in {**r.get("kernels_ms", {}), **r.get("bwd_kernels_ms", {})}.items())
+    kernels += " ".join([f"{k}={v:.3f}" for k, v in r.get("kernels_ms", {}).items()]
+                        + [f"bwd:{k}={v:.3f}" for k, v in r.get("bwd_kernels_ms", {}).items()])
     lines = [f"{r['op']:5} {r['variant']:16} {fmt('ours_fwd_ms', '12.3f')} {fmt('fla_fwd_ms', '11.3f')} "
              f"{fmt('ours_over_fla', '9.2f')} {fmt('max_abs_diff_o', '10.2e')} {fmt('ours_first_call_s', '13.1f')}"
              f" {fmt('ours_bwd_ms', '12.3f')}  {kernels}"]
@@ -308,12 +309,17 @@ def main() -> None:
             rows.append(row)
             # each row as soon as it is measured (a run cut short by a timeout still leaves its rows)
             print("\n".join(row_lines(row)), file=sys.stderr, flush=True)
+            save(torch, rows)
             del out, final
             torch.cuda.empty_cache()
 
     print(HEADER)
     for r in rows:
         print("\n".join(row_lines(r)))
+
+
+def save(torch, rows: list) -> None:
+    """Write the rows so far to bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json)."""
     record = {"host": platform.node(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
     here = os.path.dirname(os.path.abspath(__file__))
     os.makedirs(os.path.join(here, "results"), exist_ok=True)
