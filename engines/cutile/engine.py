@@ -28,8 +28,6 @@ logger = logging.getLogger(__name__)
 FORWARD_OPS = tuple(OP_FEATURES)
 BACKWARD_OPS = {"gdn_bwd": "gdn", "kda_bwd": "kda"}     # backward op -> its forward
 BACKWARD_BLOCK_V = 32
-# The backward kernels export-compile and follow a NumPy design checked against the reference, but have not
-# run on a GPU yet: they are declined unless this variable is "1" (the GPU tests set it).
 HEAD_DIMS = (64, 128)
 MAX_SEQUENCES = 8191          # the chunk locator holds N + 1 boundaries in one tile
 MIN_ARCH = (8, 0)
