@@ -566,22 +566,22 @@ print(json.dumps({"graphs": state.cached_graphs, "support": runner.cuda_graph_su
     assert len([r for r in records if r[0] == "stream_destroy"]) == 1
 
 
-def test_capture_without_a_populate_entry_point(fake_cuda, tmp_path):
-    out, records = run_child(PROLOGUE + """
+# Three executes of one pack, then how the runner got its graph.
+THREE_RUNS_THEN_METHOD = PROLOGUE + """
 for _ in range(3):
     run(0x100000, 0x200000)
 print(json.dumps({"method": runner.cuda_graph_method}))
-""", fake_cuda("NO_POPULATE"), tmp_path / "log")
+"""
+
+
+def test_capture_without_a_populate_entry_point(fake_cuda, tmp_path):
+    out, records = run_child(THREE_RUNS_THEN_METHOD, fake_cuda("NO_POPULATE"), tmp_path / "log")
     assert kinds(records) == ["execute", "capture", "launch", "launch"]
     assert out == {"method": "capture"}
 
 
 def test_populated_plans_are_not_captured(fake_cuda, tmp_path):
-    out, records = run_child(PROLOGUE + """
-for _ in range(3):
-    run(0x100000, 0x200000)
-print(json.dumps({"method": runner.cuda_graph_method}))
-""", fake_cuda(), tmp_path / "log")
+    out, records = run_child(THREE_RUNS_THEN_METHOD, fake_cuda(), tmp_path / "log")
     assert kinds(records) == ["execute", "populate", "launch", "launch"]
     assert out == {"method": "populate"} and not any(r[0] == "begin_capture" for r in records)
 
