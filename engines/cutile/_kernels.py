@@ -470,11 +470,48 @@ def _l2_backward(x, dxn):
 
 
 @ct.kernel
-def chunk_bwd_grads(q, k, v, g, beta, do, cu, hs, dhs, d_in, dd_in, dq, dk, dv, dg, dbeta, scale: ConstFloat,
-                    NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt,
+def chunk_bwd_values(k, v, g, beta, cu, hs, dd_in, w_in, u_in, g_sums, dv, dcg_out, da_out, dbeta_out,
+                     NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
+                     USE_L2: ConstBool):
+    """Per (chunk, head), in parallel, the gradients through the UT transform: dX = T^T dD (dv = beta dX),
+    dW = -dD S0^T, and from them dCg = T^T dW (dcg_out), dA = -strict_tril(dX U^T + dCg W^T) (da_out) and
+    the v part of dbeta (dbeta_out), for chunk_bwd_grads; T is recomputed as chunk_prepare forms it, W and U
+    are the forward recompute's."""
+    c = ct.bid(0)
+    h = ct.bid(1)
+    n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
+    if n < NSEQ:
+        kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_sums, h, start, stop, K, PER_CHANNEL,
+                                                        False, USE_L2)
+        inv_t = ct.transpose(_ut_inverse(kt, bt, from_mid, PER_CHANNEL))
+        dw = ct.zeros((CHUNK, K), dtype=ct.float32)       # -dD S0^T
+        dxu = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)  # dX U^T
+        dbeta_v = ct.zeros((CHUNK, 1), dtype=ct.float32)  # rowsum(v * dX)
+        for vb in range(V // BV):
+            s0 = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
+            ddt = _chunk_tile(dd_in, c, h, BV, vb)
+            vt = _rows(v, h, start, stop, BV, vb)
+            dx = _mm(inv_t, ddt, ct.zeros((CHUNK, BV), dtype=ct.float32))
+            dw = _mm(-ddt, ct.transpose(s0), dw)
+            dxu = _mm(dx, ct.transpose(_chunk_tile(u_in, c, h, BV, vb)), dxu)
+            dbeta_v = dbeta_v + ct.sum(vt * dx, axis=1, keepdims=True)
+            _store_rows(dv, h, start, stop, vb, bt * dx, BV)
+        rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
+        cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
+        dcg = _mm(inv_t, dw, ct.zeros((CHUNK, K), dtype=ct.float32))
+        wt = _chunk_tile(w_in, c, h, K, 0)
+        da = ct.where(rows > cols, -_mm(dcg, ct.transpose(wt), dxu), 0.0)
+        _store_chunk_tile(dcg_out, c, h, 0, dcg, K)
+        _store_chunk_tile(da_out, c, h, 0, da, CHUNK)
+        _store_chunk_tile(dbeta_out, c, h, 0, dbeta_v, 1)
+
+
+@ct.kernel
+def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_in, dq, dk, dg, dbeta,
+                    scale: ConstFloat, NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt,
                     PER_CHANNEL: ConstBool, USE_L2: ConstBool):
-    """Per (chunk, head), in parallel: dq, dk, dv, dg and dbeta from the chunk's start state (hs), end
-    gradient (dhs), deltas (d_in) and their gradients (dd_in); the UT inverse is recomputed."""
+    """Per (chunk, head), in parallel: dq, dk, dg and dbeta from the chunk's start state (hs), end gradient
+    (dhs), deltas (d_in) and chunk_bwd_values' dCg, dA and dbeta part."""
     c = ct.bid(0)
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
@@ -492,36 +529,19 @@ def chunk_bwd_grads(q, k, v, g, beta, do, cu, hs, dhs, d_in, dd_in, dq, dk, dv, 
         bt = _column(beta, h, start, stop)
         mid = _row(gc, ct.minimum(count - 1, _MID))
         last = _row(gc, count - 1)
-        read = bt * kt
-        a = _decayed_scores(read, kt, gc, mid, False, PER_CHANNEL, False)
-        inv = _unit_lower_inverse(a)
-        cg = read * ct.exp(gc)
-        wt = _mm(inv, cg, ct.zeros((CHUNK, K), dtype=ct.float32))
-        inv_t = ct.transpose(inv)
         dqs = ct.zeros((CHUNK, K), dtype=ct.float32)      # dO S0^T
         dkg = ct.zeros((CHUNK, K), dtype=ct.float32)      # D dS1^T
-        dw = ct.zeros((CHUNK, K), dtype=ct.float32)       # -dD S0^T
         dm = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)   # dO D^T
-        dxu = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)  # dX U^T
         dlast = ct.zeros((K, 1), dtype=ct.float32)        # rowsum(dS1 * S0)
-        dbeta_v = ct.zeros((CHUNK, 1), dtype=ct.float32)  # rowsum(v * dX)
         for vb in range(V // BV):
             s0 = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
             ds1 = ct.reshape(ct.load(dhs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
             dt = _chunk_tile(d_in, c, h, BV, vb)
-            ddt = _chunk_tile(dd_in, c, h, BV, vb)
             dot = _rows(do, h, start, stop, BV, vb)
-            vt = _rows(v, h, start, stop, BV, vb)
-            ut = _mm(inv, bt * vt, ct.zeros((CHUNK, BV), dtype=ct.float32))
-            dx = _mm(inv_t, ddt, ct.zeros((CHUNK, BV), dtype=ct.float32))
             dqs = _mm(dot, ct.transpose(s0), dqs)
             dkg = _mm(dt, ct.transpose(ds1), dkg)
-            dw = _mm(-ddt, ct.transpose(s0), dw)
             dm = _mm(dot, ct.transpose(dt), dm)
-            dxu = _mm(dx, ct.transpose(ut), dxu)
             dlast = dlast + ct.sum(ds1 * s0, axis=1, keepdims=True)
-            dbeta_v = dbeta_v + ct.sum(vt * dx, axis=1, keepdims=True)
-            _store_rows(dv, h, start, stop, vb, bt * dx, BV)
         rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
         cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
         zk = ct.zeros((CHUNK, K), dtype=ct.float32)
@@ -545,10 +565,11 @@ def chunk_bwd_grads(q, k, v, g, beta, do, cu, hs, dhs, d_in, dd_in, dq, dk, dv, 
         dkt = dkt + dkg * tail
         dgc = dgc - kg * dkg
         dlast_row = ct.sum(kg * dkg, axis=0, keepdims=True) + ct.exp(last) * ct.transpose(dlast)
-        # W = T (C e^{gc}), U = T X, T = (I + A)^-1
-        dcg = _mm(inv_t, dw, zk)
-        da = ct.where(rows > cols, -(dxu + _mm(dcg, ct.transpose(wt), ct.zeros((CHUNK, CHUNK),
-                                                                                dtype=ct.float32))), 0.0)
+        # W = T (C e^{gc}), U = T X, T = (I + A)^-1: chunk_bwd_values formed dCg and dA
+        dcg = _chunk_tile(dcg_in, c, h, K, 0)
+        da = _chunk_tile(da_in, c, h, CHUNK, 0)
+        read = bt * kt
+        cg = read * e
         an = read * up
         t_a = _mm(da, kn, zk)
         t_b = _mm(ct.transpose(da), an, zk)
@@ -559,7 +580,7 @@ def chunk_bwd_grads(q, k, v, g, beta, do, cu, hs, dhs, d_in, dd_in, dq, dk, dv, 
         # gc is the in-chunk cumulative sum of g: dg is the reverse cumulative sum of dgc
         dgt = ct.sum(dgc, axis=0, keepdims=True) - ct.cumsum(dgc, axis=0) + dgc
         dkt = dkt + bt * dct
-        dbt = ct.sum(kt * dct, axis=1, keepdims=True) + dbeta_v
+        dbt = ct.sum(kt * dct, axis=1, keepdims=True) + _chunk_tile(dbeta_in, c, h, 1, 0)
         if USE_L2:
             dqt = _l2_backward(qraw, dqt)
             dkt = _l2_backward(kraw, dkt)

@@ -92,8 +92,9 @@ class _Geometry:
                    ("g", (self.T, self.H, self.K) if gate_width > 1 else (self.T, self.H)),
                    ("state_dummy", (1, 1, self.K, self.V))]
         if backward:
+            # qg: scale q e^gc for the reverse state pass, then chunk_bwd_values' dCg in the same place
             regions += [("dhs", (self.chunks, self.H, self.K, self.V)), ("dd", (*by_chunk, self.V)),
-                        ("qg", (*by_chunk, self.K))]
+                        ("qg", (*by_chunk, self.K)), ("da", (*by_chunk, CHUNK)), ("dbeta_v", (*by_chunk, 1))]
         for name, shape in regions:
             count = 1
             for d in shape:
@@ -240,14 +241,15 @@ class CutileForwardPlan(CompiledPlan):
 
 class CutileBackwardPlan(CutileForwardPlan):
     """A built gdn_bwd / kda_bwd plan: the forward recompute, then the dS-free terms per chunk, the reverse
-    state pass and the per-chunk gradients (``_kernels``: chunk_bwd_intra, chunk_bwd_state_pass,
-    chunk_bwd_grads)."""
+    state pass and the per-chunk gradients in two parts (``_kernels``: chunk_bwd_intra, chunk_bwd_state_pass,
+    chunk_bwd_values, chunk_bwd_grads)."""
 
     def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry):
         super().__init__(plan, graph, node, variant, geometry)
         from . import _kernels
         self._bwd_intra = _kernels.chunk_bwd_intra
         self._bwd_state_pass = _kernels.chunk_bwd_state_pass
+        self._bwd_values = _kernels.chunk_bwd_values
         self._bwd_grads = _kernels.chunk_bwd_grads
         self._grads_grid = (geometry.chunks, geometry.H, 1)
 
@@ -281,9 +283,12 @@ class CutileBackwardPlan(CutileForwardPlan):
             ("bwd_state_pass", self._state_pass_grid, self._bwd_state_pass,
              (do, sc["w"], sc["kd"], sc["qg"], sc["g"], cu, dht, sc["dhs"], sc["dd"], dh0,
               *v.bwd_state_pass_constants())),
+            ("bwd_values", self._grads_grid, self._bwd_values,
+             (k, val, g, beta, cu, sc["hs"], sc["dd"], sc["w"], sc["u"], sc["g"], slot("dv"), sc["qg"], sc["da"],
+              sc["dbeta_v"], *v.bwd_values_constants())),
             ("bwd_grads", self._grads_grid, self._bwd_grads,
-             (q, k, val, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["dd"], slot("dq"), slot("dk"),
-              slot("dv"), slot("dg"), slot("dbeta"), *v.bwd_grads_constants())),
+             (q, k, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["qg"], sc["da"], sc["dbeta_v"], slot("dq"),
+              slot("dk"), slot("dg"), slot("dbeta"), *v.bwd_grads_constants())),
         ]
         hook = self.launch_hook
         for name, grid, kernel, args in launches:
