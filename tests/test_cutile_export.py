@@ -347,7 +347,8 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
 # ------------------------------------------------- the chunked backward (gdn_bwd, kda_bwd), in NumPy
 #
 # The design the cuTile backward kernels (engines/cutile/_kernels.py chunk_bwd_state_pass, chunk_bwd_grads)
-# follow (verified on the H200: tests/test_cutile_linear_attention.py). Per chunk (start state S0, cumulative gates gc, mid row m, last row L), with the forward's
+# follow (verified on the H200: tests/test_cutile_linear_attention.py). Per chunk (start state S0, cumulative
+# gates gc, mid row m, last row L), with the forward's
 #   A = strict_tril((C e^{gc-m}) (K e^{m-gc})^T),  T = (I + A)^-1,  W = T (C e^{gc}),  U = T X,
 #   D = U - W S0,  O = scale (Q e^{gc} S0 + tril((Q e^{gc-m}) (K e^{m-gc})^T) D),
 #   S1 = e^{gc_L} S0 + (K e^{gc_L-gc})^T D,

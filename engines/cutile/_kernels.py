@@ -270,9 +270,9 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
                   NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt,
                   PER_CHANNEL: ConstBool, BETA_PER_CHANNEL: ConstBool, HAS_W: ConstBool, USE_L2: ConstBool,
                   LOW: ConstBool):
-    """Per (chunk, head): gc (per-token gates; per-channel ones come from chunk_gates), w = T (C * exp(gc)), u = T X and the state-write keys kd = k * exp(gc_last - gc) into the scratch arrays.
-    T itself is formed in TF32; with LOW its products with C and X take BF16 inputs (fla's choice: T in the
-    input type)."""
+    """Per (chunk, head): gc (per-token gates; per-channel ones come from chunk_gates), w = T (C * exp(gc)),
+    u = T X and the state-write keys kd = k * exp(gc_last - gc) into the scratch arrays. T itself is formed
+    in TF32; with LOW its products with C and X take BF16 inputs (fla's choice: T in the input type)."""
     c = ct.bid(0)
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)

@@ -399,7 +399,8 @@ def variant_of(graph, node, block_v: int, low_mma: Optional[bool] = False) -> Va
     params = node.params
     backward = node.op in BACKWARD_OPS
     return Variant(
-        op=BACKWARD_OPS.get(node.op, node.op), io_dtype=io, beta_dtype=beta, w_dtype=_GATE_TYPES[resolve(w)] if w is not None else io,
+        op=BACKWARD_OPS.get(node.op, node.op), io_dtype=io, beta_dtype=beta,
+        w_dtype=_GATE_TYPES[resolve(w)] if w is not None else io,
         K=q.dim[2], V=v.dim[2], block_v=block_v, n_seq=node.inputs["cu_seqlens"].dim[0] - 1,
         scale=resolved_scale(params, q.dim[2]), use_l2=bool(params.get("use_qk_l2norm", False)),
         has_h0=node.inputs.get("initial_state") is not None,
