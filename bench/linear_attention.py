@@ -105,15 +105,16 @@ def ours(torch, op: str, x: dict, variant: str = ""):
     return run, out, final, built, first, compiled
 
 
-def ours_backward(torch, op: str, x: dict):
-    """(run, compiled plan, first-call seconds) for our cuTile {op}_bwd plan on ``x`` plus a random dO and
-    d_final_state."""
+def ours_backward(torch, op: str, x: dict, variant: str = ""):
+    """(run, compiled plan, first-call seconds) for our cuTile {op}_bwd plan (its variant ``variant``, ''
+    for the default) on ``x`` plus a random dO and d_final_state."""
     import cudnn_graph as cudnn
     F = cudnn.data_type
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = dict(x, dO=torch.randn(*x["v"].shape, device="cuda", generator=gen).to(torch.bfloat16),
              d_final_state=torch.randn(*x["initial_state"].shape, device="cuda", generator=gen))
-    g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
+    name = f"cutile_{op}_bwd_chunk64" + (f"_{variant}" if variant else "")
+    g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda", router=_Prefer(name))
     types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT, "d_final_state": F.FLOAT}
     t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types.get(name, F.BFLOAT16))
          for name, a in x.items()}
@@ -124,8 +125,8 @@ def ours_backward(torch, op: str, x: dict):
     for tensor in outs:
         tensor.set_output(True)
     g.build([cudnn.heur_mode.A])
-    if g.selected_plan.engine_id != 20_200:
-        raise RuntimeError(f"the cuTile backward plan was not selected: {g.selected_plan} ({g.declines})")
+    if g.selected_plan.label != name:
+        raise RuntimeError(f"plan {name} was not selected: {g.selected_plan} ({g.declines})")
     pack = {t[name]: a for name, a in x.items()}
     for tensor in outs:
         dtype = torch.float32 if g._resolved_type(tensor) == F.FLOAT else torch.bfloat16
@@ -238,11 +239,15 @@ def row_lines(r: dict) -> list:
     else:
         kernels = ""
     kernels += " ".join([f"{k}={v:.3f}" for k, v in r.get("kernels_ms", {}).items()]
-                        + [f"bwd:{k}={v:.3f}" for k, v in r.get("bwd_kernels_ms", {}).items()])
+                        + [f"bwd:{k}={v:.3f}" for k, v in r.get("ours_bwd_kernels_ms", {}).items()])
     lines = [f"{r['op']:5} {r['variant']:16} {fmt('ours_fwd_ms', '12.3f')} {fmt('fla_fwd_ms', '11.3f')} "
              f"{fmt('ours_over_fla', '9.2f')} {fmt('max_abs_diff_o', '10.2e')} {fmt('ours_first_call_s', '13.1f')}"
              f" {fmt('ours_bwd_ms', '12.3f')}  {kernels}"]
-    lines += [f"  {key}: {r[key]}" for key in ("ours_error", "fla_error", "ours_bwd_error") if key in r]
+    lines += [f"  {key}: {r[key]}" for key in r if key in ("ours_error", "fla_error")
+              or (key.startswith("ours_bwd") and key.endswith("_error"))]
+    lines += [f"  {key}: {r[key]:.3f} ms; kernels {r.get(key[:-3] + '_kernels_ms', {})}" for key in r
+              if key.startswith("ours_bwd_") and key.endswith("_ms") and not key.endswith("kernels_ms")
+              and key != "ours_bwd_ms" and r[key] is not None]
     if r.get("fla_kernels_ms") and r["variant"] == "default":
         lines += [f"  fla {name}: {ms:.3f}" for name, ms in r["fla_kernels_ms"].items()]
     return lines
@@ -256,6 +261,8 @@ def main() -> None:
     parser.add_argument("--variants", default="", help="'all' or a comma list of plan variants to time too")
     parser.add_argument("--breakdown", action="store_true", help="time each kernel launch apart")
     parser.add_argument("--backward", action="store_true", help="also time our gdn_bwd / kda_bwd plans")
+    parser.add_argument("--backward-variants", default="",
+                        help="with --backward, also these backward plans (auto: BF16 products)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating fla / ours timing rounds")
     parser.add_argument("--gpu-time", action="store_true",
                         help="also report each side's GPU time per call (torch profiler), free of host cost")
@@ -298,14 +305,16 @@ def main() -> None:
             if row.get("rounds") and fla_run is not None:
                 row["ours_over_fla"] = statistics.median(o / f for o, f in row["rounds"])
             row["ours_bwd_ms"] = None
-            if args.backward and not variant:
+            for bwd_variant in (([""] + _variant_names(args.backward_variants)) if args.backward and not variant
+                                else []):
+                key = "ours_bwd" + (f"_{bwd_variant}" if bwd_variant else "")
                 try:
-                    bwd_run, bwd_plan, row["ours_bwd_first_call_s"] = ours_backward(torch, op, x)
-                    row["ours_bwd_ms"] = event_ms(torch, bwd_run, args.iters)
+                    bwd_run, bwd_plan, row[f"{key}_first_call_s"] = ours_backward(torch, op, x, bwd_variant)
+                    row[f"{key}_ms"] = event_ms(torch, bwd_run, args.iters)
                     if args.breakdown:
-                        row["bwd_kernels_ms"] = kernel_breakdown(torch, bwd_run, bwd_plan, args.iters)
+                        row[f"{key}_kernels_ms"] = kernel_breakdown(torch, bwd_run, bwd_plan, args.iters)
                 except Exception as exc:       # noqa: BLE001
-                    row["ours_bwd_error"] = f"{type(exc).__name__}: {exc}"
+                    row[f"{key}_error"] = f"{type(exc).__name__}: {exc}"
             rows.append(row)
             # each row as soon as it is measured (a run cut short by a timeout still leaves its rows)
             print("\n".join(row_lines(row)), file=sys.stderr, flush=True)

@@ -200,9 +200,10 @@ def test_executes_on_the_callers_stream_with_a_workspace():
 BWD_TOLERANCE = {"bfloat16": 3e-2, "float16": 1e-2}      # max |error| / max(1, max |reference|), every output
 
 
-def bwd_builder_for(op, host, io_type, l2):
+def bwd_builder_for(op, host, io_type, l2, plan=None):
     def builder(device):
-        g = cudnn.pygraph(io_data_type=io_type, compute_data_type=F.FLOAT, device=device)
+        router = prefer_plan(plan) if plan and device == "cuda" else None
+        g = cudnn.pygraph(io_data_type=io_type, compute_data_type=F.FLOAT, device=device, router=router)
         types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT, "d_final_state": F.FLOAT}
         t = {name: g.tensor(name=name, dim=list(arr.shape), stride=[s // arr.itemsize for s in arr.strides],
                             data_type=types.get(name, io_type)) for name, arr in host.items()}
@@ -218,7 +219,7 @@ def bwd_builder_for(op, host, io_type, l2):
 
 
 def run_bwd_case(monkeypatch, op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, dht=True,
-                 producer="cupy", seed=0):
+                 producer="cupy", seed=0, plan=None):
     import ml_dtypes
     _require_engine()
     io_np = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
@@ -229,11 +230,13 @@ def run_bwd_case(monkeypatch, op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2
     host["dO"] = rng.standard_normal((T, H, V)).astype(io_np)
     if dht:
         host["d_final_state"] = rng.standard_normal((N, H, K, V)).astype(np.float32)
-    builder = bwd_builder_for(op, host, io_type, l2)
+    builder = bwd_builder_for(op, host, io_type, l2, plan)
     outs = ["dq", "dk", "dv", "dg", "dbeta"] + (["d_initial_state"] if h0 else [])
     want = reference_run(builder, host, outs)
     got, graph = gpu_run(builder, host, outs, producer)
     assert graph.selected_plan.engine_id == 20_200, graph.selected_plan
+    if plan:
+        assert graph.selected_plan.label == plan, graph.selected_plan
     errors = {}
     failures = []
     for name in outs:
@@ -277,6 +280,12 @@ def test_backward_head_dim_128(monkeypatch, op):
 def test_backward_t8192_h16_k128(monkeypatch, op):
     """The issue's largest case: T = 8192 (4 x 2048), H = 16, K = V = 128."""
     run_bwd_case(monkeypatch, op, BIG, H=16, K=128, V=128, seed=13)
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_backward_with_bf16_products_matches_the_reference(monkeypatch, op):
+    """The backward's second plan: BF16 products in the forward recompute and the reverse state pass."""
+    run_bwd_case(monkeypatch, op, SMALL, K=64, V=64, seed=17, plan=f"cutile_{op}_chunk64_auto")
 
 
 def test_backward_without_states_or_l2norm(monkeypatch):

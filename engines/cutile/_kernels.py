@@ -318,12 +318,18 @@ def _state_pass_inputs(kd_in, w_in, u_in, g_in, h, vb, c, start, eos, K: ConstIn
     wt = _chunk_block(w_in, c, h, K, 0)
     ut = _chunk_block(u_in, c, h, BV, vb)
     kd = _chunk_block(kd_in, c, h, K, 0)
+    return wt, ut, kd, _chunk_decay(g_in, h, start, eos, K, PER_CHANNEL)
+
+
+@ct.function
+def _chunk_decay(g_in, h, start, eos, K: ConstInt, PER_CHANNEL: ConstBool):
+    """exp of the chunk's total log decay (from its stored in-chunk sums): (K, 1) per channel, (1, 1) per
+    token, to scale a (K, n) state by."""
     last = _gate_row(g_in, h, ct.minimum(start + CHUNK, eos) - 1, K, PER_CHANNEL)
     if PER_CHANNEL:
-        decay = ct.reshape(ct.exp(last), (K, 1))
+        return ct.reshape(ct.exp(last), (K, 1))
     else:
-        decay = ct.exp(last)
-    return wt, ut, kd, decay
+        return ct.exp(last)
 
 
 @ct.kernel
@@ -354,6 +360,29 @@ def chunk_state_pass(kd_in, w_in, u_in, g_in, cu, h0, hs, ht, d_out,
         ct.store(ht, (n, h, 0, vb), ct.reshape(state, (1, 1, K, BV)))
 
 
+@ct.function
+def _output_operands(q, k, g_in, h, start, stop, scale: ConstFloat, K: ConstInt, PER_CHANNEL: ConstBool,
+                     USE_L2: ConstBool, LOW: ConstBool):
+    """What maps a chunk's start state and deltas to its outputs, o = qs S0 + attn D: qs = scale q e^gc
+    (CHUNK, K) and attn = scale (q k^T masked by e^(gc_t - gc_j), j <= t) (CHUNK, CHUNK)."""
+    qt = _rows(q, h, start, stop, K, 0)
+    kt = _rows(k, h, start, stop, K, 0)
+    if USE_L2:
+        qt = _l2_normalise(qt)
+        kt = _l2_normalise(kt)
+    count = stop - start
+    if PER_CHANNEL:
+        gc = _rows(g_in, h, start, stop, K, 0)
+        mid = _gate_row(g_in, h, start + ct.minimum(count - 1, _MID), K, True)
+    else:
+        gc = _column(g_in, h, start, stop)
+        mid = ct.zeros((1, 1), dtype=ct.float32)
+    last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
+    gc = _pad_gates(gc, count, last)
+    qs = qt * (ct.exp(gc) * scale)
+    return qs, _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL, LOW)
+
+
 @ct.kernel
 def chunk_output(q, k, d_in, g_in, cu, hs, o, scale: ConstFloat,
                  NSEQ: ConstInt, NP: ConstInt, K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
@@ -364,43 +393,47 @@ def chunk_output(q, k, d_in, g_in, cu, hs, o, scale: ConstFloat,
     vb = ct.bid(2)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
-        qt = _rows(q, h, start, stop, K, 0)
-        kt = _rows(k, h, start, stop, K, 0)
-        if USE_L2:
-            qt = _l2_normalise(qt)
-            kt = _l2_normalise(kt)
-        count = stop - start
-        if PER_CHANNEL:
-            gc = _rows(g_in, h, start, stop, K, 0)
-            mid = _gate_row(g_in, h, start + ct.minimum(count - 1, _MID), K, True)
-        else:
-            gc = _column(g_in, h, start, stop)
-            mid = ct.zeros((1, 1), dtype=ct.float32)
-        last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
-        gc = _pad_gates(gc, count, last)
+        qs, attn = _output_operands(q, k, g_in, h, start, stop, scale, K, PER_CHANNEL, USE_L2, LOW)
         # state and deltas stay in the scratch type: the products convert them (an f32 copy of a 128 x 128
         # state alone would take 128 registers a thread)
         state = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
         delta = _chunk_block(d_in, c, h, BV, vb)
-        qs = qt * (ct.exp(gc) * scale)
-        attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL, LOW)
         out = _mmx(attn, delta, _mmx(qs, state, ct.zeros((CHUNK, BV), dtype=ct.float32), LOW), LOW)
         _store_rows(o, h, start, stop, vb, out, BV)
 
 
-# ------------------------------------------------------------- backward (gdn_bwd, kda_bwd): two kernels
+# ----------------------------------------------------------- backward (gdn_bwd, kda_bwd): three kernels
 #
 # After the forward's chunk_prepare and chunk_state_pass (chunk-start states hs, deltas D in d) have
-# recomputed the forward, chunk_bwd_state_pass walks each sequence's chunks last to first
-# carrying dS, and chunk_bwd_grads forms every other gradient per chunk in parallel. The math is
-# tests/test_cutile_export.py::chunked_backward (checked there against the reference backward).
+# recomputed the forward, chunk_bwd_intra forms each chunk's dS-free terms in parallel,
+# chunk_bwd_state_pass walks each sequence's chunks last to first carrying dS, and chunk_bwd_grads forms
+# every other gradient per chunk in parallel. The math is tests/test_cutile_export.py::chunked_backward
+# (checked there against the reference backward).
 
 @ct.kernel
-def chunk_bwd_state_pass(q, k, do, w_in, kd_in, g_in, cu, dht, dhs, dd_out, dh0, scale: ConstFloat,
+def chunk_bwd_intra(q, k, do, g_in, cu, p_out, qg_out, scale: ConstFloat,
+                    NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, PER_CHANNEL: ConstBool,
+                    USE_L2: ConstBool):
+    """Per (chunk, head), in parallel: the parts of the reverse state pass that need no dS, so its
+    sequential loop is three small products: P = attn^T dO (p_out; the state pass adds kd dS to it in place)
+    and qg = scale q e^gc (qg_out), both by chunk."""
+    c = ct.bid(0)
+    h = ct.bid(1)
+    n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
+    if n < NSEQ:
+        qs, attn = _output_operands(q, k, g_in, h, start, stop, scale, K, PER_CHANNEL, USE_L2, False)
+        dot = _rows(do, h, start, stop, V, 0)
+        _store_chunk_tile(p_out, c, h, 0, _mm(ct.transpose(attn), dot, ct.zeros((CHUNK, V), dtype=ct.float32)), V)
+        _store_chunk_tile(qg_out, c, h, 0, qs, K)
+
+
+@ct.kernel
+def chunk_bwd_state_pass(do, w_in, kd_in, qg_in, g_in, cu, dht, dhs, dd_io, dh0,
                          NSEQ: ConstInt, NP: ConstInt, K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
-                         USE_L2: ConstBool, HAS_DHT: ConstBool, HAS_H0: ConstBool):
+                         HAS_DHT: ConstBool, HAS_H0: ConstBool, LOW: ConstBool):
     """Per (sequence, head, value block), chunks in reverse: dS at every chunk end (dhs), the deltas'
-    gradients dD = scale M^T dO + kd dS (dd_out), and dS at the sequence start (dh0)."""
+    gradients dD = P + kd dS (over chunk_bwd_intra's P in dd_io), dS <- e^gL dS + qg^T dO - w^T dD, and dS
+    at the sequence start (dh0); BF16 products with LOW, as the forward's state pass."""
     n = ct.bid(0)
     h = ct.bid(1)
     vb = ct.bid(2)
@@ -414,35 +447,15 @@ def chunk_bwd_state_pass(q, k, do, w_in, kd_in, g_in, cu, dht, dhs, dd_out, dh0,
     chunks = (eos - bos + (CHUNK - 1)) // CHUNK
     for jj in range(chunks):
         j = chunks - 1 - jj
+        c = first + j
         start = bos + j * CHUNK
-        stop = ct.minimum(start + CHUNK, eos)
-        ct.store(dhs, (first + j, h, 0, vb), ct.reshape(ds, (1, 1, K, BV)))
-        qt = _rows(q, h, start, stop, K, 0)
-        kt = _rows(k, h, start, stop, K, 0)
-        if USE_L2:
-            qt = _l2_normalise(qt)
-            kt = _l2_normalise(kt)
-        count = stop - start
-        if PER_CHANNEL:
-            gc = _rows(g_in, h, start, stop, K, 0)
-            mid = _gate_row(g_in, h, start + ct.minimum(count - 1, _MID), K, True)
-        else:
-            gc = _column(g_in, h, start, stop)
-            mid = ct.zeros((1, 1), dtype=ct.float32)
-        last = _gate_row(g_in, h, stop - 1, K, PER_CHANNEL)
-        gc = _pad_gates(gc, count, last)
-        dot = _rows(do, h, start, stop, BV, vb)
-        attn = _decayed_scores(qt * scale, kt, gc, mid, True, PER_CHANNEL, False)
-        kd = _chunk_tile(kd_in, first + j, h, K, 0)
-        dd = _mm(ct.transpose(attn), dot, _mm(kd, ds, ct.zeros((CHUNK, BV), dtype=ct.float32)))
-        _store_chunk_tile(dd_out, first + j, h, vb, dd, BV)
-        wt = _chunk_tile(w_in, first + j, h, K, 0)
-        qs = qt * (ct.exp(gc) * scale)
-        if PER_CHANNEL:
-            decay = ct.reshape(ct.exp(last), (K, 1))
-        else:
-            decay = ct.exp(last)
-        ds = _mm(ct.transpose(-wt), dd, _mm(ct.transpose(qs), dot, ds * decay))
+        ct.store(dhs, (c, h, 0, vb), ct.reshape(ds, (1, 1, K, BV)))
+        dd = _mmx(_chunk_block(kd_in, c, h, K, 0), ds, _chunk_tile(dd_io, c, h, BV, vb), LOW)
+        _store_chunk_tile(dd_io, c, h, vb, dd, BV)
+        dot = _rows(do, h, start, ct.minimum(start + CHUNK, eos), BV, vb)
+        decayed = ds * _chunk_decay(g_in, h, start, eos, K, PER_CHANNEL)
+        ds = _mmx(ct.transpose(-_chunk_block(w_in, c, h, K, 0)), dd,
+                  _mmx(ct.transpose(_chunk_block(qg_in, c, h, K, 0)), dot, decayed, LOW), LOW)
     if HAS_H0:
         ct.store(dh0, (n, h, 0, vb), ct.reshape(ds, (1, 1, K, BV)))
 
@@ -457,11 +470,48 @@ def _l2_backward(x, dxn):
 
 
 @ct.kernel
-def chunk_bwd_grads(q, k, v, g, beta, do, cu, hs, dhs, d_in, dd_in, dq, dk, dv, dg, dbeta, scale: ConstFloat,
-                    NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt,
+def chunk_bwd_values(k, v, g, beta, cu, hs, dd_in, w_in, u_in, g_sums, dv, dcg_out, da_out, dbeta_out,
+                     NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
+                     USE_L2: ConstBool):
+    """Per (chunk, head), in parallel, the gradients through the UT transform: dX = T^T dD (dv = beta dX),
+    dW = -dD S0^T, and from them dCg = T^T dW (dcg_out), dA = -strict_tril(dX U^T + dCg W^T) (da_out) and
+    the v part of dbeta (dbeta_out), for chunk_bwd_grads; T is recomputed as chunk_prepare forms it, W and U
+    are the forward recompute's."""
+    c = ct.bid(0)
+    h = ct.bid(1)
+    n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
+    if n < NSEQ:
+        kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_sums, h, start, stop, K, PER_CHANNEL,
+                                                        False, USE_L2)
+        inv_t = ct.transpose(_ut_inverse(kt, bt, from_mid, PER_CHANNEL))
+        dw = ct.zeros((CHUNK, K), dtype=ct.float32)       # -dD S0^T
+        dxu = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)  # dX U^T
+        dbeta_v = ct.zeros((CHUNK, 1), dtype=ct.float32)  # rowsum(v * dX)
+        for vb in range(V // BV):
+            s0 = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
+            ddt = _chunk_tile(dd_in, c, h, BV, vb)
+            vt = _rows(v, h, start, stop, BV, vb)
+            dx = _mm(inv_t, ddt, ct.zeros((CHUNK, BV), dtype=ct.float32))
+            dw = _mm(-ddt, ct.transpose(s0), dw)
+            dxu = _mm(dx, ct.transpose(_chunk_tile(u_in, c, h, BV, vb)), dxu)
+            dbeta_v = dbeta_v + ct.sum(vt * dx, axis=1, keepdims=True)
+            _store_rows(dv, h, start, stop, vb, bt * dx, BV)
+        rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
+        cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
+        dcg = _mm(inv_t, dw, ct.zeros((CHUNK, K), dtype=ct.float32))
+        wt = _chunk_tile(w_in, c, h, K, 0)
+        da = ct.where(rows > cols, -_mm(dcg, ct.transpose(wt), dxu), 0.0)
+        _store_chunk_tile(dcg_out, c, h, 0, dcg, K)
+        _store_chunk_tile(da_out, c, h, 0, da, CHUNK)
+        _store_chunk_tile(dbeta_out, c, h, 0, dbeta_v, 1)
+
+
+@ct.kernel
+def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_in, dq, dk, dg, dbeta,
+                    scale: ConstFloat, NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt,
                     PER_CHANNEL: ConstBool, USE_L2: ConstBool):
-    """Per (chunk, head), in parallel: dq, dk, dv, dg and dbeta from the chunk's start state (hs), end
-    gradient (dhs), deltas (d_in) and their gradients (dd_in); the UT inverse is recomputed."""
+    """Per (chunk, head), in parallel: dq, dk, dg and dbeta from the chunk's start state (hs), end gradient
+    (dhs), deltas (d_in) and chunk_bwd_values' dCg, dA and dbeta part."""
     c = ct.bid(0)
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
@@ -479,36 +529,19 @@ def chunk_bwd_grads(q, k, v, g, beta, do, cu, hs, dhs, d_in, dd_in, dq, dk, dv, 
         bt = _column(beta, h, start, stop)
         mid = _row(gc, ct.minimum(count - 1, _MID))
         last = _row(gc, count - 1)
-        read = bt * kt
-        a = _decayed_scores(read, kt, gc, mid, False, PER_CHANNEL, False)
-        inv = _unit_lower_inverse(a)
-        cg = read * ct.exp(gc)
-        wt = _mm(inv, cg, ct.zeros((CHUNK, K), dtype=ct.float32))
-        inv_t = ct.transpose(inv)
         dqs = ct.zeros((CHUNK, K), dtype=ct.float32)      # dO S0^T
         dkg = ct.zeros((CHUNK, K), dtype=ct.float32)      # D dS1^T
-        dw = ct.zeros((CHUNK, K), dtype=ct.float32)       # -dD S0^T
         dm = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)   # dO D^T
-        dxu = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)  # dX U^T
         dlast = ct.zeros((K, 1), dtype=ct.float32)        # rowsum(dS1 * S0)
-        dbeta_v = ct.zeros((CHUNK, 1), dtype=ct.float32)  # rowsum(v * dX)
         for vb in range(V // BV):
             s0 = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
             ds1 = ct.reshape(ct.load(dhs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
             dt = _chunk_tile(d_in, c, h, BV, vb)
-            ddt = _chunk_tile(dd_in, c, h, BV, vb)
             dot = _rows(do, h, start, stop, BV, vb)
-            vt = _rows(v, h, start, stop, BV, vb)
-            ut = _mm(inv, bt * vt, ct.zeros((CHUNK, BV), dtype=ct.float32))
-            dx = _mm(inv_t, ddt, ct.zeros((CHUNK, BV), dtype=ct.float32))
             dqs = _mm(dot, ct.transpose(s0), dqs)
             dkg = _mm(dt, ct.transpose(ds1), dkg)
-            dw = _mm(-ddt, ct.transpose(s0), dw)
             dm = _mm(dot, ct.transpose(dt), dm)
-            dxu = _mm(dx, ct.transpose(ut), dxu)
             dlast = dlast + ct.sum(ds1 * s0, axis=1, keepdims=True)
-            dbeta_v = dbeta_v + ct.sum(vt * dx, axis=1, keepdims=True)
-            _store_rows(dv, h, start, stop, vb, bt * dx, BV)
         rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
         cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
         zk = ct.zeros((CHUNK, K), dtype=ct.float32)
@@ -532,10 +565,11 @@ def chunk_bwd_grads(q, k, v, g, beta, do, cu, hs, dhs, d_in, dd_in, dq, dk, dv, 
         dkt = dkt + dkg * tail
         dgc = dgc - kg * dkg
         dlast_row = ct.sum(kg * dkg, axis=0, keepdims=True) + ct.exp(last) * ct.transpose(dlast)
-        # W = T (C e^{gc}), U = T X, T = (I + A)^-1
-        dcg = _mm(inv_t, dw, zk)
-        da = ct.where(rows > cols, -(dxu + _mm(dcg, ct.transpose(wt), ct.zeros((CHUNK, CHUNK),
-                                                                                dtype=ct.float32))), 0.0)
+        # W = T (C e^{gc}), U = T X, T = (I + A)^-1: chunk_bwd_values formed dCg and dA
+        dcg = _chunk_tile(dcg_in, c, h, K, 0)
+        da = _chunk_tile(da_in, c, h, CHUNK, 0)
+        read = bt * kt
+        cg = read * e
         an = read * up
         t_a = _mm(da, kn, zk)
         t_b = _mm(ct.transpose(da), an, zk)
@@ -546,7 +580,7 @@ def chunk_bwd_grads(q, k, v, g, beta, do, cu, hs, dhs, d_in, dd_in, dq, dk, dv, 
         # gc is the in-chunk cumulative sum of g: dg is the reverse cumulative sum of dgc
         dgt = ct.sum(dgc, axis=0, keepdims=True) - ct.cumsum(dgc, axis=0) + dgc
         dkt = dkt + bt * dct
-        dbt = ct.sum(kt * dct, axis=1, keepdims=True) + dbeta_v
+        dbt = ct.sum(kt * dct, axis=1, keepdims=True) + _chunk_tile(dbeta_in, c, h, 1, 0)
         if USE_L2:
             dqt = _l2_backward(qraw, dqt)
             dkt = _l2_backward(kraw, dkt)

@@ -76,9 +76,15 @@ class Variant:
         return (self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.has_h0, self.store_ht,
                 self.low_mma)
 
+    def bwd_intra_constants(self) -> tuple:
+        return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.V, self.per_channel, self.use_l2)
+
     def bwd_state_pass_constants(self) -> tuple:
-        return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.use_l2,
-                self.has_dht, self.has_h0)
+        return (self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.has_dht, self.has_h0,
+                self.low_mma)
+
+    def bwd_values_constants(self) -> tuple:
+        return (self.n_seq, self.seq_tile, self.K, self.V, self.block_v, self.per_channel, self.use_l2)
 
     def bwd_grads_constants(self) -> tuple:
         return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.V, self.block_v, self.per_channel,
@@ -136,7 +142,8 @@ def signatures(variant: Variant) -> list:
 
 def backward_signatures(variant: Variant) -> list:
     """[(kernel, KernelSignature)] for the backward of ``variant`` (op gdn or kda, store_ht=False):
-    the forward recompute (prepare with kd, state pass), then the reverse state pass and the gradients."""
+    the forward recompute (gates, prepare, state pass), then chunk_bwd_intra, the reverse state pass,
+    chunk_bwd_values and chunk_bwd_grads."""
     import cuda.tile as ct
     from cuda.tile.compilation import CallingConvention, KernelSignature
 
@@ -146,16 +153,23 @@ def backward_signatures(variant: Variant) -> list:
     f32, io = "float32", v.io_dtype
     gate_ndim = 3 if v.per_channel else 2
     cconv = CallingConvention.cutile_python_v1()
-    state_pass = [array(io, 3), array(io, 3), array(io, 3), array(f32, 4), array(f32, 4), array(f32, gate_ndim),
+    intra = [array(io, 3), array(io, 3), array(io, 3), array(f32, gate_ndim), array(ct.int32, 1), array(f32, 4),
+             array(f32, 4), *v.bwd_intra_constants()]
+    state_pass = [array(io, 3), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, gate_ndim),
                   array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4),
                   *v.bwd_state_pass_constants()]
-    grads = [array(io, 3), array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2),
-             array(io, 3), array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4),
-             array(io, 3), array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2),
+    values = [array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2), array(ct.int32, 1),
+              array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, gate_ndim), array(io, 3),
+              array(f32, 4), array(f32, 4), array(f32, 4), *v.bwd_values_constants()]
+    grads = [array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2), array(io, 3),
+             array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4),
+             array(f32, 4), array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2),
              *v.bwd_grads_constants()]
     forward = signatures(v)
     return forward[:len(forward) - 1] + [
+        (_kernels.chunk_bwd_intra, KernelSignature(intra, cconv).with_mangled_symbol("chunk_bwd_intra")),
         (_kernels.chunk_bwd_state_pass,
          KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_bwd_state_pass")),
+        (_kernels.chunk_bwd_values, KernelSignature(values, cconv).with_mangled_symbol("chunk_bwd_values")),
         (_kernels.chunk_bwd_grads, KernelSignature(grads, cconv).with_mangled_symbol("chunk_bwd_grads")),
     ]

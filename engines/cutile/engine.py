@@ -92,7 +92,9 @@ class _Geometry:
                    ("g", (self.T, self.H, self.K) if gate_width > 1 else (self.T, self.H)),
                    ("state_dummy", (1, 1, self.K, self.V))]
         if backward:
-            regions += [("dhs", (self.chunks, self.H, self.K, self.V)), ("dd", (*by_chunk, self.V))]
+            # qg: scale q e^gc for the reverse state pass, then chunk_bwd_values' dCg in the same place
+            regions += [("dhs", (self.chunks, self.H, self.K, self.V)), ("dd", (*by_chunk, self.V)),
+                        ("qg", (*by_chunk, self.K)), ("da", (*by_chunk, CHUNK)), ("dbeta_v", (*by_chunk, 1))]
         for name, shape in regions:
             count = 1
             for d in shape:
@@ -238,13 +240,16 @@ class CutileForwardPlan(CompiledPlan):
 
 
 class CutileBackwardPlan(CutileForwardPlan):
-    """A built gdn_bwd / kda_bwd plan: the forward recompute, then the reverse state pass and the
-    per-chunk gradients (``_kernels``: chunk_bwd_state_pass, chunk_bwd_grads)."""
+    """A built gdn_bwd / kda_bwd plan: the forward recompute, then the dS-free terms per chunk, the reverse
+    state pass and the per-chunk gradients in two parts (``_kernels``: chunk_bwd_intra, chunk_bwd_state_pass,
+    chunk_bwd_values, chunk_bwd_grads)."""
 
     def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry):
         super().__init__(plan, graph, node, variant, geometry)
         from . import _kernels
+        self._bwd_intra = _kernels.chunk_bwd_intra
         self._bwd_state_pass = _kernels.chunk_bwd_state_pass
+        self._bwd_values = _kernels.chunk_bwd_values
         self._bwd_grads = _kernels.chunk_bwd_grads
         self._grads_grid = (geometry.chunks, geometry.H, 1)
 
@@ -273,12 +278,17 @@ class CutileBackwardPlan(CutileForwardPlan):
              (k, val, g, beta, val, cu, sc["w"], sc["u"], sc["g"], sc["kd"], *v.prepare_constants())),
             ("state_pass", self._state_pass_grid, self._state_pass,
              (sc["kd"], sc["w"], sc["u"], sc["g"], cu, h0, sc["hs"], dummy, sc["d"], *v.state_pass_constants())),
+            ("bwd_intra", self._prepare_grid, self._bwd_intra,
+             (q, k, do, sc["g"], cu, sc["dd"], sc["qg"], *v.bwd_intra_constants())),
             ("bwd_state_pass", self._state_pass_grid, self._bwd_state_pass,
-             (q, k, do, sc["w"], sc["kd"], sc["g"], cu, dht, sc["dhs"], sc["dd"], dh0,
+             (do, sc["w"], sc["kd"], sc["qg"], sc["g"], cu, dht, sc["dhs"], sc["dd"], dh0,
               *v.bwd_state_pass_constants())),
+            ("bwd_values", self._grads_grid, self._bwd_values,
+             (k, val, g, beta, cu, sc["hs"], sc["dd"], sc["w"], sc["u"], sc["g"], slot("dv"), sc["qg"], sc["da"],
+              sc["dbeta_v"], *v.bwd_values_constants())),
             ("bwd_grads", self._grads_grid, self._bwd_grads,
-             (q, k, val, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["dd"], slot("dq"), slot("dk"),
-              slot("dv"), slot("dg"), slot("dbeta"), *v.bwd_grads_constants())),
+             (q, k, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["qg"], sc["da"], sc["dbeta_v"], slot("dq"),
+              slot("dk"), slot("dg"), slot("dbeta"), *v.bwd_grads_constants())),
         ]
         hook = self.launch_hook
         for name, grid, kernel, args in launches:
@@ -314,9 +324,12 @@ class CutileLinearAttentionEngine(BaseEngine):
         if reason is not None:
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
         if node.op in BACKWARD_OPS:
-            return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V}, name=f"cutile_{node.op}_chunk64",
-                               engine=self, priority=10.0,
-                               workspace_size=_Geometry(node, backward=True).workspace_size)]
+            size = _Geometry(node, backward=True).workspace_size
+            # mma: the forward recompute's and the reverse state pass's products (the gradients stay TF32)
+            return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, "mma": mma},
+                               name=f"cutile_{node.op}_chunk64" + ("" if mma == "tf32" else f"_{mma}"),
+                               engine=self, priority=10.0 if mma == "tf32" else 1.0, workspace_size=size)
+                    for mma in ("tf32", "auto")]
         plans = []
         for suffix, extra in (("", {}), *VARIANT_KNOBS.items()):
             knobs = {**DEFAULT_KNOBS, **extra}
@@ -341,8 +354,11 @@ class CutileLinearAttentionEngine(BaseEngine):
             block_v = int(plan.knobs.get("block_v", BACKWARD_BLOCK_V))
             if block_v not in (32, 64, 128) or geometry.V % block_v:
                 raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
-            variant = variant_of(graph, node, block_v)
-            return CutileBackwardPlan(plan, graph, node, variant, geometry)
+            mma = plan.knobs.get("mma", "tf32")
+            if mma not in MMA_TYPES:
+                raise GraphNotSupportedError(f"mma={mma!r}; expected one of {MMA_TYPES}")
+            low = {"bf16": True, "tf32": False}.get(mma)   # None: auto
+            return CutileBackwardPlan(plan, graph, node, variant_of(graph, node, block_v, low_mma=low), geometry)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         if knobs["scratch"] not in ("f32", "io"):
             raise GraphNotSupportedError(f"scratch={knobs['scratch']!r}; expected 'f32' or 'io'")
