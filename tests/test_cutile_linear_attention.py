@@ -283,9 +283,11 @@ def test_backward_t8192_h16_k128(monkeypatch, op):
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-def test_backward_with_bf16_products_matches_the_reference(monkeypatch, op):
+@pytest.mark.parametrize("shape", [dict(cu=SMALL, K=64, V=64), dict(cu=BIG, H=16, K=128, V=128)],
+                         ids=["small_k64", "t8192_h16_k128"])
+def test_backward_with_bf16_products_matches_the_reference(monkeypatch, op, shape):
     """The backward's second plan: BF16 products in the forward recompute and the reverse state pass."""
-    run_bwd_case(monkeypatch, op, SMALL, K=64, V=64, seed=17, plan=f"cutile_{op}_chunk64_auto")
+    run_bwd_case(monkeypatch, op, seed=17, plan=f"cutile_{op}_chunk64_auto", **shape)
 
 
 def test_backward_without_states_or_l2norm(monkeypatch):

@@ -506,7 +506,9 @@ def chunk_bwd_values(k, v, g, beta, cu, hs, dd_in, w_in, u_in, g_sums, dv, dcg_o
         _store_chunk_tile(dbeta_out, c, h, 0, dbeta_v, 1)
 
 
-@ct.kernel
+# eight worker warps: with four, tileiras 13.4 fails (exit 5) on this kernel at K = 128 once the launch
+# promises 16-byte aligned bases and strides, as every JIT launch from CuPy, JAX or torch does
+@ct.kernel(num_worker_warps=8)
 def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_in, dq, dk, dg, dbeta,
                     scale: ConstFloat, NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt,
                     PER_CHANNEL: ConstBool, USE_L2: ConstBool):

@@ -101,13 +101,17 @@ class Variant:
 
 def array(dtype, ndim: int):
     """The launch's constraint on an array argument: row-major with unit last stride, 32-bit indices, no
-    aliasing. ``dtype``: a name ("bfloat16", "float16", "float32") or a cuTile type."""
+    aliasing, and the 16-byte aligned base and outer strides that a JIT launch on CuPy, JAX or torch arrays
+    (and on our workspace regions) specialises for, so an export compiles what the GPU compiles. ``dtype``: a
+    name ("bfloat16", "float16", "float32") or a cuTile type."""
     import cuda.tile as ct
     from cuda.tile.compilation import ArrayConstraint
     if isinstance(dtype, str):
         dtype = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}[dtype]
+    per_16_bytes = 128 // dtype.bitwidth
     return ArrayConstraint(dtype, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
-                           may_alias_internally=False, stride_constant=(None,) * (ndim - 1) + (1,))
+                           may_alias_internally=False, stride_constant=(None,) * (ndim - 1) + (1,),
+                           stride_divisible_by=(per_16_bytes,) * (ndim - 1) + (1,), base_addr_divisible_by=16)
 
 
 def signatures(variant: Variant) -> list:
