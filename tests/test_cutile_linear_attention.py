@@ -248,7 +248,7 @@ def run_bwd_case(monkeypatch, op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2
         if errors[name] > BWD_TOLERANCE[dtype]:
             failures.append(name)
     report = ", ".join(f"{k} {v:.2e}" for k, v in errors.items())
-    print(f"{op} {dtype} K={K} V={V} cu={cu[:3]}..{cu[-1]} H={H} l2={l2} h0={h0} dht={dht} {producer}: {report}")
+    print(f"{op} {dtype} K={K} V={V} cu={cu[:3]}..{cu[-1]} H={H} l2={l2} h0={h0} dht={dht} {producer} {plan or ''}: {report}")
     assert not failures, f"{op} ({producer}) outside tolerance {BWD_TOLERANCE[dtype]}: {report}"
 
 

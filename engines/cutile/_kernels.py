@@ -38,6 +38,11 @@ ConstBool = ct.Constant[bool]
 ConstFloat = ct.Constant[float]
 
 
+# Eight worker warps instead of the compiler's four, on sm_90 only, for the kernels (and, in forward_kernels,
+# the ops) the H200 ran faster that way at K = V = 128 (docs/engines_cutile.md); other targets are unmeasured.
+_EIGHT_ON_SM90 = ct.ByTarget(sm_90=8)
+
+
 @ct.function
 def _rows(x, h, start, stop, width: ConstInt, col):
     """Rows [start, stop) of head h of a (T, H, width-or-more) array as a zero-padded (CHUNK, width) f32 tile."""
@@ -410,7 +415,7 @@ def chunk_output(q, k, d_in, g_in, cu, hs, o, scale: ConstFloat,
 # every other gradient per chunk in parallel. The math is tests/test_cutile_export.py::chunked_backward
 # (checked there against the reference backward).
 
-@ct.kernel
+@ct.kernel(num_worker_warps=_EIGHT_ON_SM90)
 def chunk_bwd_intra(q, k, do, g_in, cu, p_out, qg_out, scale: ConstFloat,
                     NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, PER_CHANNEL: ConstBool,
                     USE_L2: ConstBool):
@@ -427,7 +432,7 @@ def chunk_bwd_intra(q, k, do, g_in, cu, p_out, qg_out, scale: ConstFloat,
         _store_chunk_tile(qg_out, c, h, 0, qs, K)
 
 
-@ct.kernel
+@ct.kernel(num_worker_warps=_EIGHT_ON_SM90)
 def chunk_bwd_state_pass(do, w_in, kd_in, qg_in, g_in, cu, dht, dhs, dd_io, dh0,
                          NSEQ: ConstInt, NP: ConstInt, K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
                          HAS_DHT: ConstBool, HAS_H0: ConstBool, LOW: ConstBool):
@@ -469,7 +474,14 @@ def _l2_backward(x, dxn):
     return (dxn - xn * ct.sum(xn * dxn, axis=1, keepdims=True)) * inv
 
 
-@ct.kernel
+@ct.function
+def _at_gate_width(x, PER_CHANNEL: ConstBool):
+    """A gate-gradient term at the gates' width: as is per channel, summed over K per token (a (CHUNK, 1)
+    accumulator instead of a (CHUNK, K) one)."""
+    return x if PER_CHANNEL else ct.sum(x, axis=1, keepdims=True)
+
+
+@ct.kernel(num_worker_warps=_EIGHT_ON_SM90)
 def chunk_bwd_values(k, v, g, beta, cu, hs, dd_in, w_in, u_in, g_sums, dv, dcg_out, da_out, dbeta_out,
                      NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
                      USE_L2: ConstBool):
@@ -551,7 +563,7 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
         up = ct.exp(gc - mid)
         down = ct.exp(mid - gc)
         dqt = dqs * (e * scale)
-        dgc = qt * dqs * (e * scale)
+        dgc = _at_gate_width(qt * dqs * (e * scale), PER_CHANNEL)
         # o's intra-chunk scores M = tril((q e^{gc-m}) (k e^{m-gc})^T), scaled
         dm = ct.where(rows >= cols, dm * scale, 0.0)
         qn = qt * up
@@ -560,13 +572,14 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
         t_k = _mm(ct.transpose(dm), qn, zk)
         dqt = dqt + t_q * up
         dkt = t_k * down
-        dgc = dgc + qn * t_q - kn * t_k
+        dgc = dgc + _at_gate_width(qn * t_q - kn * t_k, PER_CHANNEL)
         # the state write keys kg = k e^{gc_L - gc}
         tail = ct.exp(last - gc)
         kg = kt * tail
         dkt = dkt + dkg * tail
-        dgc = dgc - kg * dkg
-        dlast_row = ct.sum(kg * dkg, axis=0, keepdims=True) + ct.exp(last) * ct.transpose(dlast)
+        dgc = dgc - _at_gate_width(kg * dkg, PER_CHANNEL)
+        dlast_row = _at_gate_width(ct.sum(kg * dkg, axis=0, keepdims=True) + ct.exp(last) * ct.transpose(dlast),
+                                   PER_CHANNEL)
         # W = T (C e^{gc}), U = T X, T = (I + A)^-1: chunk_bwd_values formed dCg and dA
         dcg = _chunk_tile(dcg_in, c, h, K, 0)
         da = _chunk_tile(da_in, c, h, CHUNK, 0)
@@ -577,7 +590,7 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
         t_b = _mm(ct.transpose(da), an, zk)
         dct = dcg * e + t_a * up
         dkt = dkt + t_b * down
-        dgc = dgc + cg * dcg + an * t_a - kn * t_b
+        dgc = dgc + _at_gate_width(cg * dcg + an * t_a - kn * t_b, PER_CHANNEL)
         dgc = dgc + ct.where(rows == count - 1, dlast_row, 0.0)
         # gc is the in-chunk cumulative sum of g: dg is the reverse cumulative sum of dgc
         dgt = ct.sum(dgc, axis=0, keepdims=True) - ct.cumsum(dgc, axis=0) + dgc
@@ -591,5 +604,18 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
         if PER_CHANNEL:
             _store_rows(dg, h, start, stop, 0, dgt, K)
         else:
-            ct.store(dg.slice(0, start, stop), (0, h), ct.sum(dgt, axis=1, keepdims=True))
+            ct.store(dg.slice(0, start, stop), (0, h), dgt)
         ct.store(dbeta.slice(0, start, stop), (0, h), dbt.astype(dbeta.dtype))
+
+
+_chunk_prepare_8 = chunk_prepare.replace_hints(num_worker_warps=_EIGHT_ON_SM90)
+_chunk_output_8 = chunk_output.replace_hints(num_worker_warps=_EIGHT_ON_SM90)
+
+
+def forward_kernels(per_channel: bool) -> tuple:
+    """(chunk_gates, chunk_prepare, chunk_state_pass, chunk_output) as launched for per-channel gates (kda,
+    gdn2) or per-token ones (gdn): eight worker warps on sm_90 for kda's chunk_prepare and gdn's chunk_output,
+    the one that ran faster each (and slower the other way round)."""
+    if per_channel:
+        return chunk_gates, _chunk_prepare_8, chunk_state_pass, chunk_output
+    return chunk_gates, chunk_prepare, chunk_state_pass, _chunk_output_8

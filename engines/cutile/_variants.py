@@ -131,17 +131,18 @@ def signatures(variant: Variant) -> list:
     prepare = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(f32, gate_ndim), array(v.beta_dtype, beta_ndim),
                array(v.w_dtype, 3), array(ct.int32, 1), array(sc, 4), array(sc, 4), array(f32, gate_ndim),
                array(sc, 4), *v.prepare_constants()]
-    prepared = [(_kernels.chunk_prepare, KernelSignature(prepare, cconv).with_mangled_symbol("chunk_prepare"))]
+    gates_kernel, prepare_kernel, state_pass_kernel, output_kernel = _kernels.forward_kernels(v.per_channel)
+    prepared = [(prepare_kernel, KernelSignature(prepare, cconv).with_mangled_symbol("chunk_prepare"))]
     if v.per_channel:
         gates = [array(f32, 3), array(ct.int32, 1), array(f32, 3), *v.gates_constants()]
-        prepared.insert(0, (_kernels.chunk_gates, KernelSignature(gates, cconv).with_mangled_symbol("chunk_gates")))
+        prepared.insert(0, (gates_kernel, KernelSignature(gates, cconv).with_mangled_symbol("chunk_gates")))
     state_pass = [array(sc, 4), array(sc, 4), array(sc, 4), array(f32, gate_ndim), array(ct.int32, 1),
                   array(f32, 4), array(sc, 4), array(f32, 4), array(sc, 4), *v.state_pass_constants()]
     output = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(sc, 4), array(f32, gate_ndim),
               array(ct.int32, 1), array(sc, 4), array(v.io_dtype, 3), *v.output_constants()]
     return [*prepared,
-            (_kernels.chunk_state_pass, KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_state_pass")),
-            (_kernels.chunk_output, KernelSignature(output, cconv).with_mangled_symbol("chunk_output"))]
+            (state_pass_kernel, KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_state_pass")),
+            (output_kernel, KernelSignature(output, cconv).with_mangled_symbol("chunk_output"))]
 
 
 def backward_signatures(variant: Variant) -> list:

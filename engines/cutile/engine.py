@@ -146,10 +146,7 @@ class CutileForwardPlan(CompiledPlan):
     def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry):
         super().__init__(plan, geometry.workspace_size)
         from . import _kernels
-        self._gates = _kernels.chunk_gates
-        self._prepare = _kernels.chunk_prepare
-        self._state_pass = _kernels.chunk_state_pass
-        self._output = _kernels.chunk_output
+        self._gates, self._prepare, self._state_pass, self._output = _kernels.forward_kernels(variant.per_channel)
         self.variant = variant
         self._geometry = geometry
         self._device = graph.device_code
