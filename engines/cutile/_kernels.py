@@ -466,15 +466,6 @@ def chunk_bwd_state_pass(do, w_in, kd_in, qg_in, g_in, cu, dht, dhs, dd_io, dh0,
 
 
 @ct.function
-def _l2_backward(x, dxn):
-    """Gradient through x / ||x|| (a zero row: 1 / ||x|| taken as 1, as the reference)."""
-    ss = ct.sum(x * x, axis=1, keepdims=True)
-    inv = ct.where(ss > 0.0, ct.rsqrt(ss), 1.0)
-    xn = x * inv
-    return (dxn - xn * ct.sum(xn * dxn, axis=1, keepdims=True)) * inv
-
-
-@ct.function
 def _at_gate_width(x, PER_CHANNEL: ConstBool):
     """A gate-gradient term at the gates' width: as is per channel, summed over K per token (a (CHUNK, 1)
     accumulator instead of a (CHUNK, K) one)."""
@@ -518,94 +509,127 @@ def chunk_bwd_values(k, v, g, beta, cu, hs, dd_in, w_in, u_in, g_sums, dv, dcg_o
         _store_chunk_tile(dbeta_out, c, h, 0, dbeta_v, 1)
 
 
-# eight worker warps: with four, tileiras 13.4 fails (exit 5) on this kernel at K = 128 once the launch
-# promises 16-byte aligned bases and strides, as every JIT launch from CuPy, JAX or torch does
+@ct.function
+def _inverse_norm(x):
+    """1 / ||x|| per row as a (CHUNK, 1) tile; 1 for a zero row (it stays zero, as the reference, and passes
+    no gradient through the norm)."""
+    ss = ct.sum(x * x, axis=1, keepdims=True)
+    return ct.where(ss > 0.0, ct.rsqrt(ss), 1.0)
+
+
+# eight worker warps: with four it spills (1.3 KB gdn, 2.2 KB kda a thread at K = 128 in the sm_90 SASS;
+# none / 104 B with eight), and its all-of-K form did not compile with four (tileiras 13.4 exit 5)
 @ct.kernel(num_worker_warps=8)
-def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_in, dq, dk, dg, dbeta,
-                    scale: ConstFloat, NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt,
-                    PER_CHANNEL: ConstBool, USE_L2: ConstBool):
+def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_in, dq_pre, dk_pre,
+                    dq, dk, dg, dbeta, scale: ConstFloat, NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt,
+                    BV: ConstInt, PER_CHANNEL: ConstBool, USE_L2: ConstBool):
     """Per (chunk, head), in parallel: dq, dk, dg and dbeta from the chunk's start state (hs), end gradient
-    (dhs), deltas (d_in) and chunk_bwd_values' dCg, dA and dbeta part."""
+    (dhs), deltas (d_in) and chunk_bwd_values' dCg, dA and dbeta part, in blocks of CHUNK key columns (every
+    product and the in-chunk cumsum are column-separable; a (CHUNK, K) f32 tile a term spilled at K = 128).
+    With L2 norm, dq and dk before the norm's backward go to f32 scratch (dq_pre, dk_pre) until the rows'
+    sums over all of K are known."""
     c = ct.bid(0)
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
         count = stop - start
-        qraw = _rows(q, h, start, stop, K, 0)
-        kraw = _rows(k, h, start, stop, K, 0)
-        if USE_L2:
-            qt = _l2_normalise(qraw)
-            kt = _l2_normalise(kraw)
-        else:
-            qt = qraw
-            kt = kraw
-        gc = _gates(g, h, start, stop, K, PER_CHANNEL)      # zero padding: later rows repeat the last
-        bt = _column(beta, h, start, stop)
-        mid = _row(gc, ct.minimum(count - 1, _MID))
-        last = _row(gc, count - 1)
-        dqs = ct.zeros((CHUNK, K), dtype=ct.float32)      # dO S0^T
-        dkg = ct.zeros((CHUNK, K), dtype=ct.float32)      # D dS1^T
-        dm = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)   # dO D^T
-        dlast = ct.zeros((K, 1), dtype=ct.float32)        # rowsum(dS1 * S0)
-        for vb in range(V // BV):
-            s0 = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
-            ds1 = ct.reshape(ct.load(dhs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
-            dt = _chunk_tile(d_in, c, h, BV, vb)
-            dot = _rows(do, h, start, stop, BV, vb)
-            dqs = _mm(dot, ct.transpose(s0), dqs)
-            dkg = _mm(dt, ct.transpose(ds1), dkg)
-            dm = _mm(dot, ct.transpose(dt), dm)
-            dlast = dlast + ct.sum(ds1 * s0, axis=1, keepdims=True)
         rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
         cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
-        zk = ct.zeros((CHUNK, K), dtype=ct.float32)
-        e = ct.exp(gc)
-        up = ct.exp(gc - mid)
-        down = ct.exp(mid - gc)
-        dqt = dqs * (e * scale)
-        dgc = _at_gate_width(qt * dqs * (e * scale), PER_CHANNEL)
-        # o's intra-chunk scores M = tril((q e^{gc-m}) (k e^{m-gc})^T), scaled
-        dm = ct.where(rows >= cols, dm * scale, 0.0)
-        qn = qt * up
-        kn = kt * down
-        t_q = _mm(dm, kn, zk)
-        t_k = _mm(ct.transpose(dm), qn, zk)
-        dqt = dqt + t_q * up
-        dkt = t_k * down
-        dgc = dgc + _at_gate_width(qn * t_q - kn * t_k, PER_CHANNEL)
-        # the state write keys kg = k e^{gc_L - gc}
-        tail = ct.exp(last - gc)
-        kg = kt * tail
-        dkt = dkt + dkg * tail
-        dgc = dgc - _at_gate_width(kg * dkg, PER_CHANNEL)
-        dlast_row = _at_gate_width(ct.sum(kg * dkg, axis=0, keepdims=True) + ct.exp(last) * ct.transpose(dlast),
-                                   PER_CHANNEL)
-        # W = T (C e^{gc}), U = T X, T = (I + A)^-1: chunk_bwd_values formed dCg and dA
-        dcg = _chunk_tile(dcg_in, c, h, K, 0)
-        da = _chunk_tile(da_in, c, h, CHUNK, 0)
-        read = bt * kt
-        cg = read * e
-        an = read * up
-        t_a = _mm(da, kn, zk)
-        t_b = _mm(ct.transpose(da), an, zk)
-        dct = dcg * e + t_a * up
-        dkt = dkt + t_b * down
-        dgc = dgc + _at_gate_width(cg * dcg + an * t_a - kn * t_b, PER_CHANNEL)
-        dgc = dgc + ct.where(rows == count - 1, dlast_row, 0.0)
-        # gc is the in-chunk cumulative sum of g: dg is the reverse cumulative sum of dgc
-        dgt = ct.sum(dgc, axis=0, keepdims=True) - ct.cumsum(dgc, axis=0) + dgc
-        dkt = dkt + bt * dct
-        dbt = ct.sum(kt * dct, axis=1, keepdims=True) + _chunk_tile(dbeta_in, c, h, 1, 0)
+        zk = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)
         if USE_L2:
-            dqt = _l2_backward(qraw, dqt)
-            dkt = _l2_backward(kraw, dkt)
-        _store_rows(dq, h, start, stop, 0, dqt, K)
-        _store_rows(dk, h, start, stop, 0, dkt, K)
-        if PER_CHANNEL:
-            _store_rows(dg, h, start, stop, 0, dgt, K)
+            q_inv = _inverse_norm(_rows(q, h, start, stop, K, 0))
+            k_inv = _inverse_norm(_rows(k, h, start, stop, K, 0))
         else:
+            q_inv = ct.ones((CHUNK, 1), dtype=ct.float32)
+            k_inv = ct.ones((CHUNK, 1), dtype=ct.float32)
+        bt = _column(beta, h, start, stop)
+        # o's intra-chunk scores M = tril((q e^{gc-m}) (k e^{m-gc})^T), scaled: dM = dO D^T over all of V
+        dm = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)
+        for vb in range(V // BV):
+            dm = _mm(_rows(do, h, start, stop, BV, vb), ct.transpose(_chunk_tile(d_in, c, h, BV, vb)), dm)
+        dm = ct.where(rows >= cols, dm * scale, 0.0)
+        da = _chunk_tile(da_in, c, h, CHUNK, 0)
+        if PER_CHANNEL:
+            gc_token = ct.zeros((CHUNK, 1), dtype=ct.float32)
+        else:
+            gc_token = ct.cumsum(_column(g, h, start, stop), axis=0)   # zero padding: later rows repeat the last
+        dgc_token = ct.zeros((CHUNK, 1), dtype=ct.float32)
+        dbt = _chunk_tile(dbeta_in, c, h, 1, 0)
+        q_dot = ct.zeros((CHUNK, 1), dtype=ct.float32)               # rowsum(qn * dqn) over K, for the L2 norm
+        k_dot = ct.zeros((CHUNK, 1), dtype=ct.float32)
+        for kb in range(K // CHUNK):
+            qt = _rows(q, h, start, stop, CHUNK, kb) * q_inv
+            kt = _rows(k, h, start, stop, CHUNK, kb) * k_inv
+            if PER_CHANNEL:
+                gc = _cumsum_rows(_rows(g, h, start, stop, CHUNK, kb))
+            else:
+                gc = gc_token
+            mid = _row(gc, ct.minimum(count - 1, _MID))
+            last = _row(gc, count - 1)
+            dqs = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)      # dO S0^T
+            dkg = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)      # D dS1^T
+            dlast = ct.zeros((CHUNK, 1), dtype=ct.float32)        # rowsum(dS1 * S0)
+            for vb in range(V // BV):
+                s0 = ct.reshape(ct.load(hs, (c, h, kb, vb), shape=(1, 1, CHUNK, BV)), (CHUNK, BV))
+                ds1 = ct.reshape(ct.load(dhs, (c, h, kb, vb), shape=(1, 1, CHUNK, BV)), (CHUNK, BV))
+                dqs = _mm(_rows(do, h, start, stop, BV, vb), ct.transpose(s0), dqs)
+                dkg = _mm(_chunk_tile(d_in, c, h, BV, vb), ct.transpose(ds1), dkg)
+                dlast = dlast + ct.sum(ds1 * s0, axis=1, keepdims=True)
+            e = ct.exp(gc)
+            up = ct.exp(gc - mid)
+            down = ct.exp(mid - gc)
+            dqt = dqs * (e * scale)
+            dgc = _at_gate_width(qt * dqt, PER_CHANNEL)
+            qn = qt * up
+            kn = kt * down
+            t_q = _mm(dm, kn, zk)
+            t_k = _mm(ct.transpose(dm), qn, zk)
+            dqt = dqt + t_q * up
+            dkt = t_k * down
+            dgc = dgc + _at_gate_width(qn * t_q - kn * t_k, PER_CHANNEL)
+            # the state write keys kg = k e^{gc_L - gc}
+            tail = ct.exp(last - gc)
+            kg = kt * tail
+            dkt = dkt + dkg * tail
+            dgc = dgc - _at_gate_width(kg * dkg, PER_CHANNEL)
+            dlast_row = _at_gate_width(ct.sum(kg * dkg, axis=0, keepdims=True)
+                                       + ct.exp(last) * ct.transpose(dlast), PER_CHANNEL)
+            # W = T (C e^{gc}), U = T X, T = (I + A)^-1: chunk_bwd_values formed dCg and dA
+            dcg = _chunk_tile(dcg_in, c, h, CHUNK, kb)
+            read = bt * kt
+            an = read * up
+            t_a = _mm(da, kn, zk)
+            t_b = _mm(ct.transpose(da), an, zk)
+            dct = dcg * e + t_a * up
+            dkt = dkt + t_b * down + bt * dct
+            dgc = dgc + _at_gate_width(read * e * dcg + an * t_a - kn * t_b, PER_CHANNEL)
+            dgc = dgc + ct.where(rows == count - 1, dlast_row, 0.0)
+            dbt = dbt + ct.sum(kt * dct, axis=1, keepdims=True)
+            if PER_CHANNEL:
+                # gc is the in-chunk cumulative sum of g: dg is the reverse cumulative sum of dgc
+                _store_rows(dg, h, start, stop, kb, ct.sum(dgc, axis=0, keepdims=True) - _cumsum_rows(dgc) + dgc,
+                            CHUNK)
+            else:
+                dgc_token = dgc_token + dgc
+            if USE_L2:
+                q_dot = q_dot + ct.sum(qt * dqt, axis=1, keepdims=True)
+                k_dot = k_dot + ct.sum(kt * dkt, axis=1, keepdims=True)
+                _store_chunk_tile(dq_pre, c, h, kb, dqt, CHUNK)
+                _store_chunk_tile(dk_pre, c, h, kb, dkt, CHUNK)
+            else:
+                _store_rows(dq, h, start, stop, kb, dqt, CHUNK)
+                _store_rows(dk, h, start, stop, kb, dkt, CHUNK)
+        if not PER_CHANNEL:
+            dgt = ct.sum(dgc_token, axis=0, keepdims=True) - ct.cumsum(dgc_token, axis=0) + dgc_token
             ct.store(dg.slice(0, start, stop), (0, h), dgt)
         ct.store(dbeta.slice(0, start, stop), (0, h), dbt.astype(dbeta.dtype))
+        if USE_L2:
+            # through x / ||x||: dx = (dxn - xn rowsum(xn dxn)) / ||x||
+            for kb in range(K // CHUNK):
+                qt = _rows(q, h, start, stop, CHUNK, kb) * q_inv
+                kt = _rows(k, h, start, stop, CHUNK, kb) * k_inv
+                _store_rows(dq, h, start, stop, kb, (_chunk_tile(dq_pre, c, h, CHUNK, kb) - qt * q_dot) * q_inv, CHUNK)
+                _store_rows(dk, h, start, stop, kb, (_chunk_tile(dk_pre, c, h, CHUNK, kb) - kt * k_dot) * k_inv, CHUNK)
 
 
 _chunk_prepare_8 = chunk_prepare.replace_hints(num_worker_warps=_EIGHT_ON_SM90)

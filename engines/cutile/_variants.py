@@ -168,7 +168,8 @@ def backward_signatures(variant: Variant) -> list:
               array(f32, 4), array(f32, 4), array(f32, 4), *v.bwd_values_constants()]
     grads = [array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2), array(io, 3),
              array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4),
-             array(f32, 4), array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2),
+             array(f32, 4), array(f32, 4), array(f32, 4), array(io, 3), array(io, 3), array(f32, gate_ndim),
+             array(v.beta_dtype, 2),
              *v.bwd_grads_constants()]
     forward = signatures(v)
     return forward[:len(forward) - 1] + [

@@ -284,8 +284,8 @@ class CutileBackwardPlan(CutileForwardPlan):
              (k, val, g, beta, cu, sc["hs"], sc["dd"], sc["w"], sc["u"], sc["g"], slot("dv"), sc["qg"], sc["da"],
               sc["dbeta_v"], *v.bwd_values_constants())),
             ("bwd_grads", self._grads_grid, self._bwd_grads,
-             (q, k, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["qg"], sc["da"], sc["dbeta_v"], slot("dq"),
-              slot("dk"), slot("dg"), slot("dbeta"), *v.bwd_grads_constants())),
+             (q, k, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["qg"], sc["da"], sc["dbeta_v"], sc["kd"],
+              sc["w"], slot("dq"), slot("dk"), slot("dg"), slot("dbeta"), *v.bwd_grads_constants())),
         ]
         hook = self.launch_hook
         for name, grid, kernel, args in launches:
