@@ -252,8 +252,8 @@ def run_bwd_case(monkeypatch, op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2
     assert not failures, f"{op} ({producer}) outside tolerance {BWD_TOLERANCE[dtype]}: {report}"
 
 
-# Backward cases share one specialisation per op (K = V = 64, four sequences, states and L2 norm on): the
-# backward's gradient kernel is the slowest to compile. bench/linear_attention.py --backward compiles K = 128.
+# Most backward cases share one specialisation per op (K = V = 64, four sequences, states and L2 norm on), so
+# the suite compiles few kernels; K = V = 128 and T = 8192 with H = 16 have their own cases.
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 def test_backward_small_uneven_sequences_cupy(monkeypatch, op):
     run_bwd_case(monkeypatch, op, SMALL, K=64, V=64)
@@ -288,6 +288,11 @@ def test_backward_t8192_h16_k128(monkeypatch, op):
 def test_backward_with_bf16_products_matches_the_reference(monkeypatch, op, shape):
     """The backward's second plan: BF16 products in the forward recompute and the reverse state pass."""
     run_bwd_case(monkeypatch, op, seed=17, plan=f"cutile_{op}_chunk64_auto", **shape)
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_backward_float16_matches_the_reference(monkeypatch, op):
+    run_bwd_case(monkeypatch, op, SMALL, K=64, V=64, dtype="float16", seed=19)
 
 
 def test_backward_without_states_or_l2norm(monkeypatch):
