@@ -218,7 +218,7 @@ def bwd_builder_for(op, host, io_type, l2, plan=None):
     return builder
 
 
-def run_bwd_case(monkeypatch, op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, dht=True,
+def run_bwd_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, dht=True,
                  producer="cupy", seed=0, plan=None):
     import ml_dtypes
     _require_engine()
@@ -255,45 +255,45 @@ def run_bwd_case(monkeypatch, op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2
 # Most backward cases share one specialisation per op (K = V = 64, four sequences, states and L2 norm on), so
 # the suite compiles few kernels; K = V = 128 and T = 8192 with H = 16 have their own cases.
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-def test_backward_small_uneven_sequences_cupy(monkeypatch, op):
-    run_bwd_case(monkeypatch, op, SMALL, K=64, V=64)
+def test_backward_small_uneven_sequences_cupy(op):
+    run_bwd_case(op, SMALL, K=64, V=64)
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-def test_backward_small_uneven_sequences_jax(monkeypatch, op):
+def test_backward_small_uneven_sequences_jax(op):
     pytest.importorskip("jax")
-    run_bwd_case(monkeypatch, op, SMALL, K=64, V=64, producer="jax", seed=2)
+    run_bwd_case(op, SMALL, K=64, V=64, producer="jax", seed=2)
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-def test_backward_t2048_h4(monkeypatch, op):
+def test_backward_t2048_h4(op):
     """T = 2048 (4 x 512), H = 4."""
-    run_bwd_case(monkeypatch, op, [0, 512, 1024, 1536, 2048], H=4, K=64, V=64, seed=7)
+    run_bwd_case(op, [0, 512, 1024, 1536, 2048], H=4, K=64, V=64, seed=7)
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-def test_backward_head_dim_128(monkeypatch, op):
-    run_bwd_case(monkeypatch, op, SMALL, K=128, V=128, seed=9)
+def test_backward_head_dim_128(op):
+    run_bwd_case(op, SMALL, K=128, V=128, seed=9)
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-def test_backward_t8192_h16_k128(monkeypatch, op):
+def test_backward_t8192_h16_k128(op):
     """The issue's largest case: T = 8192 (4 x 2048), H = 16, K = V = 128."""
-    run_bwd_case(monkeypatch, op, BIG, H=16, K=128, V=128, seed=13)
+    run_bwd_case(op, BIG, H=16, K=128, V=128, seed=13)
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 @pytest.mark.parametrize("shape", [dict(cu=SMALL, K=64, V=64), dict(cu=BIG, H=16, K=128, V=128)],
                          ids=["small_k64", "t8192_h16_k128"])
-def test_backward_with_bf16_products_matches_the_reference(monkeypatch, op, shape):
+def test_backward_with_bf16_products_matches_the_reference(op, shape):
     """The backward's second plan: BF16 products in the forward recompute and the reverse state pass."""
-    run_bwd_case(monkeypatch, op, seed=17, plan=f"cutile_{op}_chunk64_auto", **shape)
+    run_bwd_case(op, seed=17, plan=f"cutile_{op}_chunk64_auto", **shape)
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-def test_backward_float16_matches_the_reference(monkeypatch, op):
-    run_bwd_case(monkeypatch, op, SMALL, K=64, V=64, dtype="float16", seed=19)
+def test_backward_float16_matches_the_reference(op):
+    run_bwd_case(op, SMALL, K=64, V=64, dtype="float16", seed=19)
 
 
-def test_backward_without_states_or_l2norm(monkeypatch):
-    run_bwd_case(monkeypatch, "gdn_bwd", [0, 64, 65, 190, 300], K=64, V=64, l2=False, h0=False, dht=False, seed=3)
+def test_backward_without_states_or_l2norm():
+    run_bwd_case("gdn_bwd", [0, 64, 65, 190, 300], K=64, V=64, l2=False, h0=False, dht=False, seed=3)
