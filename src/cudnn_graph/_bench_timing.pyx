@@ -36,6 +36,26 @@ cdef inline double _now_ns() noexcept nogil:
     return t.tv_sec * 1e9 + t.tv_nsec
 
 
+cdef int _operands_as_executed(PlanRunner runner, const Operands* operands, void* ws, int64_t** uids,
+                               void*** ptrs) except -1:
+    """The operands exactly as an execute passes them (the pack's, less omitted ones, plus the plan's),
+    in arrays malloc'ed here (the caller frees them); returns how many."""
+    cdef int n
+    uids[0] = <int64_t*>malloc((operands.n + PLAN_MAX_EXTRA) * sizeof(int64_t))
+    ptrs[0] = <void**>malloc((operands.n + PLAN_MAX_EXTRA) * sizeof(void*))
+    try:
+        if uids[0] == NULL or ptrs[0] == NULL:
+            raise MemoryError()
+        n = runner._kept_operands(operands, uids[0], ptrs[0])
+        return n + runner._extras(operands, ws, uids[0] + n, ptrs[0] + n)
+    except BaseException:
+        free(uids[0])
+        free(ptrs[0])
+        uids[0] = NULL
+        ptrs[0] = NULL
+        raise
+
+
 def execute_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, bint reuse_variant_pack=True,
                      stream=None) -> float:
     """Host nanoseconds per cudnnBackendExecute issued from a nogil C loop on this pack: the C floor.
@@ -57,21 +77,9 @@ def execute_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, bin
         h.bind_stream(stream_handle(stream))
     if iterations <= 0:
         raise ValueError("iterations must be positive")
-    # The operands exactly as an execute passes them (the pack's, less omitted ones, plus the plan's).
-    cdef int64_t* uids = <int64_t*>malloc((pack._n + PLAN_MAX_EXTRA) * sizeof(int64_t))
-    cdef void** ptrs = <void**>malloc((pack._n + PLAN_MAX_EXTRA) * sizeof(void*))
-    if uids == NULL or ptrs == NULL:
-        free(uids)
-        free(ptrs)
-        raise MemoryError()
-    cdef int n
-    try:
-        n = runner._kept_operands(&operands, uids, ptrs)
-        n += runner._extras(&operands, ws, uids + n, ptrs + n)
-    except BaseException:
-        free(uids)
-        free(ptrs)
-        raise
+    cdef int64_t* uids = NULL
+    cdef void** ptrs = NULL
+    cdef int n = _operands_as_executed(runner, &operands, ws, &uids, &ptrs)
     with nogil:
         if reuse_variant_pack:
             status = build_variant_pack(api, n, uids, ptrs, ws, &vp, &stage)
@@ -132,15 +140,10 @@ def execute_graph_floor_ns(PlanRunner runner, VariantPack pack, int iterations, 
         h.bind_stream(stream_handle(stream))
     stream_ptr = h._stream
     ws = runner._workspace_pointer(None, stream_ptr)
-    cdef int64_t* uids = <int64_t*>malloc((pack._n + PLAN_MAX_EXTRA) * sizeof(int64_t))
-    cdef void** ptrs = <void**>malloc((pack._n + PLAN_MAX_EXTRA) * sizeof(void*))
-    if uids == NULL or ptrs == NULL:
-        free(uids)
-        free(ptrs)
-        raise MemoryError()
+    cdef int64_t* uids = NULL
+    cdef void** ptrs = NULL
+    n = _operands_as_executed(runner, &operands, ws, &uids, &ptrs)
     try:
-        n = runner._kept_operands(&operands, uids, ptrs)
-        n += runner._extras(&operands, ws, uids + n, ptrs + n)
         enter_device(runner.device, &pushed)
     except BaseException:
         free(uids)
