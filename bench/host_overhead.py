@@ -62,7 +62,7 @@ def main(argv=None) -> dict:
 
     import torch
     import cudnn_graph as cudnn
-    from cudnn_graph import _backend
+    from cudnn_graph import _cudnn_handle, _bench_timing
 
     F = cudnn.data_type
     sync = torch.cuda.synchronize
@@ -115,9 +115,9 @@ def main(argv=None) -> dict:
         producers["jax (A, B) + torch (C)"] = f"n/a ({type(exc).__name__}: {str(exc)[:60]})"
 
     rows, exports, in_context = {}, {}, {}
-    replay_default = _backend.cuda_graph_replay_enabled()
+    replay_default = _cudnn_handle.cuda_graph_replay_enabled()
     for replay in (False, True):
-        _backend.set_cuda_graph_replay(replay)
+        _cudnn_handle.set_cuda_graph_replay(replay)
         suffix = " (graph replay)" if replay else ""
         for name, entry in producers.items():
             if isinstance(entry, str):
@@ -136,7 +136,7 @@ def main(argv=None) -> dict:
     g.execute(pack_t)
     sync()
     err_replay = float((c.float() - a.float() @ b.float()).abs().max())
-    _backend.set_cuda_graph_replay(replay_default)
+    _cudnn_handle.set_cuda_graph_replay(replay_default)
     try:
         from numba import cuda as ncuda
         # numba has no bf16 type, so it cannot feed this graph; its export cost is reported alone.
@@ -155,7 +155,7 @@ def main(argv=None) -> dict:
         per = []
         for _ in range(reps):
             sync()
-            per.append(_backend.execute_floor_ns(runner, pack, 100, reuse_variant_pack=reuse))
+            per.append(_bench_timing.execute_floor_ns(runner, pack, 100, reuse_variant_pack=reuse))
         sync()
         return statistics.median(per)
 
@@ -164,11 +164,11 @@ def main(argv=None) -> dict:
     floor_fresh_ns = floor_burst(False)
     floor = floor_ns / 1e3
     try:
-        _backend.execute_graph_floor_ns(runner, pack, 100)   # warm-up
+        _bench_timing.execute_graph_floor_ns(runner, pack, 100)   # warm-up
         per = []
         for _ in range(reps):
             sync()
-            per.append(_backend.execute_graph_floor_ns(runner, pack, 100))
+            per.append(_bench_timing.execute_graph_floor_ns(runner, pack, 100))
         sync()
         graph_floor = statistics.median(per) / 1e3
     except Exception as exc:   # a plan cuDNN cannot populate: its rows above are plain executes

@@ -186,7 +186,7 @@ def kernels(torch, cudnn, fe, handle, iters: int) -> dict:
 
 
 def host_time(torch, cudnn, fe, handle, reps: int) -> dict:
-    from cudnn_graph import _backend
+    from cudnn_graph import _cudnn_handle, _bench_timing
     b, h, s, d = SMALL["b"], SMALL["h"], SMALL["s"], SMALL["d"]
     sync = torch.cuda.synchronize
     q, k, v = (bhsd(torch, b, h, s, d, seed) for seed in (5, 6, 7))
@@ -199,23 +199,23 @@ def host_time(torch, cudnn, fe, handle, reps: int) -> dict:
     pack_i = {t: x.data_ptr() for t, x in pack_t.items()}
     g.execute(pack_t)
     sync()
-    replay_default = _backend.cuda_graph_replay_enabled()
+    replay_default = _cudnn_handle.cuda_graph_replay_enabled()
     for replay, suffix in ((True, ""), (False, " (replay off)")):
         # replay on is the default: a repeated call launches a CUDA graph of its execute
-        _backend.set_cuda_graph_replay(replay)
+        _cudnn_handle.set_cuda_graph_replay(replay)
         out["ours torch" + suffix] = burst_us(lambda: g.execute(pack_t), sync, reps=reps)
         out["ours raw int" + suffix] = burst_us(lambda: g.execute(pack_i), sync, reps=reps)
-    _backend.set_cuda_graph_replay(replay_default)
+    _cudnn_handle.set_cuda_graph_replay(replay_default)
     out["exports torch us"] = TORCH_EXPORT_US_PER_OPERAND * len(pack_t)
 
     compiled = g._state.compiled[g._state.selected]
     runner, layout = compiled.runner, compiled.layout
     packed = layout.pack(pack_i)
     per = []
-    _backend.execute_floor_ns(runner, packed, 100, reuse_variant_pack=True)   # warm-up
+    _bench_timing.execute_floor_ns(runner, packed, 100, reuse_variant_pack=True)   # warm-up
     for _ in range(reps):
         sync()
-        per.append(_backend.execute_floor_ns(runner, packed, 100, reuse_variant_pack=True))
+        per.append(_bench_timing.execute_floor_ns(runner, packed, 100, reuse_variant_pack=True))
     sync()
     out["c floor"] = statistics.median(per) / 1e3
     out["cuda graph method"] = runner.cuda_graph_method
@@ -223,7 +223,7 @@ def host_time(torch, cudnn, fe, handle, reps: int) -> dict:
         per = []
         for _ in range(reps):
             sync()
-            per.append(_backend.execute_graph_floor_ns(runner, packed, 100))
+            per.append(_bench_timing.execute_graph_floor_ns(runner, packed, 100))
         sync()
         out["graph launch floor"] = statistics.median(per) / 1e3
     except Exception as exc:      # no graph for this plan: the replay rows are plain executes

@@ -86,26 +86,26 @@ def create_handle(device: int = 0):
     >>> h = cudnn_graph.create_handle()                  # doctest: +SKIP
     >>> cudnn_graph.set_stream(handle=h, stream=0)       # doctest: +SKIP
     """
-    from . import _backend
-    return _backend.create_handle(device)
+    from . import _cudnn_handle
+    return _cudnn_handle.create_handle(device)
 
 
 def destroy_handle(handle) -> None:
     """Destroy a handle from create_handle (a second call does nothing); a raw int handle is destroyed too."""
-    from . import _backend
-    _backend.destroy_handle(handle)
+    from . import _cudnn_handle
+    _cudnn_handle.destroy_handle(handle)
 
 
 def set_stream(*, handle, stream) -> None:
     """Bind ``stream`` (None, an int, or an object with ``__cuda_stream__``) to ``handle``."""
-    from . import _backend
-    _backend.set_stream(handle=handle, stream=stream)
+    from . import _cudnn_handle
+    _cudnn_handle.set_stream(handle=handle, stream=stream)
 
 
 def get_stream(handle) -> int:
     """The raw CUDA stream last bound to ``handle``."""
-    from . import _backend
-    return _backend.get_stream(handle)
+    from . import _cudnn_handle
+    return _cudnn_handle.get_stream(handle)
 
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())

@@ -519,7 +519,7 @@ class pygraph(_GraphCore):
 
     def _shape_overrides(self, compiled, uids, shapes, strides):
         """(ShapeOverrides, layout checking the buffers against the overridden geometry)."""
-        from ._backend import ShapeOverrides
+        from ._plan_runner import ShapeOverrides
         if not self._override_shape_enabled:
             # Never drop overrides silently: say what is missing instead.
             raise GraphNotSupportedError(

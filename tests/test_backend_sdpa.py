@@ -153,7 +153,7 @@ def tensor_attrs(program, ref):
 
 @pytest.fixture
 def native_names(monkeypatch):
-    """Lower as if the compiled _backend named every SDPA attribute."""
+    """Lower as if the compiled core named every SDPA attribute."""
     monkeypatch.setattr(_lower_sdpa, "_KNOWN", None)
 
 
@@ -493,9 +493,9 @@ def test_backward_without_plan_owned_tensors_uses_the_native_op(native_names, mo
 
 
 def test_attribute_table_registers_only_what_the_build_can_set():
-    from cudnn_graph import _backend
+    from cudnn_graph import _cudnn_names
     for attr in _lower_sdpa.SDPA_ATTRIBUTE_TYPES:
-        assert (attr in _lower_sdpa._REGISTERED) == (attr in _backend.ATTRIBUTES), attr
+        assert (attr in _lower_sdpa._REGISTERED) == (attr in _cudnn_names.ATTRIBUTES), attr
 
 
 # ---- GPU: against the reference engine ------------------------------------------------------------------

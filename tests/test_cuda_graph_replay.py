@@ -171,14 +171,14 @@ def run_child(code: str, env: dict, log) -> tuple[dict, list]:
 PROLOGUE = """
 import json, sys, threading
 import numpy as np
-from cudnn_graph import _backend, _driver, TensorSpec, PackLayout
+from cudnn_graph import _bench_timing, _cudnn_descriptor, _cudnn_handle, _plan_runner, _driver, TensorSpec, PackLayout
 assert _driver.driver_available(), "the stand-in libcuda did not load"
-plan = _backend.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR").finalize()
-runner = _backend.PlanRunner(plan, 0, 0, "fake")
+plan = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR").finalize()
+runner = _plan_runner.PlanRunner(plan, 0, 0, "fake")
 layout = PackLayout([TensorSpec(3, (4, 8), "float16", name="x"),
                      TensorSpec(5, (4, 8), "float16", name="y", is_output=True),
                      TensorSpec(7, (1,), "float32", device="cpu", name="s", required=False)])
-state = _backend.current_thread_state()
+state = _cudnn_handle.current_thread_state()
 def run(x, y, **kw):
     kw.setdefault("stream", 0)
     runner.run(layout.pack({3: x, 5: y}), **kw)
@@ -245,8 +245,8 @@ run(0x100000, 0x200000, stream=0x5000)
 run(0x100000, 0x200000, stream=0x5000)
 run(0x100000, 0x200000, stream=0x6000)
 run(0x100000, 0x200000)                              # no stream: the legacy default stream
-h = _backend.create_handle()
-_backend.set_stream(handle=h, stream=0x7000)
+h = _cudnn_handle.create_handle()
+_cudnn_handle.set_stream(handle=h, stream=0x7000)
 runner.run(layout.pack({3: 0x100000, 5: 0x200000}), handle=h)     # a handle keeps its bound stream
 runner.run(layout.pack({3: 0x100000, 5: 0x200000}), handle=0x1000, stream=0x8000)   # a foreign handle
 runner.run(layout.pack({3: 0x100000, 5: 0x200000}), handle=0x1000)  # its stream is unknown: no graph
@@ -290,7 +290,7 @@ import logging
 logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
 for i in range(6):
     run(0x100000 * (1 + i % 2), 0x800000)
-other = _backend.PlanRunner(plan, 0, 0, "other")
+other = _plan_runner.PlanRunner(plan, 0, 0, "other")
 other.run(layout.pack({3: 0x100000, 5: 0x800000}), stream=0)
 other.run(layout.pack({3: 0x100000, 5: 0x800000}), stream=0)
 print(json.dumps({"support": runner.cuda_graph_support, "other": other.cuda_graph_support,
@@ -341,14 +341,14 @@ print(json.dumps({"graphs": state.cached_graphs}))
 
 def test_the_switch_turns_replay_off_and_on(fake_cuda, tmp_path):
     out, records = run_child(PROLOGUE + """
-was = _backend.set_cuda_graph_replay(False)
+was = _cudnn_handle.set_cuda_graph_replay(False)
 for _ in range(3):
     run(0x100000, 0x200000)
 off_graphs = state.cached_graphs
-again = _backend.set_cuda_graph_replay(True)
+again = _cudnn_handle.set_cuda_graph_replay(True)
 for _ in range(2):
     run(0x100000, 0x200000)
-print(json.dumps({"was": was, "again": again, "off_graphs": off_graphs, "on": _backend.cuda_graph_replay_enabled()}))
+print(json.dumps({"was": was, "again": again, "off_graphs": off_graphs, "on": _cudnn_handle.cuda_graph_replay_enabled()}))
 """, fake_cuda(), tmp_path / "log")
     assert kinds(records) == ["execute"] * 3 + ["populate", "launch", "launch"]
     assert out == {"was": True, "again": False, "off_graphs": 0, "on": True}
@@ -361,30 +361,30 @@ def test_the_environment_variable_sets_the_default(fake_cuda, tmp_path, value, e
     out, records = run_child(PROLOGUE + """
 run(0x100000, 0x200000)
 run(0x100000, 0x200000)
-print(json.dumps({"on": _backend.cuda_graph_replay_enabled()}))
+print(json.dumps({"on": _cudnn_handle.cuda_graph_replay_enabled()}))
 """, env, tmp_path / "log")
     assert out["on"] is expected
     assert ("populate" in kinds(records)) is expected
 
 
 def test_an_unreadable_environment_value_warns_and_keeps_the_default():
-    from cudnn_graph import _backend
+    from cudnn_graph import _cudnn_handle
     with pytest.warns(RuntimeWarning, match=r"CUDNN_GRAPH_CUDA_GRAPHS='maybe' is not 0 or 1"):
-        assert _backend._switch_from_env("maybe", True) is True
+        assert _cudnn_handle._switch_from_env("maybe", True) is True
     with pytest.warns(RuntimeWarning, match="stays off"):
-        assert _backend._switch_from_env("2", False) is False
-    assert _backend._switch_from_env("no", True) is False and _backend._switch_from_env("yes", False) is True
+        assert _cudnn_handle._switch_from_env("2", False) is False
+    assert _cudnn_handle._switch_from_env("no", True) is False and _cudnn_handle._switch_from_env("yes", False) is True
 
 
 def test_switch_works_without_cudnn_or_a_gpu():
-    from cudnn_graph import _backend
-    previous = _backend.set_cuda_graph_replay(False)
+    from cudnn_graph import _cudnn_handle
+    previous = _cudnn_handle.set_cuda_graph_replay(False)
     try:
-        assert _backend.cuda_graph_replay_enabled() is False
-        assert _backend.set_cuda_graph_replay(True) is False
-        assert _backend.cuda_graph_replay_enabled() is True
+        assert _cudnn_handle.cuda_graph_replay_enabled() is False
+        assert _cudnn_handle.set_cuda_graph_replay(True) is False
+        assert _cudnn_handle.cuda_graph_replay_enabled() is True
     finally:
-        _backend.set_cuda_graph_replay(previous)
+        _cudnn_handle.set_cuda_graph_replay(previous)
 
 
 @pytest.mark.parametrize("variant, version", [("NO_POPULATE NO_CAPTURE", 91900), ("NO_CAPTURE", 90400)])
@@ -418,7 +418,7 @@ print(json.dumps({"graphs": state.cached_graphs, "driver": has_driver}))
 
 def test_zero_filled_scratch_is_cleared_on_the_stream_before_each_launch(fake_cuda, tmp_path):
     out, records = run_child(PROLOGUE + """
-zeroed = _backend.PlanRunner(plan, 256, 0, "zeroed", scratch=[(21, 64, True)])
+zeroed = _plan_runner.PlanRunner(plan, 256, 0, "zeroed", scratch=[(21, 64, True)])
 for _ in range(3):
     zeroed.run(layout.pack({3: 0x100000, 5: 0x200000}), stream=0x5000, workspace=0x800000)
 print(json.dumps({}))
@@ -433,8 +433,8 @@ print(json.dumps({}))
 
 def test_two_plans_on_the_same_pointers_take_the_graph_in_turn(fake_cuda, tmp_path):
     out, records = run_child(PROLOGUE + """
-plan_b = _backend.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR").finalize()
-b = _backend.PlanRunner(plan_b, 0, 0, "b")
+plan_b = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR").finalize()
+b = _plan_runner.PlanRunner(plan_b, 0, 0, "b")
 pack = layout.pack({3: 0x100000, 5: 0x200000})
 order = [runner, runner, runner, b, runner, b, b, b, runner, runner]
 for r in order:
@@ -452,7 +452,7 @@ print(json.dumps({"a": plan.ptr, "b": plan_b.ptr}))
 
 def test_views_and_omitted_operands_replay_like_the_execute(fake_cuda, tmp_path):
     out, records = run_child(PROLOGUE + """
-replaced = _backend.PlanRunner(plan, 0, 0, "viewed", [], aliases=[(9, 3, 64)], omit=[3])
+replaced = _plan_runner.PlanRunner(plan, 0, 0, "viewed", [], aliases=[(9, 3, 64)], omit=[3])
 for _ in range(3):
     replaced.run(layout.pack({3: 0x100000, 5: 0x200000}), stream=0)
 print(json.dumps({}))
@@ -471,7 +471,7 @@ def work(i):
     barrier.wait()
     for j in range(40):
         run(0x1000000 * (i + 1), 0x1000000 * (i + 1) + 0x1000 * (j % 3))
-    counts[i] = _backend.current_thread_state().cached_graphs
+    counts[i] = _cudnn_handle.current_thread_state().cached_graphs
 threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
 [t.start() for t in threads]
 [t.join() for t in threads]
@@ -491,14 +491,14 @@ print(json.dumps({"counts": sorted(counts.values())}))
 
 def test_graph_floor_measures_launches_and_names_a_failed_populate(fake_cuda, tmp_path):
     out, records = run_child(PROLOGUE + """
-ns = _backend.execute_graph_floor_ns(runner, layout.pack({3: 0x100000, 5: 0x200000}), 10)
+ns = _bench_timing.execute_graph_floor_ns(runner, layout.pack({3: 0x100000, 5: 0x200000}), 10)
 print(json.dumps({"ns": ns}))
 """, fake_cuda(), tmp_path / "log")
     assert out["ns"] > 0
     assert kinds(records) == ["populate"] + ["launch"] * 11 + ["exec_destroy"]
     out, _ = run_child(PROLOGUE + """
 try:
-    _backend.execute_graph_floor_ns(runner, layout.pack({3: 0x100000, 5: 0x200000}), 10)
+    _bench_timing.execute_graph_floor_ns(runner, layout.pack({3: 0x100000, 5: 0x200000}), 10)
 except Exception as e:
     print(json.dumps({"error": type(e).__name__, "text": str(e)}))
 """, {**fake_cuda("NO_CAPTURE"), "FAKE_POPULATE_STATUS": "3000"}, tmp_path / "log2")
@@ -593,24 +593,24 @@ def test_capture_can_be_turned_off(fake_cuda, tmp_path, how):
         env["CUDNN_GRAPH_CUDA_GRAPH_CAPTURE"] = "0"
     out, records = run_child(PROLOGUE + f"""
 if {how == "switch"!r}:
-    assert _backend.set_cuda_graph_capture(False) is True
+    assert _cudnn_handle.set_cuda_graph_capture(False) is True
 for _ in range(3):
     run(0x100000, 0x200000)
-print(json.dumps({{"on": _backend.cuda_graph_capture_enabled(), "support": runner.cuda_graph_support}}))
+print(json.dumps({{"on": _cudnn_handle.cuda_graph_capture_enabled(), "support": runner.cuda_graph_support}}))
 """, env, tmp_path / "log")
     assert kinds(records) == ["execute", "populate", "execute", "execute"]
     assert out == {"on": False, "support": False}
 
 
 def test_an_unreadable_capture_setting_warns_naming_its_variable():
-    from cudnn_graph import _backend
+    from cudnn_graph import _cudnn_handle
     with pytest.warns(RuntimeWarning, match=r"CUDNN_GRAPH_CUDA_GRAPH_CAPTURE='x' is not 0 or 1; CUDA graph capture"):
-        _backend._switch_from_env("x", True, _backend.CUDA_GRAPH_CAPTURE_ENV_VAR, "CUDA graph capture")
+        _cudnn_handle._switch_from_env("x", True, _cudnn_handle.CUDA_GRAPH_CAPTURE_ENV_VAR, "CUDA graph capture")
 
 
 def test_graph_floor_uses_a_capture_when_populate_is_refused(fake_cuda, tmp_path):
     out, records = run_child(PROLOGUE + """
-ns = _backend.execute_graph_floor_ns(runner, layout.pack({3: 0x100000, 5: 0x200000}), 10)
+ns = _bench_timing.execute_graph_floor_ns(runner, layout.pack({3: 0x100000, 5: 0x200000}), 10)
 print(json.dumps({"ns": ns}))
 """, {**fake_cuda(), "FAKE_POPULATE_STATUS": "3000"}, tmp_path / "log")
     assert out["ns"] > 0
@@ -652,18 +652,18 @@ def _close(torch, got, want):
 
 @pytest.fixture
 def graph_replay_on():
-    from cudnn_graph import _backend
-    previous = _backend.set_cuda_graph_replay(True)
-    _backend.current_thread_state().clear_variant_packs()
-    yield _backend
-    _backend.current_thread_state().clear_variant_packs()
-    _backend.set_cuda_graph_replay(previous)
+    from cudnn_graph import _cudnn_handle
+    previous = _cudnn_handle.set_cuda_graph_replay(True)
+    _cudnn_handle.current_thread_state().clear_variant_packs()
+    yield _cudnn_handle
+    _cudnn_handle.current_thread_state().clear_variant_packs()
+    _cudnn_handle.set_cuda_graph_replay(previous)
 
 
 @pytest.mark.gpu
 def test_gpu_replay_matches_execute_with_changing_and_repeating_pointers(graph_replay_on):
     torch = pytest.importorskip("torch")
-    _backend = graph_replay_on
+    _cudnn_handle = graph_replay_on
     g, tensors, shapes = _matmul_epilogue_graph(torch)
     sets = [_fresh(torch, shapes, seed) for seed in range(3)]
     runner = g._state.compiled[g._state.selected].runner
@@ -676,13 +676,13 @@ def test_gpu_replay_matches_execute_with_changing_and_repeating_pointers(graph_r
         _close(torch, t["Y"], _want(torch, t))
     support = runner.cuda_graph_support
     print(f"plan {g.selected_plan.label}: cuda_graph_support={support}, "
-          f"graphs={_backend.current_thread_state().cached_graphs}")
+          f"graphs={_cudnn_handle.current_thread_state().cached_graphs}")
     if support:
-        assert _backend.current_thread_state().cached_graphs >= 1
+        assert _cudnn_handle.current_thread_state().cached_graphs >= 1
     # the same calls with replay off: the same kernels, so the same outputs (a tolerance only for an
     # engine whose reduction order is not fixed)
     replayed = [t["Y"].clone() for t in sets]
-    _backend.set_cuda_graph_replay(False)
+    _cudnn_handle.set_cuda_graph_replay(False)
     identical = []
     for t, want in zip(sets, replayed):
         t["Y"].zero_()
@@ -745,7 +745,7 @@ def test_gpu_replay_on_cupy_and_torch_streams(graph_replay_on):
 @pytest.mark.gpu
 def test_gpu_eviction_after_more_pointer_sets_than_cache_entries(graph_replay_on):
     torch = pytest.importorskip("torch")
-    _backend = graph_replay_on
+    _cudnn_handle = graph_replay_on
     g, tensors, shapes = _matmul_epilogue_graph(torch)
     sets = [_fresh(torch, shapes, seed) for seed in range(7)]          # > 4 cache entries per thread
     for rounds in range(3):
@@ -755,13 +755,13 @@ def test_gpu_eviction_after_more_pointer_sets_than_cache_entries(graph_replay_on
                 g.execute({tensors[name]: t[name] for name in t})
                 torch.cuda.synchronize()
                 _close(torch, t["Y"], _want(torch, t))
-        assert _backend.current_thread_state().cached_graphs <= 4
+        assert _cudnn_handle.current_thread_state().cached_graphs <= 4
 
 
 @pytest.mark.gpu
 def test_gpu_every_plan_matches_whether_or_not_cudnn_populates_it(graph_replay_on):
     torch = pytest.importorskip("torch")
-    _backend = graph_replay_on
+    _cudnn_handle = graph_replay_on
     g, tensors, shapes = _matmul_epilogue_graph(torch)
     t = _fresh(torch, shapes, 3)
     pack = {tensors[name]: t[name] for name in t}
@@ -870,14 +870,14 @@ def test_gpu_a_torch_capture_records_the_execute_not_our_graph(graph_replay_on):
 @pytest.mark.gpu
 def test_gpu_graph_floor_is_below_the_execute_floor_when_populated(graph_replay_on):
     torch = pytest.importorskip("torch")
-    _backend = graph_replay_on
+    from cudnn_graph import _bench_timing
     g, tensors, shapes = _matmul_epilogue_graph(torch)
     t = _fresh(torch, shapes, 5)
     compiled = g._state.compiled[g._state.selected]
     pack = compiled.layout.pack({tensors[name]: t[name].data_ptr() for name in t})
-    execute_ns = min(_backend.execute_floor_ns(compiled.runner, pack, 50) for _ in range(5))
+    execute_ns = min(_bench_timing.execute_floor_ns(compiled.runner, pack, 50) for _ in range(5))
     try:
-        graph_ns = min(_backend.execute_graph_floor_ns(compiled.runner, pack, 50) for _ in range(5))
+        graph_ns = min(_bench_timing.execute_graph_floor_ns(compiled.runner, pack, 50) for _ in range(5))
     except Exception as exc:
         pytest.skip(f"this plan is not populated: {exc}")
     torch.cuda.synchronize()
@@ -943,7 +943,7 @@ def test_gpu_captured_or_populated_graphs_compute_what_the_execute_does(graph_re
     """Each family's plan, replayed (populated by cuDNN, or its execute captured where cuDNN refuses),
     gives what cudnnBackendExecute gives, call after call, with new input contents in the same buffers."""
     torch = pytest.importorskip("torch")
-    _backend = graph_replay_on
+    _cudnn_handle = graph_replay_on
     name, build = _replay_cases()[case]
     g = build()
     if g._state.selected not in g._state.compiled:
@@ -959,13 +959,13 @@ def test_gpu_captured_or_populated_graphs_compute_what_the_execute_does(graph_re
     for step in range(4):
         for uid in inputs:                                   # new contents, same pointers
             buffers[uid].mul_(0.9).add_(0.01 * (step + 1))
-        _backend.set_cuda_graph_replay(False)
+        _cudnn_handle.set_cuda_graph_replay(False)
         for uid in outputs:
             buffers[uid].fill_(float("nan") if buffers[uid].dtype.is_floating_point else 0)
         g.execute(buffers)
         torch.cuda.synchronize()
         want = {uid: buffers[uid].clone() for uid in outputs}
-        _backend.set_cuda_graph_replay(True)
+        _cudnn_handle.set_cuda_graph_replay(True)
         for _ in range(2):                                   # a repeat: from the second on, a graph
             for uid in outputs:
                 buffers[uid].fill_(float("nan") if buffers[uid].dtype.is_floating_point else 0)

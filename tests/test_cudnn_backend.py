@@ -397,12 +397,12 @@ def test_attribute_and_descriptor_names_match_the_header():
     import re
     header = Path(__file__).resolve().parents[1] / "include" / "cudnn_graph" / "cudnn_backend.h"
     values = {name: int(v) for name, v in re.findall(r"^\s+(CUDNN_\w+)\s+=\s+(-?\d+),", header.read_text(), re.M)}
-    from cudnn_graph import _backend
-    for table in (_backend.ATTRIBUTES, _backend.ATTRIBUTE_TYPES, _backend.DESCRIPTOR_TYPES):
+    from cudnn_graph import _cudnn_names
+    for table in (_cudnn_names.ATTRIBUTES, _cudnn_names.ATTRIBUTE_TYPES, _cudnn_names.DESCRIPTOR_TYPES):
         for name, value in table.items():
             assert values[name] == value, name
     for attr, attr_type in ATTRIBUTE_TYPES.items():
-        assert attr in _backend.ATTRIBUTES and attr_type in _backend.ATTRIBUTE_TYPES
+        assert attr in _cudnn_names.ATTRIBUTES and attr_type in _cudnn_names.ATTRIBUTE_TYPES
 
 
 # ---- CPU: the plan filters --------------------------------------------------------------------------
@@ -557,7 +557,7 @@ def test_materialize_sets_every_attribute_with_its_type(recording_libcudnn):
 import json
 import cudnn_graph as cudnn
 from cudnn_graph.engines.cudnn_backend.lowering import lower_program, materialize, ATTRIBUTE_TYPES
-from cudnn_graph import _backend
+from cudnn_graph import _cudnn_names
 F = cudnn.data_type
 g = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT, device="cuda")
 a = g.tensor(name="A", dim=[2, 64, 32], stride=[2048, 32, 1])
@@ -569,8 +569,8 @@ program = lower_program(g)
 made = materialize(program, 0x1000)
 steps = [[s.kind, {k: [ATTRIBUTE_TYPES[k], repr(v)] for k, v in s.attrs.items()}] for s in program.steps]
 print(json.dumps({"made": len(made), "finalized": all(d.finalized for d in made.values()),
-                  "types": _backend.DESCRIPTOR_TYPES, "attrs": _backend.ATTRIBUTES,
-                  "attr_types": _backend.ATTRIBUTE_TYPES, "steps": steps}))
+                  "types": _cudnn_names.DESCRIPTOR_TYPES, "attrs": _cudnn_names.ATTRIBUTES,
+                  "attr_types": _cudnn_names.ATTRIBUTE_TYPES, "steps": steps}))
 """, env={"CUDNN_GRAPH_LIBCUDNN": lib, "FAKE_CUDNN_LOG": str(log)})
     assert out["made"] == 13 and out["finalized"]
     records = _read_log(log)
@@ -597,10 +597,10 @@ print(json.dumps({"made": len(made), "finalized": all(d.finalized for d in made.
 EXECUTE_PROLOGUE = """
 import json, threading
 import numpy as np
-from cudnn_graph import _backend, TensorSpec, PackLayout
-plan = _backend.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR").finalize()
+from cudnn_graph import _cudnn_descriptor, _cudnn_handle, _plan_runner, TensorSpec, PackLayout
+plan = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR").finalize()
 scalar = np.array([0.25], np.float32)
-runner = _backend.PlanRunner(plan, 0, 0, "fake", [(7, scalar)])
+runner = _plan_runner.PlanRunner(plan, 0, 0, "fake", [(7, scalar)])
 layout = PackLayout([TensorSpec(3, (4, 8), "float16", name="x"),
                      TensorSpec(5, (4, 8), "float16", name="y", is_output=True),
                      TensorSpec(7, (1,), "float32", device="cpu", name="s", required=False)])
@@ -611,14 +611,14 @@ def test_execute_builds_the_variant_pack_from_the_pack_and_caches_it(recording_l
     lib, folder = recording_libcudnn
     log = folder / "execute.log"
     out = run_python(EXECUTE_PROLOGUE + """
-_backend.set_variant_pack_cache(True)
+_cudnn_handle.set_variant_pack_cache(True)
 for i in range(3):
     runner.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000, stream=0)
 runner.run(layout.pack({3: 0x30000, 5: 0x20000}), handle=0x1000)
 given = np.array([2.0], np.float32)
 runner.run(layout.pack({3: 0x10000, 5: 0x20000, 7: given}), handle=0x1000)
-cached = _backend.current_thread_state().cached_variant_packs
-_backend.set_variant_pack_cache(False)
+cached = _cudnn_handle.current_thread_state().cached_variant_packs
+_cudnn_handle.set_variant_pack_cache(False)
 runner.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000)
 runner.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000)
 errors = {}
@@ -654,12 +654,12 @@ def test_aliased_view_is_fed_the_source_pointer_plus_its_offset(recording_libcud
     lib, folder = recording_libcudnn
     log = folder / "alias.log"
     out = run_python(EXECUTE_PROLOGUE + """
-aliased = _backend.PlanRunner(plan, 0, 0, "sliced", [], aliases=[(9, 3, 96)])
+aliased = _plan_runner.PlanRunner(plan, 0, 0, "sliced", [], aliases=[(9, 3, 96)])
 aliased.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000)
-replaced = _backend.PlanRunner(plan, 0, 0, "viewed", [], aliases=[(9, 3, 0)], omit=[3])
+replaced = _plan_runner.PlanRunner(plan, 0, 0, "viewed", [], aliases=[(9, 3, 0)], omit=[3])
 replaced.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000)
 errors = {}
-orphan = _backend.PlanRunner(plan, 0, 0, "orphan", [], aliases=[(9, 11, 0)])
+orphan = _plan_runner.PlanRunner(plan, 0, 0, "orphan", [], aliases=[(9, 11, 0)])
 try:
     orphan.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000)
 except Exception as e:
@@ -678,7 +678,7 @@ def test_plan_owned_operands_join_every_pack(recording_libcudnn):
     lib, folder = recording_libcudnn
     log = folder / "owned.log"
     out = run_python(EXECUTE_PROLOGUE + """
-owned = _backend.PlanRunner(plan, 300, 0, "owned", [], fixed=[(13, 0x5000, None)],
+owned = _plan_runner.PlanRunner(plan, 300, 0, "owned", [], fixed=[(13, 0x5000, None)],
                             scratch=[(21, 100, False), (22, 8, False)])
 owned.run(layout.pack({3: 0x10000, 5: 0x20000}), handle=0x1000, workspace=0x800000)
 print(json.dumps({"workspace": owned.workspace_size, "cudnn": owned.cudnn_workspace_size}))
@@ -694,7 +694,7 @@ def test_override_shapes_reach_cudnn_as_vectors_of_int64_vectors(recording_libcu
     lib, folder = recording_libcudnn
     log = folder / "overrides.log"
     run_python(EXECUTE_PROLOGUE + """
-overrides = _backend.ShapeOverrides([3, 5], [(2, 8), (2, 4)], [(8, 1), (4, 1)])
+overrides = _plan_runner.ShapeOverrides([3, 5], [(2, 8), (2, 4)], [(8, 1), (4, 1)])
 runner.run_with_overrides(layout.pack({3: 0x10000, 5: 0x20000}), overrides, handle=0x1000)
 print(json.dumps({}))
 """, env={"CUDNN_GRAPH_LIBCUDNN": lib, "FAKE_CUDNN_LOG": str(log)})
@@ -707,7 +707,7 @@ print(json.dumps({}))
 
 
 def test_shape_overrides_are_checked_before_any_launch():
-    from cudnn_graph._backend import ShapeOverrides
+    from cudnn_graph._plan_runner import ShapeOverrides
     with pytest.raises(ValueError, match="one entry per uid"):
         ShapeOverrides([1, 2], [(2, 3)], [(3, 1)])
     with pytest.raises(ValueError, match="differ in rank"):
@@ -760,7 +760,7 @@ def test_threads_see_only_their_own_pointers(recording_libcudnn):
     lib, folder = recording_libcudnn
     log = folder / "threads.log"
     run_python(EXECUTE_PROLOGUE + """
-_backend.set_variant_pack_cache(True)
+_cudnn_handle.set_variant_pack_cache(True)
 barrier = threading.Barrier(8)
 def work(i):
     barrier.wait()
@@ -787,7 +787,7 @@ def test_workspace_checks(recording_libcudnn):
     lib, folder = recording_libcudnn
     out = run_python(EXECUTE_PROLOGUE + """
 import numpy as np
-runner = _backend.PlanRunner(plan, 4096, 0, "needs-ws")
+runner = _plan_runner.PlanRunner(plan, 4096, 0, "needs-ws")
 pack = layout.pack({3: 0x10000, 5: 0x20000, 7: np.array([1.0], np.float32)})
 errors = {}
 for label, ws in (("small", np.zeros(16, np.uint8)), ("host", np.zeros(8192, np.uint8))):
@@ -830,9 +830,9 @@ except Exception as e:
 def test_descriptor_without_libcudnn_raises_not_found():
     out = run_python(NO_LIBCUDNN + """
 import json
-from cudnn_graph import _backend
+from cudnn_graph import _cudnn_descriptor
 try:
-    _backend.Descriptor("CUDNN_BACKEND_TENSOR_DESCRIPTOR")
+    _cudnn_descriptor.Descriptor("CUDNN_BACKEND_TENSOR_DESCRIPTOR")
 except Exception as e:
     print(json.dumps({"error": type(e).__name__}))
 """, env={"CUDNN_GRAPH_LIBCUDNN": "/nonexistent/libcudnn.so.9"})
@@ -1126,13 +1126,13 @@ def test_eight_threads_one_graph_different_buffers():
 def test_cupy_and_torch_streams():
     cp = pytest.importorskip("cupy")
     torch = pytest.importorskip("torch")
-    from cudnn_graph import _backend
+    from cudnn_graph import _cudnn_handle
     g, t, host, want = _fp16_graph_and_host()
     a, b, bias = (cp.asarray(np.ascontiguousarray(host[k])) for k in ("A", "B", "bias"))
     stream = cp.cuda.Stream(non_blocking=True)
     c = cp.zeros(t["C"].dim, cp.float16)
     g.execute({t["A"]: a, t["B"]: b, t["bias"]: bias, t["C"]: c}, stream=stream)
-    assert _backend.thread_handle(0).stream == stream.ptr
+    assert _cudnn_handle.thread_handle(0).stream == stream.ptr
     stream.synchronize()
     assert_close(cp.asnumpy(c), want, "float16", "cupy stream")
     ts = torch.cuda.Stream()
@@ -1140,7 +1140,7 @@ def test_cupy_and_torch_streams():
     tc = torch.zeros(t["C"].dim, dtype=torch.float16, device="cuda")
     torch.cuda.synchronize()
     g.execute({t["A"]: ta, t["B"]: tb, t["bias"]: tbias, t["C"]: tc}, stream=ts)
-    assert _backend.thread_handle(0).stream == ts.cuda_stream
+    assert _cudnn_handle.thread_handle(0).stream == ts.cuda_stream
     ts.synchronize()
     assert_close(_to_host(torch, tc), want, "float16", "torch stream")
 
@@ -1148,7 +1148,7 @@ def test_cupy_and_torch_streams():
 @pytest.mark.gpu
 def test_a_stream_given_to_one_execute_does_not_outlive_it():
     cp = pytest.importorskip("cupy")
-    from cudnn_graph import _backend
+    from cudnn_graph import _cudnn_handle
     g, t, host, want = _fp16_graph_and_host()
     a, b, bias = (cp.asarray(np.ascontiguousarray(host[k])) for k in ("A", "B", "bias"))
     for _ in range(12):     # more streams than a plan keeps workspaces for
@@ -1159,7 +1159,7 @@ def test_a_stream_given_to_one_execute_does_not_outlive_it():
         del stream          # destroyed: the next call without a stream must not launch on it
     c = cp.zeros(t["C"].dim, cp.float16)
     g.execute({t["A"]: a, t["B"]: b, t["bias"]: bias, t["C"]: c})
-    assert _backend.thread_handle(0).stream == 0
+    assert _cudnn_handle.thread_handle(0).stream == 0
     cp.cuda.Device().synchronize()
     assert_close(cp.asnumpy(c), want, "float16", "after a destroyed stream")
 

@@ -44,7 +44,7 @@ print(json.dumps({"errors": errors}))
 
 def test_the_plan_keeps_one_workspace_per_stream_and_a_stream_it_let_go_gets_a_fresh_one(fake_cuda, tmp_path):
     _, records = run_child(PROLOGUE + """
-ws_runner = _backend.PlanRunner(plan, 4096, 0, "ws")
+ws_runner = _plan_runner.PlanRunner(plan, 4096, 0, "ws")
 streams = [0x5000, 0x6000, 0x5000, 0x5000, 0x6000]           # alternating: each keeps its own
 streams += [0x7000 + 0x100 * i for i in range(7)]            # 9 streams in all: the plan keeps 8
 streams += [0x5000, 0x6000, 0x6000]                          # the oldest go first: each gets a new one
@@ -67,16 +67,16 @@ def test_each_thread_has_its_own_state_and_handle_and_keeps_them_across_calls(fa
     out, _ = run_child(PROLOGUE + """
 seen = {}
 def work(i):
-    first = _backend.current_thread_state()
+    first = _cudnn_handle.current_thread_state()
     run(0x100000 + 0x1000 * i, 0x200000)
-    seen[i] = [id(first), first is _backend.current_thread_state(), first.cached_variant_packs,
-               int(first.handle(0)) == int(_backend.thread_handle(0))]
+    seen[i] = [id(first), first is _cudnn_handle.current_thread_state(), first.cached_variant_packs,
+               int(first.handle(0)) == int(_cudnn_handle.thread_handle(0))]
 threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
 for t in threads: t.start()
 for t in threads: t.join()
-main = _backend.current_thread_state()
+main = _cudnn_handle.current_thread_state()
 print(json.dumps({"seen": seen, "main_packs": main.cached_variant_packs,
-                  "main_same": main is _backend.current_thread_state()}))
+                  "main_same": main is _cudnn_handle.current_thread_state()}))
 """, {**fake_cuda(), **OFF}, tmp_path / "log")
     seen = out["seen"]
     assert all(same and packs == 1 and handle for _, same, packs, handle in seen.values())
@@ -90,14 +90,14 @@ pack = layout.pack({3: 0x100000, 5: 0x200000})
 runner.run(pack, stream=0x5000)
 runner.run(pack)                                   # no stream: the default one, not 0x5000
 runner.run(pack)
-mine = _backend.create_handle()
-_backend.set_stream(handle=mine, stream=0x6000)
+mine = _cudnn_handle.create_handle()
+_cudnn_handle.set_stream(handle=mine, stream=0x6000)
 runner.run(pack, handle=mine)                      # keeps 0x6000: no cudnnSetStream
 runner.run(pack, handle=mine)
 kept = mine.stream
 runner.run(pack, handle=mine, stream=0x7000)       # a stream given with the handle is set on it
 print(json.dumps({"kept": kept, "after": mine.stream,
-                  "thread": _backend.thread_handle(0).stream}))
+                  "thread": _cudnn_handle.thread_handle(0).stream}))
 """, {**fake_cuda(), **OFF}, tmp_path / "log")
     assert [r[1] for r in records if r[0] == "stream"] == ["0x5000", "(nil)", "0x6000", "0x7000"]
     assert out == {"kept": 0x6000, "after": 0x7000, "thread": 0}
@@ -194,7 +194,7 @@ def test_execute_mapping_keeps_imported_tensors_for_the_call_and_releases_each_o
 from cudnn_graph._testing import exchange_producer as ep
 hlayout = PackLayout([TensorSpec(3, (4, 8), "float16", strides=(8, 1), device="cpu", name="x"),
                       TensorSpec(5, (4, 8), "float16", strides=(8, 1), device="cpu", name="y", is_output=True)])
-hrunner = _backend.PlanRunner(plan, 0, 0, "host")
+hrunner = _plan_runner.PlanRunner(plan, 0, 0, "host")
 hrunner.bind_layout(hlayout)
 x, y = np.zeros((4, 8), np.float16), np.zeros((4, 8), np.float16)
 want = {3: x.ctypes.data, 5: y.ctypes.data}

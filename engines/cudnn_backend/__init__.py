@@ -8,7 +8,7 @@ from .engine import (CudnnBackendEngine, CudnnBackendPlan, Knob, GRAPH_METHODS, 
                      deselect_workspace_greater_than, get_engine_count, get_knobs_for_engine,
                      select_behavior_notes, select_numeric_notes)
 from .lowering import HANDLE, Program, Ref, Step, check_lowerable, lower_program
-from ..._backend import WorkspaceError
+from ...errors import WorkspaceError
 
 __all__ = ["CudnnBackendEngine", "CudnnBackendPlan", "Knob", "GRAPH_METHODS", "WorkspaceError",
            "create_execution_plan", "deselect_behavior_notes", "deselect_engines", "deselect_numeric_notes",

@@ -24,7 +24,7 @@ covers the case (cuDNN 9.19 refuses the native backward's operation graph on H20
 
 Tensors the composite needs in device memory of the plan's own (the backward's ``softmax_sum`` and dQ
 accumulator, the ALiBi slopes) come from ``Lowering.scratch``; a lowering without it declines those
-graphs saying so. Attribute names the compiled ``_backend`` cannot set yet (the native SDPA operations,
+graphs saying so. Attribute names the compiled core cannot set yet (the native SDPA operations,
 RNG, paged-cache loads, reshape) are not registered, and the graphs needing them are declined with the
 reason, so AUTO still falls back to what can be built.
 
@@ -123,12 +123,13 @@ _RESHAPE_ATTRS = tuple(a for a in SDPA_ATTRIBUTE_TYPES if "RESHAPE" in a)
 
 
 def _backend_attribute_names() -> Optional[frozenset]:
-    """The attribute names the compiled ``_backend`` can set; None when it is not importable."""
+    """The attribute names the compiled core can set; None when it is not importable."""
     try:
-        from ... import _backend
+        from ... import _cudnn_descriptor  # noqa: F401 (the compiled core: without it nothing is set)
+        from ... import _cudnn_names
     except ImportError:
         return None
-    return frozenset(_backend.ATTRIBUTES)
+    return frozenset(_cudnn_names.ATTRIBUTES)
 
 
 _KNOWN = _backend_attribute_names()
@@ -144,9 +145,9 @@ _REGISTERED = {a: t for a, t in SDPA_ATTRIBUTE_TYPES.items() if settable((a,))}
 
 def _missing_names(names) -> str:
     missing = [n for n in names if not settable((n,))]
-    return (f"this build's _backend cannot set {missing[0]}" + (f" (and {len(missing) - 1} more)" if
+    return (f"this build's cudnn_backend cannot set {missing[0]}" + (f" (and {len(missing) - 1} more)" if
                                                                   len(missing) > 1 else "")
-            + "; the attribute table in src/cudnn_graph/_backend.pyx must name them")
+            + "; include/cudnn_graph/cudnn_backend.h must declare them")
 
 
 # ---- what a node asks for ----------------------------------------------------------------------------

@@ -5,7 +5,7 @@ finalizes the operation graph once per graph structure (cached by ``graph.key()`
 cuDNN's heuristics for each requested mode (A, B, FALLBACK) and turns every engine config into a
 ``PlanConfig`` whose ``engine_id`` is cuDNN's global engine index and whose knobs are
 ``{knob_type: value}``. Building finalizes the execution plan (``cudnnBackendFinalize``) and wraps it
-in a ``_backend.PlanRunner``, whose ``execute`` is the nogil hot path.
+in a ``_plan_runner.PlanRunner``, whose ``execute`` is the nogil hot path.
 
 The pygraph-style plan filters and the engine-level queries are module functions that take the
 graph (the graph class attaches them as methods): ``deselect_engines``, ``select_numeric_notes``,
@@ -105,10 +105,10 @@ class _Lowered:
     """An operation graph finalized in cuDNN, with its heuristics results and built plans."""
 
     def __init__(self, program: Program, device: int):
-        from ... import _backend
+        from ... import _cudnn_handle
         self.program = program
         self.device = device
-        self.handle = _backend.thread_handle(device)
+        self.handle = _cudnn_handle.thread_handle(device)
         try:
             self.descriptors = materialize(program, self.handle)
         except Exception as exc:   # cuDNN refused the lowered graph: decline with its words
@@ -135,10 +135,10 @@ class _Lowered:
             found = self.heuristics.get(mode)
             if found is not None:
                 return found
-            from ... import _backend
+            from ... import _cudnn_descriptor
             from ..._cudnn_errors import CudnnStatusError
             try:
-                heur = _backend.Descriptor("CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR")
+                heur = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR")
                 heur.set("CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH", "CUDNN_TYPE_BACKEND_DESCRIPTOR", self.op_graph)
                 heur.set("CUDNN_ATTR_ENGINEHEUR_MODE", "CUDNN_TYPE_HEUR_MODE", int(mode))
                 heur.finalize()
@@ -157,30 +157,30 @@ class _Lowered:
 
     def engine_config(self, engine_id: int, knobs: Mapping) -> Any:
         """An engine config for (engine_id, knobs), made without heuristics."""
-        from ... import _backend
+        from ... import _cudnn_descriptor
         count = self.engine_count()
         if not 0 <= engine_id < count:
             raise GraphNotSupportedError(f"engine {engine_id} does not exist for this graph "
                                          f"(cuDNN has {count} engines for it)")
-        engine = _backend.Descriptor("CUDNN_BACKEND_ENGINE_DESCRIPTOR")
+        engine = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_ENGINE_DESCRIPTOR")
         engine.set("CUDNN_ATTR_ENGINE_OPERATION_GRAPH", "CUDNN_TYPE_BACKEND_DESCRIPTOR", self.op_graph)
         engine.set("CUDNN_ATTR_ENGINE_GLOBAL_INDEX", "CUDNN_TYPE_INT64", int(engine_id))
         engine.finalize()
         choices = []
         for kind, value in (knobs or {}).items():
-            choice = _backend.Descriptor("CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR")
+            choice = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR")
             choice.set("CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE", "CUDNN_TYPE_KNOB_TYPE", _note_key(kind, knob_type))
             choice.set("CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE", "CUDNN_TYPE_INT64", int(value))
             choices.append(choice.finalize())
-        cfg = _backend.Descriptor("CUDNN_BACKEND_ENGINECFG_DESCRIPTOR")
+        cfg = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_ENGINECFG_DESCRIPTOR")
         cfg.set("CUDNN_ATTR_ENGINECFG_ENGINE", "CUDNN_TYPE_BACKEND_DESCRIPTOR", engine)
         if choices:
             cfg.set("CUDNN_ATTR_ENGINECFG_KNOB_CHOICES", "CUDNN_TYPE_BACKEND_DESCRIPTOR", choices)
         return cfg.finalize()
 
     def knobs(self, engine_id: int) -> list:
-        from ... import _backend
-        engine = _backend.Descriptor("CUDNN_BACKEND_ENGINE_DESCRIPTOR")
+        from ... import _cudnn_descriptor
+        engine = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_ENGINE_DESCRIPTOR")
         engine.set("CUDNN_ATTR_ENGINE_OPERATION_GRAPH", "CUDNN_TYPE_BACKEND_DESCRIPTOR", self.op_graph)
         engine.set("CUDNN_ATTR_ENGINE_GLOBAL_INDEX", "CUDNN_TYPE_INT64", int(engine_id))
         engine.finalize()
@@ -202,20 +202,20 @@ class _Lowered:
             runner = self.runners.get(key)
         if runner is not None:
             return runner
-        from ... import _backend
+        from ... import _cudnn_handle, _cudnn_descriptor, _plan_runner
         from ..._cudnn_errors import CudnnStatusError
         cfg = plan.payload if plan.payload is not None else self.engine_config(plan.engine_id, plan.knobs)
         try:
-            descriptor = _backend.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR")
+            descriptor = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR")
             # This thread's handle: a handle must not be used by two threads at once.
             descriptor.set("CUDNN_ATTR_EXECUTION_PLAN_HANDLE", "CUDNN_TYPE_HANDLE",
-                           _backend.thread_handle(self.device))
+                           _cudnn_handle.thread_handle(self.device))
             descriptor.set("CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG", "CUDNN_TYPE_BACKEND_DESCRIPTOR", cfg)
             descriptor.finalize()
             workspace = descriptor.get_int64("CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE")
         except CudnnStatusError as exc:
             raise GraphNotSupportedError(f"cuDNN could not build {plan.label}: {exc}") from exc
-        runner = _backend.PlanRunner(descriptor, workspace, self.device, plan.label, self.constants, self,
+        runner = _plan_runner.PlanRunner(descriptor, workspace, self.device, plan.label, self.constants, self,
                                      aliases=self.program.aliases, fixed=self.fixed, scratch=self.scratch,
                                      omit=self.program.unused_uids)
         with self.lock:
@@ -236,7 +236,6 @@ def _count(descriptor, attribute) -> int:
 
 def describe_config(cfg) -> dict:
     """engine_id, knobs, notes and workspace of an engine config Descriptor."""
-    from ... import _backend
     engine = cfg.get_descriptors("CUDNN_ATTR_ENGINECFG_ENGINE", "CUDNN_BACKEND_ENGINE_DESCRIPTOR", 1)[0]
     engine_id = engine.get_int64("CUDNN_ATTR_ENGINE_GLOBAL_INDEX")
     numeric = engine.get_enums("CUDNN_ATTR_ENGINE_NUMERICAL_NOTE", "CUDNN_TYPE_NUMERICAL_NOTE")
@@ -312,7 +311,7 @@ class CudnnBackendPlan(CompiledPlan):
         self.runner.execute(graph, variant_pack, ctx)
 
     def execute_with_overrides(self, graph, variant_pack, ctx: ExecutionContext, overrides) -> None:
-        """execute with execute-time shapes / strides (a ``_backend.ShapeOverrides``)."""
+        """execute with execute-time shapes / strides (a ``_plan_runner.ShapeOverrides``)."""
         self.runner.run_with_overrides(variant_pack, overrides, handle=ctx.handle, stream=ctx.stream,
                                        workspace=ctx.workspace)
 

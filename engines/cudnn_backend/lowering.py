@@ -642,11 +642,11 @@ def _resolve_value(value, made, handle):
 def materialize(program: Program, handle, *, descriptor_factory=None) -> dict:
     """Create, set and finalize every descriptor of ``program``; returns ``{step name: Descriptor}``.
 
-    ``handle`` is what ``HANDLE`` stands for (a _backend.Handle). Raises the typed CudnnStatusError
+    ``handle`` is what ``HANDLE`` stands for (a _cudnn_handle.Handle). Raises the typed CudnnStatusError
     of the first call cuDNN refuses (its message names the attribute and the descriptor).
     """
     if descriptor_factory is None:
-        from ..._backend import Descriptor as descriptor_factory
+        from ..._cudnn_descriptor import Descriptor as descriptor_factory
     made = {}
     for step in program.steps:
         descriptor = descriptor_factory(step.kind)

@@ -1,0 +1,179 @@
+"""Host-time floors for benchmarks: what one execute or one graph launch costs from C.
+
+``execute_floor_ns`` times cudnnBackendExecute issued from a nogil C loop on a pack's operands;
+``execute_graph_floor_ns`` times cuGraphLaunch of the plan's recorded CUDA graph. They are the
+floors the runtime's execute path is measured against (bench/host_overhead.py, bench/sdpa.py). The
+runtime never imports this module.
+"""
+from libc.stdint cimport int64_t, intptr_t
+from libc.stdlib cimport malloc, free
+
+from cudnn_graph._cudnn_abi cimport CUDNN_STATUS_SUCCESS
+from cudnn_graph._loader cimport CudnnApi, cudnn_api, check
+from cudnn_graph._variant_pack cimport VariantPack
+from cudnn_graph._stream cimport stream_handle
+from cudnn_graph._driver cimport enter_device, leave_device, graphs_available, graph_exec_destroy, graph_launch, EMPTY_CAPTURE
+from cudnn_graph._cudnn_handle cimport Handle, ThreadState, thread_state
+from cudnn_graph._graph_replay cimport (
+    Operands, GRAPH_NONE, build_variant_pack, record_graph, capture_allowed, stage_name,
+)
+from cudnn_graph._plan_runner cimport PlanRunner, PLAN_MAX_EXTRA
+
+from cudnn_graph._driver import result_text as _driver_result_text
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clock_id, timespec* tp)
+    int CLOCK_MONOTONIC
+
+
+cdef inline double _now_ns() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return t.tv_sec * 1e9 + t.tv_nsec
+
+
+cdef int _operands_as_executed(PlanRunner runner, const Operands* operands, void* ws, int64_t** uids,
+                               void*** ptrs) except -1:
+    """The operands exactly as an execute passes them (the pack's, less omitted ones, plus the plan's),
+    in arrays malloc'ed here (the caller frees them); returns how many."""
+    cdef int n
+    uids[0] = <int64_t*>malloc((operands.n + PLAN_MAX_EXTRA) * sizeof(int64_t))
+    ptrs[0] = <void**>malloc((operands.n + PLAN_MAX_EXTRA) * sizeof(void*))
+    try:
+        if uids[0] == NULL or ptrs[0] == NULL:
+            raise MemoryError()
+        n = runner._kept_operands(operands, uids[0], ptrs[0])
+        return n + runner._extras(operands, ws, uids[0] + n, ptrs[0] + n)
+    except BaseException:
+        free(uids[0])
+        free(ptrs[0])
+        uids[0] = NULL
+        ptrs[0] = NULL
+        raise
+
+
+def execute_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, bint reuse_variant_pack=True,
+                     stream=None) -> float:
+    """Host nanoseconds per cudnnBackendExecute issued from a nogil C loop on this pack: the C floor.
+
+    ``reuse_variant_pack`` builds the variant pack once (what the cache achieves); otherwise each
+    iteration builds, finalizes and destroys one, as an uncached execute does.
+    """
+    cdef ThreadState state = thread_state()
+    cdef Handle h = state.handle_for(runner.device)
+    cdef CudnnApi* api = cudnn_api()
+    cdef void* ws = runner._workspace_pointer(None, h._stream)
+    cdef void* vp = NULL
+    cdef void* plan = runner._plan.ptr
+    cdef int status = 0, stage = 0, i
+    cdef double start, stop
+    cdef Operands operands
+    operands.n, operands.uids, operands.ptrs = pack._n, pack._uids, pack._ptrs
+    if stream is not None:
+        h.bind_stream(stream_handle(stream))
+    if iterations <= 0:
+        raise ValueError("iterations must be positive")
+    cdef int64_t* uids = NULL
+    cdef void** ptrs = NULL
+    cdef int n = _operands_as_executed(runner, &operands, ws, &uids, &ptrs)
+    with nogil:
+        if reuse_variant_pack:
+            status = build_variant_pack(api, n, uids, ptrs, ws, &vp, &stage)
+        start = _now_ns()
+        for i in range(iterations):
+            if status != CUDNN_STATUS_SUCCESS:
+                break
+            if not reuse_variant_pack:
+                status = build_variant_pack(api, n, uids, ptrs, ws, &vp, &stage)
+                if status != CUDNN_STATUS_SUCCESS:
+                    break
+            status = api.cudnnBackendExecute(h.ptr, plan, vp)
+            if not reuse_variant_pack:
+                api.cudnnBackendDestroyDescriptor(vp)
+                vp = NULL
+        stop = _now_ns()
+        if vp != NULL:
+            api.cudnnBackendDestroyDescriptor(vp)
+    free(uids)
+    free(ptrs)
+    check(status, b"execute_floor_ns")
+    return (stop - start) / iterations
+
+
+def execute_graph_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, stream=None) -> float:
+    """Host nanoseconds per cuGraphLaunch of this plan's CUDA graph on this pack, from a nogil C loop:
+    the floor of graph replay, next to execute_floor_ns's cudnnBackendExecute floor.
+
+    The graph is recorded as replay records it (cuDNN's populate, else a captured execute) and
+    instantiated once, outside the timing; each iteration is the launch a replayed execute issues (a
+    capture check and cuGraphLaunch). Raises CudnnStatusError when cuDNN fails to record this plan,
+    RuntimeError without graph support or when no graph could be recorded.
+
+    Example (on a machine with cuDNN >= 9.5 and a GPU):
+        >>> ns = execute_graph_floor_ns(runner, pack, 100)        # doctest: +SKIP
+    """
+    cdef ThreadState state = thread_state()
+    cdef Handle h = state.handle_for(runner.device)
+    cdef CudnnApi* api = cudnn_api()
+    cdef intptr_t stream_ptr
+    cdef void* ws
+    cdef void* vp = NULL
+    cdef void* graph_exec = NULL
+    cdef void* plan = runner._plan.ptr
+    cdef int status = 0, stage = 0, result = 0, i, n, method = runner._graph_support
+    cdef bint pushed = False
+    cdef double start = 0, stop = 0
+    cdef Operands operands
+    operands.n, operands.uids, operands.ptrs = pack._n, pack._uids, pack._ptrs
+    if iterations <= 0:
+        raise ValueError("iterations must be positive")
+    if api.cudnnBackendPopulateCudaGraph == NULL and not capture_allowed():
+        raise RuntimeError(f"cuDNN {api.version} has no cudnnBackendPopulateCudaGraph (it needs >= 9.5) and "
+                           f"stream capture is off or unavailable")
+    if not graphs_available():
+        raise RuntimeError("the CUDA driver lacks the graph entry points (cuGraphCreate, cuGraphLaunch, ...)")
+    if stream is not None:
+        h.bind_stream(stream_handle(stream))
+    stream_ptr = h._stream
+    ws = runner._workspace_pointer(None, stream_ptr)
+    cdef int64_t* uids = NULL
+    cdef void** ptrs = NULL
+    n = _operands_as_executed(runner, &operands, ws, &uids, &ptrs)
+    try:
+        enter_device(runner.device, &pushed)
+    except BaseException:
+        free(uids)
+        free(ptrs)
+        raise
+    try:
+        with nogil:
+            status = build_variant_pack(api, n, uids, ptrs, ws, &vp, &stage)
+            if status == CUDNN_STATUS_SUCCESS:
+                result = record_graph(api, h.ptr, plan, vp, stream_ptr, &method, &graph_exec, &status, &stage)
+            if status == CUDNN_STATUS_SUCCESS and result == 0 and graph_exec != NULL:
+                result = graph_launch(graph_exec, stream_ptr)     # the first launch uploads the graph
+                start = _now_ns()
+                for i in range(iterations):
+                    if result != 0:
+                        break
+                    result = graph_launch(graph_exec, stream_ptr)
+                stop = _now_ns()
+            graph_exec_destroy(graph_exec)
+            if vp != NULL:
+                api.cudnnBackendDestroyDescriptor(vp)
+    finally:
+        leave_device(pushed)
+        free(uids)
+        free(ptrs)
+    check(status, stage_name(stage))
+    if result == EMPTY_CAPTURE:
+        raise RuntimeError("execute_graph_floor_ns: the captured execute recorded no work")
+    if result != 0:
+        raise RuntimeError(f"execute_graph_floor_ns: a CUDA graph call failed: {_driver_result_text(result)}")
+    if method == GRAPH_NONE:
+        raise RuntimeError("execute_graph_floor_ns: no CUDA graph could be recorded for this plan")
+    return (stop - start) / iterations
