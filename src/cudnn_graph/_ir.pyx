@@ -282,9 +282,6 @@ cdef class Tensor:
     def _raw_dim(self):
         return self._dim
 
-    def _inferred_type(self):
-        return DataType(self._dtype_inferred)
-
     @property
     def data_type_set_by_user(self) -> bool:
         return self._data_type != _NOT_SET
