@@ -27,6 +27,11 @@ from .data_type import DataType
 __all__ = ["GraphView"]
 
 
+def _read(attribute: str, doc: str) -> property:
+    """A read-only property passing the graph's own ``attribute`` through."""
+    return property(lambda view: getattr(view._graph, attribute), doc=doc)
+
+
 class GraphView:
     """A read-only view of one graph for engines: structure, resolved data types and engine state.
 
@@ -48,19 +53,13 @@ class GraphView:
 
     # -- structure ---------------------------------------------------------------------------------
 
-    @property
-    def nodes(self) -> tuple:
-        """The graph's nodes, in the order they were added (a topological order)."""
-        return self._graph.nodes
-
-    @property
-    def tensors(self) -> tuple:
-        """Every tensor of the graph (inputs, intermediates and outputs)."""
-        return self._graph.tensors
-
-    @property
-    def node_count(self) -> int:
-        return self._graph.node_count
+    nodes = _read("nodes", "The graph's nodes, in the order they were added (a topological order).")
+    tensors = _read("tensors", "Every tensor of the graph (inputs, intermediates and outputs).")
+    node_count = _read("node_count", "``len(nodes)``.")
+    context = _read("context", "The graph's default data types and name (a ``GraphContext``).")
+    device = _read("device", "('cpu', 0) or ('cuda', N).")
+    device_code = _read("device_code", "The graph's DLPack (device type, ordinal).")
+    frozen = _read("frozen", "Whether the graph is frozen (it is whenever an engine plans it).")
 
     def tensor_by_uid(self, uid: int):
         return self._graph.tensor_by_uid(uid)
@@ -71,27 +70,8 @@ class GraphView:
         return tensor.data_type
 
     @property
-    def context(self):
-        """The graph's default data types and name (a ``GraphContext``)."""
-        return self._graph.context
-
-    @property
     def name(self) -> str:
         return self._graph.context.name
-
-    @property
-    def device(self) -> tuple:
-        """('cpu', 0) or ('cuda', N)."""
-        return self._graph.device
-
-    @property
-    def device_code(self) -> tuple:
-        """The graph's DLPack (device type, ordinal)."""
-        return self._graph.device_code
-
-    @property
-    def frozen(self) -> bool:
-        return self._graph.frozen
 
     @property
     def is_override_shape_enabled(self) -> bool:
