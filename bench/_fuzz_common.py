@@ -91,7 +91,7 @@ def reference_outputs(fuzzer, spec, inputs) -> dict:
     outs, pack = {}, {}
     for name, tensor in t.items():
         if name in fuzzer.outputs(spec):
-            outs[name] = strided_empty(host_dtype(g._resolved_type(tensor).name), tensor.dim, tensor.stride)
+            outs[name] = strided_empty(host_dtype(g.view.data_type(tensor).name), tensor.dim, tensor.stride)
             pack[tensor] = host_buffer(outs[name])
         elif name in inputs:
             pack[tensor] = host_buffer(inputs[name])
@@ -137,7 +137,7 @@ def gpu_outputs(fuzzer, spec, inputs, graph=None):
     pack, keep, outs = {}, [], {}
     for name, tensor in t.items():
         if name in fuzzer.outputs(spec):
-            dtype = host_dtype(g._resolved_type(tensor).name)
+            dtype = host_dtype(g.view.data_type(tensor).name)
             dev = _cupy_strided(cp, strided_empty(dtype, tensor.dim, tensor.stride))
             if np.dtype(dev.dtype).kind == "f":
                 dev.fill(np.nan)      # an output the plan leaves unwritten shows as NaN

@@ -46,7 +46,7 @@ def build_graph(cudnn, M, N, K):
 
 def compile_seconds(g, index):
     from cudnn_graph.engines.cute import engine as cute_engine
-    compiled = g._state.compiled.get(index)
+    compiled = g.compiled_plan(index)
     spec = getattr(compiled, "spec", None)
     return cute_engine.compile_seconds.get(spec) if spec is not None else None
 
@@ -103,7 +103,7 @@ def host_time(torch, cudnn, reps):
     res = {"plan": g.selected_plan.label,
            "cute execute us": burst_us(lambda: g.execute(pack), sync, reps=reps),
            "torch.matmul us": burst_us(lambda: torch.matmul(A, B, out=C), sync, reps=reps)}
-    compiled = g._state.compiled.get(g._state.selected)
+    compiled = g.compiled_plan()
     launcher = getattr(compiled, "_launch", None)
     res["packed launch"] = getattr(launcher, "packed", None)
     return res

@@ -145,7 +145,7 @@ def main(argv=None) -> dict:
     except Exception:
         pass
 
-    compiled = g._state.compiled[g._state.selected]
+    compiled = g.compiled_plan()
     runner, layout = compiled.runner, compiled.layout
     graph_support = runner.cuda_graph_support
     pack = layout.pack(pack_i)

@@ -101,7 +101,7 @@ def ours(torch, op: str, x: dict, variant: str = ""):
     run()
     torch.cuda.synchronize()
     first = time.perf_counter() - began
-    compiled = g._state.compiled[g._state.selected]
+    compiled = g.compiled_plan()
     return run, out, final, built, first, compiled
 
 
@@ -129,7 +129,7 @@ def ours_backward(torch, op: str, x: dict, variant: str = ""):
         raise RuntimeError(f"plan {name} was not selected: {g.selected_plan} ({g.declines})")
     pack = {t[name]: a for name, a in x.items()}
     for tensor in outs:
-        dtype = torch.float32 if g._resolved_type(tensor) == F.FLOAT else torch.bfloat16
+        dtype = torch.float32 if g.view.data_type(tensor) == F.FLOAT else torch.bfloat16
         pack[tensor] = torch.empty(list(tensor.dim), device="cuda", dtype=dtype)
     stream = torch.cuda.current_stream().cuda_stream
 
@@ -139,7 +139,7 @@ def ours_backward(torch, op: str, x: dict, variant: str = ""):
     began = time.perf_counter()
     run()
     torch.cuda.synchronize()
-    return run, g._state.compiled[g._state.selected], time.perf_counter() - began
+    return run, g.compiled_plan(), time.perf_counter() - began
 
 
 def kernel_breakdown(torch, run, compiled, iters: int) -> dict:

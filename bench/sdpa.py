@@ -208,7 +208,7 @@ def host_time(torch, cudnn, fe, handle, reps: int) -> dict:
     _cudnn_handle.set_cuda_graph_replay(replay_default)
     out["exports torch us"] = TORCH_EXPORT_US_PER_OPERAND * len(pack_t)
 
-    compiled = g._state.compiled[g._state.selected]
+    compiled = g.compiled_plan()
     runner, layout = compiled.runner, compiled.layout
     packed = layout.pack(pack_i)
     per = []

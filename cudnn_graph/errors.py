@@ -1,4 +1,9 @@
-"""Every exception cudnn_graph raises, in one place.
+"""The exceptions of cudnn_graph's graph, buffer and plan machinery, and their base ``CudnnGraphError``.
+
+cuDNN's own failures (a ``cudnnStatus_t``, a missing or too old libcudnn) are in
+``cudnn_graph._cudnn_errors`` and ``PlanEntryError`` (no plan of the list could be built) is in
+``cudnn_graph.graph``; every one of them subclasses ``CudnnGraphError`` and is importable from
+``cudnn_graph`` itself.
 
 Buffer errors name the tensor (name and uid), what was expected and what arrived. They subclass
 ``ValueError`` or ``TypeError`` so callers that already catch those keep working.

@@ -1,5 +1,8 @@
-"""``pygraph``: the graph users build — op builders generated from the op tables, inference, the plan
-list and execute.
+"""``pygraph``: the graph users build — op builders generated from the op tables, and its lifecycle:
+validate, freeze (``build_operation_graph``), plan, build and execute, in that order in this file.
+
+Inference is ``cudnn_graph._inference``'s; engines see the graph through ``graph.view`` (a
+``GraphView``); engine-specific graph methods attach through ``register_graph_method``.
 
 ``cudnn_graph.pygraph`` takes ``cudnn.pygraph``'s constructor and methods, so graph code written for
 cudnn-frontend ports by changing the import; buffers come from any framework.
@@ -25,13 +28,16 @@ import inspect
 import logging
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ._ir import Graph as _GraphCore, Tensor, Node, OpBinding
+from ._execute import execute as _execute_entry
+from ._inference import infer_graph
+from .view import GraphView
 from ._slot import Slot
 from ._variant_pack import PackLayout, TensorSpec
 from ._stream import as_stream_handle
-from .data_type import DataType, data_type_of
+from .data_type import DataType
 from .errors import (WorkspaceError, DeviceMismatchError, GraphFrozenError, GraphNotSupportedError,
                      GraphValidationError, UnknownTensorError)
 from .ops import SCHEMAS
@@ -41,7 +47,7 @@ from .engines.base import ExecutionContext
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["pygraph", "Graph", "PlanEntryError"]
+__all__ = ["pygraph", "Graph", "PlanEntryError", "register_graph_method"]
 
 _GENERIC = ("compute_data_type", "name")
 
@@ -57,8 +63,6 @@ class PlanEntryError(GraphNotSupportedError):
 
 @dataclass
 class _PlanState:
-    validated: bool = False
-    lowered: bool = False
     planned: bool = False
     entries: list = field(default_factory=list)        # ranked PlanConfig list (graph.plans)
     declines: list = field(default_factory=list)       # (engine, reason) gathered while planning/building
@@ -67,7 +71,7 @@ class _PlanState:
     pinned: bool = False
     layouts: dict = field(default_factory=dict)         # engine binds strides? -> PackLayout
     scalar_defaults: dict = field(default_factory=dict)  # uid -> value of tensor_scalar tensors
-    backend_lowering: Any = None
+    engine_states: dict = field(default_factory=dict)   # engine name -> its state (GraphView.state)
 
 
 # ---- builders generated from the op tables -------------------------------------------------------
@@ -118,14 +122,20 @@ class pygraph(_GraphCore):
     plan list (default: the process default router). ``is_override_shape_enabled`` builds a graph
     whose tensors may take other shapes and strides at execute (``override_uids`` /
     ``override_shapes`` / ``override_strides``); the cuDNN backend needs cuDNN >= 9.21 for it.
+    ``sm_count``, ``sm_version`` and ``kernel_cache`` are cudnn.pygraph's; they are not implemented
+    yet and raise NotImplementedError when given.
     """
 
     def __init__(self, io_data_type=None, intermediate_data_type=None, compute_data_type=None,
                  handle=None, *, name: str = "", device=None, router: Optional[Router] = None,
                  sm_count=None, sm_version=None, kernel_cache=None, is_override_shape_enabled: bool = False):
+        # Never accepted and ignored: a caller relying on one must learn that it does nothing here.
+        for keyword, value in (("sm_count", sm_count), ("sm_version", sm_version), ("kernel_cache", kernel_cache)):
+            if value is not None:
+                raise NotImplementedError(f"pygraph({keyword}=) is not implemented")
         super().__init__(io_data_type, intermediate_data_type, compute_data_type, name=name,
                          device=device, handle=handle, router=router)
-        self._state = _PlanState()
+        self._plans = _PlanState()
         self._override_shape_enabled = bool(is_override_shape_enabled)
 
     @property
@@ -133,104 +143,23 @@ class pygraph(_GraphCore):
         """Whether execute may override tensor shapes and strides (fixed at construction)."""
         return self._override_shape_enabled
 
+    @property
+    def view(self) -> GraphView:
+        """The read-only view engines and routers get of this graph (``cudnn_graph.view.GraphView``)."""
+        return GraphView(self, self._plans.engine_states)
+
     # -- node construction ------------------------------------------------------------------------
     # Builders (one per op schema, generated below) call Graph._build with the op's OpBinding.
 
-    # -- inference and validation -----------------------------------------------------------------
-
-    def _resolved_type(self, t: Tensor) -> DataType:
-        dt = t.data_type if t.data_type_set_by_user else None
-        if dt is not None and dt != DataType.NOT_SET:
-            return dt
-        inferred = t._inferred_type()
-        if t.producer is not None and inferred != DataType.NOT_SET:
-            return inferred
-        return self._default_type(t.is_virtual)
-
-    def _default_type(self, virtual: bool) -> DataType:
-        # Intermediates without a declared type live in the compute type (FLOAT when none is set either),
-        # which is what cuDNN's fused engines keep them in.
-        ctx = self.context
-        if not virtual:
-            return ctx.io_data_type
-        for dt in (ctx.intermediate_data_type, ctx.compute_data_type):
-            if dt != DataType.NOT_SET:
-                return dt
-        return DataType.FLOAT
-
-    def _info(self, t: Tensor, node, port) -> TensorInfo:
-        if not t.dim_set_by_user and t.producer is None:
-            raise GraphValidationError(node.name, node.op, port, f"tensor '{t.name}' has no dims")
-        dims = t._raw_dim()
-        if dims is None:
-            raise GraphValidationError(node.name, node.op, port,
-                                       f"tensor '{t.name}' has no dims (set them with set_dim)")
-        return TensorInfo(tuple(dims), tuple(t.stride), self._resolved_type(t), t.is_virtual,
-                          t.is_pass_by_value, t.name)
-
-    def _ensure_inferred(self):
-        if not self._inferred:
-            self._infer_all()
-
-    def _infer_all(self):
-        # Marked done first: the tensor getters used below must not re-enter inference.
-        self._inferred = True
-        # Inference runs again only after a change, which a later validate() must see: a graph
-        # validated, then changed, is not valid any more until validate() passes again.
-        self._state.validated = False
-        try:
-            self._infer_nodes()
-        except BaseException:
-            self._inferred = False
-            raise
-        # Graph inputs take the graph's io (virtual: intermediate) type when the user set none, as
-        # cudnn.pygraph's validate() fills them from the context; tensor.data_type then reports it.
-        for t in self.tensors:
-            if t.producer is None and not t.data_type_set_by_user:
-                t._set_inferred(None, None, self._default_type(t.is_virtual))
+    # -- lifecycle: validate ----------------------------------------------------------------------
 
     def _is_validated(self) -> bool:
         # Any change after validate() resets _inferred (the IR's mutation hook).
-        return self._state.validated and self._inferred
-
-    def _infer_nodes(self):
-        ctx_types = self.context
-        for node in self.nodes:
-            schema = node.schema
-            infos = {}
-            for port, value in node.inputs.items():
-                if value is None:
-                    infos[port] = None
-                elif isinstance(value, tuple):
-                    infos[port] = [self._info(v, node, port) for v in value]
-                else:
-                    infos[port] = self._info(value, node, port)
-            compute = DataType(node.compute_data_type) if node.compute_data_type != -1 else ctx_types.compute_data_type
-            ictx = InferContext(node.name, node.op, infos, node.params, compute,
-                                ctx_types.intermediate_data_type, ctx_types.io_data_type)
-            result = schema.infer(ictx)
-            for oname, t in node.outputs.items():
-                info = result.get(oname)
-                if info is None:
-                    continue
-                dtype = info.data_type
-                if dtype is None:
-                    dtype = self._default_type(t.is_virtual)
-                t._set_inferred(info.dim, info.stride, dtype)
-            check = schema.extra.get("validate_outputs")
-            if check is not None:
-                pending = {o: t._raw_dim() for o, t in node.outputs.items()
-                           if result.get(o) is not None and result[o].dim is None}
-                if pending:
-                    missing = [o for o, d in pending.items() if d is None]
-                    if missing:
-                        raise GraphValidationError(node.name, node.op, missing[0],
-                                                   "output dims must be set by the caller (set_dim)")
-                    check(ictx, pending)
+        return self._validated and self._inferred
 
     def validate(self) -> None:
         """Infer every output's dims and data type and check the graph; raises naming node and port."""
-        self._infer_all()
+        infer_graph(self)
         consumed = set()
         for node in self.nodes:
             for value in node.inputs.values():
@@ -245,7 +174,7 @@ class pygraph(_GraphCore):
                 if t.uid not in consumed and not self._is_side_tensor(t):
                     raise GraphValidationError("<graph>", "input", t.name,
                                                "is an input that no node uses")
-                if self._resolved_type(t) == DataType.NOT_SET:
+                if t.data_type == DataType.NOT_SET:
                     raise GraphValidationError("<graph>", "input", t.name,
                                                "has no data type (set it, or give the graph an io_data_type)")
             else:
@@ -254,40 +183,42 @@ class pygraph(_GraphCore):
                 if t.is_virtual and t.uid not in consumed:
                     raise GraphValidationError(node.name, node.op, port,
                                                "output is neither used by another node nor marked set_output(True)")
-                if self._resolved_type(t) == DataType.NOT_SET:
+                if t.data_type == DataType.NOT_SET:
                     raise GraphValidationError(node.name, node.op, port,
                                                "has no data type (set it, or give the graph an "
                                                + ("intermediate_data_type" if t.is_virtual else "io_data_type") + ")")
-        self._state.validated = True
+        self._validated = True
 
     def _is_side_tensor(self, t) -> bool:
         # Ragged offsets are read through the tensors that name them.
         return any(o.ragged_offset is t for o in self.tensors if o is not t)
 
-    # -- lifecycle ---------------------------------------------------------------------------------
+    # -- lifecycle: freeze, plan, build -----------------------------------------------------------
 
     def build_operation_graph(self) -> None:
-        """Validate, lower for the cuDNN backend when it is present, and freeze the graph."""
+        """Validate (when a change since the last validate() needs it) and freeze the graph: every
+        mutation raises afterwards. Nothing is lowered here: each engine lowers the frozen graph when
+        create_execution_plans() asks it for plans."""
         if not self._is_validated():
             self.validate()
         self._freeze()
-        self._state.lowered = True
 
     def create_execution_plans(self, heur_modes=None) -> None:
         """Rank every engine's plans for this graph into one list (``graph.plans``). One-shot."""
-        st = self._state
+        st = self._plans
         if st.planned:
             raise RuntimeError("create_execution_plans() was already called for this graph; "
                                "use select_plan(i) to switch plans")
-        if not st.lowered:
+        if not self.frozen:
             self.build_operation_graph()
         from .engines import manifest
         entries, declines = [], []
         modes = list(heur_modes) if heur_modes is not None else None
+        view = self.view
         for engine in manifest.engines():
             try:
-                proposed = engine.propose_plans(self) if modes is None or not hasattr(engine, "propose_plans_for_modes") \
-                    else engine.propose_plans_for_modes(self, modes)
+                proposed = engine.propose_plans(view) if modes is None or not hasattr(engine, "propose_plans_for_modes") \
+                    else engine.propose_plans_for_modes(view, modes)
             except (NotImplementedError, GraphNotSupportedError) as exc:
                 declines.append((engine.name, str(exc) or type(exc).__name__))
                 continue
@@ -296,7 +227,7 @@ class pygraph(_GraphCore):
                     object.__setattr__(p, "engine", engine)
                 entries.append(p)
         router = self.router if self.router is not None else get_default_router()
-        st.entries = router.rank(self, entries)
+        st.entries = router.rank(view, entries)
         st.declines = declines
         st.planned = True
         logger.debug("graph %s: %d plan entries, %d engines declined", self.context.name, len(entries), len(declines))
@@ -305,9 +236,10 @@ class pygraph(_GraphCore):
         """Raise ``GraphNotSupportedError`` (saying which engines declined and why) when no plan exists."""
         st = self._require_planned()
         kept = []
+        view = self.view
         for entry in st.entries:
             try:
-                entry.engine.check_support(self, entry)
+                entry.engine.check_support(view, entry)
             except (NotImplementedError, GraphNotSupportedError) as exc:
                 st.declines.append((entry.label, str(exc)))
                 continue
@@ -358,23 +290,22 @@ class pygraph(_GraphCore):
         """validate + build_operation_graph + create_execution_plans + check_support + build_plans."""
         if not self._is_validated():
             self.validate()
-        if not self._state.lowered:
+        if not self.frozen:
             self.build_operation_graph()
         self.create_execution_plans(heur_modes)
         self.check_support()
         self.build_plans()
 
     def _require_planned(self) -> _PlanState:
-        if not self._state.planned:
+        if not self._plans.planned:
             raise RuntimeError("create_execution_plans() has not been called for this graph")
-        return self._state
+        return self._plans
 
     def _build_index(self, i):
-        st = self._state
+        st = self._plans
         entry = st.entries[i]
-        from .engines.base import ExecutionContext
         ctx = ExecutionContext(handle=self.handle, device=self.device)
-        compiled = entry.engine.build_plan(self, entry, ctx)
+        compiled = entry.engine.build_plan(self.view, entry, ctx)
         compiled.layout = self._layout_for(entry.engine)
         st.compiled[i] = compiled
         return compiled
@@ -382,7 +313,7 @@ class pygraph(_GraphCore):
     def _layout_for(self, engine) -> PackLayout:
         """The operands a plan of ``engine`` packs: every non-virtual tensor, checked as declared."""
         key = (bool(engine.binds_provisional_strides), bool(engine.host_scalars))
-        layout = self._state.layouts.get(key)
+        layout = self._plans.layouts.get(key)
         if layout is not None:
             return layout
         device = self.device_code
@@ -391,7 +322,7 @@ class pygraph(_GraphCore):
         for t in self.tensors:
             if t.is_virtual:
                 continue
-            dtype = self._resolved_type(t)
+            dtype = t.data_type
             try:
                 from .data_type import dlpack_code_of
                 code = dlpack_code_of(dtype)
@@ -400,13 +331,13 @@ class pygraph(_GraphCore):
             binds = t.stride_set_by_user or engine.binds_provisional_strides
             scalar = t.is_pass_by_value
             if scalar and t.value is not None:
-                self._state.scalar_defaults[t.uid] = t.value
+                self._plans.scalar_defaults[t.uid] = t.value
             specs.append(TensorSpec(
                 t.uid, t.dim, code + (1,), strides=t.stride if binds else None,
                 device="cpu" if (scalar and engine.host_scalars) else dev, name=t.name,
                 is_output=t.producer is not None, required=not (scalar and t.value is not None)))
         layout = PackLayout(specs)
-        self._state.layouts[key] = layout
+        self._plans.layouts[key] = layout
         return layout
 
     # -- the plan list -----------------------------------------------------------------------------
@@ -419,7 +350,7 @@ class pygraph(_GraphCore):
     @property
     def declines(self) -> list:
         """(engine, reason) for every engine or entry that declined."""
-        return list(self._state.declines)
+        return list(self._plans.declines)
 
     def select_plan(self, index: int) -> None:
         """Pin entry ``index``: build_plans() builds it or raises."""
@@ -448,12 +379,42 @@ class pygraph(_GraphCore):
         return i
 
     def get_plan_name_at_index(self, index: int) -> str:
-        return self._state.entries[self._plan_index(index)].label
+        return self._plans.entries[self._plan_index(index)].label
 
     def build_plan_at_index(self, index: int) -> None:
         index = self._plan_index(index)
-        if index not in self._state.compiled:
+        if index not in self._plans.compiled:
             self._build_index(index)
+
+    def append_plan(self, entry) -> int:
+        """Append ``entry`` (a PlanConfig with its ``engine`` set) to the plan list; returns its index.
+
+        Before create_execution_plans() the list starts with just this entry (planning then counts as
+        done). How an engine's own hand-made entries (e.g. cuDNN's ``create_execution_plan``) join it.
+        """
+        if getattr(entry, "engine", None) is None:
+            raise ValueError("a plan list entry names the engine that builds it (PlanConfig.engine)")
+        st = self._plans
+        if not st.planned:
+            st.entries, st.declines, st.planned = [], [], True
+        st.entries.append(entry)
+        return len(st.entries) - 1
+
+    def compiled_plan(self, index: Optional[int] = None):
+        """The built plan (a ``CompiledPlan``) of plan-list entry ``index`` (None: the selected one),
+        or None where that entry is not built yet (or, for the selected one, nothing is planned).
+
+        For introspection and benchmarks: a plan's engine-specific parts (cuDNN's ``runner``, a DSL
+        plan's kernels and launch hooks) hang off it.
+        """
+        st = self._plans
+        if index is None:
+            return st.compiled.get(st.selected) if st.planned else None
+        return st.compiled.get(self._plan_index(index))
+
+    def get_compiled_plan_at_index(self, index: int):
+        """``compiled_plan(index)``, in the at-index family's spelling."""
+        return self.compiled_plan(self._plan_index(index))
 
     def get_workspace_size(self) -> int:
         st = self._require_planned()
@@ -471,13 +432,21 @@ class pygraph(_GraphCore):
 
     # -- execute -----------------------------------------------------------------------------------
 
-    # execute() is the graph core's (cudnn_graph._ir.Graph.execute): the repeated call runs the selected
-    # plan's one-call executor (self._hot, reset to None when the selection moves) without a Python
-    # frame, and hands everything else here.
+    # execute() is cudnn_graph._execute.execute (Cython): the repeated call runs the selected plan's
+    # one-call executor (self._hot, reset to None when the selection moves) without a Python frame,
+    # and hands everything else here.
+    execute = _execute_entry
+
+    @property
+    def fast_executor(self):
+        """The selected plan's one-call executor that a repeated execute() runs: None until an
+        execute() looked it up for the current selection, False when the plan has none."""
+        return self._hot
+
     def _execute(self, variant_pack: Mapping, workspace, handle, stream, override_uids, override_shapes,
                  override_strides) -> None:
         hot = self._hot
-        st = self._state
+        st = self._plans
         compiled = st.compiled.get(st.selected) if st.planned else None
         if compiled is None:
             raise RuntimeError("no plan is built: call build() or build_plans() before execute()")
@@ -502,7 +471,7 @@ class pygraph(_GraphCore):
         overrides = None
         if override_uids is not None or override_shapes is not None or override_strides is not None:
             overrides = self._shape_overrides(compiled, override_uids, override_shapes, override_strides)
-        defaults = self._state.scalar_defaults
+        defaults = self._plans.scalar_defaults
         if defaults:
             variant_pack = self._with_scalars(variant_pack, defaults, compiled.layout)
         layout = compiled.layout if overrides is None else overrides[1]
@@ -513,9 +482,9 @@ class pygraph(_GraphCore):
                                stream=None if stream is None else as_stream_handle(stream),
                                workspace=workspace, device=self.device)
         if overrides is None:
-            compiled.execute(self, pack, ctx)
+            compiled.execute(self.view, pack, ctx)
         else:
-            compiled.execute_with_overrides(self, pack, ctx, overrides[0])
+            compiled.execute_with_overrides(self.view, pack, ctx, overrides[0])
 
     def _shape_overrides(self, compiled, uids, shapes, strides):
         """(ShapeOverrides, layout checking the buffers against the overridden geometry)."""
@@ -605,17 +574,26 @@ for _schema in SCHEMAS.values():
 Graph = pygraph
 
 
-def _attach_backend_methods() -> None:
-    """cudnn.pygraph's backend filters and knob queries (deselect_engines, get_knobs_for_engine, ...)."""
-    try:
-        from .engines.cudnn_backend.engine import GRAPH_METHODS
-    except ImportError as exc:   # an install without the backend engine: the methods are simply absent
-        logger.debug("cuDNN backend methods not attached: %s", exc)
+def register_graph_method(name: str, function: Callable) -> None:
+    """Add ``function`` to every graph as the method ``name`` (the extension point for engines).
+
+    How an engine gives graphs methods of its own (cuDNN's plan filters and engine queries, e.g.
+    ``deselect_engines``, ``get_knobs_for_engine``) without the core knowing that engine: an engine
+    lists them in ``BaseEngine.graph_methods`` and the engine manifest registers them here.
+    ``function`` takes the graph first (it is a method); it reaches the engine's own state on the
+    graph through ``graph.view.state(engine)``. A name that a graph method or an op already has is
+    refused; registering the same function again is a no-op.
+    """
+    if getattr(pygraph, name, None) is function:
         return
-    for method_name, function in GRAPH_METHODS.items():
-        if hasattr(_GraphCore, method_name) or method_name in SCHEMAS:
-            raise RuntimeError(f"{method_name!r} would shadow a Graph method or an op")
-        setattr(pygraph, method_name, function)
+    if hasattr(pygraph, name) or name in SCHEMAS:
+        raise RuntimeError(f"{name!r} would shadow a Graph method or an op")
+    setattr(pygraph, name, function)
 
 
-_attach_backend_methods()
+def _install_engine_methods() -> None:
+    from .engines import manifest
+    manifest.install_graph_methods(register_graph_method)
+
+
+_install_engine_methods()

@@ -1,5 +1,7 @@
 """Ranking of the plan list. Replace ``heuristics_sort`` (the cost-model seam) in a Router subclass.
 
+A router sees the graph as engines do: ``graph`` is its ``GraphView`` (``cudnn_graph.view``).
+
 Example:
     >>> from cudnn_graph.router import Router, set_default_router
     >>> class PreferPython(Router):

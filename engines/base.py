@@ -5,6 +5,16 @@ finalisation) and returns a ``CompiledPlan`` whose ``execute`` receives only the
 slots. An engine declines ONLY by raising ``NotImplementedError`` or ``GraphNotSupportedError``
 (with the reason); anything else is a bug and propagates.
 
+What an engine sees of a graph is a ``GraphView`` (``cudnn_graph.view``): ``nodes``, ``tensors``,
+``data_type(tensor)`` (the resolved type), ``device`` / ``device_code``, ``context``, ``key()``,
+``is_override_shape_enabled`` and ``state(engine, factory)``, a slot of the engine's own on the graph
+for lowering or planning state. The lifecycle passes a view to ``propose_plans``, ``check_support``,
+``build_plan`` and ``CompiledPlan.execute``; an engine's helpers that may also be handed a graph
+(tests call ``engine.propose_plans(graph)``) take ``GraphView.of(graph)``. Nothing else of the
+graph is an engine's to read. An engine that gives graphs methods of its own lists them in
+``graph_methods`` (``{name: function(graph, ...)}``); the engine manifest adds them to every graph
+through ``cudnn_graph.graph.register_graph_method``.
+
 Example (a toy engine that runs nothing but declines politely):
 
     >>> from cudnn_graph.engines.base import BaseEngine
@@ -16,9 +26,11 @@ Example (a toy engine that runs nothing but declines politely):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
-__all__ = ["PlanConfig", "ExecutionContext", "CompiledPlan", "BaseEngine"]
+from ..view import GraphView
+
+__all__ = ["PlanConfig", "ExecutionContext", "CompiledPlan", "BaseEngine", "GraphView"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +70,7 @@ class CompiledPlan:
         self.workspace_size = int(workspace_size)
         self.layout = None   # set by the graph: the PackLayout its execute() packs against
 
-    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
+    def execute(self, graph: GraphView, variant_pack, ctx: ExecutionContext) -> None:
         raise NotImplementedError
 
     def fast_executor(self, layout):
@@ -79,14 +91,16 @@ class BaseEngine:
     binds_provisional_strides: bool = True
     # Whether a pass-by-value tensor's buffer must be on the host (cuDNN) or may be anywhere.
     host_scalars: bool = True
+    # Methods this engine adds to every graph: {name: function(graph, ...)} (register_graph_method).
+    graph_methods: ClassVar[Mapping[str, Callable]] = {}
 
-    def propose_plans(self, graph) -> list[PlanConfig]:
+    def propose_plans(self, graph: GraphView) -> list[PlanConfig]:
         raise NotImplementedError(f"{self.name} proposes no plans")
 
-    def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
+    def build_plan(self, graph: GraphView, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
         raise NotImplementedError(f"{self.name} builds no plans")
 
-    def check_support(self, graph, plan: PlanConfig) -> None:
+    def check_support(self, graph: GraphView, plan: PlanConfig) -> None:
         """Cheap support check before building; decline by raising. Default: supported."""
 
     def __repr__(self) -> str:

@@ -4,20 +4,24 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+import warnings
+from typing import Callable
 
 from .base import BaseEngine
 from .ids import OUT_OF_TREE
 
 logger = logging.getLogger(__name__)
 
-# In-tree engines: module, class, optional. Each is tried once; an ImportError means "absent", silently.
-# An optional engine whose import fails otherwise (a broken dependency) is absent too, with a warning:
-# the graphs still run on the other engines.
+# In-tree engines: module, class, optional, adds graph methods. Each is tried once; an ImportError means
+# "absent", silently. An optional engine whose import fails otherwise (a broken dependency) is absent
+# too, with a warning: the graphs still run on the other engines. An engine that adds graph methods
+# (BaseEngine.graph_methods) is imported with cudnn_graph, so that its methods exist on every graph
+# before anything is planned; the others are imported at first planning.
 _IN_TREE = (
-    ("cudnn_graph.engines.reference", "ReferenceEngine", False),
-    ("cudnn_graph.engines.cudnn_backend", "CudnnBackendEngine", False),
-    ("cudnn_graph.engines.cute", "CuteGemmEngine", True),
-    ("cudnn_graph.engines.cutile", "CutileLinearAttentionEngine", True),
+    ("cudnn_graph.engines.reference", "ReferenceEngine", False, False),
+    ("cudnn_graph.engines.cudnn_backend", "CudnnBackendEngine", False, True),
+    ("cudnn_graph.engines.cute", "CuteGemmEngine", True, False),
+    ("cudnn_graph.engines.cutile", "CutileLinearAttentionEngine", True, False),
 )
 
 _lock = threading.Lock()
@@ -27,7 +31,7 @@ _registered: list[BaseEngine] = []
 
 def _load_in_tree() -> list[BaseEngine]:
     engines = []
-    for module, cls, optional in _IN_TREE:
+    for module, cls, optional, _ in _IN_TREE:
         try:
             mod = importlib.import_module(module)
         except ImportError as exc:
@@ -56,18 +60,60 @@ def engines() -> list[BaseEngine]:
         return list(_loaded) + list(_registered)
 
 
-def register_backend(engine: BaseEngine) -> None:
-    """Add an out-of-tree engine (engine ids 30000 and above) to every graph's plan list."""
+def install_graph_methods(register: Callable[[str, Callable], None]) -> None:
+    """Hand every in-tree engine's ``graph_methods`` to ``register`` (``cudnn_graph.graph.register_graph_method``).
+
+    Called once by ``cudnn_graph.graph`` when it is imported; an engine that is absent adds none.
+    """
+    for module, cls, _, adds_methods in _IN_TREE:
+        if not adds_methods:
+            continue
+        try:
+            engine_class = getattr(importlib.import_module(module), cls)
+        except ImportError as exc:   # an install without this engine: its methods are simply absent
+            logger.debug("graph methods of %s not added: %s", module, exc)
+            continue
+        for name, function in engine_class.graph_methods.items():
+            register(name, function)
+
+
+def _register_methods_of(engine: BaseEngine) -> None:
+    methods = type(engine).graph_methods
+    if methods:
+        from ..graph import register_graph_method
+        for name, function in methods.items():
+            register_graph_method(name, function)
+
+
+def register_engine(engine: BaseEngine) -> None:
+    """Add an out-of-tree engine (engine ids 30000 and above) to every graph's plan list.
+
+    Its ``graph_methods`` (if any) become methods of every graph.
+    """
     if not isinstance(engine, BaseEngine):
-        raise TypeError(f"register_backend takes a BaseEngine; got {type(engine).__name__}")
+        raise TypeError(f"register_engine takes a BaseEngine; got {type(engine).__name__}")
     if engine.engine_id < OUT_OF_TREE:
         raise ValueError(f"out-of-tree engines use ids >= {OUT_OF_TREE}; {engine.name} has {engine.engine_id}")
     with _lock:
         if any(e.engine_id == engine.engine_id for e in _registered):
             raise ValueError(f"engine id {engine.engine_id} is already registered")
         _registered.append(engine)
+    _register_methods_of(engine)
+
+
+def unregister_engine(engine: BaseEngine) -> None:
+    """Take a registered engine out of the plan lists made from now on (its graph methods stay)."""
+    with _lock:
+        _registered[:] = [e for e in _registered if e is not engine]
+
+
+def register_backend(engine: BaseEngine) -> None:
+    """Deprecated spelling of ``register_engine`` (it registers any engine, not only a backend)."""
+    warnings.warn("register_backend is deprecated; use register_engine", DeprecationWarning, stacklevel=2)
+    register_engine(engine)
 
 
 def unregister_backend(engine: BaseEngine) -> None:
-    with _lock:
-        _registered[:] = [e for e in _registered if e is not engine]
+    """Deprecated spelling of ``unregister_engine``."""
+    warnings.warn("unregister_backend is deprecated; use unregister_engine", DeprecationWarning, stacklevel=2)
+    unregister_engine(engine)

@@ -76,7 +76,7 @@ def reference_run(builder, host_inputs, out_names, **kwargs):
     outs, pack = {}, {}
     for name, tensor in t.items():
         if name in out_names:
-            outs[name] = empty_like_strided(host_dtype(g._resolved_type(tensor)), tensor.dim, tensor.stride)
+            outs[name] = empty_like_strided(host_dtype(g.view.data_type(tensor)), tensor.dim, tensor.stride)
             pack[tensor] = host_buffer(outs[name])
         elif name in host_inputs:
             pack[tensor] = host_buffer(host_inputs[name])
@@ -156,7 +156,7 @@ def gpu_run(builder, host_inputs, out_names, producer="cupy", **kwargs):
     pack, keep, outs = {}, [], {}
     for name, tensor in t.items():
         if name in out_names:
-            np_dtype = host_dtype(g._resolved_type(tensor))
+            np_dtype = host_dtype(g.view.data_type(tensor))
             host = empty_like_strided(np_dtype, tensor.dim, tensor.stride)
             dev = cupy_from_host(cp, host)
             outs[name] = (dev, np_dtype)

@@ -336,7 +336,7 @@ def _compare_jax_channels_last(s):
     pack, keep, got = {}, [], {}
     for name, tensor in t.items():
         if name in outs:
-            np_dtype = host_dtype(g._resolved_type(tensor))
+            np_dtype = host_dtype(g.view.data_type(tensor))
             dev = cupy_from_host(cp, empty_like_strided(np_dtype, tensor.dim, tensor.stride))
             got[name] = (dev, np_dtype)
             pack[tensor] = _CupyBits(dev, np.dtype(np_dtype).name).slot()

@@ -666,7 +666,7 @@ def test_gpu_replay_matches_execute_with_changing_and_repeating_pointers(graph_r
     _cudnn_handle = graph_replay_on
     g, tensors, shapes = _matmul_epilogue_graph(torch)
     sets = [_fresh(torch, shapes, seed) for seed in range(3)]
-    runner = g._state.compiled[g._state.selected].runner
+    runner = g.compiled_plan().runner
     # repeat each pointer set, interleaved, many times: executes, populates, launches
     for step in range(30):
         t = sets[[0, 0, 1, 0, 2, 2, 1][step % 7]]
@@ -710,7 +710,7 @@ def test_gpu_a_replayed_graph_reads_the_memory_at_launch(graph_replay_on):
         _close(torch, t["Y"], _want(torch, t))
         outputs.append(t["Y"].clone())
     assert all(not torch.equal(outputs[i], outputs[i + 1]) for i in range(5))
-    runner = g._state.compiled[g._state.selected].runner
+    runner = g.compiled_plan().runner
     if runner.cuda_graph_support:
         assert graph_replay_on.current_thread_state().cached_graphs == 1
 
@@ -778,7 +778,7 @@ def test_gpu_every_plan_matches_whether_or_not_cudnn_populates_it(graph_replay_o
             g.execute_plan_at_index(pack, None, index)
             torch.cuda.synchronize()
             _close(torch, t["Y"], want)
-        runner = getattr(g._state.compiled[index], "runner", None)
+        runner = getattr(g.compiled_plan(index), "runner", None)
         support[index] = None if runner is None else runner.cuda_graph_support
         # a cuDNN plan is either populated or marked (and then keeps executing, checked above)
         assert runner is None or support[index] in (True, False), (index, support[index])
@@ -873,7 +873,7 @@ def test_gpu_graph_floor_is_below_the_execute_floor_when_populated(graph_replay_
     from cudnn_graph import _bench_timing
     g, tensors, shapes = _matmul_epilogue_graph(torch)
     t = _fresh(torch, shapes, 5)
-    compiled = g._state.compiled[g._state.selected]
+    compiled = g.compiled_plan()
     pack = compiled.layout.pack({tensors[name]: t[name].data_ptr() for name in t})
     execute_ns = min(_bench_timing.execute_floor_ns(compiled.runner, pack, 50) for _ in range(5))
     try:
@@ -946,9 +946,9 @@ def test_gpu_captured_or_populated_graphs_compute_what_the_execute_does(graph_re
     _cudnn_handle = graph_replay_on
     name, build = _replay_cases()[case]
     g = build()
-    if g._state.selected not in g._state.compiled:
+    if g.compiled_plan() is None:
         g.build([__import__("cudnn_graph").heur_mode.A])
-    compiled = g._state.compiled[g._state.selected]
+    compiled = g.compiled_plan()
     runner = getattr(compiled, "runner", None)
     if runner is None:
         pytest.skip(f"{name}: the selected plan ({g.selected_plan.label}) is not a cuDNN plan")

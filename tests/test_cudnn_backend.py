@@ -1074,7 +1074,7 @@ def test_workspace_too_small_is_refused_before_launch():
     pack = {t["A"]: a, t["B"]: b, t["C"]: c}
     with pytest.raises(ValueError, match=str(need)):     # the graph's own check
         g.execute_plan_at_index(pack, cp.empty(need - 1, cp.uint8), index)
-    runner = g._state.compiled[index].runner
+    runner = g.compiled_plan(index).runner
     with pytest.raises(WorkspaceError, match=str(need)):   # the plan's check, for callers below the graph
         runner.run(runner_pack(g, index, pack), workspace=cp.empty(need - 1, cp.uint8))
     assert bool((c == 0).all()), "nothing ran"
@@ -1088,7 +1088,7 @@ def test_workspace_too_small_is_refused_before_launch():
 
 
 def runner_pack(g, index, mapping):
-    return g._state.compiled[index].layout.pack(mapping)
+    return g.compiled_plan(index).layout.pack(mapping)
 
 
 @pytest.mark.gpu

@@ -352,7 +352,7 @@ def _host_inputs(g, t, seed):
     for name, tensor in t.items():
         if name == "Y":
             continue
-        np_dtype = host_dtype(g._resolved_type(tensor))
+        np_dtype = host_dtype(g.view.data_type(tensor))
         arr = empty_like_strided(np_dtype, tensor.dim, tensor.stride)
         scale = 1.0 if name in ("A", "B") else 0.5
         arr[...] = (rng.standard_normal(tuple(tensor.dim)) * scale).astype(np_dtype)
@@ -400,7 +400,7 @@ def _pinned_run(builder, host, index):
     g.build_plans()
     assert g.selected_plan is g.plans[chosen]
     pack, keep = {}, []
-    out_dtype = host_dtype(g._resolved_type(t["Y"]))
+    out_dtype = host_dtype(g.view.data_type(t["Y"]))
     y_host = empty_like_strided(out_dtype, t["Y"].dim, t["Y"].stride)
     y_dev = cupy_from_host(cp, y_host)
     pack[t["Y"]] = _CupyBits(y_dev, np.dtype(out_dtype).name).slot() if np.dtype(out_dtype).name == "bfloat16" \

@@ -118,9 +118,9 @@ a = g.tensor(name="A", dim=(1, 128, 128), stride=(128 * 128, 128, 1))
 b = g.tensor(name="B", dim=(1, 128, 128), stride=(128 * 128, 128, 1))
 c = g.matmul(a, b, name="mm"); c.set_output(True).set_data_type(F.HALF)
 g.build([cudnn.heur_mode.A])
-before = g._hot
+before = g.fast_executor
 g.execute({a: 0x100000, b: 0x200000, c: 0x300000})          # finds the executor, runs the general way
-hot = g._hot
+hot = g.fast_executor
 g.execute({a: 0x100000, b: 0x200000, c: 0x300000})          # the executor
 g.execute({"A": 0x110000, "B": 0x200000, c.uid: 0x300000})    # names and uids as keys
 g.execute({a: 0x100000, b: 0x200000, c: 0x300000}, workspace=0x900000)   # a workspace: the general way

@@ -146,7 +146,7 @@ def _as_view(lw, node, x, y, strides):
     dims, padded = lw.dims(y), len(lw.dims(y)) - len(y.dim)
     full = tuple(lw.strides(y)[:padded]) + tuple(int(s) for s in strides)
     _set_geometry(lw, y, dims, full, CUDNN_ATTR_TENSOR_IS_VIRTUAL=False,
-                  CUDNN_ATTR_TENSOR_DATA_TYPE=DataType(lw.graph._resolved_type(x)))
+                  CUDNN_ATTR_TENSOR_DATA_TYPE=DataType(lw.graph.data_type(x)))
     lw.alias(y, x, 0)
     logger.debug("%s lowered as a view of '%s' with strides %s", node.name, x.name, full)
     yield from ()
@@ -239,7 +239,7 @@ def _lower_slice(lw, node, i):
                                 "(before cuDNN 9.22 only a virtual slice feeding another op becomes a pointer "
                                 "offset)", NATIVE_LAYOUT_VERSION, lw.version)
     elements = sum(start * stride for (start, _, _), stride in zip(bounds, x.stride))
-    bits = elements * itemsize_bits(DataType(lw.graph._resolved_type(x)))
+    bits = elements * itemsize_bits(DataType(lw.graph.data_type(x)))
     if bits % 8:
         raise GraphNotSupportedError(f"{_label(node)}: the slice starts inside a byte of the packed tensor "
                                      f"'{x.name}'; a pointer offset cannot express it")

@@ -131,7 +131,7 @@ def _graph_tensor_step(lw, t) -> Step:
         span = max([d * s for d, s in zip(dims, strides)] + [1])
         extra = MIN_RANK - len(dims)
         dims, strides = (1,) * extra + dims, (span,) * extra + strides
-    dtype = DataType(lw.graph._resolved_type(t))
+    dtype = DataType(lw.graph.data_type(t))
     if dtype == DataType.NOT_SET:
         raise GraphNotSupportedError(f"peer-statistics tensor '{t.name}' has no data type")
     name = f"tensor_{t.uid}"

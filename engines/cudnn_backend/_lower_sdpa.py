@@ -185,7 +185,7 @@ class _Ask:
         self.ragged = any(getattr(t, "ragged_offset", None) is not None
                           for t in (*ins.values(), *node.outputs.values()))
         self.score_mod = a.get("score_mod") is not None or a.get("score_mod_bprop") is not None
-        self.io = DataType(lw.graph._resolved_type(self.q))
+        self.io = DataType(lw.graph.data_type(self.q))
         self.compute = lw.compute_type(node)
         outs = node.outputs
         if forward:

@@ -8,7 +8,8 @@ cuDNN's heuristics for each requested mode (A, B, FALLBACK) and turns every engi
 in a ``_plan_runner.PlanRunner``, whose ``execute`` is the nogil hot path.
 
 The pygraph-style plan filters and the engine-level queries are module functions that take the
-graph (the graph class attaches them as methods): ``deselect_engines``, ``select_numeric_notes``,
+graph; ``CudnnBackendEngine.graph_methods`` lists them, and the engine manifest adds them to every
+graph as methods (``cudnn_graph.graph.register_graph_method``): ``deselect_engines``, ``select_numeric_notes``,
 ``deselect_numeric_notes``, ``select_behavior_notes``, ``deselect_behavior_notes``,
 ``deselect_workspace_greater_than``, ``get_engine_count``, ``get_knobs_for_engine``,
 ``create_execution_plan``.
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
 from .. import ids
-from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
+from ..base import BaseEngine, CompiledPlan, ExecutionContext, GraphView, PlanConfig
 from ...data_type import DataType
 from ...enums import behavior_note, heur_mode, knob_type, numerical_note
 from ...errors import GraphNotSupportedError
@@ -62,7 +63,7 @@ class _Filters:
 
 @dataclass
 class BackendGraphState:
-    """What the backend keeps on a graph (``graph._state.backend_lowering``): its lowering and filters."""
+    """What the backend keeps on a graph (its ``GraphView.state`` slot): its lowering and filters."""
     lowered: Any = None
     filters: _Filters = field(default_factory=_Filters)
 
@@ -300,14 +301,14 @@ def _filled_scratch(scratch, device) -> list:
 # ---- compiled plans ---------------------------------------------------------------------------------
 
 class CudnnBackendPlan(CompiledPlan):
-    """A built cuDNN plan; ``execute`` is the PlanRunner's (no Python frame of its own)."""
+    """A built cuDNN plan; ``execute`` runs its PlanRunner (the repeated call skips both: it is the
+    runner's ``execute_mapping``, through ``fast_executor``)."""
 
     def __init__(self, plan: PlanConfig, runner):
         super().__init__(plan, runner.workspace_size)
         self.runner = runner
-        self.execute = runner.execute   # (graph, variant_pack, ctx): straight into Cython
 
-    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:  # pragma: no cover - shadowed
+    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
         self.runner.execute(graph, variant_pack, ctx)
 
     def execute_with_overrides(self, graph, variant_pack, ctx: ExecutionContext, overrides) -> None:
@@ -429,13 +430,8 @@ def _check_device(graph) -> None:
 
 
 def graph_state(graph) -> BackendGraphState:
-    """The backend's state on ``graph`` (made on first use)."""
-    st = graph._state
-    state = getattr(st, "backend_lowering", None)
-    if not isinstance(state, BackendGraphState):
-        state = BackendGraphState()
-        st.backend_lowering = state
-    return state
+    """The backend's state on ``graph`` (a graph or its view; made on first use)."""
+    return GraphView.of(graph).state(CudnnBackendEngine.name, BackendGraphState)
 
 
 def _filtered_out(filters: _Filters, plan: PlanConfig) -> str:
@@ -476,7 +472,7 @@ def _engine() -> CudnnBackendEngine:
 
 
 def _lowered_for(graph) -> _Lowered:
-    if not graph._state.lowered:
+    if not graph.frozen:
         graph.build_operation_graph()
     return _engine().lowered(graph)
 
@@ -543,14 +539,11 @@ def create_execution_plan(graph, engine_id: int, knobs: Optional[Mapping] = None
                        name=plan_name(info["engine_id"], info["knobs"]), engine=engine, source="pinned",
                        numerical_notes=info["numerical_notes"], behavior_notes=info["behavior_notes"],
                        workspace_size=info["workspace_size"], payload=cfg)
-    st = graph._state
-    if not st.planned:
-        st.entries, st.declines, st.planned = [], [], True
-    st.entries.append(entry)
+    graph.append_plan(entry)
     return entry
 
 
-# name -> function, for the graph class to attach as methods
+# name -> function: the methods this engine adds to every graph (CudnnBackendEngine.graph_methods)
 GRAPH_METHODS = {
     "deselect_engines": deselect_engines,
     "select_numeric_notes": select_numeric_notes,
@@ -562,3 +555,5 @@ GRAPH_METHODS = {
     "get_knobs_for_engine": get_knobs_for_engine,
     "create_execution_plan": create_execution_plan,
 }
+
+CudnnBackendEngine.graph_methods = GRAPH_METHODS

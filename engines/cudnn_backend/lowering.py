@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Optional
 from ...data_type import DataType, itemsize_bits
 from ...enums import pointwise_mode, reduction_mode
 from ...errors import GraphNotSupportedError
+from ...view import GraphView
 
 __all__ = ["Ref", "HANDLE", "Step", "Program", "Lowering", "Lowerer", "LOWERERS", "lowers", "ATTRIBUTE_TYPES",
            "BYTE_ALIGNMENT", "MIN_RANK", "lower_program", "check_lowerable", "materialize"]
@@ -547,8 +548,7 @@ def lower_program(graph, version: Optional[int] = None) -> Program:
     GraphNotSupportedError, saying why, for what the lowering does not cover.
     """
     check_lowerable(graph, version)
-    if hasattr(graph, "_ensure_inferred"):
-        graph._ensure_inferred()
+    graph = GraphView.of(graph)
     used = {}
     for node in graph.nodes:
         for t in _tensors_of(node):
@@ -560,7 +560,7 @@ def lower_program(graph, version: Optional[int] = None) -> Program:
     steps, tensor_steps, constants = [], {}, []
     for t in ordered:
         dims, strides = geometry[t.uid]
-        dtype = graph._resolved_type(t)
+        dtype = graph.data_type(t)
         if dtype == DataType.NOT_SET:
             raise GraphNotSupportedError(f"tensor '{t.name}' has no data type")
         attrs = {

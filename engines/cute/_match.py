@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ...data_type import DataType
 from ...errors import GraphNotSupportedError
+from ...view import GraphView
 from ._spec import (ACTIVATIONS, ITEMSIZE, MAX_EPILOGUE_SCALARS, MAX_EPILOGUE_TENSORS, TMA_ALIGN,
                     EpilogueStep, EpilogueTensor)
 
@@ -128,7 +129,7 @@ def _matrix(name, t, rows, cols, batch_dims, itemsize, which):
 
 def _epilogue_tensor(t, out_dims, graph) -> EpilogueTensor:
     dims, strides = tuple(t.dim), tuple(t.stride)
-    dt = graph._resolved_type(t)
+    dt = GraphView.of(graph).data_type(t)
     if dt not in EPI_TYPES:
         _decline(f"epilogue operand '{t.name}' is {DataType(dt).name}; expected BFLOAT16, HALF or FLOAT")
     if len(dims) != len(out_dims):
@@ -175,7 +176,7 @@ def match(graph) -> Problem:
     if not nodes or nodes[0].op != "matmul":
         _decline("runs a matmul followed by fused pointwise ops; "
                  f"this graph starts with {nodes[0].op if nodes else 'nothing'}")
-    resolve = graph._resolved_type
+    resolve = GraphView.of(graph).data_type
     mm = nodes[0]
     a, b = mm.inputs["A"], mm.inputs["B"]
     a_t, b_t = resolve(a), resolve(b)

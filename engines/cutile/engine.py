@@ -16,7 +16,7 @@ import logging
 import threading
 from typing import Optional
 
-from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
+from ..base import BaseEngine, CompiledPlan, ExecutionContext, GraphView, PlanConfig
 from ..ids import CUTILE_BASE
 from ...data_type import DataType
 from ...errors import GraphNotSupportedError
@@ -112,7 +112,7 @@ def _support_reason(graph, node) -> str | None:
     kind, ordinal = graph.device
     if kind != "cuda":
         return f"the graph runs on {kind}; cuTile kernels run on CUDA devices"
-    resolve = graph._resolved_type
+    resolve = GraphView.of(graph).data_type
     q, v = node.inputs["q"], node.inputs["v"]
     io = resolve(q)
     if io not in _IO_TYPES:
@@ -381,14 +381,14 @@ def _io_scratch(graph, node, knobs) -> str:
     """The narrow scratch type of a forward plan with ``scratch="io"`` (a 16-bit input), else ""."""
     if knobs.get("scratch") != "io" or node.op in BACKWARD_OPS:
         return ""
-    io = _IO_TYPES[graph._resolved_type(node.inputs["q"])]
+    io = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
     return io if io in ("bfloat16", "float16") else ""
 
 
 def variant_of(graph, node, block_v: int, low_mma: Optional[bool] = False) -> Variant:
     """The kernel specialisation a forward node needs (``low_mma=None``: BF16 products for BF16 inputs)."""
     from cudnn_graph.ops._linear_attention import resolved_scale
-    resolve = graph._resolved_type
+    resolve = GraphView.of(graph).data_type
     q, v = node.inputs["q"], node.inputs["v"]
     io = _IO_TYPES[resolve(q)]
     beta = _GATE_TYPES[resolve(node.inputs["beta"])]

@@ -5,7 +5,7 @@ import logging
 
 import numpy as np
 
-from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
+from ..base import BaseEngine, CompiledPlan, ExecutionContext, GraphView, PlanConfig
 from ..ids import REFERENCE
 from ...data_type import DataType
 from ...errors import GraphNotSupportedError
@@ -79,7 +79,7 @@ def host_view(slot, dtype: np.dtype) -> np.ndarray:
 class ReferencePlan(CompiledPlan):
     def __init__(self, plan: PlanConfig, graph):
         super().__init__(plan, 0)
-        resolve = graph._resolved_type
+        resolve = GraphView.of(graph).data_type
         self._types = {t.uid: numpy_dtype(resolve(t)) for t in graph.tensors}
         ctx = graph.context
         self._steps = []

@@ -45,9 +45,11 @@ cdef class Graph:
     cdef readonly bint device_explicit
     cdef public object handle
     cdef object _router
-    cdef public object _state        # lifecycle and plan-list state kept by cudnn_graph.graph
-    cdef public object _hot          # the selected plan's one-call executor (None: not looked up; False: none)
-    cdef public bint _inferred
+    # The selected plan's one-call executor, read at C speed by cudnn_graph._execute.execute (None: not
+    # looked up yet; False: the plan has none). Set by the lifecycle (cudnn_graph.graph), never here.
+    cdef public object _hot
+    cdef public bint _inferred       # cleared by every change; set by cudnn_graph._inference
+    cdef public bint _validated      # validate() passed since the last inference (cudnn_graph.graph)
 
     cdef int _mutable(self) except -1
     cdef int64_t _claim_uid(self, Tensor t, int64_t uid) except -1

@@ -1,8 +1,9 @@
 """The graph IR: Tensor, Node, Graph and GraphContext.
 
 These classes hold the graph and own its invariants: the uid namespace, freezing, read-only
-introspection, JSON and the fingerprint. Op builders, inference and the plan list live in
-``cudnn_graph.graph``, which subclasses ``Graph``.
+introspection, JSON and the fingerprint. A getter that needs an inferred value runs
+``cudnn_graph._inference`` (shape and data-type inference). Op builders and the lifecycle
+(validate, plan, build, execute) live in ``cudnn_graph.graph``, which subclasses ``Graph``.
 """
 cimport cython
 from libc.stdint cimport int64_t
@@ -219,7 +220,8 @@ cdef class Tensor:
 
     @property
     def data_type(self):
-        """The user's data type, else the one inference gave (NOT_SET before validate())."""
+        """The tensor's data type: the user's, else the one inference resolved (``cudnn_graph._inference``:
+        the op's, else the graph's io / intermediate / compute type); NOT_SET where none applies."""
         if self._data_type == _NOT_SET and self.graph is not None and not (<Graph>self.graph)._inferred:
             try:
                 self.graph._ensure_inferred()
@@ -273,11 +275,12 @@ cdef class Tensor:
                 self._stride = None
         self._dtype_inferred = _NOT_SET if data_type is None else int(data_type)
 
+    def _set_inferred_type(self, data_type):
+        """Record an inferred data type only (IR-internal)."""
+        self._dtype_inferred = _NOT_SET if data_type is None else int(data_type)
+
     def _raw_dim(self):
         return self._dim
-
-    def _inferred_type(self):
-        return DataType(self._dtype_inferred)
 
     @property
     def data_type_set_by_user(self) -> bool:
@@ -415,8 +418,8 @@ cdef class Graph:
         self.device_explicit = False
         self.handle = None
         self._router = None
-        self._state = None
         self._inferred = False
+        self._validated = False
         self._hot = None
 
     def __init__(self, io_data_type=None, intermediate_data_type=None, compute_data_type=None, *,
@@ -439,25 +442,6 @@ cdef class Graph:
 
     def _freeze(self):
         self.frozen = True
-
-    def execute(self, variant_pack, workspace=None, handle=None, stream=None, *,
-                override_uids=None, override_shapes=None, override_strides=None):
-        """Run the selected plan on ``{Tensor | uid | name: buffer}``.
-
-        Buffers may be any DLPack or CUDA-array-interface object, a Slot, or a bare int address
-        (shaped by the tensor's declared geometry). Every buffer is checked before any launch.
-
-        Example (a built graph ``g`` with tensors ``a``, ``b``, ``c`` and device buffers):
-            >>> g.execute({a: a_buf, b: b_buf, c: c_buf}, stream=torch_stream)   # doctest: +SKIP
-        """
-        # The repeated call (no workspace, no overrides) goes from here to the plan's executor with no
-        # Python frame; everything else, and the first call that finds the executor, is graph.py's.
-        hot = self._hot
-        if (hot is not None and hot is not False and workspace is None and override_uids is None
-                and override_shapes is None and override_strides is None):
-            hot(variant_pack, self.handle if handle is None else handle, stream)
-            return
-        self._execute(variant_pack, workspace, handle, stream, override_uids, override_shapes, override_strides)
 
     @property
     def router(self):
@@ -837,7 +821,10 @@ cdef class Graph:
         return self
 
     def _ensure_inferred(self):
-        raise NotImplementedError   # cudnn_graph.graph.pygraph provides inference
+        """Infer every output's dims, strides and data type when a change made them stale."""
+        if not self._inferred:
+            from cudnn_graph._inference import infer_graph
+            infer_graph(self)
 
     # ---- serialization ------------------------------------------------------------------------
 
