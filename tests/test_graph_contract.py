@@ -1,7 +1,7 @@
 """Contract tests of the graph IR and the plan list (docs: /work/shared/ARCHITECTURE.md, "Graph IR" and
 "Engines and the plan list").
 
-A toy python engine (registered with ``register_backend`` under an out-of-tree id, removed again by its
+A toy python engine (registered with ``register_engine`` under an out-of-tree id, removed again by its
 fixture) proves the engine contract end to end: proposals rank into one plan list next to the reference
 engine, a decline (``NotImplementedError`` / ``GraphNotSupportedError``) advances, a pinned decline raises,
 anything else propagates unchanged, and ``execute`` hands the engine VariantPack slots only.
@@ -91,13 +91,13 @@ def register():
     added = []
 
     def add(engine):
-        manifest.register_backend(engine)
+        manifest.register_engine(engine)
         added.append(engine)
         return engine
 
     yield add
     for engine in added:
-        manifest.unregister_backend(engine)
+        manifest.unregister_engine(engine)
     assert all(e.engine_id != TOY_ID for e in manifest.engines())
 
 
@@ -394,19 +394,19 @@ def test_router_must_return_a_permutation(register, reference_only):
         g.create_execution_plans()
 
 
-def test_register_backend_rules():
+def test_register_engine_rules():
     with pytest.raises(ValueError, match="30000"):
-        manifest.register_backend(type("Low", (BaseEngine,), {"engine_id": 20_500, "name": "low"})())
+        manifest.register_engine(type("Low", (BaseEngine,), {"engine_id": 20_500, "name": "low"})())
     with pytest.raises(TypeError):
-        manifest.register_backend(object())
+        manifest.register_engine(object())
     e = ToyEngine()
-    manifest.register_backend(e)
+    manifest.register_engine(e)
     try:
         with pytest.raises(ValueError, match="already registered"):
-            manifest.register_backend(ToyEngine())
+            manifest.register_engine(ToyEngine())
         assert e in manifest.engines()
     finally:
-        manifest.unregister_backend(e)
+        manifest.unregister_engine(e)
     assert e not in manifest.engines()
 
 
