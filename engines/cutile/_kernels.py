@@ -280,8 +280,8 @@ def _write_w_u_kd(inv, kt, bt, gc, to_last, v, wgate, h, start, stop, c, w_out, 
 @ct.function
 def _ut_operands(k, g, beta, g_sums, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool,
                  BETA_PER_CHANNEL: ConstBool, USE_L2: ConstBool):
-    """A chunk's keys, beta, gc, gc[last] - gc (``_keys_and_gates``) and its UT transform T (``_ut_inverse``),
-    formed as chunk_prepare forms them (which spells the two calls out: its cubin stays the one measured)."""
+    """What chunk_prepare and the backward's recompute both form from a chunk: keys, beta, gc, gc[last] - gc
+    (``_keys_and_gates``) and the UT transform T (``_ut_inverse``)."""
     kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_sums, h, start, stop, K, PER_CHANNEL,
                                                     BETA_PER_CHANNEL, USE_L2)
     return kt, bt, gc, to_last, _ut_inverse(kt, bt, from_mid, PER_CHANNEL)
@@ -299,9 +299,8 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
-        kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_out, h, start, stop, K, PER_CHANNEL,
-                                                        BETA_PER_CHANNEL, USE_L2)
-        inv = _ut_inverse(kt, bt, from_mid, PER_CHANNEL)
+        kt, bt, gc, to_last, inv = _ut_operands(k, g, beta, g_out, h, start, stop, K, PER_CHANNEL,
+                                                BETA_PER_CHANNEL, USE_L2)
         _write_w_u_kd(inv, kt, bt, gc, to_last, v, wgate, h, start, stop, c, w_out, u_out, kd_out, V, HAS_W, LOW)
         if not PER_CHANNEL:
             ct.store(g_out.slice(0, start, stop), (0, h), gc)
