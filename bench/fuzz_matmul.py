@@ -8,10 +8,8 @@ the backend lowering), a B shared across the batch (broadcast) or not, row-major
 with FLOAT compute, and epilogues from bias (a row vector), scale (a by-value scalar), relu, gelu and
 silu (swish).
 
-A case the GPU engines decline must raise GraphNotSupportedError; its reason is counted. Any other
-exception, or a result off the reference by more than the io type's tolerance, is a failure. Prints
-a table (passed / declined by reason / failed) and writes bench/results/fuzz_matmul-<host>-seed<S>.json;
-exits 1 when a case failed.
+Outcomes (passed / declined by reason / failed: see bench/_fuzz_common.py) are printed as a table and
+written to bench/results/fuzz_matmul-<host>-seed<S>.json; the exit status is 1 when a case failed.
 """
 from __future__ import annotations
 
