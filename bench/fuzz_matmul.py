@@ -26,6 +26,7 @@ NAME = "fuzz_matmul"
 
 EXTENTS = (1, 3, 8, 16, 17, 24, 32, 48, 64, 96)
 LAYOUTS = ("row", "row", "col", "padded")
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "swish"}   # epilogue step -> graph builder
 EPILOGUES = ((), ("bias",), ("relu",), ("gelu",), ("silu",), ("scale",), ("bias", "relu"), ("bias", "gelu"),
              ("scale", "bias", "silu"), ("bias", "scale", "relu"))
 IO_TYPES = ("HALF", "HALF", "BFLOAT16", "FLOAT")
@@ -121,12 +122,8 @@ def build(device, spec):
             y = g.bias(y, t["bias"])
         elif step == "scale":
             y = g.scale(y, float(spec["scale"]))
-        elif step == "relu":
-            y = g.relu(y)
-        elif step == "gelu":
-            y = g.gelu(y)
-        elif step == "silu":
-            y = g.swish(y)
+        elif step in ACTIVATIONS:
+            y = getattr(g, ACTIVATIONS[step])(y)
     lead = tuple(spec["batch"])
     c_dims, c_strides, _ = _matrix(lead, spec["m"], spec["n"], "row")
     y.set_stride(c_strides).set_output(True).set_data_type(io).set_name("C")
