@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -114,9 +113,8 @@ static int captured_execute(const char *line) { return 0; }
 @pytest.fixture(scope="module")
 def fake_cuda(tmp_path_factory):
     """Build the stand-in; returns make(variant) -> env for a child process using it."""
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler to build a stand-in libcudnn / libcuda")
+    from _helpers import c_compiler_or_skip
+    cc = c_compiler_or_skip("a stand-in libcudnn / libcuda")
     root = tmp_path_factory.mktemp("fake_cuda")
     # One file serves as both libraries (one log, one state); append so that no opener truncates.
     source = RECORDING_LIBCUDNN.replace('fopen(getenv("FAKE_CUDNN_LOG"), "w")', 'fopen(getenv("FAKE_CUDNN_LOG"), "a")')
