@@ -149,11 +149,13 @@ def gpu_outputs(fuzzer, spec, inputs, graph=None):
             pack[tensor] = _cupy_buffer(dev, inputs[name].dtype)
     g.execute(pack)
     cp.cuda.Device().synchronize()
-    result = {}
-    for name, (dev, dtype) in outs.items():
-        raw = cp.asnumpy(dev)
-        result[name] = raw.view(dtype) if raw.dtype != np.dtype(dtype) else raw
-    return result, g
+    return {name: _host_copy(cp, dev, dtype) for name, (dev, dtype) in outs.items()}, g
+
+
+def _host_copy(cp, dev, dtype) -> np.ndarray:
+    """A device output on the host, as ``dtype`` (CuPy holds exotic types as same-width integers)."""
+    raw = cp.asnumpy(dev)
+    return raw.view(dtype) if raw.dtype != np.dtype(dtype) else raw
 
 
 def max_error(got, want) -> tuple:

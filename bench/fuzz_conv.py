@@ -8,10 +8,8 @@ convolution modes, HALF / BFLOAT16 / FLOAT io with FLOAT compute (and now and th
 backend lowering declines), and fused epilogues: bias, scale, relu and a per-channel sum reduction after
 fprop; relu_backward (drelu) or a per-channel scale after dgrad; a per-filter scale after wgrad.
 
-A case the GPU engines decline must raise GraphNotSupportedError; its reason is counted. Any other
-exception, or a result off the reference by more than the io type's tolerance, is a failure. Prints
-a table (passed / declined by reason / failed) and writes bench/results/fuzz_conv-<host>-seed<S>.json;
-exits 1 when a case failed.
+Outcomes (passed / declined by reason / failed: see bench/_fuzz_common.py) are printed as a table and
+written to bench/results/fuzz_conv-<host>-seed<S>.json; the exit status is 1 when a case failed.
 """
 from __future__ import annotations
 

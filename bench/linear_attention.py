@@ -69,6 +69,20 @@ class _Prefer:
         return Prefer()
 
 
+def _started_runner(torch, g, pack: dict):
+    """``run()``, which executes ``g`` on ``pack`` on torch's current stream, after one call of it (and a
+    synchronize); also the perf_counter time that first call began, for the caller to time it."""
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def run():
+        g.execute(pack, stream=stream)
+
+    began = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    return run, began
+
+
 def ours(torch, op: str, x: dict, variant: str = ""):
     """(run, o, final_state, build seconds, first-call seconds, compiled plan) for our cuTile plan
     (its variant ``variant``, '' for the default) on ``x``."""
@@ -92,14 +106,7 @@ def ours(torch, op: str, x: dict, variant: str = ""):
     final = torch.empty_like(x["initial_state"])
     pack = {t[name]: a for name, a in x.items()}
     pack.update({o: out, fs: final})
-    stream = torch.cuda.current_stream().cuda_stream
-
-    def run():
-        g.execute(pack, stream=stream)
-
-    began = time.perf_counter()
-    run()
-    torch.cuda.synchronize()
+    run, began = _started_runner(torch, g, pack)
     first = time.perf_counter() - began
     compiled = g.compiled_plan()
     return run, out, final, built, first, compiled
@@ -131,14 +138,7 @@ def ours_backward(torch, op: str, x: dict, variant: str = ""):
     for tensor in outs:
         dtype = torch.float32 if g.view.data_type(tensor) == F.FLOAT else torch.bfloat16
         pack[tensor] = torch.empty(list(tensor.dim), device="cuda", dtype=dtype)
-    stream = torch.cuda.current_stream().cuda_stream
-
-    def run():
-        g.execute(pack, stream=stream)
-
-    began = time.perf_counter()
-    run()
-    torch.cuda.synchronize()
+    run, began = _started_runner(torch, g, pack)
     return run, g.compiled_plan(), time.perf_counter() - began
 
 

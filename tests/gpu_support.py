@@ -19,6 +19,16 @@ TOLERANCE = {"float32": 5e-3, "float16": 5e-3, "bfloat16": 3e-2, "int32": 0, "in
              "int8": 0, "float8_e4m3fn": 1.3e-1, "float8_e5m2": 2.6e-1}
 
 
+def jax_gpu():
+    """The jax module, or a skip where it is missing or sees no GPU."""
+    jax = pytest.importorskip("jax")
+    try:
+        jax.devices("gpu")
+    except RuntimeError:
+        pytest.skip("jax sees no GPU")
+    return jax
+
+
 def row_major(dims) -> tuple:
     """Element strides of a packed row-major tensor of ``dims``."""
     strides, acc = [], 1

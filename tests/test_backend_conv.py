@@ -311,12 +311,8 @@ def _compare(s, producer="cupy"):
 
 
 def _jax_gpu():
-    jax = pytest.importorskip("jax")
-    try:
-        jax.devices("gpu")
-    except RuntimeError:
-        pytest.skip("jax sees no GPU")
-    return jax
+    from gpu_support import jax_gpu
+    return jax_gpu()
 
 
 def _compare_jax_channels_last(s):

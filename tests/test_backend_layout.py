@@ -226,18 +226,33 @@ def _view_of(program, view, source):
     return attrs
 
 
-def test_reshape_of_a_graph_input_is_a_view_of_its_memory():
+def _assert_view_of(program, view, source, dims, strides, data_type):
+    """``view`` is lowered as a descriptor onto ``source``'s memory with these dims, strides and data type."""
+    attrs = _view_of(program, view, source)
+    assert attrs["CUDNN_ATTR_TENSOR_DIMENSIONS"] == dims
+    assert attrs["CUDNN_ATTR_TENSOR_STRIDES"] == strides
+    assert attrs["CUDNN_ATTR_TENSOR_DATA_TYPE"] == data_type
+
+
+def _assert_input_view_is_read_in_place(builder, source, absent_kinds, consumer, operand, *view):
+    """For every cuDNN version, the graph ``builder`` validates: its first node's output Y, a view of graph
+    input ``source``, lowers to no operation of ``absent_kinds`` and is read by the one ``consumer``
+    operation (its ``operand`` descriptor) through a descriptor onto ``source``'s memory (``*view``: dims,
+    strides, data type)."""
     for version in (V919, V922, None):
-        g, t = _validated(reshape_pointwise_graph)
+        g, t = _validated(builder)
         program = lower_program(g, version=version)
-        assert program.of_kind("OPERATION_RESHAPE") == []
-        (pw,) = program.of_kind("OPERATION_POINTWISE")
-        r = g.nodes[0].outputs["Y"]
-        assert pw["CUDNN_ATTR_OPERATION_POINTWISE_XDESC"] == Ref(f"tensor_{r.uid}")
-        view = _view_of(program, r, t["X"])
-        assert view["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 16, 32)
-        assert view["CUDNN_ATTR_TENSOR_STRIDES"] == (512, 32, 1)
-        assert view["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.FLOAT
+        for kind in absent_kinds:
+            assert program.of_kind(kind) == []
+        (op,) = program.of_kind(f"OPERATION_{consumer}")
+        y = g.nodes[0].outputs["Y"]
+        assert op[f"CUDNN_ATTR_OPERATION_{consumer}_{operand}"] == Ref(f"tensor_{y.uid}")
+        _assert_view_of(program, y, t[source], *view)
+
+
+def test_reshape_of_a_graph_input_is_a_view_of_its_memory():
+    _assert_input_view_is_read_in_place(reshape_pointwise_graph, "X", ["OPERATION_RESHAPE"], "POINTWISE", "XDESC",
+                                        (2, 16, 32), (512, 32, 1), DataType.FLOAT)
 
 
 def test_reshape_view_strides_follow_the_source_layout():
@@ -297,17 +312,8 @@ def test_logical_reshape_lowers_before_9_22_only_where_it_is_a_view():
 
 
 def test_transpose_of_a_graph_input_is_a_view_of_its_memory():
-    g, t = _validated(transpose_matmul_graph)
-    for version in (V919, V922, None):
-        program = lower_program(g, version=version)
-        assert program.of_kind("OPERATION_TRANSPOSE") == [] and program.of_kind("OPERATION_RESHAPE") == []
-        (mm,) = program.of_kind("OPERATION_MATMUL")
-        bt_t = g.nodes[0].outputs["Y"]
-        assert mm["CUDNN_ATTR_OPERATION_MATMUL_BDESC"] == Ref(f"tensor_{bt_t.uid}")
-        view = _view_of(program, bt_t, t["Bt"])
-        assert view["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (2, 32, 8)
-        assert view["CUDNN_ATTR_TENSOR_STRIDES"] == (256, 1, 32)
-        assert view["CUDNN_ATTR_TENSOR_DATA_TYPE"] == DataType.HALF
+    _assert_input_view_is_read_in_place(transpose_matmul_graph, "Bt", ["OPERATION_TRANSPOSE", "OPERATION_RESHAPE"],
+                                        "MATMUL", "BDESC", (2, 32, 8), (256, 1, 32), DataType.HALF)
 
 
 def test_virtual_transpose_of_a_computed_tensor_is_a_view_reshape_with_permuted_strides():
@@ -714,6 +720,12 @@ def _run_or_decline(fn, what):
         pytest.skip(f"cuDNN declines {what}: {_cudnn_decline(exc)}")
 
 
+def _compare_on_cudnn_or_decline(builder, host, out_names, producer, what, **kw):
+    """``compare`` that must run on the cuDNN backend; a clean decline skips (``_run_or_decline``)."""
+    g = _run_or_decline(lambda: compare(builder, host, out_names, producer, **kw), what)
+    _assert_on_cudnn(g)
+
+
 def _cudnn_decline(exc) -> str:
     """The cuDNN backend's own reasons (PlanEntryError.declines) on one line, else the message."""
     reasons = [f"{who}: {why}" for who, why in getattr(exc, "declines", ()) if "cudnn" in str(who).lower()]
@@ -724,31 +736,26 @@ def _half(rng, dims, scale=1.0):
     return (scale * rng.standard_normal(dims)).astype(np.float16)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("producer", PRODUCERS)
-def test_gpu_slice_of_an_input_feeding_a_matmul(producer):
-    rng = np.random.default_rng(10)
-    host = {"A": _half(rng, (2, 16, 32), 0.5), "B": _half(rng, (2, 16, 8), 0.5)}
-    g = compare(slice_matmul_graph, host, {"C"}, producer)
-    _assert_on_cudnn(g)
+# A view feeding a matmul: view -> (graph, seed, the half inputs' dims (drawn in this order, scale 0.5), what a
+# clean decline is reported as; None: the cuDNN backend must run it).
+MATMUL_VIEW_CASES = {
+    "slice": (slice_matmul_graph, 10, {"A": (2, 16, 32), "B": (2, 16, 8)}, None),
+    "virtual_transpose": (transpose_matmul_graph, 11, {"A": (2, 16, 32), "Bt": (2, 8, 32)}, "matmul(A, transpose(B))"),
+    "reshape": (reshape_matmul_graph, 12, {"A": (1, 32, 32), "B": (2, 32, 8)}, "matmul(reshape(A), B)"),
+}
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("producer", PRODUCERS)
-def test_gpu_virtual_transpose_feeding_a_matmul(producer):
-    rng = np.random.default_rng(11)
-    host = {"A": _half(rng, (2, 16, 32), 0.5), "Bt": _half(rng, (2, 8, 32), 0.5)}
-    g = _run_or_decline(lambda: compare(transpose_matmul_graph, host, {"C"}, producer), "matmul(A, transpose(B))")
-    _assert_on_cudnn(g)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("producer", PRODUCERS)
-def test_gpu_reshape_feeding_a_matmul(producer):
-    rng = np.random.default_rng(12)
-    host = {"A": _half(rng, (1, 32, 32), 0.5), "B": _half(rng, (2, 32, 8), 0.5)}
-    g = _run_or_decline(lambda: compare(reshape_matmul_graph, host, {"C"}, producer), "matmul(reshape(A), B)")
-    _assert_on_cudnn(g)
+@pytest.mark.parametrize("view", list(MATMUL_VIEW_CASES))
+def test_gpu_view_feeding_a_matmul(view, producer):
+    builder, seed, dims, what = MATMUL_VIEW_CASES[view]
+    rng = np.random.default_rng(seed)
+    host = {name: _half(rng, d, 0.5) for name, d in dims.items()}
+    if what is None:
+        _assert_on_cudnn(compare(builder, host, {"C"}, producer))
+    else:
+        _compare_on_cudnn_or_decline(builder, host, {"C"}, producer, what)
 
 
 @pytest.mark.gpu
@@ -756,17 +763,15 @@ def test_gpu_reshape_feeding_a_matmul(producer):
 @pytest.mark.parametrize("producer", PRODUCERS)
 def test_gpu_reshape_with_pointwise(producer, standalone):
     host = {"X": np.random.default_rng(13).standard_normal((2, 8, 64)).astype(np.float32)}
-    g = _run_or_decline(lambda: compare(reshape_pointwise_graph, host, {"Y"}, producer, standalone=standalone),
-                        f"reshape ({'standalone' if standalone else 'then relu'})")
-    _assert_on_cudnn(g)
+    _compare_on_cudnn_or_decline(reshape_pointwise_graph, host, {"Y"}, producer,
+                                 f"reshape ({'standalone' if standalone else 'then relu'})", standalone=standalone)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("producer", PRODUCERS)
 def test_gpu_transpose_then_relu(producer):
     host = {"X": np.random.default_rng(14).standard_normal((2, 8, 16)).astype(np.float32)}
-    g = _run_or_decline(lambda: compare(transpose_pointwise_graph, host, {"Y"}, producer), "relu(transpose(X))")
-    _assert_on_cudnn(g)
+    _compare_on_cudnn_or_decline(transpose_pointwise_graph, host, {"Y"}, producer, "relu(transpose(X))")
 
 
 @pytest.mark.gpu
@@ -783,9 +788,8 @@ def test_gpu_concatenate(producer, fused):
     rng = np.random.default_rng(15)
     host = {"X0": rng.standard_normal((2, 8, 16)).astype(np.float32),
             "X1": rng.standard_normal((2, 8, 16)).astype(np.float32)}
-    g = _run_or_decline(lambda: compare(concat_graph, host, {"Y"}, producer, fused=fused),
-                        f"concatenate ({'then relu' if fused else 'standalone'})")
-    _assert_on_cudnn(g)
+    _compare_on_cudnn_or_decline(concat_graph, host, {"Y"}, producer,
+                                 f"concatenate ({'then relu' if fused else 'standalone'})", fused=fused)
 
 
 @pytest.mark.gpu
@@ -918,6 +922,5 @@ def test_gpu_block_scale_dequantize_matmul_runs_or_declines_cleanly():
     b = rng.standard_normal((1, 32, 64)).astype(ml_dtypes.float8_e4m3fn)
     host["B"] = b.transpose(0, 2, 1)                                  # [1, 64, 32] column-major
     host["sb"] = np.exp2(rng.integers(-2, 3, (1, 32, 2))).astype(ml_dtypes.float8_e8m0fnu).transpose(0, 2, 1)
-    g = _run_or_decline(lambda: compare(dequantize_matmul_graph, host, {"C"}, "cupy", tolerance=2e-2),
-                        "dequantize + matmul (MXFP8)")
-    _assert_on_cudnn(g)
+    _compare_on_cudnn_or_decline(dequantize_matmul_graph, host, {"C"}, "cupy", "dequantize + matmul (MXFP8)",
+                                 tolerance=2e-2)

@@ -53,6 +53,22 @@ def _out(t, name, dtype):
     return t.set_output(True).set_data_type(dtype).set_name(name)
 
 
+def _forward_outputs(t, outs, io, phase, stats=("mean", "inv_variance")):
+    """Name a norm forward's outputs in ``t``: Y in ``io``, and in training its FLOAT ``stats`` (outs[1:])."""
+    t["Y"] = _out(outs[0], "Y", io)
+    if phase == TRAINING:
+        for name, tensor in zip(stats, outs[1:]):
+            t[name] = _out(tensor, name, F.FLOAT)
+
+
+def _backward_outputs(t, outs, io):
+    """Name a norm backward's outputs in ``t``: DX in ``io``, FLOAT dscale and (when there is one) dbias."""
+    t["DX"] = _out(outs[0], "DX", io)
+    t["dscale"] = _out(outs[1], "dscale", F.FLOAT)
+    if outs[2] is not None:
+        t["dbias"] = _out(outs[2], "dbias", F.FLOAT)
+
+
 # ---- graph builders shared by the CPU and GPU tests -------------------------------------------------
 
 def layer_graph(device, io=F.HALF, op="layernorm", phase=TRAINING, rows=64, hidden=128, bias=True, rank=4):
@@ -71,13 +87,7 @@ def layer_graph(device, io=F.HALF, op="layernorm", phase=TRAINING, rows=64, hidd
         t["bias"] = g.tensor(name="bias", dim=sd, stride=ss, data_type=F.FLOAT)
     builder = getattr(g, op)
     outs = builder(norm_forward_phase=phase, input=t["X"], scale=t["scale"], bias=t.get("bias"), epsilon=_eps(g))
-    t["Y"] = _out(outs[0], "Y", io)
-    if phase == TRAINING:
-        if op == "rmsnorm":
-            t["inv_variance"] = _out(outs[1], "inv_variance", F.FLOAT)
-        else:
-            t["mean"] = _out(outs[1], "mean", F.FLOAT)
-            t["inv_variance"] = _out(outs[2], "inv_variance", F.FLOAT)
+    _forward_outputs(t, outs, io, phase, ("inv_variance",) if op == "rmsnorm" else ("mean", "inv_variance"))
     return g, t
 
 
@@ -102,10 +112,7 @@ def layer_backward_graph(device, io=F.HALF, op="layernorm_backward", rows=64, hi
         t["mean"] = g.tensor(name="mean", dim=md, stride=row_major(md), data_type=F.FLOAT)
         outs = getattr(g, op)(grad=t["DY"], input=t["X"], scale=t["scale"], mean=t["mean"],
                               inv_variance=t["inv_variance"])
-    t["DX"] = _out(outs[0], "DX", io)
-    t["dscale"] = _out(outs[1], "dscale", F.FLOAT)
-    if outs[2] is not None:
-        t["dbias"] = _out(outs[2], "dbias", F.FLOAT)
+    _backward_outputs(t, outs, io)
     return g, t
 
 
@@ -117,10 +124,7 @@ def ada_graph(device, io=F.HALF, phase=TRAINING, b=2, s=64, d=128):
          "scale": g.tensor(name="scale", dim=sd, stride=row_major(sd), data_type=F.FLOAT),
          "bias": g.tensor(name="bias", dim=sd, stride=row_major(sd), data_type=F.FLOAT)}
     outs = g.adalayernorm(norm_forward_phase=phase, input=t["X"], scale=t["scale"], bias=t["bias"], epsilon=_eps(g))
-    t["Y"] = _out(outs[0], "Y", io)
-    if phase == TRAINING:
-        t["mean"] = _out(outs[1], "mean", F.FLOAT)
-        t["inv_variance"] = _out(outs[2], "inv_variance", F.FLOAT)
+    _forward_outputs(t, outs, io, phase)
     return g, t
 
 
@@ -133,9 +137,7 @@ def ada_backward_graph(device, io=F.HALF, b=2, s=64, d=128):
          "inv_variance": g.tensor(name="inv_variance", dim=md, stride=row_major(md), data_type=F.FLOAT)}
     outs = g.adalayernorm_backward(grad=t["DY"], input=t["X"], scale=t["scale"], mean=t["mean"],
                                    inv_variance=t["inv_variance"])
-    t["DX"] = _out(outs[0], "DX", io)
-    t["dscale"] = _out(outs[1], "dscale", F.FLOAT)
-    t["dbias"] = _out(outs[2], "dbias", F.FLOAT)
+    _backward_outputs(t, outs, io)
     return g, t
 
 
@@ -214,9 +216,7 @@ def batchnorm_backward_graph(device, io=F.HALF, dims=(4, 32, 8, 8), peers=0, lay
     t.update({f"peer{i}": p for i, p in enumerate(peer_stats)})
     outs = g.batchnorm_backward(grad=t["DY"], input=t["X"], scale=t["scale"], mean=t["mean"],
                                 inv_variance=t["inv_variance"], peer_stats=peer_stats or None)
-    t["DX"] = _out(outs[0], "DX", io)
-    t["dscale"] = _out(outs[1], "dscale", F.FLOAT)
-    t["dbias"] = _out(outs[2], "dbias", F.FLOAT)
+    _backward_outputs(t, outs, io)
     return g, t
 
 
@@ -227,10 +227,7 @@ def instancenorm_graph(device, io=F.HALF, phase=TRAINING, dims=(2, 16, 8, 8), la
          "scale": g.tensor(name="scale", dim=pd, stride=ps, data_type=F.FLOAT),
          "bias": g.tensor(name="bias", dim=pd, stride=ps, data_type=F.FLOAT)}
     outs = g.instancenorm(norm_forward_phase=phase, input=t["X"], scale=t["scale"], bias=t["bias"], epsilon=_eps(g))
-    t["Y"] = _out(outs[0], "Y", io)
-    if phase == TRAINING:
-        t["mean"] = _out(outs[1], "mean", F.FLOAT)
-        t["inv_variance"] = _out(outs[2], "inv_variance", F.FLOAT)
+    _forward_outputs(t, outs, io, phase)
     return g, t
 
 
@@ -245,9 +242,7 @@ def instancenorm_backward_graph(device, io=F.HALF, dims=(2, 16, 8, 8), layout="n
                                   data_type=F.FLOAT)}
     outs = g.instancenorm_backward(grad=t["DY"], input=t["X"], scale=t["scale"], mean=t["mean"],
                                    inv_variance=t["inv_variance"])
-    t["DX"] = _out(outs[0], "DX", io)
-    t["dscale"] = _out(outs[1], "dscale", F.FLOAT)
-    t["dbias"] = _out(outs[2], "dbias", F.FLOAT)
+    _backward_outputs(t, outs, io)
     return g, t
 
 

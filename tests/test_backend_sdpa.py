@@ -36,16 +36,11 @@ def _dense(dims):
     return out
 
 
-def fwd_graph(device, io=F.BFLOAT16, *, b=2, h_q=4, h_k=None, s_q=128, s_kv=None, d=64, stats=True,
-              padding=False, bias=False, custom_dropout=False, philox=None, rng_dump=False, sink=False, **sdpa_kw):
-    """O (and Stats) of sdpa(q, k, v) in ``io``; FLOAT intermediates and compute."""
-    h_k = h_k or h_q
-    s_kv = s_kv or s_q
-    g = cudnn.pygraph(io_data_type=io, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
-                      device=device, name="sdpa")
-    t = {}
-    for name, dims in (("q", (b, h_q, s_q, d)), ("k", (b, h_k, s_kv, d)), ("v", (b, h_k, s_kv, d))):
-        t[name] = g.tensor(name=name, dim=list(dims), stride=_dense(dims), data_type=io)
+def _optional_inputs(g, t, sdpa_kw, io, b, h_q, s_q, s_kv, *, padding, bias, sink, dropout_scales, philox,
+                     rng_dump) -> dict:
+    """The optional inputs both builders take, added to ``t`` in this order: padding's sequence lengths, a
+    bias, a sink token, a custom dropout keep-mask with its ``dropout_scales`` (none: no custom dropout),
+    philox dropout's seed and offset. Returns ``sdpa_kw`` with the keywords that pass them."""
     kw = dict(sdpa_kw)
     if padding:
         for name in ("seq_len_q", "seq_len_kv"):
@@ -58,16 +53,32 @@ def fwd_graph(device, io=F.BFLOAT16, *, b=2, h_q=4, h_k=None, s_q=128, s_kv=None
     if sink:
         t["sink"] = g.tensor(name="sink", dim=[1, h_q, 1, 1], stride=[h_q, 1, 1, 1], data_type=F.FLOAT)
         kw["sink_token"] = t["sink"]
-    if custom_dropout:
+    if dropout_scales:
         t["mask"] = g.tensor(name="mask", dim=[b, h_q, s_q, s_kv], stride=_dense((b, h_q, s_q, s_kv)), data_type=io)
-        t["scale"] = g.tensor(name="scale", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.FLOAT)
-        kw["dropout"] = (t["mask"], t["scale"])
+        for name in dropout_scales:
+            t[name] = g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.FLOAT)
+        kw["dropout"] = (t["mask"], *(t[name] for name in dropout_scales))
     if philox is not None:
         t["seed"] = g.tensor(name="seed", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT64)
         t["offset"] = g.tensor(name="offset", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT64)
         kw["dropout"] = (philox, t["seed"], t["offset"])
         if rng_dump:
             kw["rng_dump"] = True
+    return kw
+
+
+def fwd_graph(device, io=F.BFLOAT16, *, b=2, h_q=4, h_k=None, s_q=128, s_kv=None, d=64, stats=True,
+              padding=False, bias=False, custom_dropout=False, philox=None, rng_dump=False, sink=False, **sdpa_kw):
+    """O (and Stats) of sdpa(q, k, v) in ``io``; FLOAT intermediates and compute."""
+    h_k = h_k or h_q
+    s_kv = s_kv or s_q
+    g = cudnn.pygraph(io_data_type=io, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                      device=device, name="sdpa")
+    t = {}
+    for name, dims in (("q", (b, h_q, s_q, d)), ("k", (b, h_k, s_kv, d)), ("v", (b, h_k, s_kv, d))):
+        t[name] = g.tensor(name=name, dim=list(dims), stride=_dense(dims), data_type=io)
+    kw = _optional_inputs(g, t, sdpa_kw, io, b, h_q, s_q, s_kv, padding=padding, bias=bias, sink=sink,
+                          dropout_scales=("scale",) if custom_dropout else (), philox=philox, rng_dump=rng_dump)
     o, st = g.sdpa(t["q"], t["k"], t["v"], generate_stats=stats, attn_scale=1.0 / math.sqrt(d), name="attn", **kw)
     o.set_output(True).set_name("O")
     t["O"] = o
@@ -93,31 +104,11 @@ def bwd_graph(device, io=F.BFLOAT16, *, b=2, h_q=4, h_k=None, s_q=128, s_kv=None
                        ("o", (b, h_q, s_q, d)), ("dO", (b, h_q, s_q, d))):
         t[name] = g.tensor(name=name, dim=list(dims), stride=_dense(dims), data_type=io)
     t["stats"] = g.tensor(name="stats", dim=[b, h_q, s_q, 1], stride=_dense((b, h_q, s_q, 1)), data_type=F.FLOAT)
-    kw = dict(sdpa_kw)
-    if padding:
-        for name in ("seq_len_q", "seq_len_kv"):
-            t[name] = g.tensor(name=name, dim=[b, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT32)
-        kw.update(use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"])
-    if bias:
-        t["bias"] = g.tensor(name="bias", dim=[1, h_q, s_q, s_kv], stride=_dense((1, h_q, s_q, s_kv)),
-                             data_type=io)
-        kw["bias"] = t["bias"]
-    if sink:
-        t["sink"] = g.tensor(name="sink", dim=[1, h_q, 1, 1], stride=[h_q, 1, 1, 1], data_type=F.FLOAT)
-        kw["sink_token"] = t["sink"]
-        if dsink:
-            kw["dSink_token"] = True
-    if custom_dropout:
-        t["mask"] = g.tensor(name="mask", dim=[b, h_q, s_q, s_kv], stride=_dense((b, h_q, s_q, s_kv)), data_type=io)
-        for name in ("scale", "scale_inv"):
-            t[name] = g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.FLOAT)
-        kw["dropout"] = (t["mask"], t["scale"], t["scale_inv"])
-    if philox is not None:
-        t["seed"] = g.tensor(name="seed", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT64)
-        t["offset"] = g.tensor(name="offset", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT64)
-        kw["dropout"] = (philox, t["seed"], t["offset"])
-        if rng_dump:
-            kw["rng_dump"] = True
+    kw = _optional_inputs(g, t, sdpa_kw, io, b, h_q, s_q, s_kv, padding=padding, bias=bias, sink=sink,
+                          dropout_scales=("scale", "scale_inv") if custom_dropout else (), philox=philox,
+                          rng_dump=rng_dump)
+    if sink and dsink:
+        kw["dSink_token"] = True
     dq, dk, dv = g.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["dO"], t["stats"],
                                  attn_scale=1.0 / math.sqrt(d), name="attn_bwd", **kw)
     for name, x in (("dQ", dq), ("dK", dk), ("dV", dv)):
@@ -543,6 +534,15 @@ def _skip_unless_lowerable(builder, **kw):
         raise
 
 
+def _reference_sweep(test):
+    """The GPU sweep the forward and the backward check both run: each io type, head dims 64 and 128, and
+    three (case, producer) pairs (the marks applied in the order a decorator stack would)."""
+    test = pytest.mark.parametrize("case,producer", [("plain", "cupy"), ("causal", "cupy"), ("causal", "jax")])(test)
+    test = pytest.mark.parametrize("d", [64, 128])(test)
+    test = pytest.mark.parametrize("io", IO, ids=IO_IDS)(test)
+    return pytest.mark.gpu(test)
+
+
 FORWARD_CASES = {
     "plain": dict(),
     "causal": dict(use_causal_mask=True),
@@ -555,10 +555,7 @@ FORWARD_CASES = {
 }
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("io", IO, ids=IO_IDS)
-@pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("case,producer", [("plain", "cupy"), ("causal", "cupy"), ("causal", "jax")])
+@_reference_sweep
 def test_forward_matches_the_reference(io, d, case, producer):
     from gpu_support import compare
     kw = dict(FORWARD_CASES[case], d=d)
@@ -679,10 +676,7 @@ BACKWARD_CASES = {
 }
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("io", IO, ids=IO_IDS)
-@pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("case,producer", [("plain", "cupy"), ("causal", "cupy"), ("causal", "jax")])
+@_reference_sweep
 def test_backward_matches_the_reference(io, d, case, producer):
     from gpu_support import compare
     kw = dict(BACKWARD_CASES[case], d=d)
@@ -720,48 +714,44 @@ def _or_declined(run):
         pytest.skip(f"declined cleanly: {type(exc).__name__}: {exc}")
 
 
+def _compare_on_cudnn_or_declined(builder, host, out_names, producer, tolerance, **kw):
+    """``gpu_support.compare`` that must run on the cuDNN backend, or a skip for a clean decline."""
+    from gpu_support import compare
+    g = _or_declined(lambda: compare(builder, host, out_names, producer, tolerance=tolerance, **kw))
+    _assert_cudnn_plan(g)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("io,producer", [(F.BFLOAT16, "cupy"), (F.HALF, "cupy"), (F.BFLOAT16, "jax")],
                          ids=["bf16-cupy", "fp16-cupy", "bf16-jax"])
 def test_sink_token_forward_matches_the_reference(io, producer):
-    from gpu_support import compare
-    host = _fwd_inputs(io, sink=True)
-    kw = dict(io=io, sink=True, use_causal_mask=True)
-    g = _or_declined(lambda: compare(fwd_graph, host, {"O", "Stats"}, producer, tolerance=TOL_FWD[io], **kw))
-    _assert_cudnn_plan(g)
+    _compare_on_cudnn_or_declined(fwd_graph, _fwd_inputs(io, sink=True), {"O", "Stats"}, producer, TOL_FWD[io],
+                                  io=io, sink=True, use_causal_mask=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("io", IO, ids=IO_IDS)
 def test_sink_token_backward_matches_the_reference(io):
     """dQ / dK / dV with a sink in the Stats; dSink_token = -sum_rows exp(sink - Stats) * rowsum(dO * O)."""
-    from gpu_support import compare
-    host = _bwd_inputs(io, sink=True, use_causal_mask=True)
-    kw = dict(io=io, sink=True, dsink=True, use_causal_mask=True)
-    g = _or_declined(lambda: compare(bwd_graph, host, {"dQ", "dK", "dV", "dSink_token"}, "cupy",
-                                     tolerance=TOL_BWD[io], **kw))
-    _assert_cudnn_plan(g)
+    _compare_on_cudnn_or_declined(bwd_graph, _bwd_inputs(io, sink=True, use_causal_mask=True),
+                                  {"dQ", "dK", "dV", "dSink_token"}, "cupy", TOL_BWD[io],
+                                  io=io, sink=True, dsink=True, use_causal_mask=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("io,producer", [(F.BFLOAT16, "cupy"), (F.HALF, "cupy"), (F.HALF, "jax")],
                          ids=["bf16-cupy", "fp16-cupy", "fp16-jax"])
 def test_alibi_forward_matches_the_reference(io, producer):
-    from gpu_support import compare
-    host = _fwd_inputs(io)
-    kw = dict(io=io, use_causal_mask=True, use_alibi_mask=True)
-    g = _or_declined(lambda: compare(fwd_graph, host, {"O", "Stats"}, producer, tolerance=TOL_FWD[io], **kw))
-    _assert_cudnn_plan(g)
+    _compare_on_cudnn_or_declined(fwd_graph, _fwd_inputs(io), {"O", "Stats"}, producer, TOL_FWD[io],
+                                  io=io, use_causal_mask=True, use_alibi_mask=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("io", IO, ids=IO_IDS)
 def test_alibi_backward_matches_the_reference(io):
-    from gpu_support import compare
-    host = _bwd_inputs(io, use_causal_mask=True, use_alibi_mask=True)
-    kw = dict(io=io, use_causal_mask=True, use_alibi_mask=True)
-    g = _or_declined(lambda: compare(bwd_graph, host, {"dQ", "dK", "dV"}, "cupy", tolerance=TOL_BWD[io], **kw))
-    _assert_cudnn_plan(g)
+    _compare_on_cudnn_or_declined(bwd_graph, _bwd_inputs(io, use_causal_mask=True, use_alibi_mask=True),
+                                  {"dQ", "dK", "dV"}, "cupy", TOL_BWD[io], io=io, use_causal_mask=True,
+                                  use_alibi_mask=True)
 
 
 def paged_graph(device, io=F.BFLOAT16, *, b=2, h=4, s_q=64, page=64, pages_per_seq=2, num_pages=5, d=64,
@@ -911,13 +901,10 @@ def test_ragged_thd_forward_matches_the_reference(io, impl):
 def test_forced_native_backward_matches_the_reference_or_is_declined(io, monkeypatch):
     """BACKWARD_ORDER = ("native",) lowers sdpa_backward to the one SDPA_BWD operation. cuDNN 9.19 on H200
     refused its operation graph (finalize: BAD_PARAM, buildDAG) in an earlier run: a clean decline."""
-    from gpu_support import compare
     monkeypatch.setattr(_lower_sdpa, "BACKWARD_ORDER", ("native",))
     g, _ = bwd_graph("cuda", io=io)
     assert ops_of(lower_program(g)) == [("OPERATION_SDPA_BWD", None)]
-    host = _bwd_inputs(io)
-    g = _or_declined(lambda: compare(bwd_graph, host, {"dQ", "dK", "dV"}, "cupy", tolerance=TOL_BWD[io], io=io))
-    _assert_cudnn_plan(g)
+    _compare_on_cudnn_or_declined(bwd_graph, _bwd_inputs(io), {"dQ", "dK", "dV"}, "cupy", TOL_BWD[io], io=io)
 
 
 # ---- CPU: forcing the native backward ---------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -114,9 +113,8 @@ static int captured_execute(const char *line) { return 0; }
 @pytest.fixture(scope="module")
 def fake_cuda(tmp_path_factory):
     """Build the stand-in; returns make(variant) -> env for a child process using it."""
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler to build a stand-in libcudnn / libcuda")
+    from _helpers import c_compiler_or_skip
+    cc = c_compiler_or_skip("a stand-in libcudnn / libcuda")
     root = tmp_path_factory.mktemp("fake_cuda")
     # One file serves as both libraries (one log, one state); append so that no opener truncates.
     source = RECORDING_LIBCUDNN.replace('fopen(getenv("FAKE_CUDNN_LOG"), "w")', 'fopen(getenv("FAKE_CUDNN_LOG"), "a")')
@@ -650,6 +648,25 @@ def _close(torch, got, want):
     assert err <= 3e-2 * max(1.0, float(want.abs().max())), err
 
 
+def _torch_matmul_epilogue_graph():
+    """torch (or a skip without it), then ``_matmul_epilogue_graph(torch)``'s graph, tensors and shapes."""
+    torch = pytest.importorskip("torch")
+    return (torch, *_matmul_epilogue_graph(torch))
+
+
+def _fresh_pack(torch, shapes, tensors, seed):
+    """``_fresh`` tensors for ``seed`` and the pack that binds them to the graph's ``tensors``."""
+    t = _fresh(torch, shapes, seed)
+    return t, {tensors[name]: t[name] for name in t}
+
+
+def _execute_and_check(torch, g, pack, t):
+    """Execute ``g`` on ``pack`` on the default stream, synchronize, and check Y against the wanted result."""
+    g.execute(pack)
+    torch.cuda.synchronize()
+    _close(torch, t["Y"], _want(torch, t))
+
+
 @pytest.fixture
 def graph_replay_on():
     from cudnn_graph import _cudnn_handle
@@ -662,9 +679,8 @@ def graph_replay_on():
 
 @pytest.mark.gpu
 def test_gpu_replay_matches_execute_with_changing_and_repeating_pointers(graph_replay_on):
-    torch = pytest.importorskip("torch")
+    torch, g, tensors, shapes = _torch_matmul_epilogue_graph()
     _cudnn_handle = graph_replay_on
-    g, tensors, shapes = _matmul_epilogue_graph(torch)
     sets = [_fresh(torch, shapes, seed) for seed in range(3)]
     runner = g.compiled_plan().runner
     # repeat each pointer set, interleaved, many times: executes, populates, launches
@@ -695,19 +711,15 @@ def test_gpu_replay_matches_execute_with_changing_and_repeating_pointers(graph_r
 
 @pytest.mark.gpu
 def test_gpu_a_replayed_graph_reads_the_memory_at_launch(graph_replay_on):
-    torch = pytest.importorskip("torch")
-    g, tensors, shapes = _matmul_epilogue_graph(torch)
-    t = _fresh(torch, shapes, 0)
-    pack = {tensors[name]: t[name] for name in t}
+    torch, g, tensors, shapes = _torch_matmul_epilogue_graph()
+    t, pack = _fresh_pack(torch, shapes, tensors, 0)
     outputs = []
     for i in range(6):
         # same pointers every call; new contents in place between calls
         t["A"].copy_(torch.randn(shapes["A"], device="cuda", dtype=torch.float16))
         t["bias"].fill_(float(i))
         t["Y"].fill_(float("nan"))
-        g.execute(pack)
-        torch.cuda.synchronize()
-        _close(torch, t["Y"], _want(torch, t))
+        _execute_and_check(torch, g, pack, t)
         outputs.append(t["Y"].clone())
     assert all(not torch.equal(outputs[i], outputs[i + 1]) for i in range(5))
     runner = g.compiled_plan().runner
@@ -717,11 +729,9 @@ def test_gpu_a_replayed_graph_reads_the_memory_at_launch(graph_replay_on):
 
 @pytest.mark.gpu
 def test_gpu_replay_on_cupy_and_torch_streams(graph_replay_on):
-    torch = pytest.importorskip("torch")
+    torch, g, tensors, shapes = _torch_matmul_epilogue_graph()
     cp = pytest.importorskip("cupy")
-    g, tensors, shapes = _matmul_epilogue_graph(torch)
-    t = _fresh(torch, shapes, 1)
-    pack = {tensors[name]: t[name] for name in t}
+    t, pack = _fresh_pack(torch, shapes, tensors, 1)
     torch.cuda.synchronize()
     ts = torch.cuda.Stream()
     cs = cp.cuda.Stream(non_blocking=True)
@@ -737,16 +747,13 @@ def test_gpu_replay_on_cupy_and_torch_streams(graph_replay_on):
         g.execute(pack, stream=cs.ptr)
         cs.synchronize()
         _close(torch, t["Y"], _want(torch, t))
-        g.execute(pack)                         # the default stream
-        torch.cuda.synchronize()
-        _close(torch, t["Y"], _want(torch, t))
+        _execute_and_check(torch, g, pack, t)   # the default stream
 
 
 @pytest.mark.gpu
 def test_gpu_eviction_after_more_pointer_sets_than_cache_entries(graph_replay_on):
-    torch = pytest.importorskip("torch")
+    torch, g, tensors, shapes = _torch_matmul_epilogue_graph()
     _cudnn_handle = graph_replay_on
-    g, tensors, shapes = _matmul_epilogue_graph(torch)
     sets = [_fresh(torch, shapes, seed) for seed in range(7)]          # > 4 cache entries per thread
     for rounds in range(3):
         for t in sets:
@@ -760,11 +767,9 @@ def test_gpu_eviction_after_more_pointer_sets_than_cache_entries(graph_replay_on
 
 @pytest.mark.gpu
 def test_gpu_every_plan_matches_whether_or_not_cudnn_populates_it(graph_replay_on):
-    torch = pytest.importorskip("torch")
+    torch, g, tensors, shapes = _torch_matmul_epilogue_graph()
     _cudnn_handle = graph_replay_on
-    g, tensors, shapes = _matmul_epilogue_graph(torch)
-    t = _fresh(torch, shapes, 3)
-    pack = {tensors[name]: t[name] for name in t}
+    t, pack = _fresh_pack(torch, shapes, tensors, 3)
     want = _want(torch, t)
     support = {}
     for index in range(min(8, g.get_execution_plan_count())):
@@ -787,8 +792,7 @@ def test_gpu_every_plan_matches_whether_or_not_cudnn_populates_it(graph_replay_o
 
 @pytest.mark.gpu
 def test_gpu_eight_threads_replay_their_own_graphs(graph_replay_on):
-    torch = pytest.importorskip("torch")
-    g, tensors, shapes = _matmul_epilogue_graph(torch)
+    torch, g, tensors, shapes = _torch_matmul_epilogue_graph()
     sets = [_fresh(torch, shapes, 10 + i) for i in range(8)]
     torch.cuda.synchronize()
     errors = []
@@ -817,11 +821,9 @@ def test_gpu_eight_threads_replay_their_own_graphs(graph_replay_on):
 
 @pytest.mark.gpu
 def test_gpu_a_destroyed_stream_does_not_break_later_calls(graph_replay_on):
-    torch = pytest.importorskip("torch")
+    torch, g, tensors, shapes = _torch_matmul_epilogue_graph()
     cp = pytest.importorskip("cupy")
-    g, tensors, shapes = _matmul_epilogue_graph(torch)
-    t = _fresh(torch, shapes, 4)
-    pack = {tensors[name]: t[name] for name in t}
+    t, pack = _fresh_pack(torch, shapes, tensors, 4)
     for i in range(3):
         s = cp.cuda.Stream(non_blocking=True)
         for _ in range(3):
@@ -834,17 +836,13 @@ def test_gpu_a_destroyed_stream_does_not_break_later_calls(graph_replay_on):
         torch.cuda.synchronize()
         for _ in range(2):
             t["Y"].zero_()
-            g.execute(pack)
-            torch.cuda.synchronize()
-            _close(torch, t["Y"], _want(torch, t))
+            _execute_and_check(torch, g, pack, t)
 
 
 @pytest.mark.gpu
 def test_gpu_a_torch_capture_records_the_execute_not_our_graph(graph_replay_on):
-    torch = pytest.importorskip("torch")
-    g, tensors, shapes = _matmul_epilogue_graph(torch)
-    t = _fresh(torch, shapes, 6)
-    pack = {tensors[name]: t[name] for name in t}
+    torch, g, tensors, shapes = _torch_matmul_epilogue_graph()
+    t, pack = _fresh_pack(torch, shapes, tensors, 6)
     side = torch.cuda.Stream()
     torch.cuda.synchronize()
     with torch.cuda.stream(side):
@@ -862,16 +860,13 @@ def test_gpu_a_torch_capture_records_the_execute_not_our_graph(graph_replay_on):
         torch.cuda.synchronize()
         _close(torch, t["Y"], _want(torch, t))
     t["bias"].fill_(-1.0)
-    g.execute(pack)                             # after the capture, replay goes on as before
-    torch.cuda.synchronize()
-    _close(torch, t["Y"], _want(torch, t))
+    _execute_and_check(torch, g, pack, t)   # after the capture, replay goes on as before
 
 
 @pytest.mark.gpu
 def test_gpu_graph_floor_is_below_the_execute_floor_when_populated(graph_replay_on):
-    torch = pytest.importorskip("torch")
+    torch, g, tensors, shapes = _torch_matmul_epilogue_graph()
     from cudnn_graph import _bench_timing
-    g, tensors, shapes = _matmul_epilogue_graph(torch)
     t = _fresh(torch, shapes, 5)
     compiled = g.compiled_plan()
     pack = compiled.layout.pack({tensors[name]: t[name].data_ptr() for name in t})

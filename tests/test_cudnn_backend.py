@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -535,9 +534,8 @@ int cudnnBackendExecute(void *h, void *p, void *v) {
 
 @pytest.fixture(scope="module")
 def recording_libcudnn(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler to build a stand-in libcudnn")
+    from _helpers import c_compiler_or_skip
+    cc = c_compiler_or_skip("a stand-in libcudnn")
     folder = tmp_path_factory.mktemp("recording_cudnn")
     (folder / "fake.c").write_text(RECORDING_LIBCUDNN)
     lib = folder / "libcudnn.so.9"

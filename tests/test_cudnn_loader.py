@@ -78,9 +78,8 @@ int cudnnGetExecutionPlanWorkspaceSize(void *h, void *p, void *v, size_t *s) { *
 @pytest.fixture(scope="module")
 def fake_libcudnn(tmp_path_factory):
     """Build stand-in libraries: ``make(version, omit_execute=False) -> path``."""
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler to build a stand-in libcudnn")
+    from _helpers import c_compiler_or_skip
+    cc = c_compiler_or_skip("a stand-in libcudnn")
     folder = tmp_path_factory.mktemp("fake_cudnn")
     source = folder / "fake_cudnn.c"
     source.write_text(FAKE_LIBCUDNN)

@@ -216,6 +216,19 @@ def test_per_batch_and_full_epilogue_tensors_keep_their_batch_stride():
 ])
 def test_unsupported_graphs_are_declined_with_the_reason(kw, words):
     g, _ = gemm_graph("cuda", **kw)
+    _assert_match_declines(g, words)
+
+
+def _bf16_operands(a_batch: int, b_batch: int):
+    """A BF16 graph and its (batch, 64, 64) row-major operands A and B."""
+    g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
+    a = g.tensor(name="A", dim=[a_batch, 64, 64], stride=[4096, 64, 1])
+    b = g.tensor(name="B", dim=[b_batch, 64, 64], stride=[4096, 64, 1])
+    return g, a, b
+
+
+def _assert_match_declines(g, words):
+    """``g`` validates, and the CuTe matcher declines it with a reason matching ``words``."""
     g.validate()
     with pytest.raises(cg.errors.GraphNotSupportedError, match=words):
         _match.match(g)
@@ -223,25 +236,17 @@ def test_unsupported_graphs_are_declined_with_the_reason(kw, words):
 
 @needs_dsl
 def test_a_batch_broadcast_b_is_declined():
-    g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
-    a = g.tensor(name="A", dim=[3, 64, 64], stride=[4096, 64, 1])
-    b = g.tensor(name="B", dim=[1, 64, 64], stride=[4096, 64, 1])
+    g, a, b = _bf16_operands(3, 1)
     g.matmul(a, b).set_output(True)
-    g.validate()
-    with pytest.raises(cg.errors.GraphNotSupportedError, match="broadcast over the batch"):
-        _match.match(g)
+    _assert_match_declines(g, "broadcast over the batch")
 
 
 @needs_dsl
 def test_an_intermediate_output_is_declined():
-    g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
-    a = g.tensor(name="A", dim=[1, 64, 64], stride=[4096, 64, 1])
-    b = g.tensor(name="B", dim=[1, 64, 64], stride=[4096, 64, 1])
+    g, a, b = _bf16_operands(1, 1)
     c = g.matmul(a, b).set_output(True)
     g.relu(c).set_output(True)
-    g.validate()
-    with pytest.raises(cg.errors.GraphNotSupportedError, match="only the last op's output"):
-        _match.match(g)
+    _assert_match_declines(g, "only the last op's output")
 
 
 @needs_dsl

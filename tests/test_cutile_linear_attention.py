@@ -96,6 +96,17 @@ def builder_for(op, host, io_type, l2, final, plan=None):
     return builder
 
 
+def _reference_and_cutile_run(builder, host, outs, producer, plan):
+    """(reference outputs, GPU outputs) of ``builder``; the GPU run must pick the cuTile engine, and the plan
+    ``plan`` when one is named."""
+    want = reference_run(builder, host, outs)
+    got, graph = gpu_run(builder, host, outs, producer)
+    assert graph.selected_plan.engine_id == 20_200, graph.selected_plan
+    if plan:
+        assert graph.selected_plan.label == plan, graph.selected_plan
+    return want, got
+
+
 def run_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, final=True, producer="cupy",
              seed=0, plan=None):
     import ml_dtypes
@@ -105,11 +116,7 @@ def run_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, f
     host = make_inputs(op, cu, H, K, V, io_np, seed, h0)
     builder = builder_for(op, host, io_type, l2, final, plan)
     outs = ["o"] + (["final_state"] if final else [])
-    want = reference_run(builder, host, outs)
-    got, graph = gpu_run(builder, host, outs, producer)
-    assert graph.selected_plan.engine_id == 20_200, graph.selected_plan
-    if plan:
-        assert graph.selected_plan.label == plan, graph.selected_plan
+    want, got = _reference_and_cutile_run(builder, host, outs, producer, plan)
     errors = {}
     for name in outs:
         ref = np.asarray(want[name], np.float64)
@@ -232,11 +239,7 @@ def run_bwd_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=Tru
         host["d_final_state"] = rng.standard_normal((N, H, K, V)).astype(np.float32)
     builder = bwd_builder_for(op, host, io_type, l2, plan)
     outs = ["dq", "dk", "dv", "dg", "dbeta"] + (["d_initial_state"] if h0 else [])
-    want = reference_run(builder, host, outs)
-    got, graph = gpu_run(builder, host, outs, producer)
-    assert graph.selected_plan.engine_id == 20_200, graph.selected_plan
-    if plan:
-        assert graph.selected_plan.label == plan, graph.selected_plan
+    want, got = _reference_and_cutile_run(builder, host, outs, producer, plan)
     errors = {}
     failures = []
     for name in outs:

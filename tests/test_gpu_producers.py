@@ -27,12 +27,8 @@ def _torch():
 
 
 def _jax():
-    jax = pytest.importorskip("jax")
-    try:
-        jax.devices("gpu")
-    except RuntimeError:
-        pytest.skip("jax sees no GPU")
-    return jax
+    from gpu_support import jax_gpu
+    return jax_gpu()
 
 
 def _numba_cuda():

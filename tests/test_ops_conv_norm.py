@@ -129,26 +129,26 @@ def test_conv_fprop_infer_3d_and_mode():
     assert ctx.attrs["convolution_mode"].name == "CROSS_CORRELATION"
 
 
+def _assert_output_dims_checked(op, inputs, port, good, bad):
+    """``op``'s validate_outputs (on a CONV-geometry context over ``inputs``) accepts ``good`` dims for
+    ``port`` and rejects each of ``bad`` with a GraphValidationError naming the port."""
+    ctx = make_ctx(op, inputs, **CONV)
+    validate_outputs = SCHEMAS[op].extra["validate_outputs"]
+    validate_outputs(ctx, {port: good})
+    for dims in bad:
+        with pytest.raises(GraphValidationError) as ei:
+            validate_outputs(ctx, {port: dims})
+        assert ei.value.port == port
+
+
 def test_conv_dgrad_wgrad_infer_leave_dims_to_the_user():
     assert infer("conv_dgrad", {"loss": T(2, 4, 5, 5), "filter": T(4, 3, 3, 3)}, **CONV) == {"DX": (None, None)}
     assert infer("conv_wgrad", {"image": T(2, 6, 5, 5), "loss": T(2, 4, 5, 5)}, **CONV) == {"DW": (None, None)}
     # Once the user has set the dims, validate_outputs checks them against the geometry.
-    ctx = make_ctx("conv_dgrad", {"loss": T(2, 4, 5, 5), "filter": T(4, 3, 3, 3)}, **CONV)
-    SCHEMAS["conv_dgrad"].extra["validate_outputs"](ctx, {"DX": (2, 6, 5, 5)})
-    with pytest.raises(GraphValidationError) as ei:
-        SCHEMAS["conv_dgrad"].extra["validate_outputs"](ctx, {"DX": (2, 6, 7, 5)})
-    assert ei.value.port == "DX"
-    with pytest.raises(GraphValidationError) as ei:
-        SCHEMAS["conv_dgrad"].extra["validate_outputs"](ctx, {"DX": None})
-    assert ei.value.port == "DX"
-    ctx = make_ctx("conv_wgrad", {"image": T(2, 6, 5, 5), "loss": T(2, 4, 5, 5)}, **CONV)
-    SCHEMAS["conv_wgrad"].extra["validate_outputs"](ctx, {"DW": (4, 3, 3, 3)})
-    with pytest.raises(GraphValidationError) as ei:
-        SCHEMAS["conv_wgrad"].extra["validate_outputs"](ctx, {"DW": (4, 3, 5, 3)})
-    assert ei.value.port == "DW"
-    with pytest.raises(GraphValidationError) as ei:
-        SCHEMAS["conv_wgrad"].extra["validate_outputs"](ctx, {"DW": (4, 4, 3, 3)})   # 6 % 4 != 0
-    assert ei.value.port == "DW"
+    _assert_output_dims_checked("conv_dgrad", {"loss": T(2, 4, 5, 5), "filter": T(4, 3, 3, 3)}, "DX", (2, 6, 5, 5),
+                                [(2, 6, 7, 5), None])
+    _assert_output_dims_checked("conv_wgrad", {"image": T(2, 6, 5, 5), "loss": T(2, 4, 5, 5)}, "DW", (4, 3, 3, 3),
+                                [(4, 3, 5, 3), (4, 4, 3, 3)])   # 6 % 4 != 0
 
 
 # ------------------------------------------------------------------------------ inference: norms

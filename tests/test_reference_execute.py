@@ -519,30 +519,34 @@ def test_conv_fprop_grouped_channels_last_output():
     close(view, conv_direct(x, w, (1, 1), (1, 1), (1, 1), (1, 1), groups=2))
 
 
+def run_conv_grad(case, build, names, direct) -> tuple:
+    """A conv gradient on CONV_CASES[case]: random inputs ``names`` (two of "x", "w", "dy", drawn in that
+    order), ``build(g, *inputs, **geometry)``, its output set to the shape of the one of x / w not among
+    the inputs. Returns (the output, ``direct(*inputs, output dims, pre, post, stride, dil)``)."""
+    xd, wd, pre, post, stride, dil = CONV_CASES[case]
+    dims = {"x": xd, "w": wd, "dy": conv_direct(np.zeros(xd), np.zeros(wd), pre, post, stride, dil).shape}
+    (out_dims,) = [dims[n] for n in ("x", "w") if n not in names]
+    arrays = [rand(*dims[n]) for n in names]
+    g = G()
+    tensors = [inp(g, n, a) for n, a in zip(names, arrays)]
+    out = build(g, *tensors, **_geometry_kwargs(pre, post, stride, dil))
+    out.set_dim(list(out_dims)).set_output(True)
+    got = run(g, dict(zip(tensors, arrays)), {out: np.zeros(out_dims, np.float32)})[out]
+    return got, direct(*arrays, out_dims, pre, post, stride, dil)
+
+
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
 def test_conv_dgrad(case):
-    xd, wd, pre, post, stride, dil = CONV_CASES[case]
-    yd = conv_direct(np.zeros(xd), np.zeros(wd), pre, post, stride, dil).shape
-    g = G()
-    dy, w = rand(*yd), rand(*wd)
-    tdy, tw = inp(g, "dy", dy), inp(g, "w", w)
-    dx = g.conv_dgrad(tdy, tw, **_geometry_kwargs(pre, post, stride, dil))
-    dx.set_dim(list(xd)).set_output(True)
-    got = run(g, {tdy: dy, tw: w}, {dx: np.zeros(xd, np.float32)})[dx]
-    close(got, dgrad_direct(dy, w, xd, pre, post, stride, dil), rtol=1e-5, atol=1e-5)
+    got, want = run_conv_grad(case, lambda g, *t, **geometry: g.conv_dgrad(*t, **geometry), ("dy", "w"),
+                              dgrad_direct)
+    close(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
 def test_conv_wgrad(case):
-    xd, wd, pre, post, stride, dil = CONV_CASES[case]
-    yd = conv_direct(np.zeros(xd), np.zeros(wd), pre, post, stride, dil).shape
-    g = G()
-    x, dy = rand(*xd), rand(*yd)
-    tx, tdy = inp(g, "x", x), inp(g, "dy", dy)
-    dw = g.conv_wgrad(tx, tdy, **_geometry_kwargs(pre, post, stride, dil))
-    dw.set_dim(list(wd)).set_output(True)
-    got = run(g, {tx: x, tdy: dy}, {dw: np.zeros(wd, np.float32)})[dw]
-    close(got, wgrad_direct(x, dy, wd, pre, post, stride, dil), rtol=1e-5, atol=1e-4)
+    got, want = run_conv_grad(case, lambda g, *t, **geometry: g.conv_wgrad(*t, **geometry), ("x", "dy"),
+                              wgrad_direct)
+    close(got, want, rtol=1e-5, atol=1e-4)
 
 
 # ------------------------------------------------------------------------------------------------ norms
@@ -577,6 +581,41 @@ def fd_grads(forward, dy, args):
     return grads
 
 
+def check_norm_forward(build, x, s, b, axes):
+    """Run ``build(g, x, s, b)`` (a training-phase norm returning y, mean, inv) and compare its outputs with
+    ``ln_forward`` over ``axes``; returns the graph's mean tensor and the wanted mean and inv (for a backward
+    check)."""
+    g = G()
+    tx, ts, tb = (inp(g, n, a.astype(np.float32)) for n, a in (("x", x), ("s", s), ("b", b)))
+    y, mean, inv = build(g, tx, ts, tb)
+    for o in (y, mean, inv):
+        o.set_output(True)
+    outs = run(g, {tx: x.astype(np.float32), ts: s.astype(np.float32), tb: b.astype(np.float32)},
+               {y: out_for(y), mean: out_for(mean), inv: out_for(inv)})
+    wy, wm, wi = ln_forward(x, s, b, axes)
+    close(outs[y], wy, rtol=1e-4, atol=1e-4)
+    close(outs[mean], wm)
+    close(outs[inv], wi, rtol=1e-4)
+    return mean, wm, wi
+
+
+def check_norm_backward(build, dy, x, s, b, mean, inv, axes):
+    """Run ``build(g, dy, x, s, mean, inv)`` (a norm backward returning dx, ds, db) and compare its outputs
+    with finite differences of ``ln_forward`` over ``axes`` at (x, s, b)."""
+    g = G()
+    arrays = {"dy": dy, "x": x, "s": s, "mean": mean, "inv": inv}
+    t = {n: inp(g, n, a.astype(np.float32)) for n, a in arrays.items()}
+    dx, ds, db = build(g, t["dy"], t["x"], t["s"], t["mean"], t["inv"])
+    for o in (dx, ds, db):
+        o.set_output(True)
+    outs = run(g, {t[n]: a.astype(np.float32) for n, a in arrays.items()},
+               {dx: out_for(dx), ds: out_for(ds), db: out_for(db)})
+    gx, gs, gb = fd_grads(lambda x_, s_, b_: ln_forward(x_, s_, b_, axes)[0], dy, [x, s, b])
+    close(outs[dx], gx, rtol=1e-4, atol=1e-4)
+    close(outs[ds], gs, rtol=1e-4, atol=1e-4)
+    close(outs[db], gb, rtol=1e-4, atol=1e-4)
+
+
 def test_layernorm_forward_training_and_inference():
     x, s, b = rand(2, 3, 8), rand(1, 1, 8), rand(1, 1, 8)
     for phase in (TRAINING, INFERENCE):
@@ -603,47 +642,13 @@ def test_layernorm_forward_training_and_inference():
 def test_layernorm_backward_against_finite_differences():
     x, s, dy = f64(rand(2, 6)), f64(rand(1, 6)), f64(rand(2, 6))
     _, mean, inv = ln_forward(x, s, 0.0, (1,))
-    g = G()
-    t = {n: inp(g, n, a.astype(np.float32)) for n, a in
-         (("dy", dy), ("x", x), ("s", s), ("mean", mean), ("inv", inv))}
-    dx, ds, db = g.layernorm_backward(t["dy"], t["x"], t["s"], t["mean"], t["inv"])
-    for o in (dx, ds, db):
-        o.set_output(True)
-    outs = run(g, {t["dy"]: dy.astype(np.float32), t["x"]: x.astype(np.float32), t["s"]: s.astype(np.float32),
-                   t["mean"]: mean.astype(np.float32), t["inv"]: inv.astype(np.float32)},
-               {dx: out_for(dx), ds: out_for(ds), db: out_for(db)})
-    gx, gs, gb = fd_grads(lambda x_, s_, b_: ln_forward(x_, s_, b_, (1,))[0], dy, [x, s, np.zeros((1, 6))])
-    close(outs[dx], gx, rtol=1e-4, atol=1e-4)
-    close(outs[ds], gs, rtol=1e-4, atol=1e-4)
-    close(outs[db], gb, rtol=1e-4, atol=1e-4)
+    check_norm_backward(lambda g, *t: g.layernorm_backward(*t), dy, x, s, np.zeros((1, 6)), mean, inv, (1,))
 
 
 def test_adalayernorm_forward_and_backward():
     x, s, b, dy = f64(rand(2, 3, 4)), f64(rand(2, 1, 4)), f64(rand(2, 1, 4)), f64(rand(2, 3, 4))
-    g = G()
-    tx, ts, tb = (inp(g, n, a.astype(np.float32)) for n, a in (("x", x), ("s", s), ("b", b)))
-    y, mean, inv = g.adalayernorm(TRAINING, tx, ts, tb, g.tensor_scalar(EPS))
-    for o in (y, mean, inv):
-        o.set_output(True)
-    outs = run(g, {tx: x.astype(np.float32), ts: s.astype(np.float32), tb: b.astype(np.float32)},
-               {y: out_for(y), mean: out_for(mean), inv: out_for(inv)})
-    wy, wm, wi = ln_forward(x, s, b, (2,))
-    close(outs[y], wy, rtol=1e-4, atol=1e-4)
-    close(outs[mean], wm)
-    close(outs[inv], wi, rtol=1e-4)
-
-    g2 = G()
-    arrays = {"dy": dy, "x": x, "s": s, "mean": wm, "inv": wi}
-    t = {n: inp(g2, n, a.astype(np.float32)) for n, a in arrays.items()}
-    dx, ds, db = g2.adalayernorm_backward(t["dy"], t["x"], t["s"], t["mean"], t["inv"])
-    for o in (dx, ds, db):
-        o.set_output(True)
-    outs = run(g2, {t[n]: a.astype(np.float32) for n, a in arrays.items()},
-               {dx: out_for(dx), ds: out_for(ds), db: out_for(db)})
-    gx, gs, gb = fd_grads(lambda x_, s_, b_: ln_forward(x_, s_, b_, (2,))[0], dy, [x, s, b])
-    close(outs[dx], gx, rtol=1e-4, atol=1e-4)
-    close(outs[ds], gs, rtol=1e-4, atol=1e-4)
-    close(outs[db], gb, rtol=1e-4, atol=1e-4)
+    _, wm, wi = check_norm_forward(lambda g, *t: g.adalayernorm(TRAINING, *t, g.tensor_scalar(EPS)), x, s, b, (2,))
+    check_norm_backward(lambda g, *t: g.adalayernorm_backward(*t), dy, x, s, b, wm, wi, (2,))
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -716,48 +721,15 @@ def test_batchnorm_inference_and_backward():
     got = run(g, {t[n]: a.astype(np.float32) for n, a in arrays.items()}, {y: out_for(y)})[y]
     close(got, (x - mean) * inv * s + b, rtol=1e-4, atol=1e-4)
 
-    g2 = G()
-    arrays = {"dy": dy, "x": x, "s": s, "mean": mean, "inv": inv}
-    t = {n: inp(g2, n, a.astype(np.float32)) for n, a in arrays.items()}
-    dx, ds, db = g2.batchnorm_backward(t["dy"], t["x"], t["s"], t["mean"], t["inv"])
-    for o in (dx, ds, db):
-        o.set_output(True)
-    outs = run(g2, {t[n]: a.astype(np.float32) for n, a in arrays.items()},
-               {dx: out_for(dx), ds: out_for(ds), db: out_for(db)})
-    gx, gs, gb = fd_grads(lambda x_, s_, b_: ln_forward(x_, s_, b_, axes)[0], dy, [x, s, b])
-    close(outs[dx], gx, rtol=1e-4, atol=1e-4)
-    close(outs[ds], gs, rtol=1e-4, atol=1e-4)
-    close(outs[db], gb, rtol=1e-4, atol=1e-4)
+    check_norm_backward(lambda g, *t: g.batchnorm_backward(*t), dy, x, s, b, mean, inv, axes)
 
 
 def test_instancenorm_forward_and_backward():
     x, s, b, dy = f64(rand(2, 3, 2, 3)), f64(rand(1, 3, 1, 1)), f64(rand(1, 3, 1, 1)), f64(rand(2, 3, 2, 3))
     axes = (2, 3)
-    g = G()
-    tx, ts, tb = (inp(g, n, a.astype(np.float32)) for n, a in (("x", x), ("s", s), ("b", b)))
-    y, mean, inv = g.instancenorm(TRAINING, tx, ts, tb, g.tensor_scalar(EPS))
-    for o in (y, mean, inv):
-        o.set_output(True)
+    mean, wm, wi = check_norm_forward(lambda g, *t: g.instancenorm(TRAINING, *t, g.tensor_scalar(EPS)), x, s, b, axes)
     assert mean.dim == (2, 3, 1, 1)
-    outs = run(g, {tx: x.astype(np.float32), ts: s.astype(np.float32), tb: b.astype(np.float32)},
-               {y: out_for(y), mean: out_for(mean), inv: out_for(inv)})
-    wy, wm, wi = ln_forward(x, s, b, axes)
-    close(outs[y], wy, rtol=1e-4, atol=1e-4)
-    close(outs[mean], wm)
-    close(outs[inv], wi, rtol=1e-4)
-
-    g2 = G()
-    arrays = {"dy": dy, "x": x, "s": s, "mean": wm, "inv": wi}
-    t = {n: inp(g2, n, a.astype(np.float32)) for n, a in arrays.items()}
-    dx, ds, db = g2.instancenorm_backward(t["dy"], t["x"], t["s"], t["mean"], t["inv"])
-    for o in (dx, ds, db):
-        o.set_output(True)
-    outs = run(g2, {t[n]: a.astype(np.float32) for n, a in arrays.items()},
-               {dx: out_for(dx), ds: out_for(ds), db: out_for(db)})
-    gx, gs, gb = fd_grads(lambda x_, s_, b_: ln_forward(x_, s_, b_, axes)[0], dy, [x, s, b])
-    close(outs[dx], gx, rtol=1e-4, atol=1e-4)
-    close(outs[ds], gs, rtol=1e-4, atol=1e-4)
-    close(outs[db], gb, rtol=1e-4, atol=1e-4)
+    check_norm_backward(lambda g, *t: g.instancenorm_backward(*t), dy, x, s, b, wm, wi, axes)
 
 
 def test_genstats():

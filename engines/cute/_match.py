@@ -25,7 +25,7 @@ from ...data_type import DataType
 from ...errors import GraphNotSupportedError
 from ...view import GraphView
 from ._spec import (ACTIVATIONS, ITEMSIZE, MAX_EPILOGUE_SCALARS, MAX_EPILOGUE_TENSORS, TMA_ALIGN,
-                    EpilogueStep, EpilogueTensor)
+                    EpilogueStep, EpilogueTensor, GemmGeometry)
 
 AB_TYPES = {DataType.BFLOAT16: "bfloat16", DataType.HALF: "float16"}
 OUT_TYPES = {DataType.BFLOAT16: "bfloat16", DataType.HALF: "float16", DataType.FLOAT: "float32"}
@@ -36,17 +36,8 @@ CLAIMED_OPS = ("matmul",) + tuple(BINARY) + tuple(UNARY)
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(GemmGeometry):
     """A matched graph: the problem geometry, the epilogue, and the uids each kernel argument comes from."""
-    ab_dtype: str
-    c_dtype: str
-    M: int
-    N: int
-    K: int
-    L: int
-    a_stride: tuple
-    b_stride: tuple
-    c_stride: tuple
     epi_tensors: tuple
     steps: tuple
     a_uid: int

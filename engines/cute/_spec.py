@@ -58,7 +58,9 @@ class Knobs:
 
 
 @dataclass(frozen=True)
-class GemmSpec:
+class GemmGeometry:
+    """The problem a GEMM solves: operand data types, sizes and element strides in the kernel's mode order
+    (both a matched graph and a compiled kernel's spec start with these fields)."""
     ab_dtype: str
     c_dtype: str
     M: int
@@ -68,6 +70,10 @@ class GemmSpec:
     a_stride: tuple        # (m, k, l)
     b_stride: tuple        # (n, k, l)
     c_stride: tuple        # (m, n, l)
+
+
+@dataclass(frozen=True)
+class GemmSpec(GemmGeometry):
     knobs: Knobs
     epi_tensors: tuple = ()
     n_scalars: int = 0

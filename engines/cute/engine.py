@@ -15,7 +15,8 @@ import logging
 import threading
 import time
 
-from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
+from .._dsl_common import ToolchainGatedEngine
+from ..base import CompiledPlan, ExecutionContext, PlanConfig
 from ..ids import CUTE_BASE
 from ...errors import GraphNotSupportedError
 from . import _plans, _toolchain
@@ -143,21 +144,17 @@ class CuteGemmPlan(CompiledPlan):
         self._launch(ptrs, scalars, 0 if ctx.stream is None else int(ctx.stream))
 
 
-class CuteGemmEngine(BaseEngine):
+class CuteGemmEngine(ToolchainGatedEngine):
     """Hopper GEMM (TMA, WGMMA, warp-specialised persistent kernel) with a fused epilogue, in CuTe DSL."""
 
     name = "cute_gemm"
     engine_id = CUTE_BASE
     binds_provisional_strides = True
+    toolchain = _toolchain
     host_scalars = True
 
-    def __init__(self):
-        self.missing = _toolchain.missing()
-        self.available = self.missing is None
-
     def propose_plans(self, graph) -> list[PlanConfig]:
-        if self.missing:
-            raise GraphNotSupportedError(self.missing)
+        self._require_toolchain()
         problem = match(graph)
         reason = _device_reason(graph)
         if reason is not None:

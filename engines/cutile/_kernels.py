@@ -199,14 +199,21 @@ def _unit_lower_inverse(a):
 
 
 @ct.function
-def _locate_chunk(cu, c, NSEQ: ConstInt, NP: ConstInt):
-    """(sequence, first token, end token) of global chunk c; sequence == NSEQ when c is past the last chunk."""
+def _chunk_counts(cu, NSEQ: ConstInt, NP: ConstInt):
+    """Per sequence slot i < NP: (i, whether i < NSEQ, first token, end token, chunk count); a slot at or
+    past NSEQ counts no chunks."""
     idx = ct.arange(NP, dtype=ct.int32)
     valid = idx < NSEQ
     lo = ct.load(cu, (0,), shape=(NP,), padding_mode=_ZERO)
     hi = ct.load(cu.slice(0, 1, NSEQ + 1), (0,), shape=(NP,), padding_mode=_ZERO)
-    length = ct.where(valid, hi - lo, 0)
-    count = (length + (CHUNK - 1)) // CHUNK
+    count = (ct.where(valid, hi - lo, 0) + (CHUNK - 1)) // CHUNK
+    return idx, valid, lo, hi, count
+
+
+@ct.function
+def _locate_chunk(cu, c, NSEQ: ConstInt, NP: ConstInt):
+    """(sequence, first token, end token) of global chunk c; sequence == NSEQ when c is past the last chunk."""
+    idx, valid, lo, hi, count = _chunk_counts(cu, NSEQ, NP)
     ends = ct.cumsum(count, axis=0)
     before = ct.where(valid & (ends <= c), 1, 0)
     n = ct.sum(before)
@@ -270,6 +277,16 @@ def _write_w_u_kd(inv, kt, bt, gc, to_last, v, wgate, h, start, stop, c, w_out, 
     _store_chunk_tile(kd_out, c, h, 0, kt * ct.exp(to_last), K)
 
 
+@ct.function
+def _ut_operands(k, g, beta, g_sums, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool,
+                 BETA_PER_CHANNEL: ConstBool, USE_L2: ConstBool):
+    """What chunk_prepare and the backward's recompute both form from a chunk: keys, beta, gc, gc[last] - gc
+    (``_keys_and_gates``) and the UT transform T (``_ut_inverse``)."""
+    kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_sums, h, start, stop, K, PER_CHANNEL,
+                                                    BETA_PER_CHANNEL, USE_L2)
+    return kt, bt, gc, to_last, _ut_inverse(kt, bt, from_mid, PER_CHANNEL)
+
+
 @ct.kernel
 def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
                   NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt,
@@ -282,9 +299,8 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
-        kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_out, h, start, stop, K, PER_CHANNEL,
-                                                        BETA_PER_CHANNEL, USE_L2)
-        inv = _ut_inverse(kt, bt, from_mid, PER_CHANNEL)
+        kt, bt, gc, to_last, inv = _ut_operands(k, g, beta, g_out, h, start, stop, K, PER_CHANNEL,
+                                                BETA_PER_CHANNEL, USE_L2)
         _write_w_u_kd(inv, kt, bt, gc, to_last, v, wgate, h, start, stop, c, w_out, u_out, kd_out, V, HAS_W, LOW)
         if not PER_CHANNEL:
             ct.store(g_out.slice(0, start, stop), (0, h), gc)
@@ -307,12 +323,23 @@ def chunk_gates(g, cu, g_out, NSEQ: ConstInt, NP: ConstInt, KB: ConstInt):
 @ct.function
 def _first_chunk(cu, n, NSEQ: ConstInt, NP: ConstInt):
     """Global index of sequence n's first chunk (the numbering ``_locate_chunk`` uses)."""
-    idx = ct.arange(NP, dtype=ct.int32)
-    valid = idx < NSEQ
-    lo = ct.load(cu, (0,), shape=(NP,), padding_mode=_ZERO)
-    hi = ct.load(cu.slice(0, 1, NSEQ + 1), (0,), shape=(NP,), padding_mode=_ZERO)
-    count = (ct.where(valid, hi - lo, 0) + (CHUNK - 1)) // CHUNK
+    idx, _, _, _, count = _chunk_counts(cu, NSEQ, NP)
     return ct.sum(ct.where(idx < n, count, 0))
+
+
+@ct.function
+def _sequence_walk(cu, n, carried, h, vb, NSEQ: ConstInt, NP: ConstInt, K: ConstInt, BV: ConstInt,
+                   HAS_CARRIED: ConstBool):
+    """What a per-sequence state pass starts from: sequence n's first and end token, its first global chunk,
+    its chunk count, and the (K, BV) state block vb it carries in (``carried``; zeros without HAS_CARRIED)."""
+    bos = ct.load(cu, (n,), shape=())
+    eos = ct.load(cu, (n + 1,), shape=())
+    first = _first_chunk(cu, n, NSEQ, NP)
+    if HAS_CARRIED:
+        state = ct.reshape(ct.load(carried, (n, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
+    else:
+        state = ct.zeros((K, BV), dtype=ct.float32)
+    return bos, eos, first, (eos - bos + (CHUNK - 1)) // CHUNK, state
 
 
 @ct.function
@@ -346,14 +373,7 @@ def chunk_state_pass(kd_in, w_in, u_in, g_in, cu, h0, hs, ht, d_out,
     n = ct.bid(0)
     h = ct.bid(1)
     vb = ct.bid(2)
-    bos = ct.load(cu, (n,), shape=())
-    eos = ct.load(cu, (n + 1,), shape=())
-    first = _first_chunk(cu, n, NSEQ, NP)
-    if HAS_H0:
-        state = ct.reshape(ct.load(h0, (n, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
-    else:
-        state = ct.zeros((K, BV), dtype=ct.float32)
-    chunks = (eos - bos + (CHUNK - 1)) // CHUNK
+    bos, eos, first, chunks, state = _sequence_walk(cu, n, h0, h, vb, NSEQ, NP, K, BV, HAS_H0)
     for j in range(chunks):
         wt, ut, kd, decay = _state_pass_inputs(kd_in, w_in, u_in, g_in, h, vb, first + j, bos + j * CHUNK, eos,
                                                K, BV, PER_CHANNEL)
@@ -442,14 +462,7 @@ def chunk_bwd_state_pass(do, w_in, kd_in, qg_in, g_in, cu, dht, dhs, dd_io, dh0,
     n = ct.bid(0)
     h = ct.bid(1)
     vb = ct.bid(2)
-    bos = ct.load(cu, (n,), shape=())
-    eos = ct.load(cu, (n + 1,), shape=())
-    first = _first_chunk(cu, n, NSEQ, NP)
-    if HAS_DHT:
-        ds = ct.reshape(ct.load(dht, (n, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
-    else:
-        ds = ct.zeros((K, BV), dtype=ct.float32)
-    chunks = (eos - bos + (CHUNK - 1)) // CHUNK
+    bos, eos, first, chunks, ds = _sequence_walk(cu, n, dht, h, vb, NSEQ, NP, K, BV, HAS_DHT)
     for jj in range(chunks):
         j = chunks - 1 - jj
         c = first + j
@@ -484,9 +497,8 @@ def chunk_bwd_values(k, v, g, beta, cu, hs, dd_in, w_in, u_in, g_sums, dv, dcg_o
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
-        kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_sums, h, start, stop, K, PER_CHANNEL,
-                                                        False, USE_L2)
-        inv_t = ct.transpose(_ut_inverse(kt, bt, from_mid, PER_CHANNEL))
+        kt, bt, _, _, inv = _ut_operands(k, g, beta, g_sums, h, start, stop, K, PER_CHANNEL, False, USE_L2)
+        inv_t = ct.transpose(inv)
         dw = ct.zeros((CHUNK, K), dtype=ct.float32)       # -dD S0^T
         dxu = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)  # dX U^T
         dbeta_v = ct.zeros((CHUNK, 1), dtype=ct.float32)  # rowsum(v * dX)

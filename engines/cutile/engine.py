@@ -16,7 +16,8 @@ import logging
 import threading
 from typing import Optional
 
-from ..base import BaseEngine, CompiledPlan, ExecutionContext, GraphView, PlanConfig
+from .._dsl_common import ToolchainGatedEngine
+from ..base import CompiledPlan, ExecutionContext, GraphView, PlanConfig
 from ..ids import CUTILE_BASE
 from ...data_type import DataType
 from ...errors import GraphNotSupportedError
@@ -200,8 +201,9 @@ class CutileForwardPlan(CompiledPlan):
         grid = (self._geometry.chunks, self._geometry.H, self._geometry.K // v.gate_block)
         return [("gates", grid, self._gates, (g, cu, scratch["g"], *v.gates_constants()))]
 
-    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
-        import cuda.tile as ct
+    def _slot_reader(self, variant_pack):
+        """A function from a port name to that port's slot in ``variant_pack`` (the uid -> position map is
+        built on the first execute)."""
         slots = variant_pack.slots
         positions = self._positions
         if positions is None:
@@ -211,6 +213,20 @@ class CutileForwardPlan(CompiledPlan):
         def slot(port):
             return slots[positions[uid[port]]]
 
+        return slot
+
+    def _launch_all(self, stream: int, launches: list) -> None:
+        """Launch each (name, grid, kernel, args) in order on ``stream``, through the launch hook if set."""
+        import cuda.tile as ct
+        hook = self.launch_hook
+        for name, grid, kernel, args in launches:
+            if hook is None:
+                ct.launch(stream, grid, kernel, args)
+            else:
+                hook(name, lambda grid=grid, kernel=kernel, args=args: ct.launch(stream, grid, kernel, args))
+
+    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
+        slot = self._slot_reader(variant_pack)
         stream = 0 if ctx.stream is None else int(ctx.stream)
         scratch = self._regions(self._workspace_base(ctx, stream))
         v = self.variant
@@ -228,12 +244,7 @@ class CutileForwardPlan(CompiledPlan):
               *v.state_pass_constants())),
             ("output", self._output_grid, self._output,
              (q, k, scratch["d"], scratch["g"], cu, scratch["hs"], slot("o"), *v.output_constants()))]
-        hook = self.launch_hook
-        for name, grid, kernel, args in launches:
-            if hook is None:
-                ct.launch(stream, grid, kernel, args)
-            else:
-                hook(name, lambda grid=grid, kernel=kernel, args=args: ct.launch(stream, grid, kernel, args))
+        self._launch_all(stream, launches)
 
 
 class CutileBackwardPlan(CutileForwardPlan):
@@ -251,16 +262,7 @@ class CutileBackwardPlan(CutileForwardPlan):
         self._grads_grid = (geometry.chunks, geometry.H, 1)
 
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
-        import cuda.tile as ct
-        slots = variant_pack.slots
-        positions = self._positions
-        if positions is None:
-            positions = self._positions = {u: i for i, u in enumerate(variant_pack.uids)}
-        uid = self._uid
-
-        def slot(port):
-            return slots[positions[uid[port]]]
-
+        slot = self._slot_reader(variant_pack)
         stream = 0 if ctx.stream is None else int(ctx.stream)
         sc = self._regions(self._workspace_base(ctx, stream))
         v = self.variant
@@ -287,29 +289,19 @@ class CutileBackwardPlan(CutileForwardPlan):
              (q, k, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["qg"], sc["da"], sc["dbeta_v"], sc["kd"],
               sc["w"], slot("dq"), slot("dk"), slot("dg"), slot("dbeta"), *v.bwd_grads_constants())),
         ]
-        hook = self.launch_hook
-        for name, grid, kernel, args in launches:
-            if hook is None:
-                ct.launch(stream, grid, kernel, args)
-            else:
-                hook(name, lambda grid=grid, kernel=kernel, args=args: ct.launch(stream, grid, kernel, args))
+        self._launch_all(stream, launches)
 
 
-class CutileLinearAttentionEngine(BaseEngine):
+class CutileLinearAttentionEngine(ToolchainGatedEngine):
     """cuTile chunked delta-rule kernels (gdn, kda, gdn2 forward) on sm_80 and newer."""
 
     name = "cutile_linear_attention"
     engine_id = CUTILE_BASE
     binds_provisional_strides = True
-
-    def __init__(self):
-        self.missing = _toolchain.missing()
-        # The manifest leaves an unavailable engine out of every plan list.
-        self.available = self.missing is None
+    toolchain = _toolchain
 
     def propose_plans(self, graph) -> list[PlanConfig]:
-        if self.missing:
-            raise GraphNotSupportedError(self.missing)
+        self._require_toolchain()
         # The graph tags every decline with the engine's name: the reasons here do not repeat it.
         nodes = graph.nodes
         if len(nodes) != 1:

@@ -488,39 +488,53 @@ cdef void _legacy_deleter(DLManagedTensor* m) noexcept with gil:
     free(m)
 
 
+cdef inline void* _unconsumed_pointer(object capsule, const char* name) noexcept:
+    """The managed tensor a capsule still owns, or NULL: a consumer renames the capsule it takes, so only
+    one still named ``name`` owns its tensor."""
+    return PyCapsule_GetPointer(capsule, name) if PyCapsule_IsValid(capsule, name) else NULL
+
+
 cdef void _versioned_capsule_destructor(object capsule) noexcept:
     # Called when the capsule dies: only an unconsumed capsule still owns its managed tensor.
-    cdef DLManagedTensorVersioned* m
-    if PyCapsule_IsValid(capsule, CG_CAPSULE_VERSIONED):
-        m = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, CG_CAPSULE_VERSIONED)
-        if m != NULL and m.deleter != NULL:
-            m.deleter(m)
+    cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>_unconsumed_pointer(capsule, CG_CAPSULE_VERSIONED)
+    if m != NULL and m.deleter != NULL:
+        m.deleter(m)
 
 
 cdef void _legacy_capsule_destructor(object capsule) noexcept:
-    cdef DLManagedTensor* m
-    if PyCapsule_IsValid(capsule, CG_CAPSULE_LEGACY):
-        m = <DLManagedTensor*>PyCapsule_GetPointer(capsule, CG_CAPSULE_LEGACY)
-        if m != NULL and m.deleter != NULL:
-            m.deleter(m)
+    cdef DLManagedTensor* m = <DLManagedTensor*>_unconsumed_pointer(capsule, CG_CAPSULE_LEGACY)
+    if m != NULL and m.deleter != NULL:
+        m.deleter(m)
+
+
+cdef inline void* _alloc_export(size_t header, int ndim) except NULL:
+    """malloc a managed tensor of ``header`` bytes followed by 2 * ndim int64s for its shape and strides
+    (freed with it, in one block, by its deleter)."""
+    cdef void* p = malloc(header + 2 * ndim * sizeof(int64_t))
+    if p == NULL:
+        raise MemoryError()
+    return p
+
+
+cdef inline void _copy_tensor_into(DLTensor* dst, const DLTensor* src, int64_t* geometry) noexcept nogil:
+    """``dst`` = ``src`` with shape and strides copied into ``geometry`` (2 * ndim int64s living as long as
+    ``dst``): an export must not point into the slot's own arrays, which a later fill of the slot rewrites."""
+    cdef int ndim = src.ndim
+    dst[0] = src[0]
+    dst.shape = geometry if ndim > 0 else NULL
+    dst.strides = geometry + ndim if ndim > 0 else NULL
+    if ndim > 0:
+        memcpy(geometry, src.shape, ndim * sizeof(int64_t))
+        memcpy(geometry + ndim, src.strides, ndim * sizeof(int64_t))
 
 
 cdef DLManagedTensorVersioned* export_versioned(Slot s) except NULL:
-    cdef int ndim = s.tensor.ndim
-    cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>malloc(
-        sizeof(DLManagedTensorVersioned) + 2 * ndim * sizeof(int64_t))
-    if m == NULL:
-        raise MemoryError()
-    cdef int64_t* geometry = <int64_t*>(<char*>m + sizeof(DLManagedTensorVersioned))
+    cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>_alloc_export(
+        sizeof(DLManagedTensorVersioned), s.tensor.ndim)
     m.version.major = CG_DLPACK_MAJOR
     m.version.minor = CG_DLPACK_MINOR
     m.flags = DLPACK_FLAG_BITMASK_READ_ONLY if s._readonly else 0
-    m.dl_tensor = s.tensor
-    m.dl_tensor.shape = geometry if ndim > 0 else NULL
-    m.dl_tensor.strides = geometry + ndim if ndim > 0 else NULL
-    if ndim > 0:
-        memcpy(geometry, s.tensor.shape, ndim * sizeof(int64_t))
-        memcpy(geometry + ndim, s.tensor.strides, ndim * sizeof(int64_t))
+    _copy_tensor_into(&m.dl_tensor, &s.tensor, <int64_t*>(<char*>m + sizeof(DLManagedTensorVersioned)))
     Py_INCREF(s)
     m.manager_ctx = <void*>s
     m.deleter = _versioned_deleter
@@ -528,18 +542,8 @@ cdef DLManagedTensorVersioned* export_versioned(Slot s) except NULL:
 
 
 cdef DLManagedTensor* export_legacy(Slot s) except NULL:
-    cdef int ndim = s.tensor.ndim
-    cdef DLManagedTensor* m = <DLManagedTensor*>malloc(
-        sizeof(DLManagedTensor) + 2 * ndim * sizeof(int64_t))
-    if m == NULL:
-        raise MemoryError()
-    cdef int64_t* geometry = <int64_t*>(<char*>m + sizeof(DLManagedTensor))
-    m.dl_tensor = s.tensor
-    m.dl_tensor.shape = geometry if ndim > 0 else NULL
-    m.dl_tensor.strides = geometry + ndim if ndim > 0 else NULL
-    if ndim > 0:
-        memcpy(geometry, s.tensor.shape, ndim * sizeof(int64_t))
-        memcpy(geometry + ndim, s.tensor.strides, ndim * sizeof(int64_t))
+    cdef DLManagedTensor* m = <DLManagedTensor*>_alloc_export(sizeof(DLManagedTensor), s.tensor.ndim)
+    _copy_tensor_into(&m.dl_tensor, &s.tensor, <int64_t*>(<char*>m + sizeof(DLManagedTensor)))
     Py_INCREF(s)
     m.manager_ctx = <void*>s
     m.deleter = _legacy_deleter

@@ -4,7 +4,8 @@ Every managed tensor made here counts its deleter calls, so tests can prove that
 each deleter exactly once and never on a tensor it did not take.
 """
 cimport cython
-from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer, PyCapsule_GetName, PyCapsule_SetName
+from cpython.pycapsule cimport (PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer, PyCapsule_GetName,
+                                PyCapsule_SetName, PyCapsule_Destructor)
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_SetObject
 from libc.stdint cimport int32_t, int64_t, uint64_t, intptr_t, uintptr_t
@@ -46,21 +47,23 @@ ctypedef struct LegacyBlock:
     long generation
 
 
-cdef void _count_versioned(DLManagedTensorVersioned* m) noexcept with gil:
+cdef void _count_and_release(long generation, void* manager_ctx) noexcept with gil:
+    """A deleter's work before free: count the call (tensors of the current generation only) and drop the
+    owner's reference."""
     global _deleter_calls
-    if (<VersionedBlock*>m).generation == _generation:
+    if generation == _generation:
         _deleter_calls += 1
-    if m.manager_ctx != NULL:
-        Py_DECREF(<object>m.manager_ctx)
+    if manager_ctx != NULL:
+        Py_DECREF(<object>manager_ctx)
+
+
+cdef void _count_versioned(DLManagedTensorVersioned* m) noexcept with gil:
+    _count_and_release((<VersionedBlock*>m).generation, m.manager_ctx)
     free(m)
 
 
 cdef void _count_legacy(DLManagedTensor* m) noexcept with gil:
-    global _deleter_calls
-    if (<LegacyBlock*>m).generation == _generation:
-        _deleter_calls += 1
-    if m.manager_ctx != NULL:
-        Py_DECREF(<object>m.manager_ctx)
+    _count_and_release((<LegacyBlock*>m).generation, m.manager_ctx)
     free(m)
 
 
@@ -80,18 +83,21 @@ def destructor_calls():
     return _destructor_calls
 
 
-cdef void _capsule_versioned_dtor(object cap) noexcept:
+cdef void* _counted_unconsumed(object cap) noexcept:
+    """``_unconsumed(cap)``, counting the destructor call."""
     global _destructor_calls
     _destructor_calls += 1
-    cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>_unconsumed(cap)
+    return _unconsumed(cap)
+
+
+cdef void _capsule_versioned_dtor(object cap) noexcept:
+    cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>_counted_unconsumed(cap)
     if m != NULL and m.deleter != NULL:
         m.deleter(m)
 
 
 cdef void _capsule_legacy_dtor(object cap) noexcept:
-    global _destructor_calls
-    _destructor_calls += 1
-    cdef DLManagedTensor* m = <DLManagedTensor*>_unconsumed(cap)
+    cdef DLManagedTensor* m = <DLManagedTensor*>_counted_unconsumed(cap)
     if m != NULL and m.deleter != NULL:
         m.deleter(m)
 
@@ -105,9 +111,11 @@ cdef bytes _capsule_name(object name):
     return _capsule_names.setdefault(key, key)
 
 
-cdef void _fill_tensor(DLTensor* t, int64_t* geometry, object owner, data, shape, strides, dtype,
-                       device, byte_offset, ndim, null_shape, null_strides):
+cdef void _fill_tensor(DLTensor* t, int64_t* geometry, object owner, tuple layout):
+    """``t`` over ``owner`` with its geometry in ``geometry``; ``layout``: make_capsule's overrides (data,
+    shape, strides, dtype, device, byte_offset, ndim, null_shape, null_strides)."""
     cdef int i
+    data, shape, strides, dtype, device, byte_offset, ndim, null_shape, null_strides = layout
     t.data = <void*><uintptr_t>(data if data is not None else owner.__array_interface__["data"][0])
     shape = tuple(owner.shape) if shape is None else tuple(shape)
     if strides is None:
@@ -124,6 +132,22 @@ cdef void _fill_tensor(DLTensor* t, int64_t* geometry, object owner, data, shape
     t.byte_offset = byte_offset
 
 
+cdef object _capsule_over(void* block, DLTensor* t, int64_t* geometry, void** manager_ctx, object owner,
+                          tuple layout, bint null_deleter, object name, const char* default_name,
+                          PyCapsule_Destructor destructor):
+    """Fill the block's tensor, hand it a reference to ``owner`` (none with ``null_deleter``: nobody would
+    release it) and wrap the block in a capsule named ``name`` (None: ``default_name``)."""
+    cdef bytes name_b
+    _fill_tensor(t, geometry, owner, layout)
+    if not null_deleter:
+        Py_INCREF(owner)
+        manager_ctx[0] = <void*>owner
+    if name is None:
+        return PyCapsule_New(block, default_name, destructor)
+    name_b = _capsule_name(name)      # kept alive by _capsule_names
+    return PyCapsule_New(block, <char*>name_b, destructor)
+
+
 def make_capsule(owner, *, versioned=True, name=None, version=(1, 3), data=None, shape=None,
                  strides=None, dtype=(2, 32, 1), device=(1, 0), byte_offset=0, ndim=None,
                  null_shape=False, null_strides=False, null_deleter=False, flags=0):
@@ -131,7 +155,7 @@ def make_capsule(owner, *, versioned=True, name=None, version=(1, 3), data=None,
     global _tensors_made
     cdef VersionedBlock* vb
     cdef LegacyBlock* lb
-    cdef bytes name_b
+    cdef tuple layout = (data, shape, strides, dtype, device, byte_offset, ndim, null_shape, null_strides)
     _tensors_made += 1
     if versioned:
         vb = <VersionedBlock*>malloc(sizeof(VersionedBlock))
@@ -139,35 +163,17 @@ def make_capsule(owner, *, versioned=True, name=None, version=(1, 3), data=None,
         vb.generation = _generation
         vb.m.version.major, vb.m.version.minor = version
         vb.m.flags = flags
-        _fill_tensor(&vb.m.dl_tensor, vb.geometry, owner, data, shape, strides, dtype, device,
-                     byte_offset, ndim, null_shape, null_strides)
-        Py_INCREF(owner)
-        vb.m.manager_ctx = <void*>owner
-        vb.m.deleter = _count_versioned
-        if null_deleter:
-            vb.m.deleter = NULL
-            Py_DECREF(owner)   # nobody will release it: do not hold the reference
-            vb.m.manager_ctx = NULL
-        if name is None:
-            return PyCapsule_New(<void*>vb, "dltensor_versioned", _capsule_versioned_dtor)
-        name_b = _capsule_name(name)      # kept alive by _capsule_names
-        return PyCapsule_New(<void*>vb, <char*>name_b, _capsule_versioned_dtor)
+        if not null_deleter:
+            vb.m.deleter = _count_versioned
+        return _capsule_over(<void*>vb, &vb.m.dl_tensor, vb.geometry, &vb.m.manager_ctx, owner, layout,
+                             null_deleter, name, "dltensor_versioned", _capsule_versioned_dtor)
     lb = <LegacyBlock*>malloc(sizeof(LegacyBlock))
     memset(lb, 0, sizeof(LegacyBlock))
     lb.generation = _generation
-    _fill_tensor(&lb.m.dl_tensor, lb.geometry, owner, data, shape, strides, dtype, device,
-                 byte_offset, ndim, null_shape, null_strides)
-    Py_INCREF(owner)
-    lb.m.manager_ctx = <void*>owner
-    lb.m.deleter = _count_legacy
-    if null_deleter:
-        lb.m.deleter = NULL
-        Py_DECREF(owner)
-        lb.m.manager_ctx = NULL
-    if name is None:
-        return PyCapsule_New(<void*>lb, "dltensor", _capsule_legacy_dtor)
-    name_b = _capsule_name(name)
-    return PyCapsule_New(<void*>lb, <char*>name_b, _capsule_legacy_dtor)
+    if not null_deleter:
+        lb.m.deleter = _count_legacy
+    return _capsule_over(<void*>lb, &lb.m.dl_tensor, lb.geometry, &lb.m.manager_ctx, owner, layout,
+                         null_deleter, name, "dltensor", _capsule_legacy_dtor)
 
 
 class CapsuleProducer:
@@ -370,6 +376,16 @@ def noop(obj):
     return None
 
 
+cdef inline void* _take_if_named(object capsule, const char* name, const char* wanted, const char* used):
+    """A capsule's pointer when it is named ``wanted`` (``name``), the capsule then renamed ``used`` as a
+    consumer does; NULL otherwise (a capsule never holds NULL)."""
+    if name == NULL or strcmp(name, wanted) != 0:
+        return NULL
+    cdef void* pointer = PyCapsule_GetPointer(capsule, name)
+    PyCapsule_SetName(capsule, used)
+    return pointer
+
+
 def consume(capsule):
     """Take and release a DLPack capsule as a minimal conforming consumer does, without using it:
     rename it used_*, then call its deleter. ``consume(None)`` does nothing (the calibration).
@@ -384,15 +400,13 @@ def consume(capsule):
     if capsule is None:
         return None
     name = PyCapsule_GetName(capsule)
-    if name != NULL and strcmp(name, "dltensor_versioned") == 0:
-        v = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, name)
-        PyCapsule_SetName(capsule, "used_dltensor_versioned")
+    v = <DLManagedTensorVersioned*>_take_if_named(capsule, name, "dltensor_versioned", "used_dltensor_versioned")
+    if v != NULL:
         if v.deleter != NULL:
             v.deleter(v)
         return None
-    if name != NULL and strcmp(name, "dltensor") == 0:
-        m = <DLManagedTensor*>PyCapsule_GetPointer(capsule, name)
-        PyCapsule_SetName(capsule, "used_dltensor")
+    m = <DLManagedTensor*>_take_if_named(capsule, name, "dltensor", "used_dltensor")
+    if m != NULL:
         if m.deleter != NULL:
             m.deleter(m)
         return None

@@ -1,0 +1,14 @@
+"""Small helpers the CPU tests share (GPU-run helpers are in gpu_support.py)."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+
+def c_compiler_or_skip(what: str) -> str:
+    """The path of a C compiler (cc, gcc or clang), or a skip: there is none to build ``what``."""
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip(f"no C compiler to build {what}")
+    return cc
