@@ -31,7 +31,7 @@ from ._ir import Graph as _GraphCore, Tensor, Node, OpBinding
 from ._slot import Slot
 from ._variant_pack import PackLayout, TensorSpec
 from ._stream import as_stream_handle
-from .data_type import DataType, data_type_of
+from .data_type import DataType, data_type_of, numpy_dtype as _numpy_dtype
 from .errors import (WorkspaceError, DeviceMismatchError, GraphFrozenError, GraphNotSupportedError,
                      GraphValidationError, UnknownTensorError)
 from .ops import SCHEMAS
@@ -585,15 +585,6 @@ class pygraph(_GraphCore):
     def __repr__(self):
         return (f"pygraph(name={self.context.name!r}, device={self.device}, nodes={len(self.nodes)}, "
                 f"tensors={len(self.tensors)}{', frozen' if self.frozen else ''})")
-
-
-def _numpy_dtype(name: str):
-    import numpy as np
-    try:
-        return np.dtype(name)
-    except TypeError:
-        import ml_dtypes
-        return np.dtype(getattr(ml_dtypes, name))
 
 
 for _schema in SCHEMAS.values():

@@ -18,24 +18,18 @@ those user-set dims once they are known.
 """
 from __future__ import annotations
 
-import enum
 import operator
 from typing import Any, Mapping, Optional
 
+from ..enums import convolution_mode
 from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, register
 
 __all__ = ["ConvolutionMode", "conv_output_size", "resolve_padding", "channels_last_stride"]
 
 
-class ConvolutionMode(enum.IntEnum):
-    """How the filter is applied; values are cuDNN's ``cudnnConvolutionMode_t``.
-
-    ``CROSS_CORRELATION`` (the default, what deep-learning frameworks call convolution) does not flip
-    the filter; ``CONVOLUTION`` flips it along every spatial axis.
-    """
-
-    CONVOLUTION = 0
-    CROSS_CORRELATION = 1
+# The op table's name for the package's enum. ``CROSS_CORRELATION`` (the default, what deep-learning
+# frameworks call convolution) does not flip the filter; ``CONVOLUTION`` flips it along every spatial axis.
+ConvolutionMode = convolution_mode
 
 
 _to_conv_mode = enum_converter(ConvolutionMode, "convolution_mode",

@@ -24,21 +24,17 @@ are conditional: the builder returns None in their place.
 """
 from __future__ import annotations
 
-import enum
 import math
 from typing import Any
 
+from ..enums import norm_forward_phase
 from .schema import (REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo,
                      enum_converter, register)
 
 __all__ = ["NormFwdPhase"]
 
 
-class NormFwdPhase(enum.IntEnum):
-    """Forward-norm phase; values are cuDNN's ``cudnnBackendNormFwdPhase_t``."""
-
-    INFERENCE = 0
-    TRAINING = 1
+NormFwdPhase = norm_forward_phase   # the op tables' name for the package's enum
 
 
 _to_phase = enum_converter(NormFwdPhase, "norm_forward_phase", expected="TRAINING or INFERENCE")

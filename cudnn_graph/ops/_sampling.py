@@ -15,41 +15,20 @@ pass-by-value INT64 scalars. Only the Bernoulli distribution is offered, as cudn
 """
 from __future__ import annotations
 
-import enum
 import operator
 from typing import Any, Optional
 
 from ..data_type import DataType
+from ..enums import padding_mode, resample_mode, rng_distribution
 from .schema import REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, enum_converter, register
 
 __all__ = ["ResampleMode", "PaddingMode", "RngDistribution", "pooled_size", "pool_padding_mode"]
 
 
-class ResampleMode(enum.IntEnum):
-    """Values are cuDNN's ``cudnnResampleMode_t``."""
-
-    NEAREST = 0
-    BILINEAR = 1
-    AVGPOOL_INCLUDE_PADDING = 2
-    AVGPOOL = 2                 # cuDNN's alias of AVGPOOL_INCLUDE_PADDING
-    MAXPOOL = 3
-    AVGPOOL_EXCLUDE_PADDING = 4
-
-
-class PaddingMode(enum.IntEnum):
-    """Values are cuDNN's ``cudnnPaddingMode_t``."""
-
-    ZERO_PAD = 0
-    NEG_INF_PAD = 1
-    EDGE_VAL_PAD = 2
-
-
-class RngDistribution(enum.IntEnum):
-    """Values are cuDNN's ``cudnnRngDistribution_t``."""
-
-    BERNOULLI = 0
-    UNIFORM = 1
-    NORMAL = 2
+# The op tables' names for the package's enums.
+ResampleMode = resample_mode
+PaddingMode = padding_mode
+RngDistribution = rng_distribution
 
 
 POOLING_MODES = (ResampleMode.MAXPOOL, ResampleMode.AVGPOOL_INCLUDE_PADDING, ResampleMode.AVGPOOL_EXCLUDE_PADDING)

@@ -44,7 +44,6 @@ Keywords that do not map one-to-one onto a port or an attribute (the IR honours 
 """
 from __future__ import annotations
 
-import enum
 import math
 import numbers
 import operator
@@ -52,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from ..data_type import DataType
+from ..enums import attention_implementation, diagonal_alignment
 from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, register
 
 __all__ = ["DiagonalAlignment", "AttentionImplementation", "MaskSpec", "resolve_masking", "stats_requested",
@@ -65,19 +65,10 @@ _FLOAT_TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBL
 
 # ------------------------------------------------------------------------------------------- enums
 
-class DiagonalAlignment(enum.IntEnum):
-    """Where the diagonal of the band mask starts; values follow cudnn-frontend's ``DiagonalAlignment_t``."""
-
-    TOP_LEFT = 0
-    BOTTOM_RIGHT = 1
-
-
-class AttentionImplementation(enum.IntEnum):
-    """Which cuDNN implementation pygraph should pick (``AttentionImplementation_t``)."""
-
-    AUTO = 0
-    COMPOSITE = 1
-    UNIFIED = 2
+# The op tables' names for the package's enums (cudnn-frontend's DiagonalAlignment_t and
+# AttentionImplementation_t).
+DiagonalAlignment = diagonal_alignment
+AttentionImplementation = attention_implementation
 
 
 # ------------------------------------------------------------------------------- attr converters

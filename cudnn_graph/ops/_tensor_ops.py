@@ -18,37 +18,22 @@ list of tensors (``extra["list_ports"]``); inference sees it as a list of ``Tens
 """
 from __future__ import annotations
 
-import enum
 import math
 import operator
 from typing import Any, Mapping, Optional
 
 from ..data_type import DataType
+from ..enums import reduction_mode, reshape_mode
 from .schema import (REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo,
                      enum_converter, register)
 
 __all__ = ["ReductionMode", "ReshapeMode", "slice_bounds", "block_scale_axis"]
 
 
-class ReductionMode(enum.IntEnum):
-    """Reduction modes; values are cuDNN's ``cudnnReduceTensorOp_t``."""
-
-    ADD = 0
-    MUL = 1
-    MIN = 2
-    MAX = 3
-    AMAX = 4
-    AVG = 5
-    NORM1 = 6
-    NORM2 = 7
-    MUL_NO_ZEROS = 8
-
-
-class ReshapeMode(enum.IntEnum):
-    """Reshape modes; values are cuDNN's ``cudnnBackendReshapeMode_t`` (cuDNN >= 9.22)."""
-
-    VIEW_ONLY = 0   # reinterpret the same memory with the output's dims/strides
-    LOGICAL = 1     # lexicographic (row-major) reshape; may move data
+# The op tables' names for the package's enums (VIEW_ONLY reinterprets the same memory with the
+# output's dims/strides; LOGICAL is a lexicographic, row-major reshape that may move data).
+ReductionMode = reduction_mode
+ReshapeMode = reshape_mode
 
 
 def _int(value: Any) -> int:

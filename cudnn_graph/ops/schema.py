@@ -122,20 +122,23 @@ class OpSchema:
 
 
 def enum_converter(enum_cls: type, keyword: str, prefix: str = "", expected: str = "") -> Callable[[Any], Any]:
-    """An Attr.convert for an enum, matched by NAME: this enum, cudnn.pygraph's, the package's enums
-    module (another binding's numbering never matters) or a string in any case, with or without the
-    cuDNN ``prefix``."""
+    """An Attr.convert for an enum, matched by NAME: a member of ``enum_cls`` passes as it is;
+    cudnn.pygraph's enum (another binding's numbering never matters) or a string in any case, with or
+    without the cuDNN ``prefix``, is looked up by name. Members with a negative value (``NOT_SET``)
+    mean "no value" and are refused."""
+    usable = {name: member for name, member in enum_cls.__members__.items() if member.value >= 0}
+
     def convert(value: Any):
-        if isinstance(value, enum_cls):
+        if isinstance(value, enum_cls) and value.value >= 0:
             return value
         name = value if isinstance(value, str) else getattr(value, "name", None)
         if isinstance(name, str):
             key = name.strip().upper().rsplit(".", 1)[-1]
             if prefix and key.startswith(prefix):
                 key = key[len(prefix):]
-            if key in enum_cls.__members__:
-                return enum_cls[key]
-        choices = expected or "one of " + ", ".join(enum_cls.__members__)
+            if key in usable:
+                return usable[key]
+        choices = expected or "one of " + ", ".join(usable)
         raise ValueError(f"{keyword} must be {choices}; got {value!r}")
     return convert
 

@@ -18,32 +18,17 @@ descriptors are made here.
 """
 from __future__ import annotations
 
-import enum
-
 from ...data_type import DataType
-from ...enums import pointwise_mode
+from ...enums import gen_stats_mode, norm_forward_phase as NormFwdPhase, norm_mode, pointwise_mode
 from ...errors import GraphNotSupportedError
-from ...ops._norms import NormFwdPhase
 from .lowering import BYTE_ALIGNMENT, MIN_RANK, Ref, Step, lowers
 
 __all__ = ["NormMode", "GenStatsMode", "FORWARD_MODES", "BACKWARD_MODES"]
 
 
-class NormMode(enum.IntEnum):
-    """cuDNN's ``cudnnBackendNormMode_t``."""
-
-    LAYER_NORM = 0
-    INSTANCE_NORM = 1
-    BATCH_NORM = 2
-    GROUP_NORM = 3
-    RMS_NORM = 4
-    ADA_LAYER_NORM = 5
-
-
-class GenStatsMode(enum.IntEnum):
-    """cuDNN's ``cudnnGenStatsMode_t``."""
-
-    SUM_SQSUM = 0
+# The lowering's names for the package's enums (cudnnBackendNormMode_t, cudnnGenStatsMode_t).
+NormMode = norm_mode
+GenStatsMode = gen_stats_mode
 
 
 _FWD = "CUDNN_ATTR_OPERATION_NORM_FWD_"

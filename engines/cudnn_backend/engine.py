@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from .. import ids
 from ..base import BaseEngine, CompiledPlan, ExecutionContext, PlanConfig
-from ...data_type import DataType
+from ...data_type import DataType, numpy_dtype
 from ...enums import behavior_note, heur_mode, knob_type, numerical_note
 from ...errors import GraphNotSupportedError
 from ... import _loader
@@ -265,17 +265,15 @@ def plan_name(engine_id: int, knobs: Mapping) -> str:
     return f"eng{engine_id}{parts}"
 
 
+# The data types a pass-by-value scalar may have (cuDNN takes no FP8 / complex / packed scalars).
+_SCALAR_TYPES = frozenset({DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.INT8, DataType.UINT8,
+                           DataType.INT32, DataType.INT64, DataType.UINT32, DataType.BOOLEAN, DataType.BFLOAT16})
+
+
 def _numpy_dtype(dtype: DataType):
-    import numpy as np
-    names = {DataType.FLOAT: "float32", DataType.DOUBLE: "float64", DataType.HALF: "float16",
-             DataType.INT8: "int8", DataType.UINT8: "uint8", DataType.INT32: "int32", DataType.INT64: "int64",
-             DataType.UINT32: "uint32", DataType.BOOLEAN: "bool"}
-    if dtype in names:
-        return np.dtype(names[dtype])
-    if dtype == DataType.BFLOAT16:
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    raise GraphNotSupportedError(f"a pass-by-value scalar of type {DataType(dtype).name} is not supported")
+    if dtype not in _SCALAR_TYPES:
+        raise GraphNotSupportedError(f"a pass-by-value scalar of type {DataType(dtype).name} is not supported")
+    return numpy_dtype(dtype)
 
 
 def _constant_arrays(constants) -> list:

@@ -524,9 +524,9 @@ def _lower_pointwise(lw, node, i):
 
 @lowers("reduction")
 def _lower_reduction(lw, node, i):
-    mode = node.params["mode"]
     yield Step(f"reduction_{i}", "CUDNN_BACKEND_REDUCTION_DESCRIPTOR", {
-        "CUDNN_ATTR_REDUCTION_OPERATOR": reduction_mode[getattr(mode, "name", str(mode))],
+        # The op table's converter already made it a reduction_mode member.
+        "CUDNN_ATTR_REDUCTION_OPERATOR": reduction_mode(node.params["mode"]),
         "CUDNN_ATTR_REDUCTION_COMP_TYPE": lw.compute_type(node),
     })
     yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR", {
