@@ -77,7 +77,7 @@ def _make_builder(schema):
     binding = OpBinding(schema, REQUIRED, _GENERIC)
     order = binding.order
 
-    declined = dict(schema.extra.get("declined_keywords") or {})
+    declined = dict(schema.declined_keywords)
 
     def builder(self, *args, **kwargs):
         return self._build(binding, args, kwargs)
@@ -97,7 +97,7 @@ def _make_builder(schema):
         params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None))
         seen.add(name)
     for name in (list(schema.port_names()) + [a.name for a in schema.attrs] + list(_GENERIC)
-                 + list(schema.extra.get("keyword_expanders", {}))):
+                 + list(schema.keyword_expanders)):
         if name not in seen:
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None))
             seen.add(name)
@@ -217,7 +217,7 @@ class pygraph(_GraphCore):
                 if dtype is None:
                     dtype = self._default_type(t.is_virtual)
                 t._set_inferred(info.dim, info.stride, dtype)
-            check = schema.extra.get("validate_outputs")
+            check = schema.validate_outputs
             if check is not None:
                 pending = {o: t._raw_dim() for o, t in node.outputs.items()
                            if result.get(o) is not None and result[o].dim is None}
@@ -237,7 +237,7 @@ class pygraph(_GraphCore):
                 for t in (value if isinstance(value, tuple) else (value,)):
                     if t is not None:
                         consumed.add(t.uid)
-            for key in node.schema.extra.get("tensor_list_attrs", ()):
+            for key in node.schema.tensor_list_attrs:
                 for t in node.params.get(key) or ():
                     consumed.add(t.uid)
         for t in self.tensors:
@@ -588,7 +588,7 @@ class pygraph(_GraphCore):
 
 
 for _schema in SCHEMAS.values():
-    for _method in (_schema.name,) + tuple(_schema.extra.get("aliases", ())):
+    for _method in (_schema.name,) + tuple(_schema.aliases):
         if hasattr(_GraphCore, _method):
             raise RuntimeError(f"op {_method!r} would shadow a Graph method")
         setattr(pygraph, _method, _make_builder(_schema))

@@ -13,7 +13,7 @@ cuDNN, by the filter's channel count: ``groups = C_image / C_filter``.
 ``padding`` is shorthand for equal ``pre_padding`` and ``post_padding`` (pygraph exposes it as a second
 overload). As in pygraph, padding, stride and dilation have no defaults: an empty list is "not set" and
 fails validation. ``conv_dgrad``'s DX and ``conv_wgrad``'s DW cannot be inferred (the inverse mapping is
-not unique), so the caller sets their dims, exactly as with pygraph; ``extra["validate_outputs"]`` checks
+not unique), so the caller sets their dims, exactly as with pygraph; ``validate_outputs`` checks
 those user-set dims once they are known.
 """
 from __future__ import annotations
@@ -247,7 +247,7 @@ register(
         infer=_infer_dgrad, attrs=_CONV_ATTRS,
         positional=("loss", "filter", "padding", "stride", "dilation", "convolution_mode"),
         doc="Data gradient: the adjoint of conv_fprop in X. DX dims must be set by the caller.",
-        extra={"validate_outputs": _validate_dgrad_outputs},
+        validate_outputs=_validate_dgrad_outputs,
     ),
     OpSchema(
         name="conv_wgrad", family="conv",
@@ -257,6 +257,6 @@ register(
         infer=_infer_wgrad, attrs=_CONV_ATTRS,
         positional=("image", "loss", "padding", "stride", "dilation", "convolution_mode"),
         doc="Weight gradient: the adjoint of conv_fprop in W. DW dims must be set by the caller.",
-        extra={"validate_outputs": _validate_wgrad_outputs},
+        validate_outputs=_validate_wgrad_outputs,
     ),
 )

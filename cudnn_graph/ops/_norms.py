@@ -31,7 +31,7 @@ from ..enums import norm_forward_phase
 from .schema import (REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo,
                      enum_converter, register)
 
-__all__ = ["NormFwdPhase"]
+__all__ = ["NormFwdPhase", "ADA_LAYER_NORM_VERSION"]
 
 
 NormFwdPhase = norm_forward_phase   # the op tables' name for the package's enum
@@ -285,7 +285,10 @@ _FWD_LN_PORTS = (Port("input", doc="X"), Port("scale"), Port("bias"), Port("epsi
 _FWD_LN_POS = ("norm_forward_phase", "input", "scale", "bias", "epsilon")
 _BWD_OUTS = (Output("DX"), Output("dscale"), Output("dbias"))
 _BWD_POS = ("grad", "input", "scale", "mean", "inv_variance")
-_TENSOR_LIST = {"tensor_list_attrs": ("peer_stats",)}   # attrs whose values are graph tensors
+_TENSOR_LIST = ("peer_stats",)   # attrs whose values are graph tensors
+
+# cudnn-frontend builds adaptive layer norm (both directions) only on cuDNN >= 9.9.0.
+ADA_LAYER_NORM_VERSION = 90900
 
 register(
     OpSchema(
@@ -298,7 +301,7 @@ register(
         infer=_infer_batchnorm, attrs=(_PEER_STATS,),
         positional=("input", "scale", "bias", "in_running_mean", "in_running_var", "epsilon", "momentum",
                     "peer_stats"),
-        returns="list", extra=_TENSOR_LIST,
+        returns="list", tensor_list_attrs=_TENSOR_LIST,
         doc="Training batch norm; also updates the running statistics when they are given.",
     ),
     OpSchema(
@@ -311,7 +314,7 @@ register(
     OpSchema(
         name="batchnorm_backward", family="norm",
         inputs=_bwd_ports(), outputs=_BWD_OUTS, infer=_infer_batchnorm_backward, attrs=(_PEER_STATS,),
-        positional=_BWD_POS + ("peer_stats",), returns="list", extra=_TENSOR_LIST,
+        positional=_BWD_POS + ("peer_stats",), returns="list", tensor_list_attrs=_TENSOR_LIST,
         doc="Gradients of training batch norm from the saved batch statistics.",
     ),
     OpSchema(
@@ -331,11 +334,13 @@ register(
                 Port("epsilon")),
         outputs=(Output("Y"), Output("mean", _training), Output("inv_variance", _training)),
         infer=_infer_adalayernorm, attrs=(_PHASE,), positional=_FWD_LN_POS, returns="list",
+        min_cudnn=ADA_LAYER_NORM_VERSION,
         doc="Adaptive layer norm: per-sample scale / bias (e.g. (B, 1, H) on (B, S, H)).",
     ),
     OpSchema(
         name="adalayernorm_backward", family="norm", inputs=_bwd_ports(), outputs=_BWD_OUTS,
         infer=_infer_adalayernorm_backward, positional=_BWD_POS, returns="list",
+        min_cudnn=ADA_LAYER_NORM_VERSION,
         doc="Gradients of adaptive layer norm.",
     ),
     OpSchema(

@@ -187,10 +187,9 @@ register(
                Attr("stride", None, _opt_ints, "output strides; default packed with axis 1 innermost")),
         positional=("seed", "offset", "distribution", "bernoulli_probability", "dim", "stride"),
         doc="Random numbers (Philox): Y[i] = 1 with probability bernoulli_probability, else 0.",
-        extra={"backend": "CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR",
-               "pygraph_positional": ("seed", "offset", "distribution", "bernoulli_probability", "dim",
-                                      "stride", "name"),
-               "scalar_ports": {"seed": DataType.INT64, "offset": DataType.INT64}}),
+        backend="CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR",
+        pygraph_positional=("seed", "offset", "distribution", "bernoulli_probability", "dim", "stride", "name"),
+        scalar_ports={"seed": DataType.INT64, "offset": DataType.INT64}),
     OpSchema(
         name="resample", family="sampling",
         inputs=(Port("input"),),
@@ -210,8 +209,7 @@ register(
         returns="list",
         doc="Pooling over the spatial axes of (N, C, spatial...); returns [Y, index] (index None "
             "unless max pooling with generate_index).",
-        extra={"backend": "CUDNN_BACKEND_OPERATION_RESAMPLE_FWD_DESCRIPTOR",
-               "pygraph_positional": ("input", "resampling_mode", "window", "stride", "pre_padding",
-                                      "post_padding", "padding_mode", "generate_index", "compute_data_type",
-                                      "name")}),
+        backend="CUDNN_BACKEND_OPERATION_RESAMPLE_FWD_DESCRIPTOR",
+        pygraph_positional=("input", "resampling_mode", "window", "stride", "pre_padding", "post_padding",
+                            "padding_mode", "generate_index", "compute_data_type", "name")),
 )

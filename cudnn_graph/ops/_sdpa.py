@@ -24,19 +24,19 @@ Masking keywords. pygraph keeps two spellings and so do we:
     (= BOTTOM_RIGHT, right bound 0) and ``sliding_window_length`` (= the left bound).
   ``resolve_masking(attrs)`` turns either spelling into one ``MaskSpec``; engines read only that.
 
-Keywords that do not map one-to-one onto a port or an attribute (the IR honours ``extra``):
+Keywords that do not map one-to-one onto a port or an attribute (the IR honours the schema fields named here):
   * ``attn_scale`` is a Python float or a (usually pass-by-value) one-element tensor. It is declared as an
-    optional port; ``extra["scalar_ports"]`` says a Python number given for it becomes a constant FLOAT
+    optional port; ``scalar_ports`` says a Python number given for it becomes a constant FLOAT
     tensor of dims (1, 1, 1, 1). The reference kernel also accepts the float in ``attrs["attn_scale"]``.
   * ``dropout`` is a tuple: ``(probability, seed, offset)`` (Philox) or, forward, ``(mask, scale)`` /
-    backward ``(mask, scale, scale_inv)``. ``extra["keyword_expanders"]["dropout"]`` maps it onto the ports
+    backward ``(mask, scale, scale_inv)``. ``keyword_expanders["dropout"]`` maps it onto the ports
     ``dropout_seed``, ``dropout_offset``, ``dropout_mask``, ``dropout_scale``, ``dropout_scale_inv`` and the
     attribute ``dropout_probability`` (those names may also be given directly).
   * Output tensors that pygraph takes as keywords (the caller creates them): ``score_max``,
     ``score_sum_exp``, ``rng_dump`` (forward), ``dBias``, ``dSink_token``, ``rng_dump`` (backward). They are
     declared as attributes holding the caller's tensor (or True: "create it") and as conditional outputs of
-    the same name; ``extra["output_keywords"]`` lists them so the IR binds the given tensor as that output.
-    ``extra["returned_outputs"]`` is what the builder returns, exactly as pygraph: ``[O, Stats]`` and
+    the same name; ``output_keywords`` lists them so the IR binds the given tensor as that output.
+    ``returned_outputs`` is what the builder returns, exactly as pygraph: ``[O, Stats]`` and
     ``[dQ, dK, dV]`` (Stats is None without ``generate_stats``); side outputs are not in that list.
   * Ragged (packed THD) layouts are not an sdpa keyword in pygraph: ``graph.tensor(..., ragged_offset=t)``
     attaches a (b + 1, 1, 1, 1) int32 offset tensor to q / k / v / o / stats. ``TensorInfo`` does not carry
@@ -537,8 +537,9 @@ SDPA_BACKWARD_POSITIONAL = (
     "name", "score_mod", "score_mod_bprop", "sink_token", "dSink_token",
 )
 
-_EXTRA_NOTE = ("positional includes pygraph's generic compute_data_type and name at their pygraph positions; "
-               "'dropout' is expanded by extra['keyword_expanders']")
+# positional includes pygraph's generic compute_data_type and name at their pygraph positions;
+# 'dropout' is expanded by the schema's keyword_expanders.
+_GENERIC_POSITIONAL = ("compute_data_type", "name")
 
 _SDPA = OpSchema(
     name="sdpa",
@@ -582,15 +583,12 @@ _SDPA = OpSchema(
     positional=SDPA_POSITIONAL,
     returns="list",
     doc="Scaled dot-product attention forward (flash attention); returns [O, Stats].",
-    extra={
-        "returned_outputs": ("O", "Stats"),
-        "output_keywords": ("score_max", "score_sum_exp", "rng_dump"),
-        "scalar_ports": {"attn_scale": DataType.FLOAT},
-        "keyword_expanders": {"dropout": expand_dropout_forward},
-        "generic_positional": ("compute_data_type", "name"),
-        "note": _EXTRA_NOTE,
-        "aliases": ("scaled_dot_product_flash_attention",),
-    },
+    returned_outputs=("O", "Stats"),
+    output_keywords=("score_max", "score_sum_exp", "rng_dump"),
+    scalar_ports={"attn_scale": DataType.FLOAT},
+    keyword_expanders={"dropout": expand_dropout_forward},
+    generic_positional=_GENERIC_POSITIONAL,
+    aliases=("scaled_dot_product_flash_attention",),
 )
 
 
@@ -675,17 +673,14 @@ _SDPA_BACKWARD = OpSchema(
     positional=SDPA_BACKWARD_POSITIONAL,
     returns="list",
     doc="Scaled dot-product attention backward; returns [dQ, dK, dV].",
-    extra={
-        "returned_outputs": ("dQ", "dK", "dV"),
-        "output_keywords": ("dBias", "dSink_token", "rng_dump"),
-        "scalar_ports": {"attn_scale": DataType.FLOAT},
-        "keyword_expanders": {"dropout": expand_dropout_backward},
-        "declined_keywords": {name: PAGED_BACKWARD_REASON for name in (
-            "paged_attention_k_table", "paged_attention_v_table", "paged_attention_max_seq_len_kv")},
-        "generic_positional": ("compute_data_type", "name"),
-        "note": _EXTRA_NOTE,
-        "aliases": ("scaled_dot_product_flash_attention_backward",),
-    },
+    returned_outputs=("dQ", "dK", "dV"),
+    output_keywords=("dBias", "dSink_token", "rng_dump"),
+    scalar_ports={"attn_scale": DataType.FLOAT},
+    keyword_expanders={"dropout": expand_dropout_backward},
+    declined_keywords={name: PAGED_BACKWARD_REASON for name in (
+        "paged_attention_k_table", "paged_attention_v_table", "paged_attention_max_seq_len_kv")},
+    generic_positional=_GENERIC_POSITIONAL,
+    aliases=("scaled_dot_product_flash_attention_backward",),
 )
 
 register(_SDPA, _SDPA_BACKWARD)

@@ -18,8 +18,10 @@ Contract for ``infer(ctx)``:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from .. import enums
 from ..data_type import DataType
 from ..errors import GraphNotSupportedError, GraphValidationError
 
@@ -102,6 +104,9 @@ class InferContext:
 
 @dataclass(frozen=True)
 class OpSchema:
+    """One op: its ports, attributes and outputs, how inference checks them, and what the builder
+    and the engines need beyond that (each such fact a typed field below, none a free-form bag)."""
+
     name: str                                  # builder method name, as in cudnn.pygraph
     family: str                                # pointwise | matmul | reduction | conv | norm | layout | quant | sdpa | linear_attention | ...
     inputs: Sequence[Port]
@@ -112,13 +117,77 @@ class OpSchema:
     returns: str = "single"                    # "single": one Tensor; "list": a list in outputs order (absent ones as None)
     python_only: bool = False                  # only python engines run it (no cuDNN lowering)
     doc: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)  # e.g. pointwise mode, reduction mode
+
+    # -- how the graph builder binds a call ------------------------------------------------------------
+    pygraph_positional: Sequence[str] = ()
+    """pygraph's full positional order, its generic ``compute_data_type`` and ``name`` included where
+    pygraph puts them; empty means ``positional`` (then the ports)."""
+    generic_positional: Sequence[str] = ()
+    """Which of ``pygraph_positional`` are the generic keywords every builder takes (not ports or attrs)."""
+    aliases: Sequence[str] = ()
+    """Further builder method names for the same op (pygraph's older spellings)."""
+    keyword_expanders: Mapping[str, Callable[..., Mapping[str, Any]]] = field(default_factory=dict)
+    """Keyword -> function turning its value into ports / attrs (e.g. sdpa's ``dropout`` tuple)."""
+    declined_keywords: Mapping[str, str] = field(default_factory=dict)
+    """Keyword -> why cuDNN cannot do it: the builder raises GraphNotSupportedError saying so."""
+    list_ports: Sequence[str] = ()
+    """Ports that take a list of tensors (concatenate's ``inputs``)."""
+    scalar_ports: Mapping[str, DataType] = field(default_factory=dict)
+    """Port -> data type of the pass-by-value constant a Python number given for it becomes."""
+    tensor_list_attrs: Sequence[str] = ()
+    """Attributes whose values are graph tensors (batchnorm's ``peer_stats``): they count as consumed."""
+    output_keywords: Sequence[str] = ()
+    """Outputs the caller may hand in as a keyword (a tensor it made) for the op to write."""
+    returned_outputs: Optional[Sequence[str]] = None
+    """What the builder returns as a list when it is not every output (pygraph's ``[O, Stats]``)."""
+    validate_outputs: Optional[Callable[[InferContext, Mapping[str, tuple]], None]] = None
+    """``check(ctx, {output: dims})`` for outputs whose dims the caller sets (inference gives None)."""
+
+    # -- what the engines read ----------------------------------------------------------------------------
+    min_cudnn: int = 0
+    """The oldest cuDNN (cudnnGetVersion() encoding) that has this op: the one version gate."""
+    backend: str = ""
+    """The cuDNN backend operation descriptor the op lowers to, where it is one."""
+    pointwise_mode: Optional[enums.pointwise_mode] = None
+    """Pointwise ops: the mode of their CUDNN_BACKEND_POINTWISE_DESCRIPTOR."""
+    pointwise_kind: str = ""
+    """Pointwise ops: the table row's kind (unary, binary, backward, compare, logical, ternary, ...)."""
+    operands: Mapping[str, str] = field(default_factory=dict)
+    """Pointwise ops: port -> the CUDNN_ATTR_OPERATION_POINTWISE_* descriptor attribute it sets."""
+    attr_map: Mapping[str, str] = field(default_factory=dict)
+    """Pointwise ops: attribute -> the CUDNN_ATTR_POINTWISE_* attribute it sets."""
+    in_pygraph: bool = True
+    """False for the package's extensions (methods cudnn.pygraph has no counterpart of)."""
 
     def port_names(self) -> tuple:
         return tuple(p.name for p in self.inputs)
 
     def output_names(self) -> tuple:
         return tuple(o.name for o in self.outputs)
+
+    @property
+    def extra(self) -> Mapping[str, Any]:
+        """The fields above as the untyped mapping older callers read (read-only; keys as they were).
+        New code reads the fields."""
+        view = {key: getattr(self, name) for name, key in _EXTRA_KEYS.items()}
+        if self.pointwise_mode is None:
+            del view["mode"]
+        else:
+            view["mode"] = enums.backend_name(self.pointwise_mode)   # "CUDNN_POINTWISE_ADD"
+        view["validate_output"] = self.validate_outputs   # the op tables' brief's name for it
+        return MappingProxyType(view)
+
+
+# OpSchema field -> its key in the old ``extra`` mapping (the fields declared after ``doc``).
+_EXTRA_KEYS = {
+    "pygraph_positional": "pygraph_positional", "generic_positional": "generic_positional",
+    "aliases": "aliases", "keyword_expanders": "keyword_expanders", "declined_keywords": "declined_keywords",
+    "list_ports": "list_ports", "scalar_ports": "scalar_ports", "tensor_list_attrs": "tensor_list_attrs",
+    "output_keywords": "output_keywords", "returned_outputs": "returned_outputs",
+    "validate_outputs": "validate_outputs", "min_cudnn": "min_cudnn", "backend": "backend",
+    "pointwise_mode": "mode", "pointwise_kind": "kind", "operands": "operands", "attr_map": "attr_map",
+    "in_pygraph": "pygraph",
+}
 
 
 def enum_converter(enum_cls: type, keyword: str, prefix: str = "", expected: str = "") -> Callable[[Any], Any]:

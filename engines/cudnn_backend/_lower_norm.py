@@ -21,6 +21,7 @@ from __future__ import annotations
 from ...data_type import DataType
 from ...enums import gen_stats_mode, norm_forward_phase as NormFwdPhase, norm_mode, pointwise_mode
 from ...errors import GraphNotSupportedError
+from ...ops._norms import ADA_LAYER_NORM_VERSION  # noqa: F401  (its version gate is the op schema's)
 from .lowering import BYTE_ALIGNMENT, MIN_RANK, Ref, Step, lowers
 
 __all__ = ["NormMode", "GenStatsMode", "FORWARD_MODES", "BACKWARD_MODES"]
@@ -76,9 +77,6 @@ BACKWARD_MODES = {
 # Norms whose statistics run per channel (axis 1): padding a rank-2 tensor to rank 3 would put the
 # batch on axis 1, so they need the channel axis where cuDNN looks for it.
 _CHANNEL_OPS = {"batchnorm", "batchnorm_inference", "batchnorm_backward", "genstats"}
-
-# cudnn-frontend builds adaptive layer norm (both directions) only on cuDNN >= 9.9.0.
-ADA_LAYER_NORM_VERSION = 90900
 
 
 def _channel_axis_kept(node) -> None:
@@ -157,14 +155,10 @@ def _lower_backward(lw, node, i):
     yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR", attrs)
 
 
-lowers("batchnorm", "layernorm", "rmsnorm", "instancenorm",
+lowers("batchnorm", "layernorm", "rmsnorm", "instancenorm", "adalayernorm",
        native_geometry=True, attributes=_FWD_TYPES)(_lower_forward)
-lowers("adalayernorm", native_geometry=True, min_version=ADA_LAYER_NORM_VERSION,
-       attributes=_FWD_TYPES)(_lower_forward)
 lowers("batchnorm_backward", "layernorm_backward", "rmsnorm_backward", "instancenorm_backward",
-       native_geometry=True, attributes=_BWD_TYPES)(_lower_backward)
-lowers("adalayernorm_backward", native_geometry=True, min_version=ADA_LAYER_NORM_VERSION,
-       attributes=_BWD_TYPES)(_lower_backward)
+       "adalayernorm_backward", native_geometry=True, attributes=_BWD_TYPES)(_lower_backward)
 
 
 @lowers("genstats", native_geometry=True, attributes=_GENSTATS_TYPES)

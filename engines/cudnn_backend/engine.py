@@ -343,9 +343,10 @@ class CudnnBackendEngine(BaseEngine):
 
     def propose_plans_for_modes(self, graph, modes) -> list:
         _check_device(graph)
-        check_lowerable(graph)
-        _check_versions(graph)
-        lowered = self.lowered(graph)
+        # Ops newer than the loaded cuDNN are declined before cuDNN sees them (it would refuse them
+        # with an unhelpful status, e.g. FLOOR_MOD on 9.19 fails finalize with NOT_INITIALIZED).
+        check_lowerable(graph, _loader.backend_version())
+        lowered = self.lowered(graph, checked=True)
         wanted = [_mode_of(mode) for mode in modes]
         entries, seen, reasons = [], set(), []
         for mode in wanted:
@@ -375,8 +376,9 @@ class CudnnBackendEngine(BaseEngine):
                                          + (f" ({'; '.join(reasons)})" if reasons else ""))
         return entries
 
-    def lowered(self, graph) -> _Lowered:
-        """The graph's finalized operation graph (made once per structure and device)."""
+    def lowered(self, graph, checked: bool = False) -> _Lowered:
+        """The graph's finalized operation graph (made once per structure and device); ``checked``
+        says check_lowerable already passed for this graph and the loaded cuDNN."""
         state = graph_state(graph)
         if state.lowered is not None:
             return state.lowered
@@ -390,7 +392,7 @@ class CudnnBackendEngine(BaseEngine):
             if lowered is not None:
                 self._lowerings.move_to_end(key)
         if lowered is None:
-            lowered = _Lowered(lower_program(graph, _loader.backend_version()), device)
+            lowered = _Lowered(lower_program(graph, _loader.backend_version(), checked=checked), device)
             with self._lock:
                 lowered = self._lowerings.setdefault(key, lowered)
                 while len(self._lowerings) > _LOWERING_CACHE_SIZE:
@@ -407,18 +409,6 @@ class CudnnBackendEngine(BaseEngine):
         self.check_support(graph, plan)
         runner = self.lowered(graph).build(plan)
         return CudnnBackendPlan(plan, runner)
-
-
-def _check_versions(graph) -> None:
-    """Ops newer than the loaded cuDNN are declined before cuDNN sees them (it would refuse them
-    with an unhelpful status, e.g. FLOOR_MOD on 9.19 fails finalize with NOT_INITIALIZED)."""
-    from ..._cudnn_errors import CudnnVersionError
-    version = _loader.backend_version()
-    check_lowerable(graph, version)
-    for node in graph.nodes:
-        needed = node.schema.extra.get("min_cudnn", 0) or 0
-        if needed > version:
-            raise CudnnVersionError(f"node '{node.name}' ({node.op})", needed, version)
 
 
 def _check_device(graph) -> None:
