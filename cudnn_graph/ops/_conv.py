@@ -22,6 +22,7 @@ import operator
 from typing import Any, Mapping, Optional
 
 from ..enums import convolution_mode
+from .._layout import channels_last_strides as channels_last_stride
 from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, register
 
 __all__ = ["ConvolutionMode", "conv_output_size", "resolve_padding", "channels_last_stride"]
@@ -74,17 +75,6 @@ def resolve_padding(attrs: Mapping[str, Any]) -> tuple:
 def conv_output_size(x: int, k: int, pre: int, post: int, stride: int, dilation: int) -> int:
     """Output extent of one spatial axis (cuDNN's formula, floor division)."""
     return 1 + (x + pre + post - dilation * (k - 1) - 1) // stride
-
-
-def channels_last_stride(dim: tuple) -> tuple:
-    """Packed strides with C innermost (NHWC / NDHWC), the layout pygraph gives conv outputs."""
-    order = [1] + list(range(len(dim) - 1, 1, -1)) + [0]   # innermost first: C, W, H, (D), N
-    stride = [0] * len(dim)
-    acc = 1
-    for axis in order:
-        stride[axis] = acc
-        acc *= dim[axis]
-    return tuple(stride)
 
 
 def _check_attrs(ctx: InferContext, nd: int) -> tuple:

@@ -28,6 +28,7 @@ import math
 from typing import Any
 
 from ..enums import norm_forward_phase
+from .._layout import packed_strides_like as _packed_stride
 from .schema import (REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo,
                      enum_converter, register)
 
@@ -64,16 +65,6 @@ def _training(attrs, _given) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-def _packed_stride(dim: tuple, like: tuple) -> tuple:
-    """Packed strides for ``dim`` whose axis order follows the strides ``like`` (outermost first)."""
-    order = sorted(range(len(dim)), key=lambda i: (-like[i], i)) if len(like) == len(dim) else range(len(dim))
-    stride, acc = [0] * len(dim), 1
-    for axis in reversed(list(order)):
-        stride[axis] = acc
-        acc *= dim[axis]
-    return tuple(stride)
-
 
 def _x(ctx: InferContext, min_rank: int = 2) -> TensorInfo:
     x = ctx.need("input")

@@ -19,6 +19,7 @@ import operator
 from typing import Any, Optional
 
 from ..data_type import DataType
+from .._layout import channels_last_strides as _channels_last
 from ..enums import padding_mode, resample_mode, rng_distribution
 from .schema import REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, enum_converter, register
 
@@ -66,27 +67,6 @@ def _probability(value: Any) -> Optional[float]:
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"must lie in [0, 1]; got {value!r}")
     return p
-
-
-def _row_major(dims) -> tuple:
-    strides, acc = [], 1
-    for d in reversed(tuple(dims)):
-        strides.append(acc)
-        acc *= max(int(d), 1)
-    return tuple(reversed(strides))
-
-
-def _channels_last(dims) -> tuple:
-    """Packed strides with axis 1 innermost (NHWC for rank 4), cudnn-frontend's default for both ops."""
-    dims = tuple(dims)
-    if len(dims) < 3:
-        return _row_major(dims)
-    order = [1] + list(range(len(dims) - 1, 1, -1)) + [0]
-    stride, acc = [0] * len(dims), 1
-    for axis in order:
-        stride[axis] = acc
-        acc *= max(dims[axis], 1)
-    return tuple(stride)
 
 
 # ------------------------------------------------------------------------------------------------- rng

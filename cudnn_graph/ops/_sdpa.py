@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from ..data_type import DataType
+from .._layout import packed_strides_like as _packed_stride_like, row_major_strides as _packed_stride
 from ..enums import attention_implementation, diagonal_alignment
 from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, register
 
@@ -237,28 +238,6 @@ def alibi_slopes(n_heads: int) -> list:
 
 
 # ----------------------------------------------------------------------------------- validation
-
-def _packed_stride_like(dim: tuple, like: tuple) -> tuple:
-    """Packed strides for ``dim`` whose axis order (outermost first) follows the strides ``like``, so an
-    output keeps its input's layout (BSHD stays BSHD)."""
-    if len(like) != len(dim):
-        like = tuple(range(len(dim), 0, -1))
-    order = sorted(range(len(dim)), key=lambda i: (-like[i], i))
-    stride = [0] * len(dim)
-    acc = 1
-    for axis in reversed(order):
-        stride[axis] = acc
-        acc *= dim[axis]
-    return tuple(stride)
-
-
-def _packed_stride(dim: tuple) -> tuple:
-    stride, acc = [0] * len(dim), 1
-    for axis in range(len(dim) - 1, -1, -1):
-        stride[axis] = acc
-        acc *= dim[axis]
-    return tuple(stride)
-
 
 def _check_bhsd(ctx: InferContext, port: str, t: TensorInfo) -> tuple:
     if len(t.dim) != 4:

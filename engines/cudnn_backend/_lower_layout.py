@@ -27,6 +27,7 @@ import logging
 import math
 
 from ..._cudnn_errors import CudnnVersionError
+from ..._layout import row_major_strides as _row_major_strides
 from ...data_type import DataType, itemsize_bits
 from ...errors import GraphNotSupportedError
 from ...ops._sampling import pool_padding_mode
@@ -126,14 +127,6 @@ def _unit_strides(dims, strides):
             inner = [out[b] * dims[b] for b in range(a + 1, len(dims)) if dims[b] != 1]
             out[a] = max(inner + [1])
     return out
-
-
-def _row_major_strides(dims):
-    strides, acc = [], 1
-    for d in reversed(tuple(dims)):
-        strides.append(acc)
-        acc *= max(int(d), 1)
-    return tuple(reversed(strides))
 
 
 def _same_strides(t, strides) -> bool:

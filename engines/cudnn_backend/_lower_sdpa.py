@@ -37,6 +37,7 @@ import logging
 import math
 from typing import Optional
 
+from ..._layout import row_major_strides as _row_major
 from ...data_type import DataType
 from ...enums import pointwise_mode as PW, reduction_mode as RED
 from ...errors import GraphNotSupportedError
@@ -356,14 +357,6 @@ def _choose(lw, ask: _Ask) -> str:
 
 
 # ---- a small step builder -------------------------------------------------------------------------------
-
-def _row_major(dims) -> tuple:
-    out, acc = [], 1
-    for d in reversed(dims):
-        out.insert(0, acc)
-        acc *= int(d)
-    return tuple(out)
-
 
 class _Steps:
     """Collects one node's steps in creation order, with helpers for the frontend's building blocks."""

@@ -27,7 +27,7 @@ from ...data_type import DataType, numpy_dtype
 from ...enums import behavior_note, heur_mode, knob_type, numerical_note
 from ...errors import GraphNotSupportedError
 from ... import _loader
-from .lowering import Program, check_lowerable, lower_program, materialize
+from .lowering import BYTE_ALIGNMENT, Program, check_lowerable, lower_program, materialize
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ class CudnnBackendEngine(BaseEngine):
     engine_id = ids.CUDNN_BACKEND.start
     binds_provisional_strides = True   # the descriptors bake every stride in
     host_scalars = True                # cuDNN reads pass-by-value scalars from host memory
-    operand_alignment = 16             # what every tensor descriptor promises (checked at execute)
+    operand_alignment = BYTE_ALIGNMENT  # what every tensor descriptor promises (checked at execute)
 
     def __init__(self):
         self.available = _loader.is_available()

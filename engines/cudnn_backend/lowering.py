@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 from ...data_type import DataType, itemsize_bits
+from ..._layout import ALIGNMENT_BYTES, row_major_strides as _row_major
 from ...enums import pointwise_mode, reduction_mode
 from ...errors import GraphNotSupportedError
 from ...ops import SCHEMAS
@@ -34,7 +35,7 @@ from ...ops import SCHEMAS
 __all__ = ["Ref", "HANDLE", "Step", "Program", "Lowering", "Lowerer", "LOWERERS", "lowers", "ATTRIBUTE_TYPES",
            "BYTE_ALIGNMENT", "MIN_RANK", "lower_program", "check_lowerable", "materialize"]
 
-BYTE_ALIGNMENT = 16   # every tensor descriptor promises 16-byte aligned data (checked at execute)
+BYTE_ALIGNMENT = ALIGNMENT_BYTES   # every tensor descriptor promises it (checked at execute)
 MIN_RANK = 3          # cuDNN's matmul takes [batch, rows, cols]; smaller graphs are padded to it
 OVERRIDE_SHAPE_VERSION = 92100   # CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED
 
@@ -466,14 +467,6 @@ class Lowering:
                 raise ValueError(f"scratch tensor of {span} elements given {len(fill)} fill values")
         self.scratch_tensors.append((uid, nbytes, fill))
         return Ref(step.name), step
-
-
-def _row_major(dims) -> tuple:
-    strides, acc = [], 1
-    for d in reversed(tuple(dims)):
-        strides.append(acc)
-        acc *= max(int(d), 1)
-    return tuple(reversed(strides))
 
 
 @lowers("matmul")
