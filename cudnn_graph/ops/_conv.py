@@ -18,12 +18,11 @@ those user-set dims once they are known.
 """
 from __future__ import annotations
 
-import operator
 from typing import Any, Mapping, Optional
 
 from ..enums import convolution_mode
 from .._layout import channels_last_strides as channels_last_stride
-from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, register
+from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, int_list, register
 
 __all__ = ["ConvolutionMode", "conv_output_size", "resolve_padding", "channels_last_stride"]
 
@@ -39,19 +38,7 @@ _to_conv_mode = enum_converter(ConvolutionMode, "convolution_mode",
 
 def _to_int_tuple(value: Any) -> Optional[tuple]:
     """Normalise a list attr; None or an empty list means "not set" (pygraph's default is [])."""
-    if value is None:
-        return None
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise TypeError(f"a list of integers was expected; got {value!r}")
-    out = []
-    for v in value:
-        if isinstance(v, bool):
-            raise TypeError(f"a list of integers was expected; got {value!r}")
-        try:
-            out.append(operator.index(v))
-        except TypeError:
-            raise TypeError(f"a list of integers was expected; got {value!r}") from None
-    return tuple(out) or None
+    return None if value is None else int_list(value) or None
 
 
 _CONV_ATTRS = (
@@ -108,6 +95,17 @@ def _check_rank(ctx: InferContext, port: str, t: TensorInfo, what: str) -> None:
         ctx.fail(port, f"dims must be positive; got {list(t.dim)}")
 
 
+def _operands(ctx: InferContext, ref: str, ref_what: str, other: str, other_what: str) -> tuple:
+    """The two input tensors, each of conv rank and positive dims and of equal rank (``other`` is
+    the one named when they differ); the geometry attrs are checked for their spatial rank."""
+    a, b = ctx.need(ref), ctx.need(other)
+    _check_rank(ctx, ref, a, ref_what)
+    _check_rank(ctx, other, b, other_what)
+    if len(b.dim) != len(a.dim):
+        ctx.fail(other, f"rank {len(b.dim)} differs from the {ref}'s rank {len(a.dim)}")
+    return a, b, _check_attrs(ctx, len(a.dim) - 2)
+
+
 def _padding_port(ctx: InferContext) -> str:
     return "padding" if ctx.attrs.get("padding") is not None else "pre_padding"
 
@@ -143,12 +141,7 @@ def _check_groups(ctx: InferContext, c_image: int, w_port: str, w_dim: tuple) ->
 # --------------------------------------------------------------------------------------------- fprop
 
 def _infer_fprop(ctx: InferContext) -> dict:
-    x, w = ctx.need("image"), ctx.need("weight")
-    _check_rank(ctx, "image", x, "image")
-    _check_rank(ctx, "weight", w, "weight")
-    if len(w.dim) != len(x.dim):
-        ctx.fail("weight", f"rank {len(w.dim)} differs from the image's rank {len(x.dim)}")
-    geometry = _check_attrs(ctx, len(x.dim) - 2)
+    x, w, geometry = _operands(ctx, "image", "image", "weight", "weight")
     _check_groups(ctx, x.dim[1], "weight", w.dim)
     y_dim = (x.dim[0], w.dim[0], *_fprop_spatial(ctx, x.dim, w.dim, geometry))
     return {"Y": OutputInfo(y_dim, None, channels_last_stride(y_dim))}
@@ -157,12 +150,7 @@ def _infer_fprop(ctx: InferContext) -> dict:
 # --------------------------------------------------------------------------------------------- dgrad
 
 def _infer_dgrad(ctx: InferContext) -> dict:
-    dy, w = ctx.need("loss"), ctx.need("filter")
-    _check_rank(ctx, "loss", dy, "loss (dy)")
-    _check_rank(ctx, "filter", w, "filter")
-    if len(w.dim) != len(dy.dim):
-        ctx.fail("filter", f"rank {len(w.dim)} differs from the loss's rank {len(dy.dim)}")
-    _check_attrs(ctx, len(dy.dim) - 2)
+    dy, w, _ = _operands(ctx, "loss", "loss (dy)", "filter", "filter")
     if dy.dim[1] != w.dim[0]:
         ctx.fail("filter", f"channel mismatch: loss has {dy.dim[1]} channels but the filter has "
                            f"{w.dim[0]} output channels (K)")
@@ -190,12 +178,7 @@ def _validate_dgrad_outputs(ctx: InferContext, dims: Mapping[str, Optional[tuple
 # --------------------------------------------------------------------------------------------- wgrad
 
 def _infer_wgrad(ctx: InferContext) -> dict:
-    x, dy = ctx.need("image"), ctx.need("loss")
-    _check_rank(ctx, "image", x, "image")
-    _check_rank(ctx, "loss", dy, "loss (dy)")
-    if len(dy.dim) != len(x.dim):
-        ctx.fail("loss", f"rank {len(dy.dim)} differs from the image's rank {len(x.dim)}")
-    _check_attrs(ctx, len(x.dim) - 2)
+    x, dy, _ = _operands(ctx, "image", "image", "loss", "loss (dy)")
     if dy.dim[0] != x.dim[0]:
         ctx.fail("loss", f"batch mismatch: loss has N={dy.dim[0]}, image has N={x.dim[0]}")
     # DW's filter extent is not determined by (x, dy) alone (floor division), so the caller sets it.

@@ -15,13 +15,12 @@ pass-by-value INT64 scalars. Only the Bernoulli distribution is offered, as cudn
 """
 from __future__ import annotations
 
-import operator
 from typing import Any, Optional
 
 from ..data_type import DataType
 from .._layout import channels_last_strides as _channels_last
 from ..enums import padding_mode, resample_mode, rng_distribution
-from .schema import REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, enum_converter, register
+from .schema import REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, enum_converter, int_list, register
 
 __all__ = ["ResampleMode", "PaddingMode", "RngDistribution", "pooled_size", "pool_padding_mode"]
 
@@ -39,15 +38,7 @@ _to_padding_mode = enum_converter(PaddingMode, "padding_mode", "CUDNN_")
 _to_distribution = enum_converter(RngDistribution, "distribution", "CUDNN_RNG_DISTRIBUTION_")
 
 
-def _ints(value: Any) -> tuple:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise TypeError(f"a list of integers was expected; got {value!r}")
-    out = []
-    for v in value:
-        if isinstance(v, bool):
-            raise TypeError(f"a list of integers was expected; got {value!r}")
-        out.append(operator.index(v))
-    return tuple(out)
+_ints = int_list
 
 
 def _opt_ints(value: Any) -> Optional[tuple]:

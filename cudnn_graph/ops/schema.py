@@ -17,6 +17,7 @@ Contract for ``infer(ctx)``:
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -26,7 +27,7 @@ from ..data_type import DataType
 from ..errors import GraphNotSupportedError, GraphValidationError
 
 __all__ = ["REQUIRED", "Port", "Attr", "Output", "TensorInfo", "OutputInfo", "InferContext", "OpSchema",
-           "register", "SCHEMAS", "enum_converter"]
+           "register", "SCHEMAS", "enum_converter", "int_list"]
 
 
 class _Required:
@@ -210,6 +211,21 @@ def enum_converter(enum_cls: type, keyword: str, prefix: str = "", expected: str
         choices = expected or "one of " + ", ".join(usable)
         raise ValueError(f"{keyword} must be {choices}; got {value!r}")
     return convert
+
+
+def int_list(value: Any) -> tuple:
+    """An Attr.convert for a list of integers (ints or NumPy integers; no bools, no bare int)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"a list of integers was expected; got {value!r}")
+    out = []
+    for v in value:
+        if isinstance(v, bool):
+            raise TypeError(f"a list of integers was expected; got {value!r}")
+        try:
+            out.append(operator.index(v))
+        except TypeError:
+            raise TypeError(f"a list of integers was expected; got {value!r}") from None
+    return tuple(out)
 
 
 SCHEMAS: dict[str, OpSchema] = {}

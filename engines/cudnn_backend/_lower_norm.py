@@ -130,29 +130,29 @@ def _graph_tensor_step(lw, t) -> Step:
     })
 
 
+def _norm_operation(lw, node, i, attrs: dict, prefix: str, ports: dict, kind: str):
+    """The norm operation's steps: ``attrs`` (its mode, phase) plus its ports and peer statistics."""
+    attrs.update(_ports(lw, node, prefix, ports))
+    peer_steps, peers = _peer_stats(lw, node)
+    yield from peer_steps
+    if peers:
+        attrs[prefix + "PEER_STAT_DESCS"] = peers
+    yield Step(f"op_{i}", kind, attrs)
+
+
 def _lower_forward(lw, node, i):
     _channel_axis_kept(node)
     mode, phase = FORWARD_MODES[node.op]
     if phase is None:
         phase = NormFwdPhase(int(node.params["norm_forward_phase"]))
-    attrs = {_FWD + "MODE": mode, _FWD + "PHASE": phase}
-    attrs.update(_ports(lw, node, _FWD, _FWD_PORTS))
-    peer_steps, peers = _peer_stats(lw, node)
-    yield from peer_steps
-    if peers:
-        attrs[_FWD + "PEER_STAT_DESCS"] = peers
-    yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR", attrs)
+    yield from _norm_operation(lw, node, i, {_FWD + "MODE": mode, _FWD + "PHASE": phase}, _FWD, _FWD_PORTS,
+                               "CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR")
 
 
 def _lower_backward(lw, node, i):
     _channel_axis_kept(node)
-    attrs = {_BWD + "MODE": BACKWARD_MODES[node.op]}
-    attrs.update(_ports(lw, node, _BWD, _BWD_PORTS))
-    peer_steps, peers = _peer_stats(lw, node)
-    yield from peer_steps
-    if peers:
-        attrs[_BWD + "PEER_STAT_DESCS"] = peers
-    yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR", attrs)
+    yield from _norm_operation(lw, node, i, {_BWD + "MODE": BACKWARD_MODES[node.op]}, _BWD, _BWD_PORTS,
+                               "CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR")
 
 
 lowers("batchnorm", "layernorm", "rmsnorm", "instancenorm", "adalayernorm",

@@ -639,17 +639,22 @@ def _forward_native(lw, ask: _Ask, i: int):
     return [Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR", op)]
 
 
-@lowers("sdpa", native_geometry=True, attributes=_REGISTERED)
-def _lower_sdpa(lw, node, i):
-    ask = _Ask(lw, node, forward=True)
+def _lower_attention(lw, node, i, forward: bool, native, composite):
+    """Lower one attention node as one cuDNN SDPA operation (``native``) or as the composite graph."""
+    ask = _Ask(lw, node, forward=forward)
     kind = _choose(lw, ask)
-    logger.debug("node '%s' (sdpa) lowered as %s", node.name, kind)
+    logger.debug("node '%s' (%s) lowered as %s", node.name, node.op, kind)
     if kind == "native":
         _orient(lw, ask, ask.k, False)
         _orient(lw, ask, ask.v, False)
-        yield from _forward_native(lw, ask, i)
+        yield from native(lw, ask, i)
         return
-    yield from _forward_composite(lw, ask, i)
+    yield from composite(lw, ask, i)
+
+
+@lowers("sdpa", native_geometry=True, attributes=_REGISTERED)
+def _lower_sdpa(lw, node, i):
+    return _lower_attention(lw, node, i, True, _forward_native, _forward_composite)
 
 
 # ---- backward -------------------------------------------------------------------------------------------
@@ -757,15 +762,7 @@ def _backward_native(lw, ask: _Ask, i: int):
 
 @lowers("sdpa_backward", native_geometry=True, attributes=_REGISTERED)
 def _lower_sdpa_backward(lw, node, i):
-    ask = _Ask(lw, node, forward=False)
-    kind = _choose(lw, ask)
-    logger.debug("node '%s' (sdpa_backward) lowered as %s", node.name, kind)
-    if kind == "native":
-        _orient(lw, ask, ask.k, False)
-        _orient(lw, ask, ask.v, False)
-        yield from _backward_native(lw, ask, i)
-        return
-    yield from _backward_composite(lw, ask, i)
+    return _lower_attention(lw, node, i, False, _backward_native, _backward_composite)
 
 
 assert all(a in ATTRIBUTE_TYPES for a in _REGISTERED)

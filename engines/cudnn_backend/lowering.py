@@ -325,15 +325,20 @@ def _geometry(graph, used) -> tuple[dict, list]:
     geometry = {}
     for uid, (t, dims, strides) in raw.items():
         if t.is_pass_by_value:
-            if any(d != 1 for d in dims):
-                raise GraphNotSupportedError(f"pass-by-value tensor '{t.name}' has dims {dims}; it must be a scalar")
-            geometry[uid] = ((1,) * target, (1,) * target)
+            geometry[uid] = _scalar_geometry(t, dims, target)
         elif batch_shape is not None:
             folded = _fold_leading(t.name, dims, strides, batch_shape, why)
             geometry[uid] = _pad(*folded, len(folded[0]) + pad_after_fold)
         else:
             geometry[uid] = _pad(dims, strides, target)
     return geometry, notes
+
+
+def _scalar_geometry(t, dims, rank: int) -> tuple:
+    """A pass-by-value scalar's (dims, strides) at ``rank``: all ones (a non-scalar one is refused)."""
+    if any(d != 1 for d in dims):
+        raise GraphNotSupportedError(f"pass-by-value tensor '{t.name}' has dims {dims}; it must be a scalar")
+    return (1,) * rank, (1,) * rank
 
 
 def _native_geometry(raw, ranks, has_matmul) -> dict:
@@ -346,9 +351,7 @@ def _native_geometry(raw, ranks, has_matmul) -> dict:
     geometry = {}
     for uid, (t, dims, strides) in raw.items():
         if t.is_pass_by_value:
-            if any(d != 1 for d in dims):
-                raise GraphNotSupportedError(f"pass-by-value tensor '{t.name}' has dims {dims}; it must be a scalar")
-            geometry[uid] = ((1,) * rank, (1,) * rank)
+            geometry[uid] = _scalar_geometry(t, dims, rank)
         else:
             geometry[uid] = _pad(dims, strides, MIN_RANK)
     return geometry
