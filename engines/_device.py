@@ -36,13 +36,14 @@ class StreamWorkspaces:
     def address(self, stream: int) -> int:
         """The device address of ``stream``'s block."""
         found = self._blocks.get(stream)
-        if found is None:
-            from .._driver import DeviceAllocation
-            with self._lock:
-                found = self._blocks.get(stream)
-                if found is None:
-                    if len(self._blocks) >= WORKSPACES_PER_PLAN:
-                        del self._blocks[next(iter(self._blocks))]
-                    found = DeviceAllocation(self.nbytes, self.ordinal)
-                    self._blocks[stream] = found
-        return found.ptr
+        return found.ptr if found is not None else self._allocate(stream)
+
+    def _allocate(self, stream: int) -> int:
+        from .._driver import DeviceAllocation
+        with self._lock:
+            found = self._blocks.get(stream)   # another thread may have made it meanwhile
+            if found is None:
+                if len(self._blocks) >= WORKSPACES_PER_PLAN:
+                    del self._blocks[next(iter(self._blocks))]
+                found = self._blocks[stream] = DeviceAllocation(self.nbytes, self.ordinal)
+            return found.ptr

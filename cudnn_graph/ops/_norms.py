@@ -281,6 +281,20 @@ _TENSOR_LIST = ("peer_stats",)   # attrs whose values are graph tensors
 # cudnn-frontend builds adaptive layer norm (both directions) only on cuDNN >= 9.9.0.
 ADA_LAYER_NORM_VERSION = 90900
 
+_FWD_STATS_OUTS = (Output("Y"), Output("mean", _training), Output("inv_variance", _training))
+
+
+def _phased_norm(name, infer, doc, inputs=_FWD_LN_PORTS, outputs=_FWD_STATS_OUTS, **fields) -> OpSchema:
+    """A forward norm taking pygraph's ``norm_forward_phase`` (statistics outputs in training only)."""
+    return OpSchema(name=name, family="norm", inputs=inputs, outputs=outputs, infer=infer, attrs=(_PHASE,),
+                    positional=_FWD_LN_POS, returns="list", doc=doc, **fields)
+
+
+def _backward_norm(name, infer, doc, inputs=None, **fields) -> OpSchema:
+    """A norm's backward from its saved statistics: DX, dscale, dbias."""
+    return OpSchema(name=name, family="norm", inputs=inputs or _bwd_ports(), outputs=_BWD_OUTS, infer=infer,
+                    positional=_BWD_POS, returns="list", doc=doc, **fields)
+
 register(
     OpSchema(
         name="batchnorm", family="norm",
@@ -308,39 +322,20 @@ register(
         positional=_BWD_POS + ("peer_stats",), returns="list", tensor_list_attrs=_TENSOR_LIST,
         doc="Gradients of training batch norm from the saved batch statistics.",
     ),
-    OpSchema(
-        name="layernorm", family="norm", inputs=_FWD_LN_PORTS,
-        outputs=(Output("Y"), Output("mean", _training), Output("inv_variance", _training)),
-        infer=_infer_layernorm, attrs=(_PHASE,), positional=_FWD_LN_POS, returns="list",
-        doc="Layer norm over the axes where scale is not 1.",
-    ),
-    OpSchema(
-        name="layernorm_backward", family="norm", inputs=_bwd_ports(), outputs=_BWD_OUTS,
-        infer=_infer_layernorm_backward, positional=_BWD_POS, returns="list",
-        doc="Gradients of layer norm from the saved mean / inv_variance.",
-    ),
-    OpSchema(
-        name="adalayernorm", family="norm",
-        inputs=(Port("input"), Port("scale", doc="may vary per sample"), Port("bias", optional=True),
-                Port("epsilon")),
-        outputs=(Output("Y"), Output("mean", _training), Output("inv_variance", _training)),
-        infer=_infer_adalayernorm, attrs=(_PHASE,), positional=_FWD_LN_POS, returns="list",
-        min_cudnn=ADA_LAYER_NORM_VERSION,
-        doc="Adaptive layer norm: per-sample scale / bias (e.g. (B, 1, H) on (B, S, H)).",
-    ),
-    OpSchema(
-        name="adalayernorm_backward", family="norm", inputs=_bwd_ports(), outputs=_BWD_OUTS,
-        infer=_infer_adalayernorm_backward, positional=_BWD_POS, returns="list",
-        min_cudnn=ADA_LAYER_NORM_VERSION,
-        doc="Gradients of adaptive layer norm.",
-    ),
-    OpSchema(
-        name="rmsnorm", family="norm",
-        inputs=(Port("input"), Port("scale"), Port("bias", optional=True), Port("epsilon")),
-        outputs=(Output("Y"), Output("inv_variance", _training)),
-        infer=_infer_rmsnorm, attrs=(_PHASE,), positional=_FWD_LN_POS, returns="list",
-        doc="RMS norm: Y = X / sqrt(mean(X^2) + eps) * scale (+ bias); no mean output.",
-    ),
+    _phased_norm("layernorm", _infer_layernorm, "Layer norm over the axes where scale is not 1."),
+    _backward_norm("layernorm_backward", _infer_layernorm_backward,
+                   "Gradients of layer norm from the saved mean / inv_variance."),
+    _phased_norm("adalayernorm", _infer_adalayernorm,
+                 "Adaptive layer norm: per-sample scale / bias (e.g. (B, 1, H) on (B, S, H)).",
+                 inputs=(Port("input"), Port("scale", doc="may vary per sample"), Port("bias", optional=True),
+                         Port("epsilon")),
+                 min_cudnn=ADA_LAYER_NORM_VERSION),
+    _backward_norm("adalayernorm_backward", _infer_adalayernorm_backward, "Gradients of adaptive layer norm.",
+                   min_cudnn=ADA_LAYER_NORM_VERSION),
+    _phased_norm("rmsnorm", _infer_rmsnorm,
+                 "RMS norm: Y = X / sqrt(mean(X^2) + eps) * scale (+ bias); no mean output.",
+                 inputs=(Port("input"), Port("scale"), Port("bias", optional=True), Port("epsilon")),
+                 outputs=(Output("Y"), Output("inv_variance", _training))),
     OpSchema(
         name="rmsnorm_backward", family="norm", inputs=_bwd_ports(with_mean=False),
         outputs=(Output("DX"), Output("dscale"), Output("dbias", lambda a, g: bool(a.get("has_dbias")))),
@@ -348,17 +343,10 @@ register(
         positional=("grad", "input", "scale", "inv_variance", "has_dbias"), returns="list",
         doc="Gradients of RMS norm; dbias only when has_dbias.",
     ),
-    OpSchema(
-        name="instancenorm", family="norm", inputs=_FWD_LN_PORTS,
-        outputs=(Output("Y"), Output("mean", _training), Output("inv_variance", _training)),
-        infer=_infer_instancenorm, attrs=(_PHASE,), positional=_FWD_LN_POS, returns="list",
-        doc="Instance norm: per (N, C) statistics over the spatial axes; per-channel scale / bias.",
-    ),
-    OpSchema(
-        name="instancenorm_backward", family="norm", inputs=_bwd_ports(stats_optional=True),
-        outputs=_BWD_OUTS, infer=_infer_instancenorm_backward, positional=_BWD_POS, returns="list",
-        doc="Gradients of instance norm from the saved statistics.",
-    ),
+    _phased_norm("instancenorm", _infer_instancenorm,
+                 "Instance norm: per (N, C) statistics over the spatial axes; per-channel scale / bias."),
+    _backward_norm("instancenorm_backward", _infer_instancenorm_backward,
+                   "Gradients of instance norm from the saved statistics.", inputs=_bwd_ports(stats_optional=True)),
     OpSchema(
         name="genstats", family="norm", inputs=(Port("input"),),
         outputs=(Output("sum"), Output("sq_sum")), infer=_infer_genstats, positional=("input",),

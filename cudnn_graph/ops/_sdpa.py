@@ -499,6 +499,14 @@ _DROPOUT_PORTS = (
     Port("dropout_scale", optional=True, doc="custom dropout scale (1, 1, 1, 1), usually 1 / (1 - p)"),
 )
 
+# Ports the forward and the backward share.
+_Q_PORT = Port("q", doc="(b, h_q, s_q, d_qk)")
+_SCALE_PORT = Port("attn_scale", optional=True, doc="one-element scale; a Python float is accepted (scalar port)")
+_BIAS_PORT = Port("bias", optional=True, doc="additive bias broadcastable to (b, h_q, s_q, s_kv)")
+_SEQ_LEN_PORTS = (Port("seq_len_q", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
+                  Port("seq_len_kv", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"))
+_SINK_PORT = Port("sink_token", optional=True, doc="(1, h_q, 1, 1) FLOAT attention-sink logit per head")
+
 SDPA_POSITIONAL = (
     "q", "k", "v", "is_inference", "attn_scale", "bias", "block_mask", "use_alibi_mask", "use_padding_mask",
     "seq_len_q", "seq_len_kv", "use_causal_mask", "use_causal_mask_bottom_right", "sliding_window_length",
@@ -524,18 +532,17 @@ _SDPA = OpSchema(
     name="sdpa",
     family="sdpa",
     inputs=(
-        Port("q", doc="(b, h_q, s_q, d_qk)"),
+        _Q_PORT,
         Port("k", doc="(b, h_k, s_kv, d_qk), or a page container (pages, h_k, page_size, d_qk) when paged"),
         Port("v", doc="(b, h_v, s_kv, d_v), or a page container (pages, h_v, page_size, d_v) when paged"),
-        Port("attn_scale", optional=True, doc="one-element scale; a Python float is accepted (scalar port)"),
-        Port("bias", optional=True, doc="additive bias broadcastable to (b, h_q, s_q, s_kv)"),
+        _SCALE_PORT,
+        _BIAS_PORT,
         Port("block_mask", optional=True, doc="UINT8 tile bit mask (cuDNN >= 9.14, unified engine)"),
-        Port("seq_len_q", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
-        Port("seq_len_kv", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
+        *_SEQ_LEN_PORTS,
         *_DROPOUT_PORTS,
         Port("paged_attention_k_table", optional=True, doc="(b, 1, pages per sequence, 1) INT32 page ids of k"),
         Port("paged_attention_v_table", optional=True, doc="(b, 1, pages per sequence, 1) INT32 page ids of v"),
-        Port("sink_token", optional=True, doc="(1, h_q, 1, 1) FLOAT attention-sink logit per head"),
+        _SINK_PORT,
     ),
     outputs=(
         Output("O"),
@@ -617,19 +624,18 @@ _SDPA_BACKWARD = OpSchema(
     name="sdpa_backward",
     family="sdpa",
     inputs=(
-        Port("q", doc="(b, h_q, s_q, d_qk)"),
+        _Q_PORT,
         Port("k", doc="(b, h_k, s_kv, d_qk)"),
         Port("v", doc="(b, h_v, s_kv, d_v)"),
         Port("o", doc="forward output (b, h_q, s_q, d_v)"),
         Port("dO", doc="gradient of o (b, h_q, s_q, d_v)"),
         Port("stats", doc="forward Stats (b, h_q, s_q, 1) FLOAT"),
-        Port("attn_scale", optional=True, doc="one-element scale; a Python float is accepted (scalar port)"),
-        Port("bias", optional=True, doc="additive bias broadcastable to (b, h_q, s_q, s_kv)"),
-        Port("seq_len_q", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
-        Port("seq_len_kv", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
+        _SCALE_PORT,
+        _BIAS_PORT,
+        *_SEQ_LEN_PORTS,
         *_DROPOUT_PORTS,
         Port("dropout_scale_inv", optional=True, doc="custom dropout inverse scale (1, 1, 1, 1)"),
-        Port("sink_token", optional=True, doc="(1, h_q, 1, 1) FLOAT attention-sink logit per head"),
+        _SINK_PORT,
     ),
     outputs=(
         Output("dQ"), Output("dK"), Output("dV"),

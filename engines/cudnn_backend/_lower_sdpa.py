@@ -620,22 +620,27 @@ def _forward_composite(lw, ask: _Ask, i: int):
     return s.steps
 
 
+def _scale_and_lengths(lw, ask: _Ask, op: dict, prefix: str) -> None:
+    """The SDPA operation's optional scale and, with a padding mask, sequence-length descriptors."""
+    if ask.scale is not None:
+        op[prefix + "SCALEDESC"] = lw.ref(ask.scale)
+    if ask.padding:
+        op[prefix + "SEQ_LEN_QDESC"] = lw.ref(ask.seq_q)
+        op[prefix + "SEQ_LEN_KVDESC"] = lw.ref(ask.seq_kv)
+
+
 def _forward_native(lw, ask: _Ask, i: int):
     op = {"CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC": lw.ref(ask.q), "CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC": lw.ref(ask.k),
           "CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC": lw.ref(ask.v), "CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC": lw.ref(ask.o)}
     if ask.stats is not None:
         op["CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC"] = lw.ref(ask.stats)
-    if ask.scale is not None:
-        op["CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC"] = lw.ref(ask.scale)
+    _scale_and_lengths(lw, ask, op, "CUDNN_ATTR_OPERATION_SDPA_FWD_")
     if ask.block_mask is not None:
         op["CUDNN_ATTR_OPERATION_SDPA_FWD_BLOCK_MASK_DESC"] = lw.ref(ask.block_mask)
     if ask.table_k is not None:
         op["CUDNN_ATTR_OPERATION_SDPA_FWD_PAGE_TABLE_KDESC"] = lw.ref(ask.table_k)
     if ask.table_v is not None:
         op["CUDNN_ATTR_OPERATION_SDPA_FWD_PAGE_TABLE_VDESC"] = lw.ref(ask.table_v)
-    if ask.padding:
-        op["CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC"] = lw.ref(ask.seq_q)
-        op["CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC"] = lw.ref(ask.seq_kv)
     return [Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR", op)]
 
 
@@ -752,11 +757,7 @@ def _backward_native(lw, ask: _Ask, i: int):
           "CUDNN_ATTR_OPERATION_SDPA_BWD_DQDESC": lw.ref(ask.dq),
           "CUDNN_ATTR_OPERATION_SDPA_BWD_DKDESC": lw.ref(ask.dk),
           "CUDNN_ATTR_OPERATION_SDPA_BWD_DVDESC": lw.ref(ask.dv)}
-    if ask.scale is not None:
-        op["CUDNN_ATTR_OPERATION_SDPA_BWD_SCALEDESC"] = lw.ref(ask.scale)
-    if ask.padding:
-        op["CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_QDESC"] = lw.ref(ask.seq_q)
-        op["CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_KVDESC"] = lw.ref(ask.seq_kv)
+    _scale_and_lengths(lw, ask, op, "CUDNN_ATTR_OPERATION_SDPA_BWD_")
     return [Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR", op)]
 
 

@@ -478,28 +478,30 @@ def deselect_engines(graph, names: Iterable[str]):
     return graph
 
 
+def _note_filter(graph, field: str, notes, enum_cls):
+    """Set the graph's note filter ``field`` to ``notes`` (members of ``enum_cls`` or their names)."""
+    setattr(graph_state(graph).filters, field, tuple(_note_key(n, enum_cls) for n in notes))
+    return graph
+
+
 def select_numeric_notes(graph, notes):
     """Keep only cuDNN plans that have every one of ``notes`` (numerical_note members or names)."""
-    graph_state(graph).filters.numeric_keep = tuple(_note_key(n, numerical_note) for n in notes)
-    return graph
+    return _note_filter(graph, "numeric_keep", notes, numerical_note)
 
 
 def deselect_numeric_notes(graph, notes):
     """Skip cuDNN plans that have any of ``notes``."""
-    graph_state(graph).filters.numeric_bar = tuple(_note_key(n, numerical_note) for n in notes)
-    return graph
+    return _note_filter(graph, "numeric_bar", notes, numerical_note)
 
 
 def select_behavior_notes(graph, notes):
     """Keep only cuDNN plans that have every one of ``notes`` (behavior_note members or names)."""
-    graph_state(graph).filters.behavior_keep = tuple(_note_key(n, behavior_note) for n in notes)
-    return graph
+    return _note_filter(graph, "behavior_keep", notes, behavior_note)
 
 
 def deselect_behavior_notes(graph, notes):
     """Skip cuDNN plans that have any of ``notes``."""
-    graph_state(graph).filters.behavior_bar = tuple(_note_key(n, behavior_note) for n in notes)
-    return graph
+    return _note_filter(graph, "behavior_bar", notes, behavior_note)
 
 
 def deselect_workspace_greater_than(graph, workspace: int):
