@@ -147,6 +147,20 @@ def _infer_fprop(ctx: InferContext) -> dict:
     return {"Y": OutputInfo(y_dim, None, channels_last_stride(y_dim))}
 
 
+def _caller_set(ctx: InferContext, dims: Mapping[str, Optional[tuple]], port: str) -> None:
+    if dims.get(port) is None:
+        ctx.fail(port, f"{ctx.op} cannot infer {port} dims; set them on the output tensor (as with pygraph)")
+
+
+def _caller_dims(ctx: InferContext, dims: Mapping[str, Optional[tuple]], port: str, ref_port: str,
+                 ref: TensorInfo) -> tuple:
+    """The caller-set dims of output ``port`` (of ``ref``'s rank) and the geometry for them."""
+    value = tuple(dims[port])
+    if len(value) != len(ref.dim):
+        ctx.fail(port, f"rank {len(value)} differs from the {ref_port}'s rank {len(ref.dim)}")
+    return value, _check_attrs(ctx, len(value) - 2)
+
+
 # --------------------------------------------------------------------------------------------- dgrad
 
 def _infer_dgrad(ctx: InferContext) -> dict:
@@ -160,14 +174,9 @@ def _infer_dgrad(ctx: InferContext) -> dict:
 
 def _validate_dgrad_outputs(ctx: InferContext, dims: Mapping[str, Optional[tuple]]) -> None:
     """Check user-set DX dims against loss, filter and the geometry attrs."""
-    dx = dims.get("DX")
-    if dx is None:
-        ctx.fail("DX", "conv_dgrad cannot infer DX dims; set them on the output tensor (as with pygraph)")
+    _caller_set(ctx, dims, "DX")
     dy, w = ctx.need("loss"), ctx.need("filter")
-    dx = tuple(dx)
-    if len(dx) != len(dy.dim):
-        ctx.fail("DX", f"rank {len(dx)} differs from the loss's rank {len(dy.dim)}")
-    geometry = _check_attrs(ctx, len(dx) - 2)
+    dx, geometry = _caller_dims(ctx, dims, "DX", "loss", dy)
     _check_groups(ctx, dx[1], "DX", w.dim)
     expect = (dx[0], w.dim[0], *_fprop_spatial(ctx, dx, w.dim, geometry))
     if expect != tuple(dy.dim):
@@ -187,14 +196,9 @@ def _infer_wgrad(ctx: InferContext) -> dict:
 
 def _validate_wgrad_outputs(ctx: InferContext, dims: Mapping[str, Optional[tuple]]) -> None:
     """Check user-set DW dims against image, loss and the geometry attrs."""
-    dw = dims.get("DW")
-    if dw is None:
-        ctx.fail("DW", "conv_wgrad cannot infer DW dims; set them on the output tensor (as with pygraph)")
+    _caller_set(ctx, dims, "DW")
     x, dy = ctx.need("image"), ctx.need("loss")
-    dw = tuple(dw)
-    if len(dw) != len(x.dim):
-        ctx.fail("DW", f"rank {len(dw)} differs from the image's rank {len(x.dim)}")
-    geometry = _check_attrs(ctx, len(dw) - 2)
+    dw, geometry = _caller_dims(ctx, dims, "DW", "image", x)
     _check_groups(ctx, x.dim[1], "DW", dw)
     expect = (x.dim[0], dw[0], *_fprop_spatial(ctx, x.dim, dw, geometry))
     if expect != tuple(dy.dim):

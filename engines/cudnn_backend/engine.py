@@ -427,25 +427,27 @@ def graph_state(graph) -> BackendGraphState:
     return state
 
 
+# (filter field, note enum, keep (True) or bar, the note's kind, the function that sets it), in check order.
+_NOTE_FILTERS = (
+    ("numeric_keep", numerical_note, True, "numerical", "select_numeric_notes"),
+    ("numeric_bar", numerical_note, False, "numerical", "deselect_numeric_notes"),
+    ("behavior_keep", behavior_note, True, "behavior", "select_behavior_notes"),
+    ("behavior_bar", behavior_note, False, "behavior", "deselect_behavior_notes"),
+)
+
+
 def _filtered_out(filters: _Filters, plan: PlanConfig) -> str:
     label = plan.label
     for name in filters.barred_names:
         if name and name in label:
             return f"{label} is deselected (deselect_engines: {name!r})"
-    numeric = {int(n) for n in plan.numerical_notes}
-    behavior = {int(n) for n in plan.behavior_notes}
-    for note in filters.numeric_keep:
-        if note not in numeric:
-            return f"{label} lacks the numerical note {_member(numerical_note, note)!s} (select_numeric_notes)"
-    for note in filters.numeric_bar:
-        if note in numeric:
-            return f"{label} has the numerical note {_member(numerical_note, note)!s} (deselect_numeric_notes)"
-    for note in filters.behavior_keep:
-        if note not in behavior:
-            return f"{label} lacks the behavior note {_member(behavior_note, note)!s} (select_behavior_notes)"
-    for note in filters.behavior_bar:
-        if note in behavior:
-            return f"{label} has the behavior note {_member(behavior_note, note)!s} (deselect_behavior_notes)"
+    notes = {numerical_note: {int(n) for n in plan.numerical_notes},
+             behavior_note: {int(n) for n in plan.behavior_notes}}
+    for field, enum_cls, keep, kind, setter in _NOTE_FILTERS:
+        for note in getattr(filters, field):
+            if (note in notes[enum_cls]) != keep:
+                return (f"{label} {'lacks' if keep else 'has'} the {kind} note {_member(enum_cls, note)!s} "
+                        f"({setter})")
     if filters.max_workspace is not None and plan.workspace_size is not None \
             and plan.workspace_size > filters.max_workspace:
         return (f"{label} needs {plan.workspace_size} bytes of workspace, more than "
