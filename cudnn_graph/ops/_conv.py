@@ -206,34 +206,25 @@ def _validate_wgrad_outputs(ctx: InferContext, dims: Mapping[str, Optional[tuple
                        f"not the loss dims {list(dy.dim)}")
 
 
+_IMAGE = ("image", "X, dims (N, C, [D,] H, W)")
+_FILTER = "W, dims (K, C / groups, [T,] R, S)"
+_LOSS = ("loss", "dY, dims (N, K, [O,] P, Q)")
+
+
+def _conv_op(name: str, first: tuple, second: tuple, output: str, infer, doc: str, **fields) -> OpSchema:
+    """A convolution op on ports ``first`` and ``second`` ((name, doc) each), pygraph's positional order."""
+    return OpSchema(
+        name=name, family="conv", inputs=(Port(first[0], doc=first[1]), Port(second[0], doc=second[1])),
+        outputs=(Output(output),), infer=infer, attrs=_CONV_ATTRS,
+        positional=(first[0], second[0], "padding", "stride", "dilation", "convolution_mode"), doc=doc, **fields)
+
+
 register(
-    OpSchema(
-        name="conv_fprop", family="conv",
-        inputs=(Port("image", doc="X, dims (N, C, [D,] H, W)"),
-                Port("weight", doc="W, dims (K, C / groups, [T,] R, S)")),
-        outputs=(Output("Y"),),
-        infer=_infer_fprop, attrs=_CONV_ATTRS,
-        positional=("image", "weight", "padding", "stride", "dilation", "convolution_mode"),
-        doc="Forward convolution Y = conv(X, W).",
-    ),
-    OpSchema(
-        name="conv_dgrad", family="conv",
-        inputs=(Port("loss", doc="dY, dims (N, K, [O,] P, Q)"),
-                Port("filter", doc="W, dims (K, C / groups, [T,] R, S)")),
-        outputs=(Output("DX"),),
-        infer=_infer_dgrad, attrs=_CONV_ATTRS,
-        positional=("loss", "filter", "padding", "stride", "dilation", "convolution_mode"),
-        doc="Data gradient: the adjoint of conv_fprop in X. DX dims must be set by the caller.",
-        validate_outputs=_validate_dgrad_outputs,
-    ),
-    OpSchema(
-        name="conv_wgrad", family="conv",
-        inputs=(Port("image", doc="X, dims (N, C, [D,] H, W)"),
-                Port("loss", doc="dY, dims (N, K, [O,] P, Q)")),
-        outputs=(Output("DW"),),
-        infer=_infer_wgrad, attrs=_CONV_ATTRS,
-        positional=("image", "loss", "padding", "stride", "dilation", "convolution_mode"),
-        doc="Weight gradient: the adjoint of conv_fprop in W. DW dims must be set by the caller.",
-        validate_outputs=_validate_wgrad_outputs,
-    ),
+    _conv_op("conv_fprop", _IMAGE, ("weight", _FILTER), "Y", _infer_fprop, "Forward convolution Y = conv(X, W)."),
+    _conv_op("conv_dgrad", _LOSS, ("filter", _FILTER), "DX", _infer_dgrad,
+             "Data gradient: the adjoint of conv_fprop in X. DX dims must be set by the caller.",
+             validate_outputs=_validate_dgrad_outputs),
+    _conv_op("conv_wgrad", _IMAGE, _LOSS, "DW", _infer_wgrad,
+             "Weight gradient: the adjoint of conv_fprop in W. DW dims must be set by the caller.",
+             validate_outputs=_validate_wgrad_outputs),
 )

@@ -505,6 +505,9 @@ _SCALE_PORT = Port("attn_scale", optional=True, doc="one-element scale; a Python
 _BIAS_PORT = Port("bias", optional=True, doc="additive bias broadcastable to (b, h_q, s_q, s_kv)")
 _SEQ_LEN_PORTS = (Port("seq_len_q", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
                   Port("seq_len_kv", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"))
+# The debug keep-mask output both directions offer (the caller may hand in its tensor).
+_RNG_DUMP_ATTR = Attr("rng_dump", None, _to_output_request, "caller's tensor receiving the Philox keep-mask (debug)")
+_RNG_DUMP_OUTPUT = Output("rng_dump", _requested("rng_dump"))
 _SINK_PORT = Port("sink_token", optional=True, doc="(1, h_q, 1, 1) FLOAT attention-sink logit per head")
 
 SDPA_POSITIONAL = (
@@ -549,13 +552,13 @@ _SDPA = OpSchema(
         Output("Stats", lambda attrs, _given: stats_requested(attrs)),
         Output("score_max", _requested("score_max")),
         Output("score_sum_exp", _requested("score_sum_exp")),
-        Output("rng_dump", _requested("rng_dump")),
+        _RNG_DUMP_OUTPUT,
     ),
     infer=_infer_sdpa,
     attrs=(
         Attr("is_inference", None, _to_opt_bool, "deprecated: the negation of generate_stats"),
         *_MASK_ATTRS,
-        Attr("rng_dump", None, _to_output_request, "caller's tensor receiving the Philox keep-mask (debug)"),
+        _RNG_DUMP_ATTR,
         Attr("paged_attention_max_seq_len_kv", None, _to_opt_int, "logical s_kv when K and V are both paged"),
         Attr("score_mod", None, _to_opt_callable, "pygraph score-modifier callback (builds a subgraph)"),
         Attr("generate_stats", None, _to_opt_bool, "also write Stats (logsumexp per row) for the backward"),
@@ -641,7 +644,7 @@ _SDPA_BACKWARD = OpSchema(
         Output("dQ"), Output("dK"), Output("dV"),
         Output("dBias", _requested("dBias")),
         Output("dSink_token", _requested("dSink_token")),
-        Output("rng_dump", _requested("rng_dump")),
+        _RNG_DUMP_OUTPUT,
     ),
     infer=_infer_sdpa_backward,
     attrs=(
@@ -649,7 +652,7 @@ _SDPA_BACKWARD = OpSchema(
         *_MASK_ATTRS,
         Attr("max_total_seq_len_q", None, _to_opt_int, "workspace bound for ragged q (sum of seq_len_q)"),
         Attr("max_total_seq_len_kv", None, _to_opt_int, "workspace bound for ragged k/v"),
-        Attr("rng_dump", None, _to_output_request, "caller's tensor receiving the Philox keep-mask (debug)"),
+        _RNG_DUMP_ATTR,
         Attr("use_deterministic_algorithm", False, _to_bool, "ask cuDNN for a deterministic dQ reduction"),
         Attr("score_mod", None, _to_opt_callable, "forward score-modifier callback (recomputed here)"),
         Attr("score_mod_bprop", None, _to_opt_callable, "backward of score_mod"),
