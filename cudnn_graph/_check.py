@@ -157,7 +157,7 @@ def _sdpa_causal(device, io_type):
 def _run_case(build, name) -> StepResult:
     import numpy as np
     from . import data_type
-    from .engines.reference.engine import numpy_dtype
+    from .data_type import numpy_dtype
     device = _best_device()
     io_type = data_type.BFLOAT16 if device != "cpu" else data_type.FLOAT
     rng = np.random.default_rng(0)

@@ -85,7 +85,7 @@ def _infer_nodes(graph, ctx_types) -> None:
             if dtype is None or dtype == DataType.NOT_SET:
                 dtype = default_type(ctx_types, t.is_virtual)
             t._set_inferred(info.dim, info.stride, dtype)
-        check = schema.extra.get("validate_outputs")
+        check = schema.validate_outputs
         if check is not None:
             pending = {o: t._raw_dim() for o, t in node.outputs.items()
                        if result.get(o) is not None and result[o].dim is None}

@@ -12,42 +12,11 @@ Example:
 """
 from __future__ import annotations
 
-import enum
 from typing import Any
 
-__all__ = ["DataType", "data_type_of", "dlpack_code_of", "data_type_from_dlpack", "itemsize_bits"]
+from .enums import DataType   # defined with the package's other enums; re-exported here
 
-
-class DataType(enum.IntEnum):
-    """cuDNN tensor data types (values are ``cudnnDataType_t``)."""
-
-    NOT_SET = -1
-    FLOAT = 0
-    DOUBLE = 1
-    HALF = 2
-    INT8 = 3
-    INT32 = 4
-    INT8x4 = 5
-    UINT8 = 6
-    UINT8x4 = 7
-    INT8x32 = 8
-    BFLOAT16 = 9
-    INT64 = 10
-    BOOLEAN = 11
-    FP8_E4M3 = 12
-    FP8_E5M2 = 13
-    FAST_FLOAT_FOR_FP8 = 14
-    FP8_E8M0 = 15
-    FP4_E2M1 = 16
-    INT4 = 17
-    UINT4 = 18
-    UINT32 = 19
-    COMPLEX_FP32 = 20
-    COMPLEX_FP64 = 21
-
-    @property
-    def bits(self) -> int:
-        return itemsize_bits(self)
+__all__ = ["DataType", "data_type_of", "dlpack_code_of", "data_type_from_dlpack", "itemsize_bits", "numpy_dtype"]
 
 
 # DLPack type codes (include/cudnn_graph/dlpack.h).
@@ -197,3 +166,42 @@ def data_type_from_dlpack(code: int, bits: int) -> DataType | None:
 def itemsize_bits(dt: DataType) -> int:
     """Storage bits of one element (4 for the packed 4-bit types)."""
     return _BITS[DataType(dt)]
+
+
+# DataType -> the NumPy / ml_dtypes type name that stores it on the host (ml_dtypes for the ones NumPy
+# lacks). The packed 4-bit and vectorised types have no host array type.
+_NUMPY_NAMES: dict[DataType, str] = {
+    DataType.FLOAT: "float32", DataType.DOUBLE: "float64", DataType.HALF: "float16",
+    DataType.BFLOAT16: "bfloat16", DataType.INT8: "int8", DataType.UINT8: "uint8",
+    DataType.INT32: "int32", DataType.INT64: "int64", DataType.UINT32: "uint32", DataType.BOOLEAN: "bool",
+    DataType.FP8_E4M3: "float8_e4m3fn", DataType.FP8_E5M2: "float8_e5m2", DataType.FP8_E8M0: "float8_e8m0fnu",
+    DataType.COMPLEX_FP32: "complex64", DataType.COMPLEX_FP64: "complex128",
+}
+_NUMPY_DTYPES: dict = {}   # filled on first use: importing NumPy / ml_dtypes is left to callers that need it
+
+
+def numpy_dtype(value: Any):
+    """The ``numpy.dtype`` (NumPy's or ml_dtypes') that holds ``value``'s data type on the host.
+
+    ``value`` is anything ``data_type_of`` accepts. Raises ``ValueError`` for a type with no host
+    array type (the packed 4-bit and vectorised types, NOT_SET).
+
+    Example:
+        >>> numpy_dtype(DataType.HALF)
+        dtype('float16')
+    """
+    dt = data_type_of(value)
+    cached = _NUMPY_DTYPES.get(dt)
+    if cached is not None:
+        return cached
+    name = _NUMPY_NAMES.get(dt)
+    if name is None:
+        raise ValueError(f"{dt.name} has no NumPy host type")
+    import numpy
+    try:
+        made = numpy.dtype(name)
+    except TypeError:
+        import ml_dtypes
+        made = numpy.dtype(getattr(ml_dtypes, name))
+    _NUMPY_DTYPES[dt] = made
+    return made

@@ -13,6 +13,14 @@ frontend-only ``heur_mode.OPENSOURCE`` is -2), so they never alias a backend con
 ``attention_implementation`` describe cudnn-frontend behaviour, not a backend enum: they keep
 pygraph's order and have no backend map.
 
+This module is the one home of every enum the package defines: pygraph has no binding for the
+sampling modes (``resample_mode``, ``padding_mode``, ``rng_distribution``) or the norm lowering's
+(``norm_mode``, ``gen_stats_mode``), so those follow the same naming rule (the backend constant's
+name without its prefix). ``DataType`` (cudnnDataType_t) lives here too; ``cudnn_graph.data_type``
+re-exports it with its conversions. The CamelCase names the op tables used (``ReductionMode``,
+``NormFwdPhase``, ...) are aliases of these classes, so a member passes between ops, engines and
+user code without any conversion.
+
 Every backend value here is checked against include/cudnn_graph/cudnn_backend.h by
 tests/test_cudnn_loader.py.
 """
@@ -24,6 +32,7 @@ __all__ = [
     "heur_mode", "reduction_mode", "norm_forward_phase", "build_plan_policy", "numerical_note",
     "behavior_note", "knob_type", "pointwise_mode", "convolution_mode", "diagonal_alignment",
     "attention_implementation", "reshape_mode", "tensor_reordering", "moe_grouped_matmul_mode",
+    "resample_mode", "padding_mode", "rng_distribution", "norm_mode", "gen_stats_mode", "DataType",
     "BACKEND_ENUMS", "backend_value", "backend_name", "to_backend_map",
     "HEUR_MODE_TO_BACKEND", "REDUCTION_MODE_TO_BACKEND", "NORM_FORWARD_PHASE_TO_BACKEND",
     "NUMERICAL_NOTE_TO_BACKEND", "BEHAVIOR_NOTE_TO_BACKEND", "KNOB_TYPE_TO_BACKEND",
@@ -32,6 +41,40 @@ __all__ = [
 ]
 
 NOT_SET = -1   # value of every NOT_SET member: "no backend constant"
+
+
+class DataType(IntEnum):
+    """cuDNN tensor data types (values are ``cudnnDataType_t``); conversions in ``cudnn_graph.data_type``."""
+
+    NOT_SET = NOT_SET
+    FLOAT = 0
+    DOUBLE = 1
+    HALF = 2
+    INT8 = 3
+    INT32 = 4
+    INT8x4 = 5
+    UINT8 = 6
+    UINT8x4 = 7
+    INT8x32 = 8
+    BFLOAT16 = 9
+    INT64 = 10
+    BOOLEAN = 11
+    FP8_E4M3 = 12
+    FP8_E5M2 = 13
+    FAST_FLOAT_FOR_FP8 = 14
+    FP8_E8M0 = 15
+    FP4_E2M1 = 16
+    INT4 = 17
+    UINT4 = 18
+    UINT32 = 19
+    COMPLEX_FP32 = 20
+    COMPLEX_FP64 = 21
+
+    @property
+    def bits(self) -> int:
+        # data_type imports this module, so the size table is looked up when asked, not at import.
+        from .data_type import itemsize_bits
+        return itemsize_bits(self)
 
 
 class heur_mode(IntEnum):
@@ -226,6 +269,45 @@ class moe_grouped_matmul_mode(IntEnum):
     SCATTER = 2
 
 
+class resample_mode(IntEnum):
+    """Resampling / pooling mode (cudnnResampleMode_t)."""
+    NEAREST = 0
+    BILINEAR = 1
+    AVGPOOL_INCLUDE_PADDING = 2
+    AVGPOOL = 2                 # cuDNN's alias of AVGPOOL_INCLUDE_PADDING
+    MAXPOOL = 3
+    AVGPOOL_EXCLUDE_PADDING = 4
+
+
+class padding_mode(IntEnum):
+    """What a resample reads outside its input (cudnnPaddingMode_t)."""
+    ZERO_PAD = 0
+    NEG_INF_PAD = 1
+    EDGE_VAL_PAD = 2
+
+
+class rng_distribution(IntEnum):
+    """Random-number distribution (cudnnRngDistribution_t)."""
+    BERNOULLI = 0
+    UNIFORM = 1
+    NORMAL = 2
+
+
+class norm_mode(IntEnum):
+    """Normalization kind of a norm operation (cudnnBackendNormMode_t)."""
+    LAYER_NORM = 0
+    INSTANCE_NORM = 1
+    BATCH_NORM = 2
+    GROUP_NORM = 3
+    RMS_NORM = 4
+    ADA_LAYER_NORM = 5          # cuDNN >= 9.7
+
+
+class gen_stats_mode(IntEnum):
+    """Statistics a genstats operation produces (cudnnGenStatsMode_t)."""
+    SUM_SQSUM = 0
+
+
 # enum class -> (backend C type, prefix that turns a member name into the backend constant's name)
 BACKEND_ENUMS: dict[type[IntEnum], tuple[str, str]] = {
     heur_mode: ("cudnnBackendHeurMode_t", "CUDNN_HEUR_MODE_"),
@@ -239,6 +321,11 @@ BACKEND_ENUMS: dict[type[IntEnum], tuple[str, str]] = {
     reshape_mode: ("cudnnBackendReshapeMode_t", "CUDNN_RESHAPE_"),
     tensor_reordering: ("cudnnBackendTensorReordering_t", "CUDNN_TENSOR_REORDERING_"),
     moe_grouped_matmul_mode: ("cudnnMoeGroupedMatmulMode_t", "CUDNN_MOE_GROUPED_MATMUL_MODE_"),
+    resample_mode: ("cudnnResampleMode_t", "CUDNN_RESAMPLE_"),
+    padding_mode: ("cudnnPaddingMode_t", "CUDNN_"),
+    rng_distribution: ("cudnnRngDistribution_t", "CUDNN_RNG_DISTRIBUTION_"),
+    norm_mode: ("cudnnBackendNormMode_t", "CUDNN_"),
+    gen_stats_mode: ("cudnnGenStatsMode_t", "CUDNN_GENSTATS_"),
 }
 
 

@@ -37,7 +37,7 @@ from .view import GraphView
 from ._slot import Slot
 from ._variant_pack import PackLayout, TensorSpec
 from ._stream import as_stream_handle
-from .data_type import DataType
+from .data_type import DataType, data_type_of, numpy_dtype as _numpy_dtype
 from .errors import (WorkspaceError, DeviceMismatchError, GraphFrozenError, GraphNotSupportedError,
                      GraphValidationError, UnknownTensorError)
 from .ops import SCHEMAS
@@ -81,7 +81,7 @@ def _make_builder(schema):
     binding = OpBinding(schema, REQUIRED, _GENERIC)
     order = binding.order
 
-    declined = dict(schema.extra.get("declined_keywords") or {})
+    declined = dict(schema.declined_keywords)
 
     def builder(self, *args, **kwargs):
         return self._build(binding, args, kwargs)
@@ -101,7 +101,7 @@ def _make_builder(schema):
         params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None))
         seen.add(name)
     for name in (list(schema.port_names()) + [a.name for a in schema.attrs] + list(_GENERIC)
-                 + list(schema.extra.get("keyword_expanders", {}))):
+                 + list(schema.keyword_expanders)):
         if name not in seen:
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None))
             seen.add(name)
@@ -166,7 +166,7 @@ class pygraph(_GraphCore):
                 for t in (value if isinstance(value, tuple) else (value,)):
                     if t is not None:
                         consumed.add(t.uid)
-            for key in node.schema.extra.get("tensor_list_attrs", ()):
+            for key in node.schema.tensor_list_attrs:
                 for t in node.params.get(key) or ():
                     consumed.add(t.uid)
         for t in self.tensors:
@@ -556,17 +556,8 @@ class pygraph(_GraphCore):
                 f"tensors={len(self.tensors)}{', frozen' if self.frozen else ''})")
 
 
-def _numpy_dtype(name: str):
-    import numpy as np
-    try:
-        return np.dtype(name)
-    except TypeError:
-        import ml_dtypes
-        return np.dtype(getattr(ml_dtypes, name))
-
-
 for _schema in SCHEMAS.values():
-    for _method in (_schema.name,) + tuple(_schema.extra.get("aliases", ())):
+    for _method in (_schema.name,) + tuple(_schema.aliases):
         if hasattr(_GraphCore, _method):
             raise RuntimeError(f"op {_method!r} would shadow a Graph method")
         setattr(pygraph, _method, _make_builder(_schema))

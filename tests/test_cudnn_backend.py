@@ -332,11 +332,11 @@ def test_every_pointwise_mode_lowers_with_its_attributes(row):
     assert pw["CUDNN_ATTR_POINTWISE_MODE"] == enums.pointwise_mode[mode]
     assert pw["CUDNN_ATTR_POINTWISE_MATH_PREC"] == DataType.FLOAT
     schema = g.nodes[0].schema
-    for name, backend_attr in schema.extra["attr_map"].items():
+    for name, backend_attr in schema.attr_map.items():
         expected = _ATTR_VALUES[name] + (0 if name != "axis" else 0)
         assert pw[backend_attr] == pytest.approx(expected), backend_attr
     (op,) = program.of_kind("OPERATION_POINTWISE")
-    for port, backend_attr in schema.extra["operands"].items():
+    for port, backend_attr in schema.operands.items():
         assert op[backend_attr] == Ref(f"tensor_{args[port].uid}")
     out_attr = "CUDNN_ATTR_OPERATION_POINTWISE_DXDESC" if kind == "backward" else "CUDNN_ATTR_OPERATION_POINTWISE_YDESC"
     assert op[out_attr] == Ref(f"tensor_{y.uid}")

@@ -87,7 +87,7 @@ def test_pointwise_infer_broadcasts(row):
     assert out["Y"].stride == (12, 4, 1)
     schema = SCHEMAS[name]
     assert schema.port_names() == ports and schema.returns == "single"
-    assert schema.extra["mode"] == f"CUDNN_POINTWISE_{mode}"
+    assert schema.pointwise_mode.name == mode
     # the first operand may be the broadcast one too
     if len(ports) > 1:
         swapped = {p: T(2, 1, 4) if i == 0 else T(2, 3, 4) for i, p in enumerate(ports)}
@@ -100,22 +100,22 @@ def test_pointwise_modes_exist_in_cudnn_header():
         pytest.skip("cuDNN headers not available")
     names = set(re.findall(r"\b(CUDNN_POINTWISE_[A-Z0-9_]+)\s*=", header.read_text()))
     for row in POINTWISE_OPS:
-        assert SCHEMAS[row[0]].extra["mode"] in names
+        assert f"CUDNN_POINTWISE_{SCHEMAS[row[0]].pointwise_mode.name}" in names
 
 
 def test_pygraph_signatures():
-    # positional order follows pygraph, compute_data_type/name excluded; full order in extra
+    # positional order follows pygraph, compute_data_type/name excluded; full order in pygraph_positional
     assert SCHEMAS["relu"].positional == ("input", "negative_slope", "lower_clip", "upper_clip")
-    assert SCHEMAS["swish_backward"].extra["pygraph_positional"] == (
+    assert SCHEMAS["swish_backward"].pygraph_positional == (
         "loss", "input", "compute_data_type", "swish_beta", "name")
-    assert SCHEMAS["matmul"].extra["pygraph_positional"] == ("A", "B", "compute_data_type", "padding", "name")
+    assert SCHEMAS["matmul"].pygraph_positional == ("A", "B", "compute_data_type", "padding", "name")
     assert SCHEMAS["reshape"].positional == ("input", "reshape_mode")
     assert SCHEMAS["cmp_gt"].port_names() == ("input", "comparison")
     assert SCHEMAS["binary_select"].port_names() == ("input0", "input1", "mask")
     assert SCHEMAS["elu"].positional == ("input",)   # elu_alpha is a keyword-only extension
     assert SCHEMAS["block_scale_quantize"].returns == "list"
     assert SCHEMAS["block_scale_quantize"].output_names() == ("Y", "scale")
-    assert SCHEMAS["concatenate"].extra["list_ports"] == ("inputs",)
+    assert SCHEMAS["concatenate"].list_ports == ("inputs",)
     assert SCHEMAS["matmul"].attrs[0].default == 0.0
     assert SCHEMAS["block_scale_quantize"].attrs[2].default is False
 
@@ -146,11 +146,11 @@ def test_structured_infer(name):
 def test_structured_infer_details():
     out, ctx = infer("reduction", {"input": T(2, 3, 4)}, mode="AMAX")
     assert ctx.attrs["mode"].name == "AMAX"
-    SCHEMAS["reduction"].extra["validate_outputs"](ctx, {"Y": (2, 1, 4)})
-    SCHEMAS["reduction"].extra["validate_output"](ctx, {"Y": (1, 1, 1)})
+    SCHEMAS["reduction"].validate_outputs(ctx, {"Y": (2, 1, 4)})
+    SCHEMAS["reduction"].validate_outputs(ctx, {"Y": (1, 1, 1)})
     out, ctx = infer("reshape", {"input": T(2, 3, 4, dt=DataType.HALF)}, reshape_mode="LOGICAL")
     assert out["Y"].data_type is DataType.HALF and ctx.attrs["reshape_mode"].name == "LOGICAL"
-    SCHEMAS["reshape"].extra["validate_outputs"](ctx, {"Y": (6, 4)})
+    SCHEMAS["reshape"].validate_outputs(ctx, {"Y": (6, 4)})
     out, _ = infer("transpose", {"input": T(2, 3, 4)}, permutation=[2, 0, 1])
     assert out["Y"].dim == (4, 2, 3) and out["Y"].stride == (1, 12, 4)
     out, _ = infer("slice", {"input": T(4, 8)}, slices=[(1, None)])        # trailing axes kept whole
@@ -160,7 +160,7 @@ def test_structured_infer_details():
     out, _ = infer("block_scale_quantize", {"input": T(64, 8)}, block_size=16, axis=0, transpose=True)
     assert out["scale"].dim == (4, 8) and out["Y"].dim == (64, 8)
     out, ctx = infer("block_scale_quantize", {"input": T(100, 64)}, block_size=32)
-    SCHEMAS["block_scale_quantize"].extra["validate_outputs"](ctx, {"Y": (100, 64), "scale": (128, 4)})
+    SCHEMAS["block_scale_quantize"].validate_outputs(ctx, {"Y": (100, 64), "scale": (128, 4)})
     out, _ = infer("block_scale_dequantize", {"input": T(2, 64, 8), "descale": T(2, 2, 128)},
                    block_size=[32, 1])   # padded scale dims are accepted
     assert out["Y"].dim == (2, 64, 8)
@@ -226,7 +226,7 @@ def test_invalid_infer(name, inputs, attrs, port):
 def test_invalid_output_dims(name, inputs, attrs, dims, port):
     _, ctx = infer(name, inputs, **attrs)
     with pytest.raises(GraphValidationError) as e:
-        SCHEMAS[name].extra["validate_outputs"](ctx, dims)
+        SCHEMAS[name].validate_outputs(ctx, dims)
     assert e.value.port == port
 
 

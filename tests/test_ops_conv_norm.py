@@ -133,7 +133,7 @@ def _assert_output_dims_checked(op, inputs, port, good, bad):
     """``op``'s validate_outputs (on a CONV-geometry context over ``inputs``) accepts ``good`` dims for
     ``port`` and rejects each of ``bad`` with a GraphValidationError naming the port."""
     ctx = make_ctx(op, inputs, **CONV)
-    validate_outputs = SCHEMAS[op].extra["validate_outputs"]
+    validate_outputs = SCHEMAS[op].validate_outputs
     validate_outputs(ctx, {port: good})
     for dims in bad:
         with pytest.raises(GraphValidationError) as ei:

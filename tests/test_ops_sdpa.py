@@ -40,7 +40,7 @@ def bind(op, kw):
     convert given attributes, default the rest."""
     s = SCHEMAS[op]
     kw = dict(kw)
-    for key, expand in s.extra.get("keyword_expanders", {}).items():
+    for key, expand in s.keyword_expanders.items():
         if key in kw:
             kw.update(expand(kw.pop(key)))
     inputs = {p.name: kw.pop(p.name, None) for p in s.inputs}
@@ -157,11 +157,11 @@ def test_positional_order_matches_pygraph():
     assert len(fwd.positional) == 31 and len(bwd.positional) == 30
     assert bwd.positional[:9] == ("q", "k", "v", "o", "dO", "stats", "attn_scale", "bias", "dBias")
     for s in (fwd, bwd):
-        known = set(s.port_names()) | {a.name for a in s.attrs} | set(s.extra["keyword_expanders"]) \
-            | set(s.extra["generic_positional"])
+        known = set(s.port_names()) | {a.name for a in s.attrs} | set(s.keyword_expanders) \
+            | set(s.generic_positional)
         assert set(s.positional) <= known
-        assert tuple(s.output_names()[:len(s.extra["returned_outputs"])]) == s.extra["returned_outputs"]
-        assert set(s.extra["output_keywords"]) <= {a.name for a in s.attrs} & set(s.output_names())
+        assert tuple(s.output_names()[:len(s.returned_outputs)]) == s.returned_outputs
+        assert set(s.output_keywords) <= {a.name for a in s.attrs} & set(s.output_names())
 
 
 def test_sdpa_backward_infers_grads():

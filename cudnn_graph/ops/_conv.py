@@ -13,29 +13,23 @@ cuDNN, by the filter's channel count: ``groups = C_image / C_filter``.
 ``padding`` is shorthand for equal ``pre_padding`` and ``post_padding`` (pygraph exposes it as a second
 overload). As in pygraph, padding, stride and dilation have no defaults: an empty list is "not set" and
 fails validation. ``conv_dgrad``'s DX and ``conv_wgrad``'s DW cannot be inferred (the inverse mapping is
-not unique), so the caller sets their dims, exactly as with pygraph; ``extra["validate_outputs"]`` checks
+not unique), so the caller sets their dims, exactly as with pygraph; ``validate_outputs`` checks
 those user-set dims once they are known.
 """
 from __future__ import annotations
 
-import enum
-import operator
 from typing import Any, Mapping, Optional
 
-from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, register
+from ..enums import convolution_mode
+from .._layout import channels_last_strides as channels_last_stride
+from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, int_list, register
 
 __all__ = ["ConvolutionMode", "conv_output_size", "resolve_padding", "channels_last_stride"]
 
 
-class ConvolutionMode(enum.IntEnum):
-    """How the filter is applied; values are cuDNN's ``cudnnConvolutionMode_t``.
-
-    ``CROSS_CORRELATION`` (the default, what deep-learning frameworks call convolution) does not flip
-    the filter; ``CONVOLUTION`` flips it along every spatial axis.
-    """
-
-    CONVOLUTION = 0
-    CROSS_CORRELATION = 1
+# The op table's name for the package's enum. ``CROSS_CORRELATION`` (the default, what deep-learning
+# frameworks call convolution) does not flip the filter; ``CONVOLUTION`` flips it along every spatial axis.
+ConvolutionMode = convolution_mode
 
 
 _to_conv_mode = enum_converter(ConvolutionMode, "convolution_mode",
@@ -44,19 +38,7 @@ _to_conv_mode = enum_converter(ConvolutionMode, "convolution_mode",
 
 def _to_int_tuple(value: Any) -> Optional[tuple]:
     """Normalise a list attr; None or an empty list means "not set" (pygraph's default is [])."""
-    if value is None:
-        return None
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise TypeError(f"a list of integers was expected; got {value!r}")
-    out = []
-    for v in value:
-        if isinstance(v, bool):
-            raise TypeError(f"a list of integers was expected; got {value!r}")
-        try:
-            out.append(operator.index(v))
-        except TypeError:
-            raise TypeError(f"a list of integers was expected; got {value!r}") from None
-    return tuple(out) or None
+    return None if value is None else int_list(value) or None
 
 
 _CONV_ATTRS = (
@@ -80,17 +62,6 @@ def resolve_padding(attrs: Mapping[str, Any]) -> tuple:
 def conv_output_size(x: int, k: int, pre: int, post: int, stride: int, dilation: int) -> int:
     """Output extent of one spatial axis (cuDNN's formula, floor division)."""
     return 1 + (x + pre + post - dilation * (k - 1) - 1) // stride
-
-
-def channels_last_stride(dim: tuple) -> tuple:
-    """Packed strides with C innermost (NHWC / NDHWC), the layout pygraph gives conv outputs."""
-    order = [1] + list(range(len(dim) - 1, 1, -1)) + [0]   # innermost first: C, W, H, (D), N
-    stride = [0] * len(dim)
-    acc = 1
-    for axis in order:
-        stride[axis] = acc
-        acc *= dim[axis]
-    return tuple(stride)
 
 
 def _check_attrs(ctx: InferContext, nd: int) -> tuple:
@@ -122,6 +93,17 @@ def _check_rank(ctx: InferContext, port: str, t: TensorInfo, what: str) -> None:
         ctx.fail(port, f"{what} must have rank 4 (2-D conv) or 5 (3-D conv); got dims {list(t.dim)}")
     if any(d <= 0 for d in t.dim):
         ctx.fail(port, f"dims must be positive; got {list(t.dim)}")
+
+
+def _operands(ctx: InferContext, ref: str, ref_what: str, other: str, other_what: str) -> tuple:
+    """The two input tensors, each of conv rank and positive dims and of equal rank (``other`` is
+    the one named when they differ); the geometry attrs are checked for their spatial rank."""
+    a, b = ctx.need(ref), ctx.need(other)
+    _check_rank(ctx, ref, a, ref_what)
+    _check_rank(ctx, other, b, other_what)
+    if len(b.dim) != len(a.dim):
+        ctx.fail(other, f"rank {len(b.dim)} differs from the {ref}'s rank {len(a.dim)}")
+    return a, b, _check_attrs(ctx, len(a.dim) - 2)
 
 
 def _padding_port(ctx: InferContext) -> str:
@@ -159,26 +141,30 @@ def _check_groups(ctx: InferContext, c_image: int, w_port: str, w_dim: tuple) ->
 # --------------------------------------------------------------------------------------------- fprop
 
 def _infer_fprop(ctx: InferContext) -> dict:
-    x, w = ctx.need("image"), ctx.need("weight")
-    _check_rank(ctx, "image", x, "image")
-    _check_rank(ctx, "weight", w, "weight")
-    if len(w.dim) != len(x.dim):
-        ctx.fail("weight", f"rank {len(w.dim)} differs from the image's rank {len(x.dim)}")
-    geometry = _check_attrs(ctx, len(x.dim) - 2)
+    x, w, geometry = _operands(ctx, "image", "image", "weight", "weight")
     _check_groups(ctx, x.dim[1], "weight", w.dim)
     y_dim = (x.dim[0], w.dim[0], *_fprop_spatial(ctx, x.dim, w.dim, geometry))
     return {"Y": OutputInfo(y_dim, None, channels_last_stride(y_dim))}
 
 
+def _caller_set(ctx: InferContext, dims: Mapping[str, Optional[tuple]], port: str) -> None:
+    if dims.get(port) is None:
+        ctx.fail(port, f"{ctx.op} cannot infer {port} dims; set them on the output tensor (as with pygraph)")
+
+
+def _caller_dims(ctx: InferContext, dims: Mapping[str, Optional[tuple]], port: str, ref_port: str,
+                 ref: TensorInfo) -> tuple:
+    """The caller-set dims of output ``port`` (of ``ref``'s rank) and the geometry for them."""
+    value = tuple(dims[port])
+    if len(value) != len(ref.dim):
+        ctx.fail(port, f"rank {len(value)} differs from the {ref_port}'s rank {len(ref.dim)}")
+    return value, _check_attrs(ctx, len(value) - 2)
+
+
 # --------------------------------------------------------------------------------------------- dgrad
 
 def _infer_dgrad(ctx: InferContext) -> dict:
-    dy, w = ctx.need("loss"), ctx.need("filter")
-    _check_rank(ctx, "loss", dy, "loss (dy)")
-    _check_rank(ctx, "filter", w, "filter")
-    if len(w.dim) != len(dy.dim):
-        ctx.fail("filter", f"rank {len(w.dim)} differs from the loss's rank {len(dy.dim)}")
-    _check_attrs(ctx, len(dy.dim) - 2)
+    dy, w, _ = _operands(ctx, "loss", "loss (dy)", "filter", "filter")
     if dy.dim[1] != w.dim[0]:
         ctx.fail("filter", f"channel mismatch: loss has {dy.dim[1]} channels but the filter has "
                            f"{w.dim[0]} output channels (K)")
@@ -188,14 +174,9 @@ def _infer_dgrad(ctx: InferContext) -> dict:
 
 def _validate_dgrad_outputs(ctx: InferContext, dims: Mapping[str, Optional[tuple]]) -> None:
     """Check user-set DX dims against loss, filter and the geometry attrs."""
-    dx = dims.get("DX")
-    if dx is None:
-        ctx.fail("DX", "conv_dgrad cannot infer DX dims; set them on the output tensor (as with pygraph)")
+    _caller_set(ctx, dims, "DX")
     dy, w = ctx.need("loss"), ctx.need("filter")
-    dx = tuple(dx)
-    if len(dx) != len(dy.dim):
-        ctx.fail("DX", f"rank {len(dx)} differs from the loss's rank {len(dy.dim)}")
-    geometry = _check_attrs(ctx, len(dx) - 2)
+    dx, geometry = _caller_dims(ctx, dims, "DX", "loss", dy)
     _check_groups(ctx, dx[1], "DX", w.dim)
     expect = (dx[0], w.dim[0], *_fprop_spatial(ctx, dx, w.dim, geometry))
     if expect != tuple(dy.dim):
@@ -206,12 +187,7 @@ def _validate_dgrad_outputs(ctx: InferContext, dims: Mapping[str, Optional[tuple
 # --------------------------------------------------------------------------------------------- wgrad
 
 def _infer_wgrad(ctx: InferContext) -> dict:
-    x, dy = ctx.need("image"), ctx.need("loss")
-    _check_rank(ctx, "image", x, "image")
-    _check_rank(ctx, "loss", dy, "loss (dy)")
-    if len(dy.dim) != len(x.dim):
-        ctx.fail("loss", f"rank {len(dy.dim)} differs from the image's rank {len(x.dim)}")
-    _check_attrs(ctx, len(x.dim) - 2)
+    x, dy, _ = _operands(ctx, "image", "image", "loss", "loss (dy)")
     if dy.dim[0] != x.dim[0]:
         ctx.fail("loss", f"batch mismatch: loss has N={dy.dim[0]}, image has N={x.dim[0]}")
     # DW's filter extent is not determined by (x, dy) alone (floor division), so the caller sets it.
@@ -220,14 +196,9 @@ def _infer_wgrad(ctx: InferContext) -> dict:
 
 def _validate_wgrad_outputs(ctx: InferContext, dims: Mapping[str, Optional[tuple]]) -> None:
     """Check user-set DW dims against image, loss and the geometry attrs."""
-    dw = dims.get("DW")
-    if dw is None:
-        ctx.fail("DW", "conv_wgrad cannot infer DW dims; set them on the output tensor (as with pygraph)")
+    _caller_set(ctx, dims, "DW")
     x, dy = ctx.need("image"), ctx.need("loss")
-    dw = tuple(dw)
-    if len(dw) != len(x.dim):
-        ctx.fail("DW", f"rank {len(dw)} differs from the image's rank {len(x.dim)}")
-    geometry = _check_attrs(ctx, len(dw) - 2)
+    dw, geometry = _caller_dims(ctx, dims, "DW", "image", x)
     _check_groups(ctx, x.dim[1], "DW", dw)
     expect = (x.dim[0], dw[0], *_fprop_spatial(ctx, x.dim, dw, geometry))
     if expect != tuple(dy.dim):
@@ -235,34 +206,25 @@ def _validate_wgrad_outputs(ctx: InferContext, dims: Mapping[str, Optional[tuple
                        f"not the loss dims {list(dy.dim)}")
 
 
+_IMAGE = ("image", "X, dims (N, C, [D,] H, W)")
+_FILTER = "W, dims (K, C / groups, [T,] R, S)"
+_LOSS = ("loss", "dY, dims (N, K, [O,] P, Q)")
+
+
+def _conv_op(name: str, first: tuple, second: tuple, output: str, infer, doc: str, **fields) -> OpSchema:
+    """A convolution op on ports ``first`` and ``second`` ((name, doc) each), pygraph's positional order."""
+    return OpSchema(
+        name=name, family="conv", inputs=(Port(first[0], doc=first[1]), Port(second[0], doc=second[1])),
+        outputs=(Output(output),), infer=infer, attrs=_CONV_ATTRS,
+        positional=(first[0], second[0], "padding", "stride", "dilation", "convolution_mode"), doc=doc, **fields)
+
+
 register(
-    OpSchema(
-        name="conv_fprop", family="conv",
-        inputs=(Port("image", doc="X, dims (N, C, [D,] H, W)"),
-                Port("weight", doc="W, dims (K, C / groups, [T,] R, S)")),
-        outputs=(Output("Y"),),
-        infer=_infer_fprop, attrs=_CONV_ATTRS,
-        positional=("image", "weight", "padding", "stride", "dilation", "convolution_mode"),
-        doc="Forward convolution Y = conv(X, W).",
-    ),
-    OpSchema(
-        name="conv_dgrad", family="conv",
-        inputs=(Port("loss", doc="dY, dims (N, K, [O,] P, Q)"),
-                Port("filter", doc="W, dims (K, C / groups, [T,] R, S)")),
-        outputs=(Output("DX"),),
-        infer=_infer_dgrad, attrs=_CONV_ATTRS,
-        positional=("loss", "filter", "padding", "stride", "dilation", "convolution_mode"),
-        doc="Data gradient: the adjoint of conv_fprop in X. DX dims must be set by the caller.",
-        extra={"validate_outputs": _validate_dgrad_outputs},
-    ),
-    OpSchema(
-        name="conv_wgrad", family="conv",
-        inputs=(Port("image", doc="X, dims (N, C, [D,] H, W)"),
-                Port("loss", doc="dY, dims (N, K, [O,] P, Q)")),
-        outputs=(Output("DW"),),
-        infer=_infer_wgrad, attrs=_CONV_ATTRS,
-        positional=("image", "loss", "padding", "stride", "dilation", "convolution_mode"),
-        doc="Weight gradient: the adjoint of conv_fprop in W. DW dims must be set by the caller.",
-        extra={"validate_outputs": _validate_wgrad_outputs},
-    ),
+    _conv_op("conv_fprop", _IMAGE, ("weight", _FILTER), "Y", _infer_fprop, "Forward convolution Y = conv(X, W)."),
+    _conv_op("conv_dgrad", _LOSS, ("filter", _FILTER), "DX", _infer_dgrad,
+             "Data gradient: the adjoint of conv_fprop in X. DX dims must be set by the caller.",
+             validate_outputs=_validate_dgrad_outputs),
+    _conv_op("conv_wgrad", _IMAGE, _LOSS, "DW", _infer_wgrad,
+             "Weight gradient: the adjoint of conv_fprop in W. DW dims must be set by the caller.",
+             validate_outputs=_validate_wgrad_outputs),
 )

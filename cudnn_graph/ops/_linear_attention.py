@@ -37,6 +37,7 @@ import math
 import numbers
 from typing import Any, Mapping, Optional
 
+from .._layout import row_major_strides as _packed_stride
 from ..data_type import DataType
 from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, register
 
@@ -66,14 +67,6 @@ def resolved_scale(attrs: Mapping[str, Any], key_dim: int) -> float:
     """The query scale an engine applies: ``attrs['scale']`` or ``1 / sqrt(K)``."""
     scale = attrs.get("scale")
     return 1.0 / math.sqrt(key_dim) if scale is None else float(scale)
-
-
-def _packed_stride(dim: tuple) -> tuple:
-    stride, acc = [0] * len(dim), 1
-    for axis in range(len(dim) - 1, -1, -1):
-        stride[axis] = acc
-        acc *= dim[axis]
-    return tuple(stride)
 
 
 def _out(dim: tuple, data_type: DataType) -> OutputInfo:

@@ -24,21 +24,18 @@ are conditional: the builder returns None in their place.
 """
 from __future__ import annotations
 
-import enum
 import math
 from typing import Any
 
+from ..enums import norm_forward_phase
+from .._layout import packed_strides_like as _packed_stride
 from .schema import (REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo,
                      enum_converter, register)
 
-__all__ = ["NormFwdPhase"]
+__all__ = ["NormFwdPhase", "ADA_LAYER_NORM_VERSION"]
 
 
-class NormFwdPhase(enum.IntEnum):
-    """Forward-norm phase; values are cuDNN's ``cudnnBackendNormFwdPhase_t``."""
-
-    INFERENCE = 0
-    TRAINING = 1
+NormFwdPhase = norm_forward_phase   # the op tables' name for the package's enum
 
 
 _to_phase = enum_converter(NormFwdPhase, "norm_forward_phase", expected="TRAINING or INFERENCE")
@@ -68,16 +65,6 @@ def _training(attrs, _given) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-def _packed_stride(dim: tuple, like: tuple) -> tuple:
-    """Packed strides for ``dim`` whose axis order follows the strides ``like`` (outermost first)."""
-    order = sorted(range(len(dim)), key=lambda i: (-like[i], i)) if len(like) == len(dim) else range(len(dim))
-    stride, acc = [0] * len(dim), 1
-    for axis in reversed(list(order)):
-        stride[axis] = acc
-        acc *= dim[axis]
-    return tuple(stride)
-
 
 def _x(ctx: InferContext, min_rank: int = 2) -> TensorInfo:
     x = ctx.need("input")
@@ -289,7 +276,24 @@ _FWD_LN_PORTS = (Port("input", doc="X"), Port("scale"), Port("bias"), Port("epsi
 _FWD_LN_POS = ("norm_forward_phase", "input", "scale", "bias", "epsilon")
 _BWD_OUTS = (Output("DX"), Output("dscale"), Output("dbias"))
 _BWD_POS = ("grad", "input", "scale", "mean", "inv_variance")
-_TENSOR_LIST = {"tensor_list_attrs": ("peer_stats",)}   # attrs whose values are graph tensors
+_TENSOR_LIST = ("peer_stats",)   # attrs whose values are graph tensors
+
+# cudnn-frontend builds adaptive layer norm (both directions) only on cuDNN >= 9.9.0.
+ADA_LAYER_NORM_VERSION = 90900
+
+_FWD_STATS_OUTS = (Output("Y"), Output("mean", _training), Output("inv_variance", _training))
+
+
+def _phased_norm(name, infer, doc, inputs=_FWD_LN_PORTS, outputs=_FWD_STATS_OUTS, **fields) -> OpSchema:
+    """A forward norm taking pygraph's ``norm_forward_phase`` (statistics outputs in training only)."""
+    return OpSchema(name=name, family="norm", inputs=inputs, outputs=outputs, infer=infer, attrs=(_PHASE,),
+                    positional=_FWD_LN_POS, returns="list", doc=doc, **fields)
+
+
+def _backward_norm(name, infer, doc, inputs=None, **fields) -> OpSchema:
+    """A norm's backward from its saved statistics: DX, dscale, dbias."""
+    return OpSchema(name=name, family="norm", inputs=inputs or _bwd_ports(), outputs=_BWD_OUTS, infer=infer,
+                    positional=_BWD_POS, returns="list", doc=doc, **fields)
 
 register(
     OpSchema(
@@ -302,7 +306,7 @@ register(
         infer=_infer_batchnorm, attrs=(_PEER_STATS,),
         positional=("input", "scale", "bias", "in_running_mean", "in_running_var", "epsilon", "momentum",
                     "peer_stats"),
-        returns="list", extra=_TENSOR_LIST,
+        returns="list", tensor_list_attrs=_TENSOR_LIST,
         doc="Training batch norm; also updates the running statistics when they are given.",
     ),
     OpSchema(
@@ -315,40 +319,23 @@ register(
     OpSchema(
         name="batchnorm_backward", family="norm",
         inputs=_bwd_ports(), outputs=_BWD_OUTS, infer=_infer_batchnorm_backward, attrs=(_PEER_STATS,),
-        positional=_BWD_POS + ("peer_stats",), returns="list", extra=_TENSOR_LIST,
+        positional=_BWD_POS + ("peer_stats",), returns="list", tensor_list_attrs=_TENSOR_LIST,
         doc="Gradients of training batch norm from the saved batch statistics.",
     ),
-    OpSchema(
-        name="layernorm", family="norm", inputs=_FWD_LN_PORTS,
-        outputs=(Output("Y"), Output("mean", _training), Output("inv_variance", _training)),
-        infer=_infer_layernorm, attrs=(_PHASE,), positional=_FWD_LN_POS, returns="list",
-        doc="Layer norm over the axes where scale is not 1.",
-    ),
-    OpSchema(
-        name="layernorm_backward", family="norm", inputs=_bwd_ports(), outputs=_BWD_OUTS,
-        infer=_infer_layernorm_backward, positional=_BWD_POS, returns="list",
-        doc="Gradients of layer norm from the saved mean / inv_variance.",
-    ),
-    OpSchema(
-        name="adalayernorm", family="norm",
-        inputs=(Port("input"), Port("scale", doc="may vary per sample"), Port("bias", optional=True),
-                Port("epsilon")),
-        outputs=(Output("Y"), Output("mean", _training), Output("inv_variance", _training)),
-        infer=_infer_adalayernorm, attrs=(_PHASE,), positional=_FWD_LN_POS, returns="list",
-        doc="Adaptive layer norm: per-sample scale / bias (e.g. (B, 1, H) on (B, S, H)).",
-    ),
-    OpSchema(
-        name="adalayernorm_backward", family="norm", inputs=_bwd_ports(), outputs=_BWD_OUTS,
-        infer=_infer_adalayernorm_backward, positional=_BWD_POS, returns="list",
-        doc="Gradients of adaptive layer norm.",
-    ),
-    OpSchema(
-        name="rmsnorm", family="norm",
-        inputs=(Port("input"), Port("scale"), Port("bias", optional=True), Port("epsilon")),
-        outputs=(Output("Y"), Output("inv_variance", _training)),
-        infer=_infer_rmsnorm, attrs=(_PHASE,), positional=_FWD_LN_POS, returns="list",
-        doc="RMS norm: Y = X / sqrt(mean(X^2) + eps) * scale (+ bias); no mean output.",
-    ),
+    _phased_norm("layernorm", _infer_layernorm, "Layer norm over the axes where scale is not 1."),
+    _backward_norm("layernorm_backward", _infer_layernorm_backward,
+                   "Gradients of layer norm from the saved mean / inv_variance."),
+    _phased_norm("adalayernorm", _infer_adalayernorm,
+                 "Adaptive layer norm: per-sample scale / bias (e.g. (B, 1, H) on (B, S, H)).",
+                 inputs=(Port("input"), Port("scale", doc="may vary per sample"), Port("bias", optional=True),
+                         Port("epsilon")),
+                 min_cudnn=ADA_LAYER_NORM_VERSION),
+    _backward_norm("adalayernorm_backward", _infer_adalayernorm_backward, "Gradients of adaptive layer norm.",
+                   min_cudnn=ADA_LAYER_NORM_VERSION),
+    _phased_norm("rmsnorm", _infer_rmsnorm,
+                 "RMS norm: Y = X / sqrt(mean(X^2) + eps) * scale (+ bias); no mean output.",
+                 inputs=(Port("input"), Port("scale"), Port("bias", optional=True), Port("epsilon")),
+                 outputs=(Output("Y"), Output("inv_variance", _training))),
     OpSchema(
         name="rmsnorm_backward", family="norm", inputs=_bwd_ports(with_mean=False),
         outputs=(Output("DX"), Output("dscale"), Output("dbias", lambda a, g: bool(a.get("has_dbias")))),
@@ -356,17 +343,10 @@ register(
         positional=("grad", "input", "scale", "inv_variance", "has_dbias"), returns="list",
         doc="Gradients of RMS norm; dbias only when has_dbias.",
     ),
-    OpSchema(
-        name="instancenorm", family="norm", inputs=_FWD_LN_PORTS,
-        outputs=(Output("Y"), Output("mean", _training), Output("inv_variance", _training)),
-        infer=_infer_instancenorm, attrs=(_PHASE,), positional=_FWD_LN_POS, returns="list",
-        doc="Instance norm: per (N, C) statistics over the spatial axes; per-channel scale / bias.",
-    ),
-    OpSchema(
-        name="instancenorm_backward", family="norm", inputs=_bwd_ports(stats_optional=True),
-        outputs=_BWD_OUTS, infer=_infer_instancenorm_backward, positional=_BWD_POS, returns="list",
-        doc="Gradients of instance norm from the saved statistics.",
-    ),
+    _phased_norm("instancenorm", _infer_instancenorm,
+                 "Instance norm: per (N, C) statistics over the spatial axes; per-channel scale / bias."),
+    _backward_norm("instancenorm_backward", _infer_instancenorm_backward,
+                   "Gradients of instance norm from the saved statistics.", inputs=_bwd_ports(stats_optional=True)),
     OpSchema(
         name="genstats", family="norm", inputs=(Port("input"),),
         outputs=(Output("sum"), Output("sq_sum")), infer=_infer_genstats, positional=("input",),

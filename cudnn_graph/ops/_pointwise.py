@@ -15,10 +15,10 @@ have the same rank (cuDNN's tensor descriptors do not broadcast across ranks) an
 must agree or be 1. Its data type is the graph's intermediate type unless the caller sets one; pygraph
 sets none either, comparisons included (callers that want BOOLEAN set it, as cudnn-frontend does).
 
-``extra`` of each schema carries what a lowering needs: ``mode`` (the ``cudnnPointwiseMode_t`` name),
+Each schema carries what a lowering needs: ``pointwise_mode`` (a ``pointwise_mode`` member),
 ``operands`` (the ``CUDNN_ATTR_OPERATION_POINTWISE_*DESC`` each port feeds, in port order), ``attr_map``
-(attribute -> ``CUDNN_ATTR_POINTWISE_*``), ``kind`` and ``pygraph_positional`` (pygraph's full
-positional order, ``compute_data_type`` and ``name`` included).
+(attribute -> ``CUDNN_ATTR_POINTWISE_*``), ``pointwise_kind`` and ``pygraph_positional`` (pygraph's
+full positional order, ``compute_data_type`` and ``name`` included).
 
 Two cuDNN modes pygraph has no method for are added as extensions: ``atan2`` (cuDNN >= 9.1) and
 ``floor_mod`` (>= 9.27); so are the keyword-only ``elu_alpha`` / ``softplus_beta`` attributes that
@@ -30,6 +30,7 @@ import math
 import operator
 from typing import Any, Callable, Optional
 
+from ..enums import pointwise_mode
 from .schema import REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, register
 
 __all__ = ["POINTWISE_OPS", "broadcast_dims", "pointwise_op"]
@@ -233,15 +234,13 @@ def pointwise_op(method: str, mode: str, ports: tuple, attrs: tuple, kind: str) 
         attrs=attrs,
         positional=tuple(n for n in order if n not in ("compute_data_type", "name")),
         doc=f"Pointwise CUDNN_POINTWISE_{mode} on ({', '.join(ports)}).",
-        extra={
-            "mode": f"CUDNN_POINTWISE_{mode}",
-            "kind": kind,
-            "operands": dict(zip(ports, operands)),
-            "attr_map": {a.name: _ATTR_TO_BACKEND[a.name] for a in attrs},
-            "pygraph": method not in _EXTENSIONS,
-            "min_cudnn": _EXTENSIONS.get(method, 90000),
-            "pygraph_positional": order,
-        },
+        pointwise_mode=pointwise_mode[mode],
+        pointwise_kind=kind,
+        operands=dict(zip(ports, operands)),
+        attr_map={a.name: _ATTR_TO_BACKEND[a.name] for a in attrs},
+        in_pygraph=method not in _EXTENSIONS,
+        min_cudnn=_EXTENSIONS.get(method, 0),
+        pygraph_positional=order,
     )
 
 

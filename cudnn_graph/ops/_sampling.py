@@ -15,41 +15,20 @@ pass-by-value INT64 scalars. Only the Bernoulli distribution is offered, as cudn
 """
 from __future__ import annotations
 
-import enum
-import operator
 from typing import Any, Optional
 
 from ..data_type import DataType
-from .schema import REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, enum_converter, register
+from .._layout import channels_last_strides as _channels_last
+from ..enums import padding_mode, resample_mode, rng_distribution
+from .schema import REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, enum_converter, int_list, register
 
 __all__ = ["ResampleMode", "PaddingMode", "RngDistribution", "pooled_size", "pool_padding_mode"]
 
 
-class ResampleMode(enum.IntEnum):
-    """Values are cuDNN's ``cudnnResampleMode_t``."""
-
-    NEAREST = 0
-    BILINEAR = 1
-    AVGPOOL_INCLUDE_PADDING = 2
-    AVGPOOL = 2                 # cuDNN's alias of AVGPOOL_INCLUDE_PADDING
-    MAXPOOL = 3
-    AVGPOOL_EXCLUDE_PADDING = 4
-
-
-class PaddingMode(enum.IntEnum):
-    """Values are cuDNN's ``cudnnPaddingMode_t``."""
-
-    ZERO_PAD = 0
-    NEG_INF_PAD = 1
-    EDGE_VAL_PAD = 2
-
-
-class RngDistribution(enum.IntEnum):
-    """Values are cuDNN's ``cudnnRngDistribution_t``."""
-
-    BERNOULLI = 0
-    UNIFORM = 1
-    NORMAL = 2
+# The op tables' names for the package's enums.
+ResampleMode = resample_mode
+PaddingMode = padding_mode
+RngDistribution = rng_distribution
 
 
 POOLING_MODES = (ResampleMode.MAXPOOL, ResampleMode.AVGPOOL_INCLUDE_PADDING, ResampleMode.AVGPOOL_EXCLUDE_PADDING)
@@ -59,15 +38,7 @@ _to_padding_mode = enum_converter(PaddingMode, "padding_mode", "CUDNN_")
 _to_distribution = enum_converter(RngDistribution, "distribution", "CUDNN_RNG_DISTRIBUTION_")
 
 
-def _ints(value: Any) -> tuple:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise TypeError(f"a list of integers was expected; got {value!r}")
-    out = []
-    for v in value:
-        if isinstance(v, bool):
-            raise TypeError(f"a list of integers was expected; got {value!r}")
-        out.append(operator.index(v))
-    return tuple(out)
+_ints = int_list
 
 
 def _opt_ints(value: Any) -> Optional[tuple]:
@@ -87,27 +58,6 @@ def _probability(value: Any) -> Optional[float]:
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"must lie in [0, 1]; got {value!r}")
     return p
-
-
-def _row_major(dims) -> tuple:
-    strides, acc = [], 1
-    for d in reversed(tuple(dims)):
-        strides.append(acc)
-        acc *= max(int(d), 1)
-    return tuple(reversed(strides))
-
-
-def _channels_last(dims) -> tuple:
-    """Packed strides with axis 1 innermost (NHWC for rank 4), cudnn-frontend's default for both ops."""
-    dims = tuple(dims)
-    if len(dims) < 3:
-        return _row_major(dims)
-    order = [1] + list(range(len(dims) - 1, 1, -1)) + [0]
-    stride, acc = [0] * len(dims), 1
-    for axis in order:
-        stride[axis] = acc
-        acc *= max(dims[axis], 1)
-    return tuple(stride)
 
 
 # ------------------------------------------------------------------------------------------------- rng
@@ -208,10 +158,9 @@ register(
                Attr("stride", None, _opt_ints, "output strides; default packed with axis 1 innermost")),
         positional=("seed", "offset", "distribution", "bernoulli_probability", "dim", "stride"),
         doc="Random numbers (Philox): Y[i] = 1 with probability bernoulli_probability, else 0.",
-        extra={"backend": "CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR",
-               "pygraph_positional": ("seed", "offset", "distribution", "bernoulli_probability", "dim",
-                                      "stride", "name"),
-               "scalar_ports": {"seed": DataType.INT64, "offset": DataType.INT64}}),
+        backend="CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR",
+        pygraph_positional=("seed", "offset", "distribution", "bernoulli_probability", "dim", "stride", "name"),
+        scalar_ports={"seed": DataType.INT64, "offset": DataType.INT64}),
     OpSchema(
         name="resample", family="sampling",
         inputs=(Port("input"),),
@@ -231,8 +180,7 @@ register(
         returns="list",
         doc="Pooling over the spatial axes of (N, C, spatial...); returns [Y, index] (index None "
             "unless max pooling with generate_index).",
-        extra={"backend": "CUDNN_BACKEND_OPERATION_RESAMPLE_FWD_DESCRIPTOR",
-               "pygraph_positional": ("input", "resampling_mode", "window", "stride", "pre_padding",
-                                      "post_padding", "padding_mode", "generate_index", "compute_data_type",
-                                      "name")}),
+        backend="CUDNN_BACKEND_OPERATION_RESAMPLE_FWD_DESCRIPTOR",
+        pygraph_positional=("input", "resampling_mode", "window", "stride", "pre_padding", "post_padding",
+                            "padding_mode", "generate_index", "compute_data_type", "name")),
 )

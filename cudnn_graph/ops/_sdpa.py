@@ -24,19 +24,19 @@ Masking keywords. pygraph keeps two spellings and so do we:
     (= BOTTOM_RIGHT, right bound 0) and ``sliding_window_length`` (= the left bound).
   ``resolve_masking(attrs)`` turns either spelling into one ``MaskSpec``; engines read only that.
 
-Keywords that do not map one-to-one onto a port or an attribute (the IR honours ``extra``):
+Keywords that do not map one-to-one onto a port or an attribute (the IR honours the schema fields named here):
   * ``attn_scale`` is a Python float or a (usually pass-by-value) one-element tensor. It is declared as an
-    optional port; ``extra["scalar_ports"]`` says a Python number given for it becomes a constant FLOAT
+    optional port; ``scalar_ports`` says a Python number given for it becomes a constant FLOAT
     tensor of dims (1, 1, 1, 1). The reference kernel also accepts the float in ``attrs["attn_scale"]``.
   * ``dropout`` is a tuple: ``(probability, seed, offset)`` (Philox) or, forward, ``(mask, scale)`` /
-    backward ``(mask, scale, scale_inv)``. ``extra["keyword_expanders"]["dropout"]`` maps it onto the ports
+    backward ``(mask, scale, scale_inv)``. ``keyword_expanders["dropout"]`` maps it onto the ports
     ``dropout_seed``, ``dropout_offset``, ``dropout_mask``, ``dropout_scale``, ``dropout_scale_inv`` and the
     attribute ``dropout_probability`` (those names may also be given directly).
   * Output tensors that pygraph takes as keywords (the caller creates them): ``score_max``,
     ``score_sum_exp``, ``rng_dump`` (forward), ``dBias``, ``dSink_token``, ``rng_dump`` (backward). They are
     declared as attributes holding the caller's tensor (or True: "create it") and as conditional outputs of
-    the same name; ``extra["output_keywords"]`` lists them so the IR binds the given tensor as that output.
-    ``extra["returned_outputs"]`` is what the builder returns, exactly as pygraph: ``[O, Stats]`` and
+    the same name; ``output_keywords`` lists them so the IR binds the given tensor as that output.
+    ``returned_outputs`` is what the builder returns, exactly as pygraph: ``[O, Stats]`` and
     ``[dQ, dK, dV]`` (Stats is None without ``generate_stats``); side outputs are not in that list.
   * Ragged (packed THD) layouts are not an sdpa keyword in pygraph: ``graph.tensor(..., ragged_offset=t)``
     attaches a (b + 1, 1, 1, 1) int32 offset tensor to q / k / v / o / stats. ``TensorInfo`` does not carry
@@ -44,7 +44,6 @@ Keywords that do not map one-to-one onto a port or an attribute (the IR honours 
 """
 from __future__ import annotations
 
-import enum
 import math
 import numbers
 import operator
@@ -52,6 +51,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from ..data_type import DataType
+from .._layout import packed_strides_like as _packed_stride_like, row_major_strides as _packed_stride
+from ..enums import attention_implementation, diagonal_alignment
 from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, register
 
 __all__ = ["DiagonalAlignment", "AttentionImplementation", "MaskSpec", "resolve_masking", "stats_requested",
@@ -65,19 +66,10 @@ _FLOAT_TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBL
 
 # ------------------------------------------------------------------------------------------- enums
 
-class DiagonalAlignment(enum.IntEnum):
-    """Where the diagonal of the band mask starts; values follow cudnn-frontend's ``DiagonalAlignment_t``."""
-
-    TOP_LEFT = 0
-    BOTTOM_RIGHT = 1
-
-
-class AttentionImplementation(enum.IntEnum):
-    """Which cuDNN implementation pygraph should pick (``AttentionImplementation_t``)."""
-
-    AUTO = 0
-    COMPOSITE = 1
-    UNIFIED = 2
+# The op tables' names for the package's enums (cudnn-frontend's DiagonalAlignment_t and
+# AttentionImplementation_t).
+DiagonalAlignment = diagonal_alignment
+AttentionImplementation = attention_implementation
 
 
 # ------------------------------------------------------------------------------- attr converters
@@ -246,28 +238,6 @@ def alibi_slopes(n_heads: int) -> list:
 
 
 # ----------------------------------------------------------------------------------- validation
-
-def _packed_stride_like(dim: tuple, like: tuple) -> tuple:
-    """Packed strides for ``dim`` whose axis order (outermost first) follows the strides ``like``, so an
-    output keeps its input's layout (BSHD stays BSHD)."""
-    if len(like) != len(dim):
-        like = tuple(range(len(dim), 0, -1))
-    order = sorted(range(len(dim)), key=lambda i: (-like[i], i))
-    stride = [0] * len(dim)
-    acc = 1
-    for axis in reversed(order):
-        stride[axis] = acc
-        acc *= dim[axis]
-    return tuple(stride)
-
-
-def _packed_stride(dim: tuple) -> tuple:
-    stride, acc = [0] * len(dim), 1
-    for axis in range(len(dim) - 1, -1, -1):
-        stride[axis] = acc
-        acc *= dim[axis]
-    return tuple(stride)
-
 
 def _check_bhsd(ctx: InferContext, port: str, t: TensorInfo) -> tuple:
     if len(t.dim) != 4:
@@ -529,6 +499,17 @@ _DROPOUT_PORTS = (
     Port("dropout_scale", optional=True, doc="custom dropout scale (1, 1, 1, 1), usually 1 / (1 - p)"),
 )
 
+# Ports the forward and the backward share.
+_Q_PORT = Port("q", doc="(b, h_q, s_q, d_qk)")
+_SCALE_PORT = Port("attn_scale", optional=True, doc="one-element scale; a Python float is accepted (scalar port)")
+_BIAS_PORT = Port("bias", optional=True, doc="additive bias broadcastable to (b, h_q, s_q, s_kv)")
+_SEQ_LEN_PORTS = (Port("seq_len_q", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
+                  Port("seq_len_kv", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"))
+# The debug keep-mask output both directions offer (the caller may hand in its tensor).
+_RNG_DUMP_ATTR = Attr("rng_dump", None, _to_output_request, "caller's tensor receiving the Philox keep-mask (debug)")
+_RNG_DUMP_OUTPUT = Output("rng_dump", _requested("rng_dump"))
+_SINK_PORT = Port("sink_token", optional=True, doc="(1, h_q, 1, 1) FLOAT attention-sink logit per head")
+
 SDPA_POSITIONAL = (
     "q", "k", "v", "is_inference", "attn_scale", "bias", "block_mask", "use_alibi_mask", "use_padding_mask",
     "seq_len_q", "seq_len_kv", "use_causal_mask", "use_causal_mask_bottom_right", "sliding_window_length",
@@ -546,38 +527,38 @@ SDPA_BACKWARD_POSITIONAL = (
     "name", "score_mod", "score_mod_bprop", "sink_token", "dSink_token",
 )
 
-_EXTRA_NOTE = ("positional includes pygraph's generic compute_data_type and name at their pygraph positions; "
-               "'dropout' is expanded by extra['keyword_expanders']")
+# positional includes pygraph's generic compute_data_type and name at their pygraph positions;
+# 'dropout' is expanded by the schema's keyword_expanders.
+_GENERIC_POSITIONAL = ("compute_data_type", "name")
 
 _SDPA = OpSchema(
     name="sdpa",
     family="sdpa",
     inputs=(
-        Port("q", doc="(b, h_q, s_q, d_qk)"),
+        _Q_PORT,
         Port("k", doc="(b, h_k, s_kv, d_qk), or a page container (pages, h_k, page_size, d_qk) when paged"),
         Port("v", doc="(b, h_v, s_kv, d_v), or a page container (pages, h_v, page_size, d_v) when paged"),
-        Port("attn_scale", optional=True, doc="one-element scale; a Python float is accepted (scalar port)"),
-        Port("bias", optional=True, doc="additive bias broadcastable to (b, h_q, s_q, s_kv)"),
+        _SCALE_PORT,
+        _BIAS_PORT,
         Port("block_mask", optional=True, doc="UINT8 tile bit mask (cuDNN >= 9.14, unified engine)"),
-        Port("seq_len_q", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
-        Port("seq_len_kv", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
+        *_SEQ_LEN_PORTS,
         *_DROPOUT_PORTS,
         Port("paged_attention_k_table", optional=True, doc="(b, 1, pages per sequence, 1) INT32 page ids of k"),
         Port("paged_attention_v_table", optional=True, doc="(b, 1, pages per sequence, 1) INT32 page ids of v"),
-        Port("sink_token", optional=True, doc="(1, h_q, 1, 1) FLOAT attention-sink logit per head"),
+        _SINK_PORT,
     ),
     outputs=(
         Output("O"),
         Output("Stats", lambda attrs, _given: stats_requested(attrs)),
         Output("score_max", _requested("score_max")),
         Output("score_sum_exp", _requested("score_sum_exp")),
-        Output("rng_dump", _requested("rng_dump")),
+        _RNG_DUMP_OUTPUT,
     ),
     infer=_infer_sdpa,
     attrs=(
         Attr("is_inference", None, _to_opt_bool, "deprecated: the negation of generate_stats"),
         *_MASK_ATTRS,
-        Attr("rng_dump", None, _to_output_request, "caller's tensor receiving the Philox keep-mask (debug)"),
+        _RNG_DUMP_ATTR,
         Attr("paged_attention_max_seq_len_kv", None, _to_opt_int, "logical s_kv when K and V are both paged"),
         Attr("score_mod", None, _to_opt_callable, "pygraph score-modifier callback (builds a subgraph)"),
         Attr("generate_stats", None, _to_opt_bool, "also write Stats (logsumexp per row) for the backward"),
@@ -591,15 +572,12 @@ _SDPA = OpSchema(
     positional=SDPA_POSITIONAL,
     returns="list",
     doc="Scaled dot-product attention forward (flash attention); returns [O, Stats].",
-    extra={
-        "returned_outputs": ("O", "Stats"),
-        "output_keywords": ("score_max", "score_sum_exp", "rng_dump"),
-        "scalar_ports": {"attn_scale": DataType.FLOAT},
-        "keyword_expanders": {"dropout": expand_dropout_forward},
-        "generic_positional": ("compute_data_type", "name"),
-        "note": _EXTRA_NOTE,
-        "aliases": ("scaled_dot_product_flash_attention",),
-    },
+    returned_outputs=("O", "Stats"),
+    output_keywords=("score_max", "score_sum_exp", "rng_dump"),
+    scalar_ports={"attn_scale": DataType.FLOAT},
+    keyword_expanders={"dropout": expand_dropout_forward},
+    generic_positional=_GENERIC_POSITIONAL,
+    aliases=("scaled_dot_product_flash_attention",),
 )
 
 
@@ -649,25 +627,24 @@ _SDPA_BACKWARD = OpSchema(
     name="sdpa_backward",
     family="sdpa",
     inputs=(
-        Port("q", doc="(b, h_q, s_q, d_qk)"),
+        _Q_PORT,
         Port("k", doc="(b, h_k, s_kv, d_qk)"),
         Port("v", doc="(b, h_v, s_kv, d_v)"),
         Port("o", doc="forward output (b, h_q, s_q, d_v)"),
         Port("dO", doc="gradient of o (b, h_q, s_q, d_v)"),
         Port("stats", doc="forward Stats (b, h_q, s_q, 1) FLOAT"),
-        Port("attn_scale", optional=True, doc="one-element scale; a Python float is accepted (scalar port)"),
-        Port("bias", optional=True, doc="additive bias broadcastable to (b, h_q, s_q, s_kv)"),
-        Port("seq_len_q", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
-        Port("seq_len_kv", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
+        _SCALE_PORT,
+        _BIAS_PORT,
+        *_SEQ_LEN_PORTS,
         *_DROPOUT_PORTS,
         Port("dropout_scale_inv", optional=True, doc="custom dropout inverse scale (1, 1, 1, 1)"),
-        Port("sink_token", optional=True, doc="(1, h_q, 1, 1) FLOAT attention-sink logit per head"),
+        _SINK_PORT,
     ),
     outputs=(
         Output("dQ"), Output("dK"), Output("dV"),
         Output("dBias", _requested("dBias")),
         Output("dSink_token", _requested("dSink_token")),
-        Output("rng_dump", _requested("rng_dump")),
+        _RNG_DUMP_OUTPUT,
     ),
     infer=_infer_sdpa_backward,
     attrs=(
@@ -675,7 +652,7 @@ _SDPA_BACKWARD = OpSchema(
         *_MASK_ATTRS,
         Attr("max_total_seq_len_q", None, _to_opt_int, "workspace bound for ragged q (sum of seq_len_q)"),
         Attr("max_total_seq_len_kv", None, _to_opt_int, "workspace bound for ragged k/v"),
-        Attr("rng_dump", None, _to_output_request, "caller's tensor receiving the Philox keep-mask (debug)"),
+        _RNG_DUMP_ATTR,
         Attr("use_deterministic_algorithm", False, _to_bool, "ask cuDNN for a deterministic dQ reduction"),
         Attr("score_mod", None, _to_opt_callable, "forward score-modifier callback (recomputed here)"),
         Attr("score_mod_bprop", None, _to_opt_callable, "backward of score_mod"),
@@ -684,17 +661,14 @@ _SDPA_BACKWARD = OpSchema(
     positional=SDPA_BACKWARD_POSITIONAL,
     returns="list",
     doc="Scaled dot-product attention backward; returns [dQ, dK, dV].",
-    extra={
-        "returned_outputs": ("dQ", "dK", "dV"),
-        "output_keywords": ("dBias", "dSink_token", "rng_dump"),
-        "scalar_ports": {"attn_scale": DataType.FLOAT},
-        "keyword_expanders": {"dropout": expand_dropout_backward},
-        "declined_keywords": {name: PAGED_BACKWARD_REASON for name in (
-            "paged_attention_k_table", "paged_attention_v_table", "paged_attention_max_seq_len_kv")},
-        "generic_positional": ("compute_data_type", "name"),
-        "note": _EXTRA_NOTE,
-        "aliases": ("scaled_dot_product_flash_attention_backward",),
-    },
+    returned_outputs=("dQ", "dK", "dV"),
+    output_keywords=("dBias", "dSink_token", "rng_dump"),
+    scalar_ports={"attn_scale": DataType.FLOAT},
+    keyword_expanders={"dropout": expand_dropout_backward},
+    declined_keywords={name: PAGED_BACKWARD_REASON for name in (
+        "paged_attention_k_table", "paged_attention_v_table", "paged_attention_max_seq_len_kv")},
+    generic_positional=_GENERIC_POSITIONAL,
+    aliases=("scaled_dot_product_flash_attention_backward",),
 )
 
 register(_SDPA, _SDPA_BACKWARD)

@@ -12,43 +12,28 @@ Names and keywords follow ``cudnn.pygraph``::
     Y = graph.block_scale_dequantize(input, descale, block_size=[1, 32], is_negative_scale=False)
 
 Output dims that pygraph leaves to the caller (reduction, reshape) infer as ``None``; the IR calls
-``extra["validate_outputs"](ctx, {output: dims})`` once the caller has set them (``validate_output`` is
-the same function under the name the op tables' brief used). ``concatenate``'s ``inputs`` port takes a
-list of tensors (``extra["list_ports"]``); inference sees it as a list of ``TensorInfo``.
+``schema.validate_outputs(ctx, {output: dims})`` once the caller has set them. ``concatenate``'s
+``inputs`` port takes a list of tensors (``schema.list_ports``); inference sees it as a list of
+``TensorInfo``.
 """
 from __future__ import annotations
 
-import enum
 import math
 import operator
 from typing import Any, Mapping, Optional
 
 from ..data_type import DataType
+from ..enums import reduction_mode, reshape_mode
 from .schema import (REQUIRED, Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo,
                      enum_converter, register)
 
 __all__ = ["ReductionMode", "ReshapeMode", "slice_bounds", "block_scale_axis"]
 
 
-class ReductionMode(enum.IntEnum):
-    """Reduction modes; values are cuDNN's ``cudnnReduceTensorOp_t``."""
-
-    ADD = 0
-    MUL = 1
-    MIN = 2
-    MAX = 3
-    AMAX = 4
-    AVG = 5
-    NORM1 = 6
-    NORM2 = 7
-    MUL_NO_ZEROS = 8
-
-
-class ReshapeMode(enum.IntEnum):
-    """Reshape modes; values are cuDNN's ``cudnnBackendReshapeMode_t`` (cuDNN >= 9.22)."""
-
-    VIEW_ONLY = 0   # reinterpret the same memory with the output's dims/strides
-    LOGICAL = 1     # lexicographic (row-major) reshape; may move data
+# The op tables' names for the package's enums (VIEW_ONLY reinterprets the same memory with the
+# output's dims/strides; LOGICAL is a lexicographic, row-major reshape that may move data).
+ReductionMode = reduction_mode
+ReshapeMode = reshape_mode
 
 
 def _int(value: Any) -> int:
@@ -281,14 +266,15 @@ def _infer_dequantize(ctx: InferContext) -> dict:
 
 # -------------------------------------------------------------------------------------------- tables
 
-def _op(name, family, ports, infer, attrs=(), order=None, outputs=("Y",), extra=None, doc="") -> OpSchema:
+def _op(name, family, ports, infer, attrs=(), order=None, outputs=("Y",), doc="", **fields) -> OpSchema:
+    """A schema whose positional order is pygraph's (ports, attrs, compute_data_type, name) unless
+    ``order`` says otherwise; ``fields`` are further OpSchema fields."""
     order = order or tuple(ports) + tuple(a.name for a in attrs) + ("compute_data_type", "name")
     return OpSchema(
         name=name, family=family, inputs=tuple(Port(p) for p in ports),
         outputs=tuple(Output(o) for o in outputs), infer=infer, attrs=tuple(attrs),
         positional=tuple(n for n in order if n not in ("compute_data_type", "name")),
-        returns="single" if len(outputs) == 1 else "list", doc=doc,
-        extra={"pygraph_positional": order, **(extra or {})})
+        returns="single" if len(outputs) == 1 else "list", doc=doc, pygraph_positional=order, **fields)
 
 
 _to_reduction_mode = enum_converter(ReductionMode, "mode", "CUDNN_REDUCE_TENSOR_")
@@ -298,46 +284,42 @@ register(
     _op("matmul", "matmul", ("A", "B"), _infer_matmul,
         (Attr("padding", 0.0, float, "value of padded elements (CUDNN_ATTR_MATMUL_PADDING_VALUE)"),),
         order=("A", "B", "compute_data_type", "padding", "name"), outputs=("C",),
-        extra={"backend": "CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR"},
+        backend="CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR",
         doc="C[.., M, N] = A[.., M, K] @ B[.., K, N]; batch axes broadcast (equal or 1)."),
     _op("reduction", "reduction", ("input",), _infer_reduction,
         (Attr("mode", REQUIRED, _to_reduction_mode, "ADD, MUL, MIN, MAX, AMAX, AVG, NORM1, NORM2, MUL_NO_ZEROS"),),
-        extra={"backend": "CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR",
-               "validate_outputs": _validate_reduction, "validate_output": _validate_reduction},
+        backend="CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR", validate_outputs=_validate_reduction,
         doc="Reduce along the axes where the caller-set output dims are 1."),
     _op("reshape", "layout", ("input",), _infer_reshape,
         (Attr("reshape_mode", ReshapeMode.VIEW_ONLY, _to_reshape_mode, "VIEW_ONLY (default) or LOGICAL"),),
         order=("input", "name", "reshape_mode"),
-        extra={"backend": "CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR", "min_cudnn_reshape_mode": 92200,
-               "validate_outputs": _validate_reshape, "validate_output": _validate_reshape},
+        backend="CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR", validate_outputs=_validate_reshape,
         doc="Reshape to the caller-set output dims (same element count)."),
     _op("transpose", "layout", ("input",), _infer_transpose,
         (Attr("permutation", REQUIRED, _int_tuple, "output axis i reads input axis permutation[i]"),),
-        extra={"backend": "CUDNN_BACKEND_OPERATION_TRANSPOSE_DESCRIPTOR", "native_since": 92200},
+        backend="CUDNN_BACKEND_OPERATION_TRANSPOSE_DESCRIPTOR",
         doc="Permute axes."),
     _op("slice", "layout", ("input",), _infer_slice,
         (Attr("slices", (), _slices, "one Python slice (or (start, stop[, step])) per leading axis"),),
-        extra={"backend": "CUDNN_BACKEND_OPERATION_SLICE_DESCRIPTOR", "native_since": 92200,
-               "bounds": slice_bounds},
+        backend="CUDNN_BACKEND_OPERATION_SLICE_DESCRIPTOR",
         doc="Strided slice with Python semantics; axes without a slice are kept whole."),
     _op("concatenate", "layout", ("inputs",), _infer_concatenate,
         (Attr("axis", REQUIRED, _int, "concatenation axis"),
          Attr("in_place_index", None, _opt_int, "index of the input already in place in the output")),
         order=("inputs", "axis", "in_place_index", "name"),
-        extra={"backend": "CUDNN_BACKEND_OPERATION_CONCAT_DESCRIPTOR", "min_cudnn": 90700,
-               "list_ports": ("inputs",)},
+        backend="CUDNN_BACKEND_OPERATION_CONCAT_DESCRIPTOR", min_cudnn=90700, list_ports=("inputs",),
         doc="Concatenate a list of tensors along axis."),
     _op("block_scale_quantize", "quant", ("input",), _infer_quantize,
         (Attr("block_size", REQUIRED, _int, "elements per scale block"),
          Attr("axis", None, _opt_int, "blocked axis; None = the last"),
          Attr("transpose", False, _bool, "lay Y and scale out with the blocked axis packed")),
         outputs=("Y", "scale"),
-        extra={"backend": "CUDNN_BACKEND_OPERATION_BLOCK_SCALE_QUANTIZE_DESCRIPTOR", "min_cudnn": 90700,
-               "validate_outputs": _validate_quantize, "validate_output": _validate_quantize},
+        backend="CUDNN_BACKEND_OPERATION_BLOCK_SCALE_QUANTIZE_DESCRIPTOR", min_cudnn=90700,
+        validate_outputs=_validate_quantize,
         doc="Quantize blocks of block_size elements with one shared scale each; returns (Y, scale)."),
     _op("block_scale_dequantize", "quant", ("input", "descale"), _infer_dequantize,
         (Attr("block_size", REQUIRED, _int_tuple, "block size per trailing axis, e.g. [1, 32]"),
          Attr("is_negative_scale", False, _bool, "scales may be negative (cuDNN >= 9.14)")),
-        extra={"backend": "CUDNN_BACKEND_OPERATION_BLOCK_SCALE_DEQUANTIZE_DESCRIPTOR", "min_cudnn": 90700},
+        backend="CUDNN_BACKEND_OPERATION_BLOCK_SCALE_DEQUANTIZE_DESCRIPTOR", min_cudnn=90700,
         doc="Y = input * descale broadcast over blocks; Y must be virtual (feeds a matmul)."),
 )

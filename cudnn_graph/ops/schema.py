@@ -17,14 +17,16 @@ Contract for ``infer(ctx)``:
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from .. import enums
 from ..data_type import DataType
 from ..errors import GraphNotSupportedError, GraphValidationError
 
 __all__ = ["REQUIRED", "Port", "Attr", "Output", "TensorInfo", "OutputInfo", "InferContext", "OpSchema",
-           "register", "SCHEMAS", "enum_converter"]
+           "register", "SCHEMAS", "enum_converter", "int_list"]
 
 
 class _Required:
@@ -102,6 +104,9 @@ class InferContext:
 
 @dataclass(frozen=True)
 class OpSchema:
+    """One op: its ports, attributes and outputs, how inference checks them, and what the builder
+    and the engines need beyond that (each such fact a typed field below, none a free-form bag)."""
+
     name: str                                  # builder method name, as in cudnn.pygraph
     family: str                                # pointwise | matmul | reduction | conv | norm | layout | quant | sdpa | linear_attention | ...
     inputs: Sequence[Port]
@@ -112,7 +117,47 @@ class OpSchema:
     returns: str = "single"                    # "single": one Tensor; "list": a list in outputs order (absent ones as None)
     python_only: bool = False                  # only python engines run it (no cuDNN lowering)
     doc: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)  # e.g. pointwise mode, reduction mode
+
+    # -- how the graph builder binds a call ------------------------------------------------------------
+    pygraph_positional: Sequence[str] = ()
+    """pygraph's full positional order, its generic ``compute_data_type`` and ``name`` included where
+    pygraph puts them; empty means ``positional`` (then the ports)."""
+    generic_positional: Sequence[str] = ()
+    """Which of ``pygraph_positional`` are the generic keywords every builder takes (not ports or attrs)."""
+    aliases: Sequence[str] = ()
+    """Further builder method names for the same op (pygraph's older spellings)."""
+    keyword_expanders: Mapping[str, Callable[..., Mapping[str, Any]]] = field(default_factory=dict)
+    """Keyword -> function turning its value into ports / attrs (e.g. sdpa's ``dropout`` tuple)."""
+    declined_keywords: Mapping[str, str] = field(default_factory=dict)
+    """Keyword -> why cuDNN cannot do it: the builder raises GraphNotSupportedError saying so."""
+    list_ports: Sequence[str] = ()
+    """Ports that take a list of tensors (concatenate's ``inputs``)."""
+    scalar_ports: Mapping[str, DataType] = field(default_factory=dict)
+    """Port -> data type of the pass-by-value constant a Python number given for it becomes."""
+    tensor_list_attrs: Sequence[str] = ()
+    """Attributes whose values are graph tensors (batchnorm's ``peer_stats``): they count as consumed."""
+    output_keywords: Sequence[str] = ()
+    """Outputs the caller may hand in as a keyword (a tensor it made) for the op to write."""
+    returned_outputs: Optional[Sequence[str]] = None
+    """What the builder returns as a list when it is not every output (pygraph's ``[O, Stats]``)."""
+    validate_outputs: Optional[Callable[[InferContext, Mapping[str, tuple]], None]] = None
+    """``check(ctx, {output: dims})`` for outputs whose dims the caller sets (inference gives None)."""
+
+    # -- what the engines read ----------------------------------------------------------------------------
+    min_cudnn: int = 0
+    """The oldest cuDNN (cudnnGetVersion() encoding) that has this op: the one version gate."""
+    backend: str = ""
+    """The cuDNN backend operation descriptor the op lowers to, where it is one."""
+    pointwise_mode: Optional[enums.pointwise_mode] = None
+    """Pointwise ops: the mode of their CUDNN_BACKEND_POINTWISE_DESCRIPTOR."""
+    pointwise_kind: str = ""
+    """Pointwise ops: the table row's kind (unary, binary, backward, compare, logical, ternary, ...)."""
+    operands: Mapping[str, str] = field(default_factory=dict)
+    """Pointwise ops: port -> the CUDNN_ATTR_OPERATION_POINTWISE_* descriptor attribute it sets."""
+    attr_map: Mapping[str, str] = field(default_factory=dict)
+    """Pointwise ops: attribute -> the CUDNN_ATTR_POINTWISE_* attribute it sets."""
+    in_pygraph: bool = True
+    """False for the package's extensions (methods cudnn.pygraph has no counterpart of)."""
 
     def port_names(self) -> tuple:
         return tuple(p.name for p in self.inputs)
@@ -122,22 +167,40 @@ class OpSchema:
 
 
 def enum_converter(enum_cls: type, keyword: str, prefix: str = "", expected: str = "") -> Callable[[Any], Any]:
-    """An Attr.convert for an enum, matched by NAME: this enum, cudnn.pygraph's, the package's enums
-    module (another binding's numbering never matters) or a string in any case, with or without the
-    cuDNN ``prefix``."""
+    """An Attr.convert for an enum, matched by NAME: a member of ``enum_cls`` passes as it is;
+    cudnn.pygraph's enum (another binding's numbering never matters) or a string in any case, with or
+    without the cuDNN ``prefix``, is looked up by name. Members with a negative value (``NOT_SET``)
+    mean "no value" and are refused."""
+    usable = {name: member for name, member in enum_cls.__members__.items() if member.value >= 0}
+
     def convert(value: Any):
-        if isinstance(value, enum_cls):
+        if isinstance(value, enum_cls) and value.value >= 0:
             return value
         name = value if isinstance(value, str) else getattr(value, "name", None)
         if isinstance(name, str):
             key = name.strip().upper().rsplit(".", 1)[-1]
             if prefix and key.startswith(prefix):
                 key = key[len(prefix):]
-            if key in enum_cls.__members__:
-                return enum_cls[key]
-        choices = expected or "one of " + ", ".join(enum_cls.__members__)
+            if key in usable:
+                return usable[key]
+        choices = expected or "one of " + ", ".join(usable)
         raise ValueError(f"{keyword} must be {choices}; got {value!r}")
     return convert
+
+
+def int_list(value: Any) -> tuple:
+    """An Attr.convert for a list of integers (ints or NumPy integers; no bools, no bare int)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"a list of integers was expected; got {value!r}")
+    out = []
+    for v in value:
+        if isinstance(v, bool):
+            raise TypeError(f"a list of integers was expected; got {value!r}")
+        try:
+            out.append(operator.index(v))
+        except TypeError:
+            raise TypeError(f"a list of integers was expected; got {value!r}") from None
+    return tuple(out)
 
 
 SCHEMAS: dict[str, OpSchema] = {}

@@ -27,6 +27,7 @@ import logging
 import math
 
 from ..._cudnn_errors import CudnnVersionError
+from ..._layout import row_major_strides as _row_major_strides
 from ...data_type import DataType, itemsize_bits
 from ...errors import GraphNotSupportedError
 from ...ops._sampling import pool_padding_mode
@@ -126,14 +127,6 @@ def _unit_strides(dims, strides):
             inner = [out[b] * dims[b] for b in range(a + 1, len(dims)) if dims[b] != 1]
             out[a] = max(inner + [1])
     return out
-
-
-def _row_major_strides(dims):
-    strides, acc = [], 1
-    for d in reversed(tuple(dims)):
-        strides.append(acc)
-        acc *= max(int(d), 1)
-    return tuple(reversed(strides))
 
 
 def _same_strides(t, strides) -> bool:
@@ -254,7 +247,7 @@ def _lower_slice(lw, node, i):
 
 # ---- concatenate -----------------------------------------------------------------------------------
 
-@lowers("concatenate", native_geometry=True, min_version=90700, attributes={
+@lowers("concatenate", native_geometry=True, attributes={
     _OP + "CONCAT_AXIS": "CUDNN_TYPE_INT64", _OP + "CONCAT_INPUT_DESCS": _DESC,
     _OP + "CONCAT_INPLACE_INDEX": "CUDNN_TYPE_INT64", _OP + "CONCAT_OUTPUT_DESC": _DESC})
 def _lower_concatenate(lw, node, i):
@@ -283,7 +276,7 @@ _DEQUANT = _OP + "BLOCK_SCALE_DEQUANTIZE_"
 NEGATIVE_SCALE_VERSION = 91400   # cudnn-frontend sets the attribute from 9.14
 
 
-@lowers("block_scale_quantize", native_geometry=True, min_version=90700, attributes={
+@lowers("block_scale_quantize", native_geometry=True, attributes={
     _QUANT + "XDESC": _DESC, _QUANT + "YDESC": _DESC, _QUANT + "SCALE_DESC": _DESC,
     _QUANT + "MATH_PREC": "CUDNN_TYPE_DATA_TYPE", _QUANT + "BLOCK_SIZE": "CUDNN_TYPE_INT32"})
 def _lower_quantize(lw, node, i):
@@ -296,7 +289,7 @@ def _lower_quantize(lw, node, i):
     })
 
 
-@lowers("block_scale_dequantize", native_geometry=True, min_version=90700, attributes={
+@lowers("block_scale_dequantize", native_geometry=True, attributes={
     _DEQUANT + "XDESC": _DESC, _DEQUANT + "SCALE_DESC": _DESC, _DEQUANT + "YDESC": _DESC,
     _DEQUANT + "MATH_PREC": "CUDNN_TYPE_DATA_TYPE", _DEQUANT + "BLOCK_SIZE": "CUDNN_TYPE_INT32",
     _DEQUANT + "NEG_SCALE": "CUDNN_TYPE_BOOLEAN"})

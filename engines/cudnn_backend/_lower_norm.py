@@ -18,32 +18,18 @@ descriptors are made here.
 """
 from __future__ import annotations
 
-import enum
-
 from ...data_type import DataType
-from ...enums import pointwise_mode
+from ...enums import gen_stats_mode, norm_forward_phase as NormFwdPhase, norm_mode, pointwise_mode
 from ...errors import GraphNotSupportedError
-from ...ops._norms import NormFwdPhase
+from ...ops._norms import ADA_LAYER_NORM_VERSION  # noqa: F401  (its version gate is the op schema's)
 from .lowering import BYTE_ALIGNMENT, MIN_RANK, Ref, Step, lowers
 
 __all__ = ["NormMode", "GenStatsMode", "FORWARD_MODES", "BACKWARD_MODES"]
 
 
-class NormMode(enum.IntEnum):
-    """cuDNN's ``cudnnBackendNormMode_t``."""
-
-    LAYER_NORM = 0
-    INSTANCE_NORM = 1
-    BATCH_NORM = 2
-    GROUP_NORM = 3
-    RMS_NORM = 4
-    ADA_LAYER_NORM = 5
-
-
-class GenStatsMode(enum.IntEnum):
-    """cuDNN's ``cudnnGenStatsMode_t``."""
-
-    SUM_SQSUM = 0
+# The lowering's names for the package's enums (cudnnBackendNormMode_t, cudnnGenStatsMode_t).
+NormMode = norm_mode
+GenStatsMode = gen_stats_mode
 
 
 _FWD = "CUDNN_ATTR_OPERATION_NORM_FWD_"
@@ -91,9 +77,6 @@ BACKWARD_MODES = {
 # Norms whose statistics run per channel (axis 1): padding a rank-2 tensor to rank 3 would put the
 # batch on axis 1, so they need the channel axis where cuDNN looks for it.
 _CHANNEL_OPS = {"batchnorm", "batchnorm_inference", "batchnorm_backward", "genstats"}
-
-# cudnn-frontend builds adaptive layer norm (both directions) only on cuDNN >= 9.9.0.
-ADA_LAYER_NORM_VERSION = 90900
 
 
 def _channel_axis_kept(node) -> None:
@@ -147,39 +130,35 @@ def _graph_tensor_step(lw, t) -> Step:
     })
 
 
+def _norm_operation(lw, node, i, attrs: dict, prefix: str, ports: dict, kind: str):
+    """The norm operation's steps: ``attrs`` (its mode, phase) plus its ports and peer statistics."""
+    attrs.update(_ports(lw, node, prefix, ports))
+    peer_steps, peers = _peer_stats(lw, node)
+    yield from peer_steps
+    if peers:
+        attrs[prefix + "PEER_STAT_DESCS"] = peers
+    yield Step(f"op_{i}", kind, attrs)
+
+
 def _lower_forward(lw, node, i):
     _channel_axis_kept(node)
     mode, phase = FORWARD_MODES[node.op]
     if phase is None:
         phase = NormFwdPhase(int(node.params["norm_forward_phase"]))
-    attrs = {_FWD + "MODE": mode, _FWD + "PHASE": phase}
-    attrs.update(_ports(lw, node, _FWD, _FWD_PORTS))
-    peer_steps, peers = _peer_stats(lw, node)
-    yield from peer_steps
-    if peers:
-        attrs[_FWD + "PEER_STAT_DESCS"] = peers
-    yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR", attrs)
+    yield from _norm_operation(lw, node, i, {_FWD + "MODE": mode, _FWD + "PHASE": phase}, _FWD, _FWD_PORTS,
+                               "CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR")
 
 
 def _lower_backward(lw, node, i):
     _channel_axis_kept(node)
-    attrs = {_BWD + "MODE": BACKWARD_MODES[node.op]}
-    attrs.update(_ports(lw, node, _BWD, _BWD_PORTS))
-    peer_steps, peers = _peer_stats(lw, node)
-    yield from peer_steps
-    if peers:
-        attrs[_BWD + "PEER_STAT_DESCS"] = peers
-    yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR", attrs)
+    yield from _norm_operation(lw, node, i, {_BWD + "MODE": BACKWARD_MODES[node.op]}, _BWD, _BWD_PORTS,
+                               "CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR")
 
 
-lowers("batchnorm", "layernorm", "rmsnorm", "instancenorm",
+lowers("batchnorm", "layernorm", "rmsnorm", "instancenorm", "adalayernorm",
        native_geometry=True, attributes=_FWD_TYPES)(_lower_forward)
-lowers("adalayernorm", native_geometry=True, min_version=ADA_LAYER_NORM_VERSION,
-       attributes=_FWD_TYPES)(_lower_forward)
 lowers("batchnorm_backward", "layernorm_backward", "rmsnorm_backward", "instancenorm_backward",
-       native_geometry=True, attributes=_BWD_TYPES)(_lower_backward)
-lowers("adalayernorm_backward", native_geometry=True, min_version=ADA_LAYER_NORM_VERSION,
-       attributes=_BWD_TYPES)(_lower_backward)
+       "adalayernorm_backward", native_geometry=True, attributes=_BWD_TYPES)(_lower_backward)
 
 
 @lowers("genstats", native_geometry=True, attributes=_GENSTATS_TYPES)

@@ -37,6 +37,7 @@ import logging
 import math
 from typing import Optional
 
+from ..._layout import row_major_strides as _row_major
 from ...data_type import DataType
 from ...enums import pointwise_mode as PW, reduction_mode as RED
 from ...errors import GraphNotSupportedError
@@ -358,14 +359,6 @@ def _choose(lw, ask: _Ask) -> str:
 
 # ---- a small step builder -------------------------------------------------------------------------------
 
-def _row_major(dims) -> tuple:
-    out, acc = [], 1
-    for d in reversed(dims):
-        out.insert(0, acc)
-        acc *= int(d)
-    return tuple(out)
-
-
 class _Steps:
     """Collects one node's steps in creation order, with helpers for the frontend's building blocks."""
 
@@ -628,36 +621,46 @@ def _forward_composite(lw, ask: _Ask, i: int):
     return s.steps
 
 
+def _scale_and_lengths(lw, ask: _Ask, op: dict, prefix: str) -> None:
+    """The SDPA operation's optional scale and, with a padding mask, sequence-length descriptors."""
+    if ask.scale is not None:
+        op[prefix + "SCALEDESC"] = lw.ref(ask.scale)
+    if ask.padding:
+        op[prefix + "SEQ_LEN_QDESC"] = lw.ref(ask.seq_q)
+        op[prefix + "SEQ_LEN_KVDESC"] = lw.ref(ask.seq_kv)
+
+
 def _forward_native(lw, ask: _Ask, i: int):
     op = {"CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC": lw.ref(ask.q), "CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC": lw.ref(ask.k),
           "CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC": lw.ref(ask.v), "CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC": lw.ref(ask.o)}
     if ask.stats is not None:
         op["CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC"] = lw.ref(ask.stats)
-    if ask.scale is not None:
-        op["CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC"] = lw.ref(ask.scale)
+    _scale_and_lengths(lw, ask, op, "CUDNN_ATTR_OPERATION_SDPA_FWD_")
     if ask.block_mask is not None:
         op["CUDNN_ATTR_OPERATION_SDPA_FWD_BLOCK_MASK_DESC"] = lw.ref(ask.block_mask)
     if ask.table_k is not None:
         op["CUDNN_ATTR_OPERATION_SDPA_FWD_PAGE_TABLE_KDESC"] = lw.ref(ask.table_k)
     if ask.table_v is not None:
         op["CUDNN_ATTR_OPERATION_SDPA_FWD_PAGE_TABLE_VDESC"] = lw.ref(ask.table_v)
-    if ask.padding:
-        op["CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC"] = lw.ref(ask.seq_q)
-        op["CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC"] = lw.ref(ask.seq_kv)
     return [Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR", op)]
+
+
+def _lower_attention(lw, node, i, forward: bool, native, composite):
+    """Lower one attention node as one cuDNN SDPA operation (``native``) or as the composite graph."""
+    ask = _Ask(lw, node, forward=forward)
+    kind = _choose(lw, ask)
+    logger.debug("node '%s' (%s) lowered as %s", node.name, node.op, kind)
+    if kind == "native":
+        _orient(lw, ask, ask.k, False)
+        _orient(lw, ask, ask.v, False)
+        yield from native(lw, ask, i)
+        return
+    yield from composite(lw, ask, i)
 
 
 @lowers("sdpa", native_geometry=True, attributes=_REGISTERED)
 def _lower_sdpa(lw, node, i):
-    ask = _Ask(lw, node, forward=True)
-    kind = _choose(lw, ask)
-    logger.debug("node '%s' (sdpa) lowered as %s", node.name, kind)
-    if kind == "native":
-        _orient(lw, ask, ask.k, False)
-        _orient(lw, ask, ask.v, False)
-        yield from _forward_native(lw, ask, i)
-        return
-    yield from _forward_composite(lw, ask, i)
+    return _lower_attention(lw, node, i, True, _forward_native, _forward_composite)
 
 
 # ---- backward -------------------------------------------------------------------------------------------
@@ -755,25 +758,13 @@ def _backward_native(lw, ask: _Ask, i: int):
           "CUDNN_ATTR_OPERATION_SDPA_BWD_DQDESC": lw.ref(ask.dq),
           "CUDNN_ATTR_OPERATION_SDPA_BWD_DKDESC": lw.ref(ask.dk),
           "CUDNN_ATTR_OPERATION_SDPA_BWD_DVDESC": lw.ref(ask.dv)}
-    if ask.scale is not None:
-        op["CUDNN_ATTR_OPERATION_SDPA_BWD_SCALEDESC"] = lw.ref(ask.scale)
-    if ask.padding:
-        op["CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_QDESC"] = lw.ref(ask.seq_q)
-        op["CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_KVDESC"] = lw.ref(ask.seq_kv)
+    _scale_and_lengths(lw, ask, op, "CUDNN_ATTR_OPERATION_SDPA_BWD_")
     return [Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR", op)]
 
 
 @lowers("sdpa_backward", native_geometry=True, attributes=_REGISTERED)
 def _lower_sdpa_backward(lw, node, i):
-    ask = _Ask(lw, node, forward=False)
-    kind = _choose(lw, ask)
-    logger.debug("node '%s' (sdpa_backward) lowered as %s", node.name, kind)
-    if kind == "native":
-        _orient(lw, ask, ask.k, False)
-        _orient(lw, ask, ask.v, False)
-        yield from _backward_native(lw, ask, i)
-        return
-    yield from _backward_composite(lw, ask, i)
+    return _lower_attention(lw, node, i, False, _backward_native, _backward_composite)
 
 
 assert all(a in ATTRIBUTE_TYPES for a in _REGISTERED)

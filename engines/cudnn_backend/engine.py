@@ -24,11 +24,11 @@ from typing import Any, Iterable, Mapping, Optional
 
 from .. import ids
 from ..base import BaseEngine, CompiledPlan, ExecutionContext, GraphView, PlanConfig
-from ...data_type import DataType
+from ...data_type import DataType, numpy_dtype
 from ...enums import behavior_note, heur_mode, knob_type, numerical_note
 from ...errors import GraphNotSupportedError
 from ... import _loader
-from .lowering import Program, check_lowerable, lower_program, materialize
+from .lowering import BYTE_ALIGNMENT, Program, check_lowerable, lower_program, materialize
 
 logger = logging.getLogger(__name__)
 
@@ -265,17 +265,15 @@ def plan_name(engine_id: int, knobs: Mapping) -> str:
     return f"eng{engine_id}{parts}"
 
 
+# The data types a pass-by-value scalar may have (cuDNN takes no FP8 / complex / packed scalars).
+_SCALAR_TYPES = frozenset({DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.INT8, DataType.UINT8,
+                           DataType.INT32, DataType.INT64, DataType.UINT32, DataType.BOOLEAN, DataType.BFLOAT16})
+
+
 def _numpy_dtype(dtype: DataType):
-    import numpy as np
-    names = {DataType.FLOAT: "float32", DataType.DOUBLE: "float64", DataType.HALF: "float16",
-             DataType.INT8: "int8", DataType.UINT8: "uint8", DataType.INT32: "int32", DataType.INT64: "int64",
-             DataType.UINT32: "uint32", DataType.BOOLEAN: "bool"}
-    if dtype in names:
-        return np.dtype(names[dtype])
-    if dtype == DataType.BFLOAT16:
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    raise GraphNotSupportedError(f"a pass-by-value scalar of type {DataType(dtype).name} is not supported")
+    if dtype not in _SCALAR_TYPES:
+        raise GraphNotSupportedError(f"a pass-by-value scalar of type {DataType(dtype).name} is not supported")
+    return numpy_dtype(dtype)
 
 
 def _constant_arrays(constants) -> list:
@@ -331,7 +329,7 @@ class CudnnBackendEngine(BaseEngine):
     engine_id = ids.CUDNN_BACKEND.start
     binds_provisional_strides = True   # the descriptors bake every stride in
     host_scalars = True                # cuDNN reads pass-by-value scalars from host memory
-    operand_alignment = 16             # what every tensor descriptor promises (checked at execute)
+    operand_alignment = BYTE_ALIGNMENT  # what every tensor descriptor promises (checked at execute)
 
     def __init__(self):
         self.available = _loader.is_available()
@@ -345,9 +343,10 @@ class CudnnBackendEngine(BaseEngine):
 
     def propose_plans_for_modes(self, graph, modes) -> list:
         _check_device(graph)
-        check_lowerable(graph)
-        _check_versions(graph)
-        lowered = self.lowered(graph)
+        # Ops newer than the loaded cuDNN are declined before cuDNN sees them (it would refuse them
+        # with an unhelpful status, e.g. FLOOR_MOD on 9.19 fails finalize with NOT_INITIALIZED).
+        check_lowerable(graph, _loader.backend_version())
+        lowered = self.lowered(graph, checked=True)
         wanted = [_mode_of(mode) for mode in modes]
         entries, seen, reasons = [], set(), []
         for mode in wanted:
@@ -377,8 +376,9 @@ class CudnnBackendEngine(BaseEngine):
                                          + (f" ({'; '.join(reasons)})" if reasons else ""))
         return entries
 
-    def lowered(self, graph) -> _Lowered:
-        """The graph's finalized operation graph (made once per structure and device)."""
+    def lowered(self, graph, checked: bool = False) -> _Lowered:
+        """The graph's finalized operation graph (made once per structure and device); ``checked``
+        says check_lowerable already passed for this graph and the loaded cuDNN."""
         state = graph_state(graph)
         if state.lowered is not None:
             return state.lowered
@@ -392,7 +392,7 @@ class CudnnBackendEngine(BaseEngine):
             if lowered is not None:
                 self._lowerings.move_to_end(key)
         if lowered is None:
-            lowered = _Lowered(lower_program(graph, _loader.backend_version()), device)
+            lowered = _Lowered(lower_program(graph, _loader.backend_version(), checked=checked), device)
             with self._lock:
                 lowered = self._lowerings.setdefault(key, lowered)
                 while len(self._lowerings) > _LOWERING_CACHE_SIZE:
@@ -411,18 +411,6 @@ class CudnnBackendEngine(BaseEngine):
         return CudnnBackendPlan(plan, runner)
 
 
-def _check_versions(graph) -> None:
-    """Ops newer than the loaded cuDNN are declined before cuDNN sees them (it would refuse them
-    with an unhelpful status, e.g. FLOOR_MOD on 9.19 fails finalize with NOT_INITIALIZED)."""
-    from ..._cudnn_errors import CudnnVersionError
-    version = _loader.backend_version()
-    check_lowerable(graph, version)
-    for node in graph.nodes:
-        needed = node.schema.extra.get("min_cudnn", 0) or 0
-        if needed > version:
-            raise CudnnVersionError(f"node '{node.name}' ({node.op})", needed, version)
-
-
 def _check_device(graph) -> None:
     kind, _ = graph.device
     if kind != "cuda":
@@ -434,25 +422,27 @@ def graph_state(graph) -> BackendGraphState:
     return GraphView.of(graph).state(CudnnBackendEngine.name, BackendGraphState)
 
 
+# (filter field, note enum, keep (True) or bar, the note's kind, the function that sets it), in check order.
+_NOTE_FILTERS = (
+    ("numeric_keep", numerical_note, True, "numerical", "select_numeric_notes"),
+    ("numeric_bar", numerical_note, False, "numerical", "deselect_numeric_notes"),
+    ("behavior_keep", behavior_note, True, "behavior", "select_behavior_notes"),
+    ("behavior_bar", behavior_note, False, "behavior", "deselect_behavior_notes"),
+)
+
+
 def _filtered_out(filters: _Filters, plan: PlanConfig) -> str:
     label = plan.label
     for name in filters.barred_names:
         if name and name in label:
             return f"{label} is deselected (deselect_engines: {name!r})"
-    numeric = {int(n) for n in plan.numerical_notes}
-    behavior = {int(n) for n in plan.behavior_notes}
-    for note in filters.numeric_keep:
-        if note not in numeric:
-            return f"{label} lacks the numerical note {_member(numerical_note, note)!s} (select_numeric_notes)"
-    for note in filters.numeric_bar:
-        if note in numeric:
-            return f"{label} has the numerical note {_member(numerical_note, note)!s} (deselect_numeric_notes)"
-    for note in filters.behavior_keep:
-        if note not in behavior:
-            return f"{label} lacks the behavior note {_member(behavior_note, note)!s} (select_behavior_notes)"
-    for note in filters.behavior_bar:
-        if note in behavior:
-            return f"{label} has the behavior note {_member(behavior_note, note)!s} (deselect_behavior_notes)"
+    notes = {numerical_note: {int(n) for n in plan.numerical_notes},
+             behavior_note: {int(n) for n in plan.behavior_notes}}
+    for field, enum_cls, keep, kind, setter in _NOTE_FILTERS:
+        for note in getattr(filters, field):
+            if (note in notes[enum_cls]) != keep:
+                return (f"{label} {'lacks' if keep else 'has'} the {kind} note {_member(enum_cls, note)!s} "
+                        f"({setter})")
     if filters.max_workspace is not None and plan.workspace_size is not None \
             and plan.workspace_size > filters.max_workspace:
         return (f"{label} needs {plan.workspace_size} bytes of workspace, more than "
@@ -485,28 +475,30 @@ def deselect_engines(graph, names: Iterable[str]):
     return graph
 
 
+def _note_filter(graph, field: str, notes, enum_cls):
+    """Set the graph's note filter ``field`` to ``notes`` (members of ``enum_cls`` or their names)."""
+    setattr(graph_state(graph).filters, field, tuple(_note_key(n, enum_cls) for n in notes))
+    return graph
+
+
 def select_numeric_notes(graph, notes):
     """Keep only cuDNN plans that have every one of ``notes`` (numerical_note members or names)."""
-    graph_state(graph).filters.numeric_keep = tuple(_note_key(n, numerical_note) for n in notes)
-    return graph
+    return _note_filter(graph, "numeric_keep", notes, numerical_note)
 
 
 def deselect_numeric_notes(graph, notes):
     """Skip cuDNN plans that have any of ``notes``."""
-    graph_state(graph).filters.numeric_bar = tuple(_note_key(n, numerical_note) for n in notes)
-    return graph
+    return _note_filter(graph, "numeric_bar", notes, numerical_note)
 
 
 def select_behavior_notes(graph, notes):
     """Keep only cuDNN plans that have every one of ``notes`` (behavior_note members or names)."""
-    graph_state(graph).filters.behavior_keep = tuple(_note_key(n, behavior_note) for n in notes)
-    return graph
+    return _note_filter(graph, "behavior_keep", notes, behavior_note)
 
 
 def deselect_behavior_notes(graph, notes):
     """Skip cuDNN plans that have any of ``notes``."""
-    graph_state(graph).filters.behavior_bar = tuple(_note_key(n, behavior_note) for n in notes)
-    return graph
+    return _note_filter(graph, "behavior_bar", notes, behavior_note)
 
 
 def deselect_workspace_greater_than(graph, workspace: int):

@@ -14,7 +14,7 @@ handle. ``materialize(program, handle)`` then creates, sets and finalizes every 
 ``ATTRIBUTE_TYPES`` says which ``CUDNN_TYPE_*`` each attribute takes.
 
 What is lowered: matmul (with its padding value), every pointwise mode with the attributes its
-schema maps (``extra["attr_map"]``), and reduction with its mode. Geometry is normalised the way
+schema maps (``OpSchema.attr_map``), and reduction with its mode. Geometry is normalised the way
 the backend wants it: cuDNN's matmul engines take exactly rank-3 tensors ``[batch, rows, cols]``, so
 a graph with a matmul has rank-2 tensors padded with a leading 1 and rank >= 4 tensors folded into
 one batch axis (when their batch axes are one affine run); other graphs are padded to rank 3.
@@ -27,14 +27,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 from ...data_type import DataType, itemsize_bits
+from ..._layout import ALIGNMENT_BYTES, row_major_strides as _row_major
 from ...enums import pointwise_mode, reduction_mode
 from ...errors import GraphNotSupportedError
+from ...ops import SCHEMAS
 from ...view import GraphView
 
 __all__ = ["Ref", "HANDLE", "Step", "Program", "Lowering", "Lowerer", "LOWERERS", "lowers", "ATTRIBUTE_TYPES",
            "BYTE_ALIGNMENT", "MIN_RANK", "lower_program", "check_lowerable", "materialize"]
 
-BYTE_ALIGNMENT = 16   # every tensor descriptor promises 16-byte aligned data (checked at execute)
+BYTE_ALIGNMENT = ALIGNMENT_BYTES   # every tensor descriptor promises it (checked at execute)
 MIN_RANK = 3          # cuDNN's matmul takes [batch, rows, cols]; smaller graphs are padded to it
 OVERRIDE_SHAPE_VERSION = 92100   # CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED
 
@@ -50,24 +52,29 @@ class Lowerer:
     index); every ``CUDNN_BACKEND_OPERATION_*`` step it yields joins the operation graph in order.
     ``native_geometry`` ops (convolutions, norms, layout ops, attention) keep their tensors' own
     ranks (padded to ``MIN_RANK``); graphs of matmul / pointwise / reduction alone are normalised the
-    way cuDNN's matmul and pointwise engines want (see ``_geometry``). ``min_version`` declines the
-    op, naming the version needed, on an older libcudnn.
+    way cuDNN's matmul and pointwise engines want (see ``_geometry``). ``min_version`` is the op
+    schema's ``min_cudnn`` (the one place an op's version is declared): ``check_lowerable`` declines
+    the op, naming the version needed, on an older libcudnn.
     """
     fn: Callable
     native_geometry: bool = False
-    min_version: int = 0
+    op: str = ""
+
+    @property
+    def min_version(self) -> int:
+        schema = SCHEMAS.get(self.op)
+        return schema.min_cudnn if schema is not None else 0
 
 
 LOWERERS: dict[str, Lowerer] = {}
 
 
-def lowers(*ops: str, native_geometry: bool = False, min_version: int = 0,
-           attributes: Optional[dict] = None):
+def lowers(*ops: str, native_geometry: bool = False, attributes: Optional[dict] = None):
     """Register the decorated generator as the lowering of ``ops``; ``attributes`` adds to
     ``ATTRIBUTE_TYPES`` the ``{attribute name: CUDNN_TYPE_*}`` the lowering sets."""
     def register(fn):
         for op in ops:
-            LOWERERS[op] = Lowerer(fn, native_geometry, min_version)
+            LOWERERS[op] = Lowerer(fn, native_geometry, op)
         if attributes:
             ATTRIBUTE_TYPES.update(attributes)
         return fn
@@ -211,7 +218,8 @@ def _lowerer(node) -> Optional[Lowerer]:
 def check_lowerable(graph, version: Optional[int] = None) -> None:
     """Raise GraphNotSupportedError (saying why) unless every node can be lowered; needs no cuDNN.
 
-    With ``version`` (the loaded libcudnn's), ops newer than it are declined naming the version needed.
+    With ``version`` (the loaded libcudnn's), ops newer than it (their schema's ``min_cudnn``) are
+    declined naming the version needed, after every check that needs no version.
     """
     python_only = sorted({n.op for n in graph.nodes if n.schema.python_only})
     if python_only:
@@ -224,16 +232,16 @@ def check_lowerable(graph, version: Optional[int] = None) -> None:
             f"(it lowers pointwise ops and {covered})")
     if not graph.nodes:
         raise GraphNotSupportedError("the graph has no operations")
-    if version is not None:
-        from ..._cudnn_errors import CudnnVersionError
-        for node in graph.nodes:
-            needed = _lowerer(node).min_version
-            if needed > version:
-                raise CudnnVersionError(f"node '{node.name}' ({node.op}) on the cuDNN backend", needed, version)
     for t in graph.tensors:
         if t.reordering_type:
             raise GraphNotSupportedError(f"tensor '{t.name}' asks for a reordering; the lowering does not "
                                          "cover reordered tensors yet")
+    if version is not None:
+        from ..._cudnn_errors import CudnnVersionError
+        for node in graph.nodes:
+            needed = node.schema.min_cudnn
+            if needed > version:
+                raise CudnnVersionError(f"node '{node.name}' ({node.op}) on the cuDNN backend", needed, version)
 
 
 # ---- geometry ---------------------------------------------------------------------------------------
@@ -308,7 +316,7 @@ def _geometry(graph, used) -> tuple[dict, list]:
         why = _MATMUL_FOLD
         notes.append(f"batch axes {batch_shape} folded into one (cuDNN's matmul takes rank-3 tensors)")
     elif pointwise_only and rank >= 3 and len(ranks) == 1 and _broadcasts_first_axis(shaped):
-        if any("CUDNN_ATTR_POINTWISE_AXIS" in n.schema.extra.get("attr_map", {}).values() for n in graph.nodes):
+        if any("CUDNN_ATTR_POINTWISE_AXIS" in n.schema.attr_map.values() for n in graph.nodes):
             raise GraphNotSupportedError(_POINTWISE_FOLD + "; a gen_index axis does not survive that fold")
         batch_shape = tuple(max(d[i] for _, d, _ in shaped) for i in range(rank - 1))
         why, target, pad_after_fold = _POINTWISE_FOLD, MIN_RANK, 1
@@ -318,15 +326,20 @@ def _geometry(graph, used) -> tuple[dict, list]:
     geometry = {}
     for uid, (t, dims, strides) in raw.items():
         if t.is_pass_by_value:
-            if any(d != 1 for d in dims):
-                raise GraphNotSupportedError(f"pass-by-value tensor '{t.name}' has dims {dims}; it must be a scalar")
-            geometry[uid] = ((1,) * target, (1,) * target)
+            geometry[uid] = _scalar_geometry(t, dims, target)
         elif batch_shape is not None:
             folded = _fold_leading(t.name, dims, strides, batch_shape, why)
             geometry[uid] = _pad(*folded, len(folded[0]) + pad_after_fold)
         else:
             geometry[uid] = _pad(dims, strides, target)
     return geometry, notes
+
+
+def _scalar_geometry(t, dims, rank: int) -> tuple:
+    """A pass-by-value scalar's (dims, strides) at ``rank``: all ones (a non-scalar one is refused)."""
+    if any(d != 1 for d in dims):
+        raise GraphNotSupportedError(f"pass-by-value tensor '{t.name}' has dims {dims}; it must be a scalar")
+    return (1,) * rank, (1,) * rank
 
 
 def _native_geometry(raw, ranks, has_matmul) -> dict:
@@ -339,9 +352,7 @@ def _native_geometry(raw, ranks, has_matmul) -> dict:
     geometry = {}
     for uid, (t, dims, strides) in raw.items():
         if t.is_pass_by_value:
-            if any(d != 1 for d in dims):
-                raise GraphNotSupportedError(f"pass-by-value tensor '{t.name}' has dims {dims}; it must be a scalar")
-            geometry[uid] = ((1,) * rank, (1,) * rank)
+            geometry[uid] = _scalar_geometry(t, dims, rank)
         else:
             geometry[uid] = _pad(dims, strides, MIN_RANK)
     return geometry
@@ -462,14 +473,6 @@ class Lowering:
         return Ref(step.name), step
 
 
-def _row_major(dims) -> tuple:
-    strides, acc = [], 1
-    for d in reversed(tuple(dims)):
-        strides.append(acc)
-        acc *= max(int(d), 1)
-    return tuple(reversed(strides))
-
-
 @lowers("matmul")
 def _lower_matmul(lw, node, i):
     desc = {"CUDNN_ATTR_MATMUL_COMP_TYPE": lw.compute_type(node)}
@@ -487,9 +490,8 @@ def _lower_matmul(lw, node, i):
 
 @lowers("pointwise")
 def _lower_pointwise(lw, node, i):
-    extra = node.schema.extra
-    mode_name = extra["mode"][len("CUDNN_POINTWISE_"):]
-    mode = pointwise_mode[mode_name]
+    schema = node.schema
+    mode = schema.pointwise_mode
     compute = lw.compute_type(node)
     desc = {"CUDNN_ATTR_POINTWISE_MODE": mode, "CUDNN_ATTR_POINTWISE_MATH_PREC": compute}
     if mode in (pointwise_mode.RELU_FWD, pointwise_mode.RELU_BWD):
@@ -497,7 +499,7 @@ def _lower_pointwise(lw, node, i):
         desc["CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP"] = 0.0
         desc["CUDNN_ATTR_POINTWISE_RELU_UPPER_CLIP"] = _FLOAT32_MAX if compute == DataType.FLOAT else _DOUBLE_MAX
         desc["CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE"] = 0.0
-    for attr, backend_attr in extra.get("attr_map", {}).items():
+    for attr, backend_attr in schema.attr_map.items():
         value = node.params.get(attr)
         if value is None:
             continue
@@ -515,9 +517,9 @@ def _lower_pointwise(lw, node, i):
             desc[backend_attr] = float(value)
     yield Step(f"pointwise_{i}", "CUDNN_BACKEND_POINTWISE_DESCRIPTOR", desc)
     op = {"CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR": Ref(f"pointwise_{i}")}
-    for port, backend_attr in extra["operands"].items():
+    for port, backend_attr in schema.operands.items():
         op[backend_attr] = lw.ref(node.inputs[port])
-    out = "CUDNN_ATTR_OPERATION_POINTWISE_DXDESC" if extra.get("kind") == "backward" \
+    out = "CUDNN_ATTR_OPERATION_POINTWISE_DXDESC" if schema.pointwise_kind == "backward" \
         else "CUDNN_ATTR_OPERATION_POINTWISE_YDESC"
     op[out] = lw.ref(node.outputs["Y"])
     yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR", op)
@@ -525,9 +527,9 @@ def _lower_pointwise(lw, node, i):
 
 @lowers("reduction")
 def _lower_reduction(lw, node, i):
-    mode = node.params["mode"]
     yield Step(f"reduction_{i}", "CUDNN_BACKEND_REDUCTION_DESCRIPTOR", {
-        "CUDNN_ATTR_REDUCTION_OPERATOR": reduction_mode[getattr(mode, "name", str(mode))],
+        # The op table's converter already made it a reduction_mode member.
+        "CUDNN_ATTR_REDUCTION_OPERATOR": reduction_mode(node.params["mode"]),
         "CUDNN_ATTR_REDUCTION_COMP_TYPE": lw.compute_type(node),
     })
     yield Step(f"op_{i}", "CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR", {
@@ -540,14 +542,16 @@ def _lower_reduction(lw, node, i):
 _OPERATION_PREFIX = "CUDNN_BACKEND_OPERATION_"   # OPERATIONGRAPH does not match: no "_" after OPERATION
 
 
-def lower_program(graph, version: Optional[int] = None) -> Program:
+def lower_program(graph, version: Optional[int] = None, checked: bool = False) -> Program:
     """The descriptor program for ``graph`` (validated first when needed). Needs no cuDNN.
 
     ``version`` is the loaded libcudnn's (ops newer than it are declined; lowerings that differ by
     version follow it); None lowers for the newest this package knows. Raises
-    GraphNotSupportedError, saying why, for what the lowering does not cover.
+    GraphNotSupportedError, saying why, for what the lowering does not cover. ``checked`` skips
+    ``check_lowerable`` when the caller has just run it with the same version.
     """
-    check_lowerable(graph, version)
+    if not checked:
+        check_lowerable(graph, version)
     graph = GraphView.of(graph)
     used = {}
     for node in graph.nodes:

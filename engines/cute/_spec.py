@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..._layout import ALIGNMENT_BYTES
+
 # Element sizes (bytes) of the types the kernel reads or writes.
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
-TMA_ALIGN = 16          # TMA: global address and every non-unit stride a multiple of 16 bytes
+TMA_ALIGN = ALIGNMENT_BYTES   # TMA: global address and every non-unit stride a multiple of 16 bytes
 MAX_EPILOGUE_TENSORS = 3
 MAX_EPILOGUE_SCALARS = 3
 ACTIVATIONS = ("relu", "gelu_tanh", "swish")

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 
+from .._device import compute_capability as _compute_capability
 from .._dsl_common import ToolchainGatedEngine
 from ..base import CompiledPlan, ExecutionContext, PlanConfig
 from ..ids import CUTE_BASE
@@ -30,11 +31,6 @@ REQUIRED_ARCH = (9, 0)
 _cache: dict = {}                 # GemmSpec -> compiled launcher
 _cache_lock = threading.Lock()
 compile_seconds: dict = {}        # GemmSpec -> seconds its compile took (bench/gemm.py reports it)
-
-
-def _compute_capability(ordinal: int) -> tuple:
-    from ..._driver import device_info
-    return tuple(device_info(ordinal)["compute_capability"])
 
 
 def _device_reason(graph) -> str | None:

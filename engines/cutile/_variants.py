@@ -108,6 +108,8 @@ def array(dtype, ndim: int):
     from cuda.tile.compilation import ArrayConstraint
     if isinstance(dtype, str):
         dtype = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}[dtype]
+    # 16 is cudnn_graph._layout.ALIGNMENT_BYTES, spelled out: the export tests load this module by path,
+    # without the package.
     per_16_bytes = 128 // dtype.bitwidth
     return ArrayConstraint(dtype, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
                            may_alias_internally=False, stride_constant=(None,) * (ndim - 1) + (1,),

@@ -16,6 +16,7 @@ import logging
 import threading
 from typing import Optional
 
+from .._device import StreamWorkspaces, compute_capability as _compute_capability
 from .._dsl_common import ToolchainGatedEngine
 from ..base import CompiledPlan, ExecutionContext, GraphView, PlanConfig
 from ..ids import CUTILE_BASE
@@ -44,11 +45,6 @@ def _align(n: int) -> int:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _compute_capability(ordinal: int) -> tuple:
-    from ..._driver import device_info
-    return tuple(device_info(ordinal)["compute_capability"])
 
 
 # Plan variants (knob sets) proposed after the default one; bench/linear_attention.py --variants times them.
@@ -157,7 +153,7 @@ class CutileForwardPlan(CompiledPlan):
         self._uid = uid
         self._positions = None
         self._views = {}                 # workspace base address -> its region slots
-        self._own_workspaces = {}        # stream -> DeviceAllocation, when the caller gives none
+        self._own_workspaces = StreamWorkspaces(geometry.workspace_size, self._ordinal)   # when the caller gives none
         self._lock = threading.Lock()
         g = geometry
         self._prepare_grid = (g.chunks, g.H, 1)
@@ -169,16 +165,7 @@ class CutileForwardPlan(CompiledPlan):
     def _workspace_base(self, ctx: ExecutionContext, stream: int) -> int:
         if ctx.workspace is not None:
             return ctx.workspace.data_ptr
-        found = self._own_workspaces.get(stream)
-        if found is None:
-            from ..._driver import DeviceAllocation
-            with self._lock:
-                found = self._own_workspaces.get(stream)
-                if found is None:
-                    # One allocation per stream: work on one stream is ordered, so reuse is safe.
-                    found = DeviceAllocation(self.workspace_size, self._ordinal)
-                    self._own_workspaces[stream] = found
-        return found.ptr
+        return self._own_workspaces.address(stream)
 
     def _regions(self, base: int) -> dict:
         views = self._views.get(base)

@@ -96,12 +96,16 @@ def _pad(x: np.ndarray, pre: tuple, post: tuple) -> np.ndarray:
     return np.pad(x, [(0, 0), (0, 0)] + list(zip(pre, post)))
 
 
+def _operands(inputs, attrs, ports: tuple, compute_dtype) -> tuple:
+    """The two operands (``ports``) in the work dtype and the geometry for the first one's spatial rank."""
+    work = _work_dtype(compute_dtype)
+    first, second = (_as(inputs[p], work) for p in ports)
+    return first, second, _geometry(attrs, first.ndim - 2)
+
+
 def conv_fprop(inputs, attrs, outputs, compute_dtype=None) -> dict:
     """Y[n, k, o] = sum_{c in group(k), t} X_padded[n, c, o * stride + t * dilation] * W[k, c, t]."""
-    work = _work_dtype(compute_dtype)
-    x, w = _as(inputs["image"], work), _as(inputs["weight"], work)
-    nd = x.ndim - 2
-    pre, post, stride, dilation, flip = _geometry(attrs, nd)
+    x, w, (pre, post, stride, dilation, flip) = _operands(inputs, attrs, ("image", "weight"), compute_dtype)
     if flip:
         w = _flip(w)
     n, c = x.shape[:2]
@@ -118,11 +122,8 @@ def conv_fprop(inputs, attrs, outputs, compute_dtype=None) -> dict:
 
 def conv_dgrad(inputs, attrs, outputs, compute_dtype=None) -> dict:
     """DX = adjoint of conv_fprop in X, applied to dY; DX dims come from the output spec."""
-    work = _work_dtype(compute_dtype)
-    dy, w = _as(inputs["loss"], work), _as(inputs["filter"], work)
+    dy, w, (pre, post, stride, dilation, flip) = _operands(inputs, attrs, ("loss", "filter"), compute_dtype)
     dx_dims = tuple(outputs["DX"][0])
-    nd = dy.ndim - 2
-    pre, post, stride, dilation, flip = _geometry(attrs, nd)
     if flip:
         w = _flip(w)
     n, k = dy.shape[:2]
@@ -140,11 +141,8 @@ def conv_dgrad(inputs, attrs, outputs, compute_dtype=None) -> dict:
 
 def conv_wgrad(inputs, attrs, outputs, compute_dtype=None) -> dict:
     """DW = adjoint of conv_fprop in W, applied to dY; DW dims come from the output spec."""
-    work = _work_dtype(compute_dtype)
-    x, dy = _as(inputs["image"], work), _as(inputs["loss"], work)
+    x, dy, (pre, post, stride, dilation, flip) = _operands(inputs, attrs, ("image", "loss"), compute_dtype)
     dw_dims = tuple(outputs["DW"][0])
-    nd = x.ndim - 2
-    pre, post, stride, dilation, flip = _geometry(attrs, nd)
     n, c = x.shape[:2]
     k, cg = dw_dims[:2]
     g = c // cg

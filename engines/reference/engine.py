@@ -7,7 +7,7 @@ import numpy as np
 
 from ..base import BaseEngine, CompiledPlan, ExecutionContext, GraphView, PlanConfig
 from ..ids import REFERENCE
-from ...data_type import DataType
+from ...data_type import DataType, numpy_dtype as host_numpy_dtype
 from ...errors import GraphNotSupportedError
 from . import (_kernels_basic, _kernels_conv, _kernels_linear_attention, _kernels_norm, _kernels_sampling,
                _kernels_sdpa)
@@ -30,28 +30,11 @@ SUPPORT_CHECKS: dict = {
 }
 
 
-def _host_types() -> dict:
-    import ml_dtypes
-    return {
-        DataType.FLOAT: np.float32, DataType.DOUBLE: np.float64, DataType.HALF: np.float16,
-        DataType.BFLOAT16: ml_dtypes.bfloat16, DataType.INT8: np.int8, DataType.UINT8: np.uint8,
-        DataType.INT32: np.int32, DataType.INT64: np.int64, DataType.UINT32: np.uint32,
-        DataType.BOOLEAN: np.bool_, DataType.FP8_E4M3: ml_dtypes.float8_e4m3fn,
-        DataType.FP8_E5M2: ml_dtypes.float8_e5m2, DataType.FP8_E8M0: ml_dtypes.float8_e8m0fnu,
-        DataType.COMPLEX_FP32: np.complex64, DataType.COMPLEX_FP64: np.complex128,
-    }
-
-
-_HOST_TYPES: dict = {}
-
-
 def numpy_dtype(dt: DataType) -> np.dtype:
     """The NumPy (or ml_dtypes) dtype that stores a cuDNN data type on the host."""
-    if not _HOST_TYPES:
-        _HOST_TYPES.update({k: np.dtype(v) for k, v in _host_types().items()})
     try:
-        return _HOST_TYPES[DataType(dt)]
-    except KeyError:
+        return host_numpy_dtype(dt)
+    except ValueError:
         raise GraphNotSupportedError(f"the reference engine has no host type for {DataType(dt).name}") from None
 
 

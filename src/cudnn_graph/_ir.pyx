@@ -339,14 +339,13 @@ cdef class OpBinding:
         self.schema = schema
         self.op = schema.name
         self.required = required
-        extra = schema.extra
-        self.order = tuple(extra.get("pygraph_positional") or schema.positional or schema.port_names())
-        self.expanders = tuple(extra.get("keyword_expanders", {}).items())
+        self.order = tuple(schema.pygraph_positional or schema.positional or schema.port_names())
+        self.expanders = tuple(schema.keyword_expanders.items())
         attr_names = {a.name for a in schema.attrs}
         self.known = frozenset(set(schema.port_names()) | attr_names | set(generic)
                                | {k for k, _ in self.expanders})
-        list_ports = set(extra.get("list_ports", ()))
-        scalar_ports = extra.get("scalar_ports", {})
+        list_ports = set(schema.list_ports)
+        scalar_ports = schema.scalar_ports
         self.ports = tuple((p.name, bool(p.optional), p.name in list_ports, scalar_ports.get(p.name))
                            for p in schema.inputs)
         self.attrs = tuple((a.name, a.default, a.convert) for a in schema.attrs)
@@ -354,7 +353,7 @@ cdef class OpBinding:
         self.static_outputs = (tuple(o.name for o in schema.outputs)
                                if all(o.when is None for o in schema.outputs) else None)
         self.redirect = tuple(o.name for o in schema.outputs if o.name in attr_names)
-        returned = extra.get("returned_outputs")
+        returned = schema.returned_outputs
         if returned is not None:
             self.returned = tuple(returned)
         elif schema.returns == "list":
