@@ -816,3 +816,16 @@ def test_router_cannot_change_after_the_plan_list_is_ranked():
     with pytest.raises(cudnn.GraphFrozenError):
         g.router = cudnn.Router()
     assert isinstance(g.router, cudnn.Router)
+
+
+def test_reordering_type_accepts_the_enum_its_int_or_name_and_refuses_others():
+    import cudnn_graph as cudnn
+    g = cudnn.pygraph(device="cpu")
+    t = g.tensor(name="x", dim=[4], stride=[1], reordering_type=cudnn.tensor_reordering.F16x16)
+    assert t.reordering_type == 2
+    assert t.set_reordering_type(1).reordering_type == 1
+    assert t.set_reordering_type("F8_128x4").reordering_type == 3
+    with pytest.raises(ValueError, match=r"tensor 'x': reordering_type must be one of .*got 7"):
+        t.set_reordering_type(7)
+    with pytest.raises(ValueError, match="tensor 'y'"):
+        g.tensor(name="y", dim=[4], stride=[1], reordering_type="sideways")

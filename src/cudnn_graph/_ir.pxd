@@ -3,21 +3,21 @@ from libc.stdint cimport int64_t
 cdef class Tensor:
     cdef readonly object graph
     cdef int64_t _uid
-    cdef bint _uid_user
+    cdef readonly bint uid_assigned_by_user   # the user set it (set_uid / uid=); auto uids may be renumbered
     cdef str _name
     cdef tuple _dim
     cdef tuple _stride
-    cdef bint _dim_user
-    cdef bint _stride_user
+    cdef readonly bint dim_set_by_user
+    cdef readonly bint stride_set_by_user   # only user-assigned strides bind; inferred ones are provisional
     cdef int _data_type
     cdef int _dtype_inferred
     cdef bint _virtual
     cdef bint _virtual_user
-    cdef bint _pass_by_value
-    cdef object _value
-    cdef object _ragged_offset
-    cdef object _producer
-    cdef int _reordering
+    cdef readonly bint is_pass_by_value
+    cdef readonly object value          # the host value of a tensor_scalar tensor (None otherwise)
+    cdef readonly object ragged_offset  # the ragged-offset Tensor of a packed (THD) layout, or None
+    cdef readonly object producer       # the Node that computes this tensor (None for graph inputs)
+    cdef readonly int reordering_type
     cdef object _device
 
     cdef int _mutable(self) except -1
@@ -54,3 +54,4 @@ cdef class Graph:
     cdef int _mutable(self) except -1
     cdef int64_t _claim_uid(self, Tensor t, int64_t uid) except -1
     cdef Tensor _new_tensor(self)
+    cdef Tensor _new_placed_tensor(self, object name, str prefix, tuple dim, tuple stride, int data_type)

@@ -14,6 +14,8 @@ import hashlib
 import json
 
 from cudnn_graph.data_type import DataType, data_type_of
+from cudnn_graph.enums import tensor_reordering
+from cudnn_graph._layout import row_major_strides   # re-exported: the IR's provisional strides
 from cudnn_graph.errors import DeviceMismatchError, GraphFrozenError, GraphValidationError
 from cudnn_graph._slot import Slot, device_name, _parse_device
 
@@ -34,21 +36,20 @@ cdef object _as_dims(object value, str what):
     return tuple(out)
 
 
+cdef int _reordering_code(object value, str tensor_name) except -1:
+    """cudnnBackendTensorReordering_t of ``value`` (a tensor_reordering member, its int or its name)."""
+    try:
+        return int(tensor_reordering[value] if isinstance(value, str) else tensor_reordering(int(value)))
+    except (KeyError, ValueError, TypeError):
+        raise ValueError(f"tensor '{tensor_name or '<unnamed>'}': reordering_type must be one of "
+                         f"{[m.name for m in tensor_reordering]}; got {value!r}") from None
+
+
 cdef inline int _dt_code(object value) except -2:
     """cuDNN data type code of anything ``data_type_of`` accepts (DataType members fast)."""
     if type(value) is DataType:
         return <int>(<object>value)
     return <int>data_type_of(value)
-
-
-def row_major_strides(dims) -> tuple:
-    """Packed row-major strides (in elements) for ``dims``."""
-    strides = []
-    acc = 1
-    for d in reversed(dims):
-        strides.append(acc)
-        acc *= max(int(d), 1)
-    return tuple(reversed(strides))
 
 
 @cython.final
@@ -103,13 +104,13 @@ cdef class Tensor:
     def set_dim(self, dim):
         self._mutable()
         self._dim = _as_dims(dim, "dim")
-        self._dim_user = self._dim is not None
+        self.dim_set_by_user = self._dim is not None
         return self
 
     def set_stride(self, stride):
         self._mutable()
         self._stride = _as_dims(stride, "stride")
-        self._stride_user = self._stride is not None
+        self.stride_set_by_user = self._stride is not None
         return self
 
     def set_data_type(self, data_type):
@@ -131,7 +132,7 @@ cdef class Tensor:
 
     def set_is_pass_by_value(self, bint value):
         self._mutable()
-        self._pass_by_value = value
+        self.is_pass_by_value = value
         return self
 
     def set_ragged_offset(self, offset):
@@ -140,12 +141,12 @@ cdef class Tensor:
             raise TypeError(f"a ragged offset is a Tensor of the same graph; got {type(offset).__name__}")
         if offset is not None and (<Tensor>offset).graph is not self.graph:
             raise ValueError("the ragged offset tensor belongs to another graph")
-        self._ragged_offset = offset
+        self.ragged_offset = offset
         return self
 
     def set_reordering_type(self, reordering):
         self._mutable()
-        self._reordering = int(reordering)
+        self.reordering_type = _reordering_code(reordering, self._name)
         return self
 
     def set_uid(self, uid):
@@ -154,72 +155,40 @@ cdef class Tensor:
             self._uid = PyNumber_Index(uid)
         else:
             (<Graph>self.graph)._claim_uid(self, PyNumber_Index(uid))
-        self._uid_user = True
+        self.uid_assigned_by_user = True
         return self
 
     # ---- getters ------------------------------------------------------------------------------
+    # cudnn.pygraph spells every getter get_*(); the properties of the same name are those methods.
 
-    def get_name(self):
+    def get_name(self) -> str:
         return self._name
 
-    def get_dim(self):
+    name = property(get_name)
+
+    def get_uid(self) -> int:
+        return self._uid
+
+    uid = property(get_uid)
+
+    def get_dim(self) -> list:
         return list(self.dim)
 
-    def get_stride(self):
+    def get_stride(self) -> list:
         return list(self.stride)
 
-    def get_data_type(self):
-        return self.data_type
-
-    def get_uid(self):
-        return self._uid
-
-    def get_is_virtual(self):
+    def get_is_virtual(self) -> bool:
         return self._virtual
 
-    def get_is_pass_by_value(self):
-        return self._pass_by_value
+    is_virtual = property(get_is_virtual)
+
+    def get_is_pass_by_value(self) -> bool:
+        return self.is_pass_by_value
 
     def get_ragged_offset(self):
-        return self._ragged_offset
+        return self.ragged_offset
 
-    @property
-    def uid(self) -> int:
-        return self._uid
-
-    @property
-    def uid_assigned_by_user(self) -> bool:
-        return self._uid_user
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dim(self) -> tuple:
-        if self._dim is None and self._producer is not None and self.graph is not None:
-            self.graph._ensure_inferred()
-        return self._dim if self._dim is not None else ()
-
-    @property
-    def stride(self) -> tuple:
-        if self._stride is None and self._producer is not None and self.graph is not None:
-            self.graph._ensure_inferred()
-        if self._stride is not None:
-            return self._stride
-        return row_major_strides(self._dim) if self._dim is not None else ()
-
-    @property
-    def dim_set_by_user(self) -> bool:
-        return self._dim_user
-
-    @property
-    def stride_set_by_user(self) -> bool:
-        """Only user-assigned strides bind; inferred ones are provisional."""
-        return self._stride_user
-
-    @property
-    def data_type(self):
+    def get_data_type(self):
         """The tensor's data type: the user's, else the one inference resolved (``cudnn_graph._inference``:
         the op's, else the graph's io / intermediate / compute type); NOT_SET where none applies."""
         if self._data_type == _NOT_SET and self.graph is not None and not (<Graph>self.graph)._inferred:
@@ -229,35 +198,25 @@ cdef class Tensor:
                 pass
         return DataType(self._data_type if self._data_type != _NOT_SET else self._dtype_inferred)
 
+    data_type = property(get_data_type)
+
     @property
-    def is_virtual(self) -> bool:
-        return self._virtual
+    def dim(self) -> tuple:
+        if self._dim is None and self.producer is not None and self.graph is not None:
+            self.graph._ensure_inferred()
+        return self._dim if self._dim is not None else ()
+
+    @property
+    def stride(self) -> tuple:
+        if self._stride is None and self.producer is not None and self.graph is not None:
+            self.graph._ensure_inferred()
+        if self._stride is not None:
+            return self._stride
+        return row_major_strides(self._dim) if self._dim is not None else ()
 
     @property
     def is_output(self) -> bool:
-        return self._producer is not None and not self._virtual
-
-    @property
-    def is_pass_by_value(self) -> bool:
-        return self._pass_by_value
-
-    @property
-    def value(self):
-        """The host value of a pass-by-value tensor made by ``tensor_scalar`` (None otherwise)."""
-        return self._value
-
-    @property
-    def ragged_offset(self):
-        return self._ragged_offset
-
-    @property
-    def reordering_type(self) -> int:
-        return self._reordering
-
-    @property
-    def producer(self):
-        """The Node that computes this tensor (None for graph inputs)."""
-        return self._producer
+        return self.producer is not None and not self._virtual
 
     @property
     def device(self):
@@ -266,9 +225,9 @@ cdef class Tensor:
 
     def _set_inferred(self, dim, stride, data_type):
         """Record inference results without touching what the user set (IR-internal)."""
-        if not self._dim_user and dim is not None:
+        if not self.dim_set_by_user and dim is not None:
             self._dim = tuple(dim)
-        if not self._stride_user:
+        if not self.stride_set_by_user:
             if stride is not None:
                 self._stride = tuple(stride)
             elif self._dim is not None:
@@ -287,7 +246,7 @@ cdef class Tensor:
         return self._data_type != _NOT_SET
 
     def __repr__(self):
-        kind = "virtual" if self._virtual else ("output" if self._producer is not None else "input")
+        kind = "virtual" if self._virtual else ("output" if self.producer is not None else "input")
         return (f"Tensor(name={self._name!r}, uid={self._uid}, dim={self._dim}, "
                 f"stride={self._stride}, data_type={self.data_type.name}, {kind})")
 
@@ -396,7 +355,7 @@ cdef list _append_node(Graph g, str op, object schema, str name, dict inputs, di
         t = g._new_tensor()
         t._name = f"{name}::{out_name}"
         t._virtual = True
-        t._producer = n
+        t.producer = n
         n._outputs[out_name] = t
         outs.append(t)
     g._nodes.append(n)
@@ -462,7 +421,7 @@ cdef class Graph:
         if holder is t:
             return uid
         if holder is not None:
-            if holder._uid_user:
+            if holder.uid_assigned_by_user:
                 raise ValueError(f"uid {uid} is already held by tensor '{holder._name}'; "
                                  f"tensor '{t._name}' cannot take it")
             del self._uids[uid]
@@ -490,21 +449,21 @@ cdef class Graph:
         t.graph = self
         t._uid = self._next_uid
         self._next_uid += 1
-        t._uid_user = False
+        t.uid_assigned_by_user = False
         t._name = ""
         t._dim = None
         t._stride = None
-        t._dim_user = False
-        t._stride_user = False
+        t.dim_set_by_user = False
+        t.stride_set_by_user = False
         t._data_type = _NOT_SET
         t._dtype_inferred = _NOT_SET
         t._virtual = False
         t._virtual_user = False
-        t._pass_by_value = False
-        t._value = None
-        t._ragged_offset = None
-        t._producer = None
-        t._reordering = 0
+        t.is_pass_by_value = False
+        t.value = None
+        t.ragged_offset = None
+        t.producer = None
+        t.reordering_type = 0
         t._device = None
         self._uids[t._uid] = t
         self._tensors.append(t)
@@ -529,7 +488,7 @@ cdef class Graph:
         cdef object dims = _as_dims(dim, "dim")
         cdef object strides = _as_dims(stride, "stride")
         cdef int dt = _NOT_SET if data_type is None else _dt_code(data_type)
-        cdef int reorder = 0 if reordering_type is None else int(reordering_type)
+        cdef int reorder = 0 if reordering_type is None else _reordering_code(reordering_type, name)
         cdef Tensor holder
         cdef int64_t want_uid = 0
         cdef bint has_uid = uid is not None
@@ -543,26 +502,38 @@ cdef class Graph:
         if has_uid:
             want_uid = PyNumber_Index(uid)
             holder = self._uids.get(want_uid)
-            if holder is not None and holder._uid_user:
+            if holder is not None and holder.uid_assigned_by_user:
                 raise ValueError(f"uid {want_uid} is already held by tensor '{holder._name}'; "
                                  f"tensor '{name or '<unnamed>'}' cannot take it")
         cdef Tensor t = self._new_tensor()
         if has_uid:
             self._claim_uid(t, want_uid)
-            t._uid_user = True
+            t.uid_assigned_by_user = True
         t._name = str(name) if name else f"tensor_{t._uid}"
         if dims is not None:
             t._dim = dims
-            t._dim_user = True
+            t.dim_set_by_user = True
         if strides is not None:
             t._stride = strides
-            t._stride_user = True
+            t.stride_set_by_user = True
         t._data_type = dt
         t._virtual = bool(is_virtual)
         t._virtual_user = bool(is_virtual)
-        t._pass_by_value = bool(is_pass_by_value)
-        t._ragged_offset = ragged_offset
-        t._reordering = reorder
+        t.is_pass_by_value = bool(is_pass_by_value)
+        t.ragged_offset = ragged_offset
+        t.reordering_type = reorder
+        return t
+
+    cdef Tensor _new_placed_tensor(self, object name, str prefix, tuple dim, tuple stride, int data_type):
+        """A new tensor whose geometry and data type are given (they bind as if the user set them);
+        unnamed ones are called ``<prefix>_<uid>``."""
+        cdef Tensor t = self._new_tensor()
+        t._name = str(name) if name else f"{prefix}_{t._uid}"
+        t._dim = dim
+        t._stride = stride
+        t.dim_set_by_user = True
+        t.stride_set_by_user = True
+        t._data_type = data_type
         return t
 
     def tensor_like(self, template, name=None):
@@ -575,14 +546,8 @@ cdef class Graph:
         cdef Tensor t
         if isinstance(template, Tensor):
             src = <Tensor>template
-            t = self._new_tensor()
-            t._name = str(name) if name else f"tensor_{t._uid}"
-            t._dim = src.dim
-            t._stride = src.stride
-            t._dim_user = True
-            t._stride_user = True
-            t._data_type = src._data_type
-            t._pass_by_value = src._pass_by_value
+            t = self._new_placed_tensor(name, "tensor", src.dim, src.stride, src._data_type)
+            t.is_pass_by_value = src.is_pass_by_value
             t._device = src._device
             return t
         slot = Slot.from_object(template)
@@ -593,13 +558,7 @@ cdef class Graph:
         dev = slot.device
         # Checked before the tensor exists, so a template on another device leaves nothing behind.
         self._adopt_device(dev, name)
-        t = self._new_tensor()
-        t._name = str(name) if name else f"tensor_{t._uid}"
-        t._dim = slot.shape
-        t._stride = slot.strides
-        t._dim_user = True
-        t._stride_user = True
-        t._data_type = int(dt)
+        t = self._new_placed_tensor(name, "tensor", slot.shape, slot.strides, int(dt))
         t._device = dev
         return t
 
@@ -610,15 +569,9 @@ cdef class Graph:
             data_type = DataType.FLOAT if isinstance(value, float) else (
                 DataType.INT32 if isinstance(value, int) and not isinstance(value, bool) else DataType.FLOAT)
         cdef int dt = _dt_code(data_type)
-        cdef Tensor t = self._new_tensor()
-        t._name = str(name) if name else f"scalar_{t._uid}"
-        t._dim = (1,)
-        t._stride = (1,)
-        t._dim_user = True
-        t._stride_user = True
-        t._pass_by_value = True
-        t._value = value
-        t._data_type = dt
+        cdef Tensor t = self._new_placed_tensor(name, "scalar", (1,), (1,), dt)
+        t.is_pass_by_value = True
+        t.value = value
         return t
 
     def _adopt_device(self, dev, name):
@@ -743,7 +696,7 @@ cdef class Graph:
                 if (<Tensor>requested).graph is not self:
                     raise GraphValidationError(node_name, op, oname,
                                                "the tensor to receive it belongs to another graph")
-                if (<Tensor>requested)._producer is not None:
+                if (<Tensor>requested).producer is not None:
                     raise GraphValidationError(node_name, op, oname,
                                                "the tensor given to receive it is already produced")
                 if redirects is None:
@@ -760,7 +713,7 @@ cdef class Graph:
         cdef list outs = _append_node(self, op, b.schema, node_name, inputs, params, out_names, compute)
         if redirects is not None:
             # An output the caller asked to receive in a tensor it made (e.g. sdpa_backward(dBias=t)).
-            node = (<Tensor>outs[0])._producer
+            node = (<Tensor>outs[0]).producer
             for oname, requested in redirects:
                 outs[out_names.index(oname)] = self._adopt_output(node, oname, requested)
         if b.returned is None:
@@ -776,7 +729,7 @@ cdef class Graph:
         self._tensors.remove(made)
         del self._uids[made._uid]
         node._outputs[oname] = tensor
-        tensor._producer = node
+        tensor.producer = node
         if not tensor._virtual_user:
             tensor._virtual = False
         return tensor
@@ -846,16 +799,16 @@ cdef class Graph:
             tensors.append({
                 "uid": (<Tensor>t)._uid, "name": (<Tensor>t)._name,
                 "dim": list((<Tensor>t)._dim) if (<Tensor>t)._dim is not None else None,
-                "stride": list((<Tensor>t)._stride) if (<Tensor>t)._stride_user else None,
-                "dim_user": (<Tensor>t)._dim_user,
+                "stride": list((<Tensor>t)._stride) if (<Tensor>t).stride_set_by_user else None,
+                "dim_user": (<Tensor>t).dim_set_by_user,
                 "data_type": DataType((<Tensor>t)._data_type).name,
                 "data_type_inferred": DataType((<Tensor>t)._dtype_inferred).name,
                 "is_virtual": (<Tensor>t)._virtual, "virtual_user": (<Tensor>t)._virtual_user,
-                "is_pass_by_value": (<Tensor>t)._pass_by_value,
-                "value": (<Tensor>t)._value if isinstance((<Tensor>t)._value, (int, float)) else None,
-                "uid_user": (<Tensor>t)._uid_user,
-                "ragged_offset": tensor_ref((<Tensor>t)._ragged_offset),
-                "producer": (<Node>(<Tensor>t)._producer).index if (<Tensor>t)._producer is not None else None,
+                "is_pass_by_value": (<Tensor>t).is_pass_by_value,
+                "value": (<Tensor>t).value if isinstance((<Tensor>t).value, (int, float)) else None,
+                "uid_user": (<Tensor>t).uid_assigned_by_user,
+                "ragged_offset": tensor_ref((<Tensor>t).ragged_offset),
+                "producer": (<Node>(<Tensor>t).producer).index if (<Tensor>t).producer is not None else None,
             })
         nodes = []
         for n in self._nodes:

@@ -16,19 +16,11 @@ from cudnn_graph._dtypes cimport parse_dtype, dtype_name
 from cudnn_graph._ir cimport Tensor
 from cudnn_graph._slot cimport Slot, slot_from_object, slot_or_view, slot_from_address, SLOT_MAX_NDIM, SLOT_INLINE_DIMS
 from cudnn_graph._slot import device_name, _parse_device
+from cudnn_graph._layout import row_major_strides
 
 from cudnn_graph.errors import (
     DataTypeMismatchError, ShapeMismatchError, StrideMismatchError, DeviceMismatchError,
     AlignmentError, ReadOnlyOutputError, MissingTensorError, UnknownTensorError, BufferImportError)
-
-
-def _row_major(shape):
-    strides = []
-    acc = 1
-    for extent in reversed(shape):
-        strides.append(acc)
-        acc *= max(extent, 1)
-    return tuple(reversed(strides))
 
 
 @cython.final
@@ -89,7 +81,7 @@ cdef class TensorSpec:
 
     @property
     def row_major_strides(self) -> tuple:
-        return _row_major(self.shape)
+        return row_major_strides(self.shape)
 
     def label(self) -> str:
         return f"tensor '{self.name}' (uid {self.uid})" if self.name else f"tensor uid {self.uid}"
