@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
+
+# The checkout's root (tests/ lies one level below it), for files the tests read: include/, bench/, engines/.
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def c_compiler_or_skip(what: str) -> str:

@@ -23,6 +23,7 @@ from cudnn_graph.engines.cudnn_backend import _lower_norm
 from cudnn_graph.engines.cudnn_backend.lowering import ATTRIBUTE_TYPES, LOWERERS, materialize
 from cudnn_graph.ops._norms import NormFwdPhase
 from gpu_support import assert_close, build_gpu, gpu_run, host_dtype, nhwc, reference_run, row_major
+from _helpers import REPO_ROOT
 
 F = cudnn.data_type
 TRAINING, INFERENCE = NormFwdPhase.TRAINING, NormFwdPhase.INFERENCE
@@ -607,7 +608,7 @@ def test_every_attribute_has_a_type_and_enums_go_as_ints(builder, kwargs):
 
 
 def test_norm_names_and_enum_values_match_the_header():
-    header = (Path(__file__).resolve().parents[1] / "include" / "cudnn_graph" / "cudnn_backend.h").read_text()
+    header = (REPO_ROOT / "include" / "cudnn_graph" / "cudnn_backend.h").read_text()
     values = {name: int(v) for name, v in re.findall(r"^\s+(CUDNN_\w+)\s+=\s+(-?\d+),?", header, re.M)}
     for attr, attr_type in ATTRIBUTE_TYPES.items():
         if "NORM" in attr or "GENSTATS" in attr:

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from _helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 HEADER = REPO / "include" / "cudnn_graph" / "cudnn_backend.h"
 ABI_PXD = REPO / "src" / "cudnn_graph" / "_cudnn_abi.pxd"
 

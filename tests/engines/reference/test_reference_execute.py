@@ -22,6 +22,7 @@ from cudnn_graph import GraphNotSupportedError, GraphValidationError, PlanEntryE
 from cudnn_graph.engines import manifest
 from cudnn_graph.engines.reference import ReferenceEngine
 from cudnn_graph.ops import SCHEMAS
+from _helpers import REPO_ROOT
 
 FLOAT, HALF, BF16, INT32 = (cudnn.data_type.FLOAT, cudnn.data_type.HALF, cudnn.data_type.BFLOAT16,
                             cudnn.data_type.INT32)
@@ -932,7 +933,7 @@ def test_every_op_builder_is_executed_here():
     """Every op the reference runs is called as a builder somewhere in this file, or for the sampling
     ops in test_backend_layout.py, whose reference runs sit beside their GPU counterparts (static check)."""
     here = pathlib.Path(__file__)
-    source = here.read_text() + (here.parent / "test_backend_layout.py").read_text()
+    source = here.read_text() + (REPO_ROOT / "tests" / "engines" / "cudnn_backend" / "test_backend_layout.py").read_text()
     called = set(re.findall(r"\bg2?\.(\w+)\(", source))
     called |= set(POINTWISE)                           # driven through getattr(g, op)
     linear_attention = {name for name, s in SCHEMAS.items() if s.family == "linear_attention"}

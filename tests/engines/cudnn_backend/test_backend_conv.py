@@ -19,9 +19,10 @@ from cudnn_graph.data_type import DataType
 from cudnn_graph.errors import GraphNotSupportedError
 from cudnn_graph.engines.cudnn_backend import Ref, lower_program
 from cudnn_graph.engines.cudnn_backend.lowering import ATTRIBUTE_TYPES
+from _helpers import REPO_ROOT
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
 import _fuzz_common as fuzz_common  # noqa: E402
 import fuzz_conv  # noqa: E402
 import fuzz_matmul  # noqa: E402
@@ -193,7 +194,7 @@ def test_conv_reduction_dgrad_drelu_and_wgrad_scale_lower():
 
 def test_conv_attributes_have_types_and_exist_in_the_header():
     import re
-    header = (Path(__file__).resolve().parents[1] / "include" / "cudnn_graph" / "cudnn_backend.h").read_text()
+    header = (REPO_ROOT / "include" / "cudnn_graph" / "cudnn_backend.h").read_text()
     names = set(re.findall(r"^\s+(CUDNN_\w+)\s+=", header, re.M))
     program, _, _ = lowered(spec(epilogue=["bias"]))
     for wanted in ("CONVOLUTION", "OPERATION_CONVOLUTION_FORWARD"):

@@ -19,8 +19,9 @@ import types
 
 import numpy as np
 import pytest
+from _helpers import REPO_ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 CUTILE = ROOT / "engines" / "cutile"
 ARCHS = ("sm_80", "sm_90", "sm_100")
 

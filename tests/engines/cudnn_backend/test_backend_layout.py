@@ -31,6 +31,7 @@ from cudnn_graph.ops._sampling import PaddingMode, ResampleMode
 from gpu_support import (_CupyBits, assert_close, build_gpu, compare, cupy_from_host, empty_like_strided, gpu_run,
                          reference_run)
 from gpu_support import nhwc as _nhwc, row_major as _row_major
+from _helpers import REPO_ROOT
 
 F = cudnn.data_type
 V919, V922 = 91900, 92200
@@ -203,7 +204,7 @@ def _layout_programs():
 
 
 def test_layout_attributes_and_descriptors_exist_in_the_header():
-    header = (Path(__file__).resolve().parents[1] / "include" / "cudnn_graph" / "cudnn_backend.h").read_text()
+    header = (REPO_ROOT / "include" / "cudnn_graph" / "cudnn_backend.h").read_text()
     declared = set(re.findall(r"^\s+(CUDNN_\w+)\s+=", header, re.M))
     kinds, attrs = set(), set()
     for program in _layout_programs():

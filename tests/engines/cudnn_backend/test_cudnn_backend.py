@@ -29,6 +29,7 @@ from cudnn_graph.engines.cudnn_backend.lowering import ATTRIBUTE_TYPES, MIN_RANK
 from cudnn_graph.ops._pointwise import POINTWISE_OPS
 from gpu_support import assert_close, build_gpu, host_dtype, reference_run
 from gpu_support import nhwc as _nhwc, row_major as _row_major
+from _helpers import REPO_ROOT
 
 F = cudnn.data_type
 # cuDNN's own behaviour is pinned here; the CuTe GEMM engine (where installed) is tested in test_cute_gemm.
@@ -394,7 +395,7 @@ def test_matmul_padding_value_is_set_only_when_nonzero():
 def test_attribute_and_descriptor_names_match_the_header():
     from pathlib import Path
     import re
-    header = Path(__file__).resolve().parents[1] / "include" / "cudnn_graph" / "cudnn_backend.h"
+    header = REPO_ROOT / "include" / "cudnn_graph" / "cudnn_backend.h"
     values = {name: int(v) for name, v in re.findall(r"^\s+(CUDNN_\w+)\s+=\s+(-?\d+),", header.read_text(), re.M)}
     from cudnn_graph import _cudnn_names
     for table in (_cudnn_names.ATTRIBUTES, _cudnn_names.ATTRIBUTE_TYPES, _cudnn_names.DESCRIPTOR_TYPES):

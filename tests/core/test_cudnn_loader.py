@@ -21,8 +21,9 @@ import pytest
 from cudnn_graph import _cudnn_errors as errs
 from cudnn_graph import _loader, enums
 from cudnn_graph.errors import CudnnGraphError, GraphNotSupportedError
+from _helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 HEADER = REPO / "include" / "cudnn_graph" / "cudnn_backend.h"
 ABI_PXD = REPO / "src" / "cudnn_graph" / "_cudnn_abi.pxd"
 

@@ -15,8 +15,9 @@ import types
 
 import numpy as np
 import pytest
+from _helpers import REPO_ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 try:
     import cudnn_graph  # noqa: F401
     HAVE_PACKAGE = hasattr(cudnn_graph, "pygraph")
