@@ -45,6 +45,7 @@ cdef class ThreadState:
 
     cdef Handle handle_for(self, int device)
     cdef void _drop_graph(self, int at) noexcept
+    cdef int _count_entries(self, bint with_graph) noexcept
 
 
 # This thread's ThreadState (created on first use; kept in the interpreter's per-thread dict, so it goes

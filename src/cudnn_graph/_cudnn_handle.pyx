@@ -242,22 +242,22 @@ cdef class ThreadState:
                 api.cudnnBackendDestroyDescriptor(self._entries[i].descriptor)
             memset(&self._entries[i], 0, sizeof(VariantPackCacheEntry))
 
-    @property
-    def cached_variant_packs(self) -> int:
+    cdef int _count_entries(self, bint with_graph) noexcept:
+        """Cache entries holding a finalized variant pack (``with_graph``: a CUDA graph replaying one)."""
         cdef int i, n = 0
         for i in range(VARIANT_PACK_CACHE_ENTRIES):
-            if self._entries[i].descriptor != NULL:
+            if (self._entries[i].graph_exec if with_graph else self._entries[i].descriptor) != NULL:
                 n += 1
         return n
 
     @property
+    def cached_variant_packs(self) -> int:
+        return self._count_entries(False)
+
+    @property
     def cached_graphs(self) -> int:
         """How many cached variant packs have a CUDA graph that replays them."""
-        cdef int i, n = 0
-        for i in range(VARIANT_PACK_CACHE_ENTRIES):
-            if self._entries[i].graph_exec != NULL:
-                n += 1
-        return n
+        return self._count_entries(True)
 
 
 # The key of this module's entry in the interpreter's per-thread dict (PyThreadState_GetDict): a lookup
@@ -326,14 +326,7 @@ def set_cuda_graph_capture(bint enabled) -> bool:
     from ``$CUDNN_GRAPH_CUDA_GRAPH_CAPTURE`` (0 or 1, read at import; on when unset).
 
     It decides only how graphs not built yet are made: plans already marked keep their mark (a new
-    PlanRunner, e.g. a rebuilt graph, tries again).
-
-    Example:
-        >>> from cudnn_graph import _cudnn_handle
-        >>> previous = _cudnn_handle.set_cuda_graph_capture(False)
-        >>> _cudnn_handle.cuda_graph_capture_enabled()
-        False
-        >>> _ = _cudnn_handle.set_cuda_graph_capture(previous)
+    PlanRunner, e.g. a rebuilt graph, tries again). Used as ``set_cuda_graph_replay`` is (its example).
     """
     global cuda_graph_capture_on
     previous = cuda_graph_capture_on

@@ -98,6 +98,17 @@ cdef class ShapeOverrides:
 
 # ---- compiled plans -----------------------------------------------------------------------------------
 
+cdef int _store_operands(int64_t* uids, void** ptrs, int capacity, list entries, str what) except -1:
+    """Copy (uid, address) ``entries`` into the plan's C arrays of ``capacity``; returns how many."""
+    if len(entries) > capacity:
+        raise ValueError(f"a plan supplies at most {capacity} {what}")
+    cdef int i
+    for i, (uid, address) in enumerate(entries):
+        uids[i] = uid
+        ptrs[i] = <void*><uintptr_t>address
+    return len(entries)
+
+
 @cython.final
 cdef class PlanRunner:
     """A finalized execution plan and everything its execute needs, prepared once.
@@ -141,16 +152,13 @@ cdef class PlanRunner:
         self._workspaces = {}
         self._workspace_lock = threading.Lock()
         self._checked_layout = None
+        # Constants (host arrays) and fixed operands (an address and what keeps it alive) are both
+        # (uid, pointer) entries the plan adds to every variant pack.
         constants = list(constants)
-        if len(constants) > PLAN_MAX_CONSTANTS:
-            raise ValueError(f"a plan supplies at most {PLAN_MAX_CONSTANTS} scalar constants")
-        storage = []
-        for i, (uid, array) in enumerate(constants):
-            self._constant_uids[i] = uid
-            self._constant_ptrs[i] = <void*><uintptr_t>array.ctypes.data
-            storage.append(array)
-        self._constant_storage = storage
-        self._n_constants = len(constants)
+        self._n_constants = _store_operands(self._constant_uids, self._constant_ptrs, PLAN_MAX_CONSTANTS,
+                                            [(uid, array.ctypes.data) for uid, array in constants],
+                                            "scalar constants")
+        self._constant_storage = [array for _, array in constants]
         aliases = list(aliases)
         if len(aliases) > PLAN_MAX_ALIASES:
             raise ValueError(f"a plan feeds at most {PLAN_MAX_ALIASES} views from other operands")
@@ -160,13 +168,9 @@ cdef class PlanRunner:
             self._alias_offsets[i] = offset
         self._n_aliases = len(aliases)
         fixed = list(fixed)
-        if len(fixed) > PLAN_MAX_FIXED:
-            raise ValueError(f"a plan supplies at most {PLAN_MAX_FIXED} operands of its own")
-        for i, (uid, address, _) in enumerate(fixed):
-            self._fixed_uids[i] = uid
-            self._fixed_ptrs[i] = <void*><uintptr_t>address
+        self._n_fixed = _store_operands(self._fixed_uids, self._fixed_ptrs, PLAN_MAX_FIXED,
+                                        [(uid, address) for uid, address, _ in fixed], "operands of its own")
         self._fixed_storage = [alive for _, _, alive in fixed]
-        self._n_fixed = len(fixed)
         scratch = list(scratch)
         if len(scratch) > PLAN_MAX_SCRATCH:
             raise ValueError(f"a plan owns at most {PLAN_MAX_SCRATCH} scratch tensors")
