@@ -292,6 +292,9 @@ class pygraph(_GraphCore):
             self.validate()
         if not self.frozen:
             self.build_operation_graph()
+        if self._plans.planned and not self._plans.compiled:
+            # An earlier build failed part-way (a cuDNN or driver call failed): plan afresh.
+            self._plans = _PlanState()
         self.create_execution_plans(heur_modes)
         self.check_support()
         self.build_plans()
