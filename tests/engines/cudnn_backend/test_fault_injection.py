@@ -29,6 +29,8 @@ void fake_fail(const char *name, long n, int status) {
 long fake_live(int kind) { return live[kind]; }
 long fake_fired(void) { return fired; }
 void fake_workspace(long n) { workspace_bytes = n; }
+static void *dead_stream;   /* a stream the caller destroyed: calls naming it fail */
+void fake_kill_stream(void *s) { dead_stream = s; }
 void fake_trace(int on) { tracing = on; calls[0] = 0; }
 const char *fake_calls(void) { return calls; }
 static int fault(const char *name) {
@@ -68,6 +70,16 @@ def fault_injecting_source() -> str:
         guard = "" if name in RELEASES else f" {{ int f_ = fault(\"{name}\"); if (f_) return f_; }}"
         return f"{match.group(0)}{guard}{count}"
 
+    # Calls that name a destroyed stream fail as the driver's do (CUDA_ERROR_INVALID_HANDLE, 400).
+    for signature, status in (("int cuStreamIsCapturing(void *s, int *status) {", 400),
+                              ("int cuGraphLaunch(void *e, void *s) {", 400),
+                              ("int cuMemsetD8Async(unsigned long long d, unsigned char v, size_t n, void *s) {", 400),
+                              ("int cudnnSetStream(void *h, void *s) {", 2000)):
+        assert signature in source, signature
+        source = source.replace(signature, f"{signature} if (s && s == dead_stream) return {status};")
+    source = source.replace("int cudnnBackendExecute(void *h, void *p, void *v) {",
+                            "int cudnnBackendExecute(void *h, void *p, void *v) { "
+                            "if (bound_stream && bound_stream == dead_stream) return 5000;")
     source, n = re.subn(r"^(int) ((?:cu|cudnn)\w+)\([^)]*\) \{", check, source, flags=re.M)
     assert n > 30 and "fault(\"cudnnBackendExecute\")" in source
     return source
@@ -179,18 +191,80 @@ print(json.dumps(case))
 """
 
 
+@pytest.mark.parametrize("path", ["populate", "capture"])
 @pytest.mark.parametrize("status", [4000, 2])
-def test_every_call_fails_once_in_turn(faulty_cuda, tmp_path, status):
+def test_every_call_fails_once_in_turn(faulty_cuda, tmp_path, status, path):
     """cuDNN status 4000 (CUDNN_STATUS_INTERNAL_ERROR) / driver status 2 (CUDA_ERROR_OUT_OF_MEMORY) from
     each call in turn: a typed error or a transparent fallback, nothing leaked, the graph usable."""
-    out, _ = run_child(WALK % {"releases": RELEASES, "status": status}, faulty_cuda, tmp_path / "log")
+    # "capture": cuDNN cannot populate a graph for the plan, so the replay captures one on a private stream.
+    env = {**faulty_cuda, "FAKE_POPULATE_STATUS": "3000"} if path == "capture" else faulty_cuda
+    out, _ = run_child(WALK % {"releases": RELEASES, "status": status}, env, tmp_path / "log")
     cases = out["cases"]
     for case in [c for c in cases if not c["fired"]]:
         cold, _ = run_child(COLD % {"releases": RELEASES, "status": status, "phase": case["phase"],
-                                    "call": case["call"], "n": case["n"]}, faulty_cuda, tmp_path / "cold")
+                                    "call": case["call"], "n": case["n"]}, env, tmp_path / "cold")
         case.update(cold)
+    walked = {c["call"] for c in cases}
     assert {"cudnnBackendFinalize", "cudnnBackendExecute", "cuMemAlloc_v2", "cuGraphLaunch",
-            "cudnnBackendPopulateCudaGraph"} <= {c["call"] for c in cases}
+            "cudnnBackendPopulateCudaGraph", "cuGraphInstantiateWithFlags"} <= walked
+    if path == "capture":
+        assert {"cuStreamCreate", "cuStreamBeginCapture_v2", "cuStreamEndCapture"} <= walked
     bad = [c for c in cases if not c["fired"] or (c["error"] or "").startswith("UNTYPED")
            or (c["recovered"] is not True and c["call"] not in STICKY) or c["live"] != out["baseline"]]
     assert not bad, "\n".join(map(str, bad)) + f"\nbaseline {out['baseline']}"
+
+
+def test_a_stream_destroyed_while_cached(faulty_cuda, tmp_path):
+    """A stream whose replay graph and handle binding are cached is destroyed: executes naming it get a
+    typed error, nothing leaks, and the graph runs on another stream (and the default one) after."""
+    out, _ = run_child(CHILD + """
+RELEASES = ()
+g, x, y, pack = make(1)
+g.build([cudnn.heur_mode.A])
+dead, alive = 0xDEAD00, 0xA11E00
+for _ in range(3):
+    g.execute(pack, stream=dead)
+fake.fake_kill_stream(ctypes.c_void_p(dead))
+errors = []
+for _ in range(3):
+    try:
+        g.execute(pack, stream=dead)
+        errors.append(None)
+    except CudnnGraphError as e:
+        errors.append(type(e).__name__)
+    except BaseException as e:
+        errors.append("UNTYPED " + type(e).__name__ + ": " + str(e))
+for _ in range(3):
+    g.execute(pack, stream=alive)
+    g.execute(pack)
+del g, x, y, pack
+print(json.dumps({"errors": errors, "live": live()}))
+""", faulty_cuda, tmp_path / "log")
+    assert out["errors"] and all(e is not None and not e.startswith("UNTYPED") for e in out["errors"]), out
+    assert out["live"] == [0, 1, 0, 0, 0, 0]
+
+
+def test_interpreter_shutdown_with_live_graphs_plans_handles_and_captured_graphs(faulty_cuda, tmp_path):
+    """The interpreter exits with graphs, their plans, per-thread handles, cached variant packs and
+    CUDA graphs (populated and captured) alive, some on other threads: no crash, exit status 0."""
+    out, _ = run_child(CHILD + """
+import threading
+keep = []
+for case in range(4):
+    g, x, y, pack = make(case)
+    g.build([cudnn.heur_mode.A])
+    for _ in range(3):
+        g.execute(pack, stream=0xC00000 + case * 0x100)
+    keep.append((g, x, y, pack))
+def work(i):
+    g, x, y, pack = keep[i]
+    for _ in range(3):
+        g.execute(pack)
+threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+plans = [g.plans for g, *_ in keep]
+print(json.dumps({"live": [fake.fake_live(k) for k in range(6)]}))
+# and the objects stay alive into interpreter teardown (module globals)
+""", {**faulty_cuda, "FAKE_POPULATE_STATUS": "3000"}, tmp_path / "log")
+    assert out["live"][5] >= 1      # captured graphs were alive at exit
