@@ -15,7 +15,9 @@ running a batch died; the batch's remaining cases are run again one child each t
 
 Cases run in child processes in batches of ``--batch``: a crash is counted, not fatal. The engines
 fuzzed: the reference engine (host graphs); with a GPU, also the GPU engines on device graphs.
-``--cases`` (default 100,000), ``--seed``; prints the table, writes bench/results/fuzz_execute-<host>.json.
+With a GPU, every other case is a device graph (the GPU engines; buffers from CuPy, torch, JAX, numba
+or raw ints, as importable); ``--cpu`` keeps to host graphs. ``--cases`` (default 100,000),
+``--seed``; prints the table, writes bench/results/fuzz_execute-<host>-seed<seed>.json.
 """
 from __future__ import annotations
 
@@ -90,24 +92,35 @@ def versioned_capsule(array: np.ndarray, *, major=1, name=b"dltensor_versioned",
 
 # ---- one case ----------------------------------------------------------------------------------------
 
-def generate_cases(seed: int, count: int) -> list:
+GPU_MUTATIONS = ("none", "none", "none", "key_uid", "key_name", "foreign", "virtual", "duplicate", "missing",
+                 "extra", "dtype", "shape", "misaligned", "host_buffer")
+
+
+def generate_cases(seed: int, count: int, gpu: bool = False) -> list:
+    """Host-graph cases; with ``gpu``, every other case is a device graph on the GPU engines."""
     rng = np.random.default_rng(seed)
-    return [{"i": i, "seed": int(rng.integers(2**31)), "chain": int(rng.integers(64)),
-             "mutation": MUTATIONS[int(rng.integers(len(MUTATIONS)))]} for i in range(count)]
+    cases = []
+    for i in range(count):
+        on_gpu = gpu and i % 2 == 1
+        table = GPU_MUTATIONS if on_gpu else MUTATIONS
+        cases.append({"i": i, "seed": int(rng.integers(2**31)), "chain": int(rng.integers(64)),
+                      "mutation": table[int(rng.integers(len(table)))], "gpu": on_gpu,
+                      "producer": int(rng.integers(1 << 16))})
+    return cases
 
 
 _GRAPHS: dict = {}
 
 
-def chain_graph(chain: int):
-    """A small host graph: a chain of 1-4 ops over one shape, built once per chain number."""
-    if chain in _GRAPHS:
-        return _GRAPHS[chain]
+def chain_graph(chain: int, device: str = "cpu"):
+    """A small graph: a chain of 1-4 ops over one shape, built once per (chain number, device)."""
+    if (chain, device) in _GRAPHS:
+        return _GRAPHS[chain, device]
     import cudnn_graph as cudnn
     F = cudnn.data_type
     rng = np.random.default_rng(1000 + chain)
     dims = [int(d) for d in rng.integers(1, 9, int(rng.integers(1, 4)))]
-    g = cudnn.pygraph(io_data_type=F.FLOAT, compute_data_type=F.FLOAT, device="cpu")
+    g = cudnn.pygraph(io_data_type=F.FLOAT, compute_data_type=F.FLOAT, device=device)
     strides = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
     x = g.tensor(name="x", dim=dims, stride=strides)
     b = g.tensor(name="b", dim=dims, stride=strides)
@@ -119,8 +132,8 @@ def chain_graph(chain: int):
         virtuals.append(t)
     t.set_output(True).set_name("y")
     g.build([cudnn.heur_mode.A])
-    _GRAPHS[chain] = (g, x, b, t, virtuals[:-1], dims, ops)
-    return _GRAPHS[chain]
+    _GRAPHS[chain, device] = (g, x, b, t, virtuals[:-1], dims, ops)
+    return _GRAPHS[chain, device]
 
 
 def expected(ops, xv, bv):
@@ -130,9 +143,84 @@ def expected(ops, xv, bv):
     return t.astype(np.float32)
 
 
+_PRODUCERS: dict = {}
+
+
+def run_gpu_case(spec) -> dict:
+    """One device-graph case: buffers of a producer picked by the spec (bench/soak.py's producers:
+    CuPy, torch, JAX, numba, raw int), compared with NumPy after a synchronize."""
+    import cudnn_graph as cudnn
+    import soak
+    if not _PRODUCERS:
+        _PRODUCERS.update(soak.producers(cpu=False))
+    try:
+        g, x, b, y, virtuals, dims, ops = chain_graph(spec["chain"], "cuda")
+    except cudnn.GraphNotSupportedError as exc:
+        return {"outcome": "typed", "detail": f"declined: {type(exc).__name__}"}
+    names = sorted(_PRODUCERS)
+    name = names[spec["producer"] % len(names)]
+    make, to_host, _ = _PRODUCERS[name]
+    rng = np.random.default_rng(spec["seed"])
+    mutation = spec["mutation"]
+    xv = rng.uniform(-2, 2, dims).astype(np.float32)
+    bv = rng.uniform(-2, 2, dims).astype(np.float32)
+    xb, bb, yb = make(xv), make(bv), make(np.zeros(dims, np.float32))
+    keys = {x: soak._unwrap(xb[0]), b: soak._unwrap(bb[0]), y: soak._unwrap(yb[0])}
+    pack, at_fault = dict(keys), None
+    if mutation == "key_uid":
+        pack = {t.uid: v for t, v in keys.items()}
+    elif mutation == "key_name":
+        pack = {t.name: v for t, v in keys.items()}
+    elif mutation == "foreign":
+        pack = {chain_graph((spec["chain"] + 1) % 64, "cuda")[1]: keys[x], b: keys[b], y: keys[y]}
+        at_fault = "x"
+    elif mutation == "virtual" and virtuals:
+        pack[virtuals[0]] = keys[b]
+        at_fault = virtuals[0].name
+    elif mutation == "duplicate":
+        pack[x.uid] = keys[x]
+        at_fault = "x"
+    elif mutation == "missing":
+        del pack[b]
+        at_fault = "b"
+    elif mutation == "extra":
+        pack[12345] = keys[x]
+        at_fault = "12345"
+    elif mutation == "dtype":
+        pack[x] = soak._unwrap(make(xv.astype(np.float16))[0]) if name != "int" else keys[x]
+        at_fault = None if name == "int" else "x"
+    elif mutation == "shape":
+        pack[x] = soak._unwrap(make(np.zeros(dims + [2], np.float32))[0]) if name != "int" else keys[x]
+        at_fault = None if name == "int" else "x"
+    elif mutation == "misaligned":
+        pack[x] = _PRODUCERS["int"][0](np.zeros(xv.size + 1, np.float32))[0] if "int" in _PRODUCERS else keys[x]
+        if isinstance(pack[x], tuple):
+            keep_alive = pack[x]
+            pack[x] = keep_alive[0] + 2
+        at_fault = "x"
+    elif mutation == "host_buffer":
+        pack[x] = xv
+        at_fault = "x"
+    try:
+        g.execute(pack)
+        soak._synchronize(False)
+    except cudnn.CudnnGraphError as exc:
+        if at_fault is not None and at_fault not in str(exc):
+            return {"outcome": "wrong", "detail": f"gpu {name} {mutation}: typed error not naming {at_fault!r}: {str(exc)[:200]}"}
+        return {"outcome": "typed", "detail": f"gpu {name} {mutation}: {type(exc).__name__}"}
+    except Exception as exc:
+        return {"outcome": "wrong", "detail": f"gpu {name} {mutation}: untyped {type(exc).__name__}: {str(exc)[:200]}"}
+    got = np.asarray(to_host(yb[0]), np.float32)
+    if not np.allclose(got, expected(ops, xv, bv), rtol=2e-3, atol=1e-4, equal_nan=True):
+        return {"outcome": "wrong", "detail": f"gpu {name} {mutation}: executed, result differs"}
+    return {"outcome": "ok", "detail": f"gpu {name} {mutation}"}
+
+
 def run_case(spec) -> dict:
     """Run one case in this process; returns {"outcome", "detail"}."""
     import cudnn_graph as cudnn
+    if spec.get("gpu"):
+        return run_gpu_case(spec)
     g, x, b, y, virtuals, dims, ops = chain_graph(spec["chain"])
     rng = np.random.default_rng(spec["seed"])
     mutation = spec["mutation"]
@@ -286,6 +374,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=5000, help="cases per child process")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="child processes at once")
+    parser.add_argument("--cpu", action="store_true", help="host graphs only, even with a GPU")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.child:
@@ -293,7 +382,11 @@ def main(argv=None) -> int:
         return 0
     from concurrent.futures import ThreadPoolExecutor
     import tempfile
-    specs = generate_cases(args.seed, args.cases)
+    gpu = False
+    if not args.cpu:
+        from cudnn_graph import _driver
+        gpu = _driver.driver_available() and _driver.device_count() > 0
+    specs = generate_cases(args.seed, args.cases, gpu)
     batches = [specs[i:i + args.batch] for i in range(0, len(specs), args.batch)]
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmpdir, ThreadPoolExecutor(args.jobs) as pool:
@@ -303,17 +396,18 @@ def main(argv=None) -> int:
     counts = {k: sum(r["outcome"] == k for r in results) for k in ("ok", "typed", "wrong", "leak", "crash")}
     by_mutation: dict = {}
     for spec, r in zip(sorted(specs, key=lambda s: s["i"]), sorted(results, key=lambda r: r["i"])):
-        row = by_mutation.setdefault(spec["mutation"], {k: 0 for k in counts})
+        row = by_mutation.setdefault(("gpu " if spec["gpu"] else "") + spec["mutation"], {k: 0 for k in counts})
         row[r["outcome"]] += 1
     print(f"{'mutation':<24} " + " ".join(f"{k:>7}" for k in counts))
     for m, row in sorted(by_mutation.items()):
         print(f"{m:<24} " + " ".join(f"{row[k]:>7}" for k in counts))
     print(f"{'total':<24} " + " ".join(f"{counts[k]:>7}" for k in counts))
-    print(f"{len(results)} cases in {elapsed:.1f} s (engine: reference, host graphs)")
+    engines = "reference (host graphs)" + (" + GPU engines (device graphs, every other case)" if gpu else "")
+    print(f"{len(results)} cases in {elapsed:.1f} s; engines: {engines}")
     bad = [r for r in results if r["outcome"] in ("wrong", "leak", "crash")]
     for r in bad[:20]:
         print(f"  case {r['i']}: {r['outcome']}: {r['detail']}")
-    summary = {"fuzzer": NAME, "seed": args.seed, "cases": len(results), "seconds": elapsed, **counts,
+    summary = {"fuzzer": NAME, "seed": args.seed, "cases": len(results), "seconds": elapsed, "gpu": gpu, **counts,
                "by_mutation": by_mutation, "failures": bad[:200], "failed": len(bad)}
     print(f"wrote {_fuzz_common.write_json(summary, args.json)}")
     return 1 if bad else 0
