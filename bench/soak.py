@@ -29,6 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+# JAX would otherwise take most of the GPU at import, leaving the other producers (and the fuzzer's
+# child processes, which import this module) without memory.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPE = (64, 64)
 RSS_LIMIT = 1 << 20
