@@ -50,6 +50,7 @@ def gpu_used_bytes(cpu: bool) -> int | None:
         from cuda.bindings import driver
     except ImportError:
         return None
+    _make_current()
     err, free, total = driver.cuMemGetInfo()
     return int(total - free) if int(err) == 0 else None
 
@@ -113,10 +114,27 @@ def _unwrap(buffer):
     return buffer[0] if isinstance(buffer, tuple) else buffer
 
 
+_PRIMARY = []
+
+
+def _make_current():
+    """Make device 0's primary context current on the calling thread (the driver calls below need one;
+    the producers and cudnn_graph use the same primary context)."""
+    from cuda.bindings import driver
+    if not _PRIMARY:
+        driver.cuInit(0)
+        _, dev = driver.cuDeviceGet(0)
+        err, ctx = driver.cuDevicePrimaryCtxRetain(dev)
+        assert int(err) == 0, f"cuDevicePrimaryCtxRetain: {err}"
+        _PRIMARY.append(ctx)
+    driver.cuCtxSetCurrent(_PRIMARY[0])
+    return driver
+
+
 def _synchronize(cpu: bool):
     if not cpu:
-        from cuda.bindings import driver
-        driver.cuCtxSynchronize()
+        err, = _make_current().cuCtxSynchronize()
+        assert int(err) == 0, f"cuCtxSynchronize: {err}"
 
 
 def soak_one(cpu: bool, name: str, producer, count: int) -> dict:
@@ -158,10 +176,11 @@ def soak_threads(cpu: bool, found: dict, threads: int, count: int) -> dict:
     failures, done = [], [0] * threads
     streams = [None] * threads
     if not cpu:
-        from cuda.bindings import driver
+        driver = _make_current()
         for i in range(threads):
-            err, stream = driver.cuStreamCreate(1)
-            streams[i] = int(stream) if int(err) == 0 else None
+            err, stream = driver.cuStreamCreate(1)    # CU_STREAM_NON_BLOCKING
+            assert int(err) == 0, f"cuStreamCreate: {err}"
+            streams[i] = int(stream)
 
     def work(i):
         make, to_host, _ = found[names[i % len(names)]]
@@ -175,8 +194,8 @@ def soak_threads(cpu: bool, found: dict, threads: int, count: int) -> dict:
                 g.execute(pack, stream=streams[i])
                 if k % 100 == 99 or k == count - 1:
                     if not cpu:
-                        from cuda.bindings import driver
-                        driver.cuStreamSynchronize(streams[i])
+                        err, = _make_current().cuStreamSynchronize(streams[i])
+                        assert int(err) == 0, f"cuStreamSynchronize: {err}"
                     if not np.array_equal(to_host(yb), want):
                         failures.append(f"thread {i} ({names[i % len(names)]}): wrong result at {k}")
                         return
@@ -193,10 +212,9 @@ def soak_threads(cpu: bool, found: dict, threads: int, count: int) -> dict:
         t.join()
     elapsed = time.perf_counter() - start
     if not cpu:
-        from cuda.bindings import driver
+        driver = _make_current()
         for s in streams:
-            if s is not None:
-                driver.cuStreamDestroy(s)
+            driver.cuStreamDestroy(s)
     return {"producer": "threads x" + str(threads) + " (" + "+".join(names) + ")",
             "executes": sum(done), "seconds": elapsed, "us_per_execute": 1e6 * elapsed / max(1, sum(done)),
             "rss_growth_bytes": rss_bytes() - rss0, "gpu_growth_bytes": None, "counters_grown": {},
