@@ -250,7 +250,12 @@ def main(argv=None) -> int:
         parser.error("no producer is importable (CuPy, torch, JAX, numba)")
     rows = []
     for name, producer in found.items():
-        rows.append(soak_one(args.cpu, name, producer, args.count))
+        try:
+            rows.append(soak_one(args.cpu, name, producer, args.count))
+        except Exception as exc:   # a producer the graph refuses (say a read-only output) is a failed row
+            rows.append({"producer": name, "executes": 0, "us_per_execute": 0.0, "rss_growth_bytes": 0,
+                         "gpu_growth_bytes": None, "counters_grown": {}, "correct": False, "ok": False,
+                         "failures": [f"{type(exc).__name__}: {exc}"]})
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     per_thread = args.thread_count or max(100, args.count // 100)
     rows.append(soak_threads(args.cpu, found, args.threads, per_thread))
