@@ -14,6 +14,7 @@ __all__ = [
     "CudnnGraphError", "BufferError_", "BufferImportError", "MalformedBufferError", "TensorMismatchError",
     "DataTypeMismatchError", "ShapeMismatchError", "StrideMismatchError", "DeviceMismatchError",
     "AlignmentError", "ReadOnlyOutputError", "MissingTensorError", "UnknownTensorError", "WorkspaceError", "StreamDeviceError",
+    "CudaDriverError", "DeviceMemoryError",
     "GraphValidationError", "GraphNotSupportedError", "cudnnGraphNotSupportedError", "GraphFrozenError",
 ]
 
@@ -86,6 +87,14 @@ class WorkspaceError(CudnnGraphError, ValueError):
         self.required = int(required)
         self.given = int(given)
         super().__init__(message)
+
+
+class CudaDriverError(CudnnGraphError, RuntimeError):
+    """A CUDA driver call failed (or the driver is missing): the message names the call and its result."""
+
+
+class DeviceMemoryError(CudaDriverError, MemoryError):
+    """cuMemAlloc could not provide device memory (a workspace, a scratch buffer)."""
 
 
 class StreamDeviceError(CudnnGraphError, ValueError):

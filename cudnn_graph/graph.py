@@ -72,6 +72,7 @@ class _PlanState:
     layouts: dict = field(default_factory=dict)         # engine binds strides? -> PackLayout
     scalar_defaults: dict = field(default_factory=dict)  # uid -> value of tensor_scalar tensors
     engine_states: dict = field(default_factory=dict)   # engine name -> its state (GraphView.state)
+    failed_build: bool = False                          # build() planned, then built nothing
 
 
 # ---- builders generated from the op tables -------------------------------------------------------
@@ -292,9 +293,17 @@ class pygraph(_GraphCore):
             self.validate()
         if not self.frozen:
             self.build_operation_graph()
+        if self._plans.failed_build and not self._plans.compiled:
+            self._plans = _PlanState()      # the last build() built nothing: plan afresh
         self.create_execution_plans(heur_modes)
-        self.check_support()
-        self.build_plans()
+        try:
+            self.check_support()
+            self.build_plans()
+        except BaseException:
+            # Nothing built (say a cuDNN or driver call failed): the plan list stays readable, and
+            # the next build() plans afresh instead of refusing a second planning.
+            self._plans.failed_build = not self._plans.compiled
+            raise
 
     def _require_planned(self) -> _PlanState:
         if not self._plans.planned:

@@ -152,7 +152,8 @@ class _Lowered:
                     if "Reason:" in line or "engineId" in line)[:1500])
                 result = ([(cfg, describe_config(cfg)) for cfg in configs], why)
             except CudnnStatusError as exc:
-                result = ([], str(exc))
+                # A failed call is not cached: the next build of this structure asks cuDNN again.
+                return [], str(exc)
             self.heuristics[mode] = result
             return result
 

@@ -11,6 +11,8 @@ import sys
 from libc.stdint cimport int32_t, intptr_t, uintptr_t
 from cudnn_graph._dlpack cimport kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 
+from cudnn_graph.errors import CudaDriverError, DeviceMemoryError
+
 cdef extern from "<dlfcn.h>" nogil:
     void* dlopen(const char* filename, int flag)
     void* dlsym(void* handle, const char* symbol)
@@ -230,7 +232,7 @@ cdef str _result_text(int result):
 
 cdef int _require_driver(const char* what) except -1:
     if _load() != 1:
-        raise RuntimeError(f"{what.decode()}: no CUDA driver is available")
+        raise CudaDriverError(f"{what.decode()}: no CUDA driver is available")
     return 0
 
 
@@ -245,10 +247,10 @@ cdef int _primary_context(int device, void** context) except -1:
             raise RuntimeError("the CUDA driver lacks cuDeviceGet / cuDevicePrimaryCtxRetain")
         result = _device_get(&dev, device)
         if result != 0:
-            raise RuntimeError(f"cuDeviceGet({device}) failed: {_result_text(result)}")
+            raise CudaDriverError(f"cuDeviceGet({device}) failed: {_result_text(result)}")
         result = _primary_ctx_retain(&_primary_contexts[device], dev)
         if result != 0:
-            raise RuntimeError(f"cuDevicePrimaryCtxRetain({device}) failed: {_result_text(result)}")
+            raise CudaDriverError(f"cuDevicePrimaryCtxRetain({device}) failed: {_result_text(result)}")
     context[0] = _primary_contexts[device]
     return 0
 
@@ -280,11 +282,11 @@ cdef int enter_device(int device, bint* pushed) except -1:
     if current == NULL:
         result = _ctx_set_current(wanted)
         if result != 0:
-            raise RuntimeError(f"cuCtxSetCurrent(device {device}) failed: {_result_text(result)}")
+            raise CudaDriverError(f"cuCtxSetCurrent(device {device}) failed: {_result_text(result)}")
         return 0
     result = _ctx_push(wanted)
     if result != 0:
-        raise RuntimeError(f"cuCtxPushCurrent(device {device}) failed: {_result_text(result)}")
+        raise CudaDriverError(f"cuCtxPushCurrent(device {device}) failed: {_result_text(result)}")
     pushed[0] = True
     return 0
 
@@ -314,7 +316,8 @@ cdef int stream_device(intptr_t stream) except -2:
 
 
 cdef uintptr_t device_alloc(size_t nbytes, int device) except 0:
-    """cuMemAlloc on ``device`` (its primary context); raises MemoryError when the device is full."""
+    """cuMemAlloc on ``device`` (its primary context); raises DeviceMemoryError (a MemoryError) when the
+    device is full."""
     cdef uintptr_t address = 0
     cdef bint pushed = False
     cdef int result
@@ -330,7 +333,7 @@ cdef uintptr_t device_alloc(size_t nbytes, int device) except 0:
     finally:
         leave_device(pushed)
     if result != 0 or address == 0:
-        raise MemoryError(f"cuMemAlloc({nbytes} bytes) on CUDA device {device} failed: {_result_text(result)}")
+        raise DeviceMemoryError(f"cuMemAlloc({nbytes} bytes) on CUDA device {device} failed: {_result_text(result)}")
     return address
 
 
@@ -361,7 +364,7 @@ cdef int zero_async(uintptr_t address, size_t nbytes, intptr_t stream) except -1
     with nogil:
         result = _memset_async(address, 0, nbytes, <void*>stream)
     if result != 0:
-        raise RuntimeError(f"cuMemsetD8Async({nbytes} bytes) failed: {_result_text(result)}")
+        raise CudaDriverError(f"cuMemsetD8Async({nbytes} bytes) failed: {_result_text(result)}")
     return 0
 
 
@@ -500,7 +503,7 @@ def copy_to_device(DeviceAllocation destination, source) -> None:
     finally:
         leave_device(pushed)
     if result != 0:
-        raise RuntimeError(f"cuMemcpyHtoD({data.shape[0]} bytes) failed: {_result_text(result)}")
+        raise CudaDriverError(f"cuMemcpyHtoD({data.shape[0]} bytes) failed: {_result_text(result)}")
 
 
 cdef class DeviceAllocation:

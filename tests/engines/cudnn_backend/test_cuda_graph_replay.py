@@ -110,12 +110,9 @@ static int captured_execute(const char *line) { return 0; }
 """
 
 
-@pytest.fixture(scope="module")
-def fake_cuda(tmp_path_factory):
-    """Build the stand-in; returns make(variant) -> env for a child process using it."""
-    from _helpers import c_compiler_or_skip
-    cc = c_compiler_or_skip("a stand-in libcudnn / libcuda")
-    root = tmp_path_factory.mktemp("fake_cuda")
+def fake_cuda_source() -> str:
+    """The stand-in's C source: RECORDING_LIBCUDNN (appending to its log, its version a macro, its
+    execute captured on a capturing stream) followed by FAKE_DRIVER."""
     # One file serves as both libraries (one log, one state); append so that no opener truncates.
     source = RECORDING_LIBCUDNN.replace('fopen(getenv("FAKE_CUDNN_LOG"), "w")', 'fopen(getenv("FAKE_CUDNN_LOG"), "a")')
     source = source.replace("size_t cudnnGetVersion(void) { return 91900; }",
@@ -130,6 +127,15 @@ def fake_cuda(tmp_path_factory):
                             "    if (captured_execute(b)) return fail ? atoi(fail) : 0;\n    emit(b); return 0;")
     assert "FAKE_VERSION" in source and '"a")' in source
     assert "bound_stream = s" in source and "captured_execute(b)" in source
+    return source + FAKE_DRIVER
+
+
+def fake_cuda_builder(root, source: str | None = None):
+    """make(variant, version) -> env for a child process using a stand-in built from ``source``
+    (fake_cuda_source() unless given) under ``root``; each variant is compiled once."""
+    from _helpers import c_compiler_or_skip
+    cc = c_compiler_or_skip("a stand-in libcudnn / libcuda")
+    source = fake_cuda_source() if source is None else source
     built = {}
 
     def make(variant="", version=91900):
@@ -137,7 +143,7 @@ def fake_cuda(tmp_path_factory):
         if key not in built:
             folder = root / f"v{len(built)}"
             folder.mkdir()
-            (folder / "fake.c").write_text(source + FAKE_DRIVER)
+            (folder / "fake.c").write_text(source)
             lib = folder / "libcuda.so.1"
             flags = [f"-DFAKE_VERSION={version}"] + [f"-D{v}" for v in variant.split()]
             subprocess.run([cc, "-shared", "-fPIC", "-O1", *flags, str(folder / "fake.c"), "-o", str(lib),
@@ -148,6 +154,12 @@ def fake_cuda(tmp_path_factory):
         return {"CUDNN_GRAPH_LIBCUDNN": str(folder / "libcudnn.so.9"), "LD_LIBRARY_PATH": str(folder)}
 
     return make
+
+
+@pytest.fixture(scope="module")
+def fake_cuda(tmp_path_factory):
+    """Build the stand-in; returns make(variant) -> env for a child process using it."""
+    return fake_cuda_builder(tmp_path_factory.mktemp("fake_cuda"))
 
 
 def run_child(code: str, env: dict, log) -> tuple[dict, list]:
