@@ -49,7 +49,7 @@ from .data_type import DataType, data_type_of
 from . import errors
 from .errors import (
     CudnnGraphError, BufferImportError, MalformedBufferError, TensorMismatchError, DataTypeMismatchError,
-    ShapeMismatchError, StrideMismatchError, DeviceMismatchError, AlignmentError, ReadOnlyOutputError,
+    ShapeMismatchError, StrideMismatchError, DeviceMismatchError, AlignmentError, ReadOnlyOutputError, HostAddressError,
     MissingTensorError, UnknownTensorError, GraphValidationError, GraphNotSupportedError,
     cudnnGraphNotSupportedError, GraphFrozenError,
 )
@@ -119,7 +119,7 @@ __all__ = [
     "get_default_router", "set_default_router", "Slot", "TensorSpec", "PackLayout", "VariantPack", "check", "refresh_exchange_api_cache",
     "as_stream_handle", "DataType", "data_type_of", "errors", "CudnnGraphError", "BufferImportError",
     "MalformedBufferError", "TensorMismatchError", "DataTypeMismatchError", "ShapeMismatchError",
-    "StrideMismatchError", "DeviceMismatchError", "AlignmentError", "ReadOnlyOutputError",
+    "StrideMismatchError", "DeviceMismatchError", "AlignmentError", "ReadOnlyOutputError", "HostAddressError",
     "MissingTensorError", "UnknownTensorError", "GraphValidationError", "GraphNotSupportedError",
     "cudnnGraphNotSupportedError", "GraphFrozenError",
 ]

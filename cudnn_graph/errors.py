@@ -13,8 +13,8 @@ from __future__ import annotations
 __all__ = [
     "CudnnGraphError", "BufferError_", "BufferImportError", "MalformedBufferError", "TensorMismatchError",
     "DataTypeMismatchError", "ShapeMismatchError", "StrideMismatchError", "DeviceMismatchError",
-    "AlignmentError", "ReadOnlyOutputError", "MissingTensorError", "UnknownTensorError", "WorkspaceError", "StreamDeviceError",
-    "CudaDriverError", "DeviceMemoryError",
+    "AlignmentError", "ReadOnlyOutputError", "HostAddressError", "MissingTensorError", "UnknownTensorError",
+    "WorkspaceError", "StreamDeviceError", "CudaDriverError", "DeviceMemoryError",
     "GraphValidationError", "GraphNotSupportedError", "cudnnGraphNotSupportedError", "GraphFrozenError",
 ]
 
@@ -78,6 +78,18 @@ class AlignmentError(TensorMismatchError):
 
 class ReadOnlyOutputError(TensorMismatchError):
     pass
+
+
+class HostAddressError(BufferImportError):
+    """A bare int address for a tensor on a host device: this process would dereference memory it cannot
+    prove is there. Pass a host buffer (NumPy, any DLPack producer) or an explicit ``Slot.from_address``."""
+
+    def __init__(self, name, uid, device: str):
+        self.tensor_name = name
+        self.uid = uid
+        super().__init__(
+            f"{_label(name, uid)}: expected a host buffer (a NumPy array, any DLPack producer) or an explicit "
+            f"Slot.from_address(ptr, shape, dtype=..., device='cpu'); got an int address for a {device} tensor")
 
 
 class WorkspaceError(CudnnGraphError, ValueError):

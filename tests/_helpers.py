@@ -16,3 +16,11 @@ def c_compiler_or_skip(what: str) -> str:
     if cc is None:
         pytest.skip(f"no C compiler to build {what}")
     return cc
+
+
+def host_address(a):
+    """An explicit host Slot over a NumPy array's memory: a bare int is refused on a host graph, since the
+    process would dereference memory it cannot prove is there."""
+    from cudnn_graph import Slot
+    return Slot.from_address(a.ctypes.data, a.shape, [s // a.itemsize for s in a.strides], dtype=a.dtype,
+                             device="cpu")

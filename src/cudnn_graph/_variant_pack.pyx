@@ -20,7 +20,8 @@ from cudnn_graph._layout import row_major_strides
 
 from cudnn_graph.errors import (
     DataTypeMismatchError, ShapeMismatchError, StrideMismatchError, DeviceMismatchError,
-    AlignmentError, ReadOnlyOutputError, MissingTensorError, UnknownTensorError, BufferImportError)
+    AlignmentError, ReadOnlyOutputError, MissingTensorError, UnknownTensorError, BufferImportError,
+    HostAddressError)
 
 
 @cython.final
@@ -228,6 +229,9 @@ cdef object _key_uid(object key, PackLayout layout):
 cdef intptr_t _checked_address(object buffer, TensorSpec spec) except? -1:
     """A bare address for ``spec``: in range, non-NULL unless the tensor is empty, aligned."""
     cdef intptr_t ptr
+    if not _device_address_ok(spec):
+        # Host memory is dereferenced by this process: an int cannot prove it spans the declared size.
+        raise HostAddressError(spec.name, spec.uid, device_name(spec._device.device_type, spec._device.device_id))
     try:
         ptr = buffer
     except OverflowError:
@@ -390,11 +394,17 @@ cdef Py_ssize_t _position(object key, PackLayout layout) except -2:
     return -1 if position is None else <Py_ssize_t>position
 
 
+cdef inline bint _device_address_ok(TensorSpec spec) noexcept nogil:
+    """A bare int is taken only where a device, not this process, dereferences it."""
+    return spec._device.device_type == kDLCUDA or spec._device.device_type == kDLCUDAManaged
+
+
 cdef inline intptr_t _address(object buffer, TensorSpec spec) except? -1:
     """``_checked_address`` with the common case (a positive, aligned, in-range int) inlined."""
     cdef int overflow
     cdef long ptr = PyLong_AsLongAndOverflow(buffer, &overflow)    # buffer is an int: never raises
-    if overflow == 0 and ptr > 0 and ((<uintptr_t>ptr) & <uintptr_t>(spec.alignment - 1)) == 0:
+    if (overflow == 0 and ptr > 0 and ((<uintptr_t>ptr) & <uintptr_t>(spec.alignment - 1)) == 0
+            and _device_address_ok(spec)):
         return <intptr_t>ptr
     return _checked_address(buffer, spec)     # raises the typed error (or allows NULL for empty tensors)
 

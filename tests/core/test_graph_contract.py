@@ -13,6 +13,7 @@ import sys
 
 import ml_dtypes
 import numpy as np
+from _helpers import host_address
 import pytest
 
 import cudnn_graph as cudnn
@@ -145,7 +146,7 @@ def test_toy_engine_proposes_builds_and_executes_on_slots_only(register, referen
 
     # Raw addresses and keys by uid or by name reach the engine as the same slots.
     Y2 = np.zeros_like(Y)
-    g.execute({a.uid: A.ctypes.data, "b": B, y: Y2.ctypes.data})
+    g.execute({a.uid: host_address(A), "b": B, y: host_address(Y2)})
     np.testing.assert_array_equal(Y2, A + B)
     assert toy.seen[-1]["slots"] == [cudnn.Slot] * 3 and toy.seen[-1]["workspace"] is type(None)
 
@@ -771,7 +772,7 @@ def test_pygraph_style_code_runs_unchanged():
     out = np.zeros((2, 4, 3), ml_dtypes.bfloat16)
     # NumPy cannot export ml_dtypes arrays through DLPack: bf16 buffers go in as raw host addresses,
     # shaped by the geometry the graph declares (cudnn.pygraph takes int pointers too).
-    graph.execute({X: x, W: w, B: bias.ctypes.data, S: s.ctypes.data, F: out.ctypes.data}, np.zeros(0, np.uint8))
+    graph.execute({X: x, W: w, B: host_address(bias), S: host_address(s), F: host_address(out)}, np.zeros(0, np.uint8))
     ref = np.maximum(np.matmul(x.astype(np.float64), w.astype(np.float64)) + bias.astype(np.float64), 0)
     ref *= s.astype(np.float64)
     np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2e-2, atol=2e-2)

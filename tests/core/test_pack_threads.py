@@ -1,6 +1,6 @@
 """Thread safety of packing: 16 threads share ONE PackLayout and never see each other's pointers.
 
-Each thread packs 10k different buffers (NumPy slices through ``__dlpack__``, raw int addresses, and
+Each thread packs 10k different buffers (NumPy slices through ``__dlpack__``, raw int addresses (device tensors: a host one refuses a bare int), and
 alternately exchange-API producers and Slots) and checks that every pack's data pointers, both the
 Python view and the C pointer array, are exactly its own buffers.
 """
@@ -26,7 +26,7 @@ def _ptr(a):
 def test_sixteen_threads_share_one_layout_without_mixing_pointers():
     layout = PackLayout([
         TensorSpec(1, (4,), "float32", device="cpu", name="x"),
-        TensorSpec(2, (4,), "float32", device="cpu", name="addr"),
+        TensorSpec(2, (4,), "float32", device="cuda", name="addr"),
         TensorSpec(3, (2, 2), "float32", device="cpu", name="y", is_output=True),
     ])
     barrier = threading.Barrier(N_THREADS)

@@ -123,17 +123,18 @@ def test_layout_packs_by_uid_name_and_tensor():
 
 def test_bare_int_takes_the_geometry_of_the_spec():
     layout = PackLayout([spec(1, (4, 8), "bfloat16", device="cuda:1"),
-                         spec(2, (2, 3), "float32", strides=(1, 2))])
+                         spec(2, (2, 3), "float32", strides=(1, 2), device="cuda")])
     pack = layout.pack({1: 0x7F0000000000, 2: 4096})
     s1, s2 = pack.slots
     assert (s1.shape, s1.strides, s1.dtype, s1.device) == ((4, 8), (8, 1), "bfloat16", ("cuda", 1))
     assert s1.data_ptr == 0x7F0000000000 and not s1.readonly
-    assert (s2.shape, s2.strides, s2.dtype, s2.device) == ((2, 3), (1, 2), "float32", ("cpu", 0))
+    assert (s2.shape, s2.strides, s2.dtype, s2.device) == ((2, 3), (1, 2), "float32", ("cuda", 0))
     assert pack.data_ptrs == (0x7F0000000000, 4096)
 
 
 def test_bare_int_for_a_high_rank_and_a_zero_size_spec():
-    layout = PackLayout([spec(1, (1, 2, 1, 2, 1, 2, 1, 2), "int8"), spec(2, (0, 5), "float32")])
+    layout = PackLayout([spec(1, (1, 2, 1, 2, 1, 2, 1, 2), "int8", device="cuda"),
+                         spec(2, (0, 5), "float32", device="cuda")])
     pack = layout.pack({1: 4096, 2: 0})                   # NULL is fine when nothing is addressed
     assert pack.slots[0].strides == (16, 8, 8, 4, 4, 2, 2, 1)
     assert pack.slots[1].numel == 0 and pack.slots[1].data_ptr == 0
@@ -147,8 +148,16 @@ def test_bare_int_for_a_high_rank_and_a_zero_size_spec():
 ])
 def test_bad_bare_addresses(address, error, pattern):
     with pytest.raises(error, match=pattern) as info:
-        PackLayout([spec(1)]).pack({1: address})
+        PackLayout([spec(1, device="cuda")]).pack({1: address})
     assert info.type is error
+
+
+def test_bare_int_on_a_host_tensor_is_refused_naming_it():
+    # This process would dereference it: an int cannot prove it spans the declared size.
+    from cudnn_graph import HostAddressError, CudnnGraphError
+    with pytest.raises(HostAddressError, match=r"tensor 't1' \(uid 1\): expected a host buffer .*Slot.from_address.*got an int") as info:
+        PackLayout([spec(1)]).pack({1: 4096})
+    assert isinstance(info.value, (CudnnGraphError, TypeError))
 
 
 def test_unknown_and_missing_tensors():

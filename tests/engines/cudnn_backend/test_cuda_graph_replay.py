@@ -188,6 +188,9 @@ runner = _plan_runner.PlanRunner(plan, 0, 0, "fake")
 layout = PackLayout([TensorSpec(3, (4, 8), "float16", name="x"),
                      TensorSpec(5, (4, 8), "float16", name="y", is_output=True),
                      TensorSpec(7, (1,), "float32", device="cpu", name="s", required=False)])
+# A host operand takes an explicit host Slot: a bare int there would be dereferenced by this process.
+from cudnn_graph import Slot
+S7 = Slot.from_address(0x300004, (1,), dtype="float32", device="cpu")
 state = _cudnn_handle.current_thread_state()
 def run(x, y, **kw):
     kw.setdefault("stream", 0)

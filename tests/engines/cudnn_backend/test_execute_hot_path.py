@@ -21,15 +21,15 @@ def test_sixteen_byte_alignment_is_checked_on_device_operands_whether_or_not_opt
     out, records = run_child(PROLOGUE + """
 errors = []
 packs = [{3: 0x100000, 5: 0x200008},                     # the optional host scalar left out
-         {3: 0x100000, 5: 0x200008, 7: 0x300004},        # every operand given
-         {3: 0x100008, 5: 0x200000, 7: 0x300004}]
+         {3: 0x100000, 5: 0x200008, 7: S7},        # every operand given
+         {3: 0x100008, 5: 0x200000, 7: S7}]
 for mapping in packs:
     try:
         run(*(mapping[3], mapping[5])) if len(mapping) == 2 else runner.run(layout.pack(mapping), stream=0)
     except Exception as e:
         errors.append([type(e).__name__, str(e)])
 # A host operand is not held to the device operands' 16 bytes (its own 4-byte alignment is checked).
-runner.run(layout.pack({3: 0x100000, 5: 0x200000, 7: 0x300004}), stream=0)
+runner.run(layout.pack({3: 0x100000, 5: 0x200000, 7: S7}), stream=0)
 runner.run(layout.pack({3: 0x100000, 5: 0x200000}), stream=0)
 print(json.dumps({"errors": errors}))
 """, {**fake_cuda(), **OFF}, tmp_path / "log")
@@ -155,7 +155,9 @@ bad = [{3: 0x100000},                                   # y missing
        {3: 1 << 70, 5: 0x200000},                        # beyond a pointer
        {3: 0x100001, 5: 0x200000},                       # not even half-aligned
        {3: 0x100000, 5: 0x200008},                       # not 16-byte aligned for the plan
-       {3: 0x100000, 5: 0x200000, 7: 0x300002},          # host scalar below its 4 bytes
+       {3: 0x100000, 5: 0x200000, 7: Slot.from_address(0x300002, (1,), dtype="float32", device="cpu")},
+                                                         # host scalar below its 4 bytes
+       {3: 0x100000, 5: 0x200000, 7: 0x300004},          # a bare int for host memory: refused
        {3.0: 0x100000, 5: 0x200000},                     # a key that names nothing
        {3: 0x100000, 5: np.zeros((4, 8), np.float16)},   # host memory for a device tensor
        {3: 0x100000, 5: "buffer"},                       # not a buffer
@@ -172,7 +174,7 @@ for mapping in bad:
             got.append([type(e).__name__, str(e)])
     errors.append(got)
 runner.execute_mapping({"y": 0x200000, 3: 0x100000}, None, None)               # any key order, names
-runner.execute_mapping({5: 0x200000, 3: 0x100000, "s": 0x300004}, None, None)
+runner.execute_mapping({5: 0x200000, 3: 0x100000, "s": S7}, None, None)
 print(json.dumps({"errors": errors}))
 """, {**fake_cuda(), **OFF}, tmp_path / "log")
     names = []
@@ -181,7 +183,7 @@ print(json.dumps({"errors": errors}))
         names.append(mapped[0])
     assert names == ["MissingTensorError", "UnknownTensorError", "UnknownTensorError", "ValueError",
                      "ValueError", "ValueError", "ValueError", "AlignmentError", "AlignmentError",
-                     "AlignmentError", "TypeError", "DeviceMismatchError", "BufferImportError", "TypeError"]
+                     "AlignmentError", "HostAddressError", "TypeError", "DeviceMismatchError", "BufferImportError", "TypeError"]
     assert "tensor 'y' (uid 5)" in out["errors"][0][0][1]
     assert [pointers(r) for r in executes(records)] == [{3: 0x100000, 5: 0x200000},
                                                           {3: 0x100000, 5: 0x200000, 7: 0x300004}]

@@ -14,6 +14,7 @@ import sys
 import types
 
 import numpy as np
+from _helpers import host_address
 import pytest
 from _helpers import REPO_ROOT
 
@@ -323,7 +324,7 @@ def _graph_forward(op, d, l2, io_type):
     # NumPy cannot export ml_dtypes (bf16) arrays through DLPack: those go in as raw host addresses,
     # shaped by the graph's declared geometry.
     def buf(arr):
-        return arr.ctypes.data if arr.dtype.kind == "V" or arr.dtype.name == "bfloat16" else arr
+        return host_address(arr) if arr.dtype.kind == "V" or arr.dtype.name == "bfloat16" else arr
 
     pack = {t[name]: buf(arr) for name, arr in host.items()}
     pack.update({o: buf(O), final: FS})

@@ -15,6 +15,7 @@ import re
 
 import ml_dtypes
 import numpy as np
+from _helpers import host_address
 import pytest
 
 import cudnn_graph as cudnn
@@ -53,7 +54,7 @@ def inp(g, name, a, **kw):
 
 def buf(a: np.ndarray):
     """What the caller hands over: the array, or its address when NumPy cannot export it (ml_dtypes)."""
-    return a.ctypes.data if a.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu") else a
+    return host_address(a) if a.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu") else a
 
 
 def run(g, feeds: dict, outs: dict) -> dict:
@@ -315,7 +316,7 @@ def test_matmul_noncontiguous_views_and_raw_addresses():
 
     c2 = np.zeros((2, 4, 5), np.float32)
     a_c = np.ascontiguousarray(a)
-    g.execute({ta: a_c.ctypes.data, tb: b, tc: c2.ctypes.data})
+    g.execute({ta: host_address(a_c), tb: b, tc: host_address(c2)})
     close(c2, want)
 
 
