@@ -18,9 +18,8 @@ def debug_counters() -> dict:
     state = _cudnn_handle.current_thread_state()
     lowered = plans = 0
     for engine in manifest.engines():
-        cache = getattr(engine, "_lowerings", None)
-        if cache:
-            lowered += len(cache)
-            plans += sum(len(getattr(item, "runners", ())) for item in list(cache.values()))
+        counts = engine.cache_counts()
+        lowered += counts.get("lowered_graphs", 0)
+        plans += counts.get("built_plans", 0)
     return {"variant_packs": state.cached_variant_packs, "cuda_graphs": state.cached_graphs,
             "lowered_graphs": lowered, "built_plans": plans}

@@ -100,6 +100,11 @@ class BaseEngine:
     def build_plan(self, graph: GraphView, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
         raise NotImplementedError(f"{self.name} builds no plans")
 
+    def cache_counts(self) -> dict:
+        """How many entries each of this engine's bounded caches holds (``{name: count}``), for leak
+        checks (``cudnn_graph.debug.debug_counters``). Default: the engine caches nothing."""
+        return {}
+
     def check_support(self, graph: GraphView, plan: PlanConfig) -> None:
         """Cheap support check before building; decline by raising. Default: supported."""
 

@@ -337,6 +337,11 @@ class CudnnBackendEngine(BaseEngine):
         self._lock = threading.Lock()
         self._lowerings: OrderedDict = OrderedDict()
 
+    def cache_counts(self) -> dict:
+        lowered = list(self._lowerings.values())
+        return {"lowered_graphs": len(lowered),
+                "built_plans": sum(len(getattr(item, "runners", ())) for item in lowered)}
+
     # -- planning --------------------------------------------------------------------------------
 
     def propose_plans(self, graph) -> list:
