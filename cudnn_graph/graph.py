@@ -42,6 +42,7 @@ from .errors import (WorkspaceError, DeviceMismatchError, GraphFrozenError, Grap
                      GraphValidationError, UnknownTensorError)
 from .ops import SCHEMAS
 from .ops.schema import REQUIRED, InferContext, TensorInfo
+from .ops._score_mod import ScoreModGraph
 from .router import Router, get_default_router
 from .engines.base import ExecutionContext
 
@@ -95,6 +96,8 @@ def _make_builder(schema):
                 if key in declined:
                     raise GraphNotSupportedError(f"{schema.name}(): {key}: {declined[key]}")
             return self._build(binding, args, kwargs)
+    if schema.prepare_call is not None:
+        builder = _with_prepare(builder, schema, order)
 
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
     seen = set()
@@ -113,6 +116,22 @@ def _make_builder(schema):
                        f"Inputs: {', '.join(schema.port_names())}. Outputs: {outs}.\n"
                        f"Returns {'a list of tensors' if schema.returns == 'list' else 'the output tensor'}.")
     return builder
+
+
+def _with_prepare(builder, schema, order):
+    """``builder`` behind ``schema.prepare_call``, which sees every argument by its keyword."""
+    prepare = schema.prepare_call
+
+    def prepared(self, *args, **kwargs):
+        if len(args) > len(order):
+            raise TypeError(f"{schema.name}() takes at most {len(order)} positional arguments "
+                            f"({', '.join(order)}); got {len(args)}")
+        for name, value in zip(order, args):
+            if name in kwargs:
+                raise TypeError(f"{schema.name}() got multiple values for argument '{name}'")
+            kwargs[name] = value
+        return builder(self, **prepare(self, schema, kwargs))
+    return prepared
 
 
 class pygraph(_GraphCore):
@@ -203,6 +222,10 @@ class pygraph(_GraphCore):
         if not self._is_validated():
             self.validate()
         self._freeze()
+        for node in self.nodes:
+            for value in node.params.values():
+                if isinstance(value, ScoreModGraph):
+                    value.freeze()     # the whole surface freezes, the callbacks' subgraphs included
 
     def create_execution_plans(self, heur_modes=None) -> None:
         """Rank every engine's plans for this graph into one list (``graph.plans``). One-shot."""
