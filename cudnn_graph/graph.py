@@ -54,12 +54,35 @@ _GENERIC = ("compute_data_type", "name")
 
 
 class PlanEntryError(GraphNotSupportedError):
-    """No entry of the plan list could be built; ``declines`` says which engine declined and why."""
+    """No entry of the plan list could be built; ``declines`` says which engine declined and why.
+
+    The first line carries each decline, shortened (callers and test runners often show only that line,
+    e.g. a skip reason); the full reasons follow, one per line.
+    """
 
     def __init__(self, message: str, declines: Sequence[tuple[str, str]]):
         self.declines = list(declines)
-        lines = [message] + [f"  - {who}: {why}" for who, why in self.declines]
+        lines = [message + _decline_summary(self.declines)] + [f"  - {who}: {why}" for who, why in self.declines]
         super().__init__("\n".join(lines))
+
+
+_SUMMARY_REASON_CHARS = 160    # per decline, on the first line
+_SUMMARY_DECLINES = 4          # declines named on the first line; the rest are counted
+
+
+def _decline_summary(declines: Sequence[tuple[str, str]]) -> str:
+    """`` (engine: reason; ...)``: each reason on one line, cut to its first ``_SUMMARY_REASON_CHARS``."""
+    if not declines:
+        return ""
+    parts = []
+    for who, why in declines[:_SUMMARY_DECLINES]:
+        why = " ".join(str(why).split())
+        if len(why) > _SUMMARY_REASON_CHARS:
+            why = why[:_SUMMARY_REASON_CHARS - 3].rstrip() + "..."
+        parts.append(f"{who}: {why}")
+    if len(declines) > _SUMMARY_DECLINES:
+        parts.append(f"{len(declines) - _SUMMARY_DECLINES} more below")
+    return " (" + "; ".join(parts) + ")"
 
 
 @dataclass
