@@ -231,6 +231,13 @@ def prepare_score_mod_call(graph, schema, kwargs: dict) -> dict:
     return out
 
 
+def _tensor_named_by(rec: ScoreModGraph, exc: Exception) -> str:
+    """`` (tensor 'x')`` for the subgraph tensor at the node and port a validation error names, else ''."""
+    node = next((n for n in rec.nodes if n.name == getattr(exc, "node", None)), None)
+    t = node.inputs.get(getattr(exc, "port", None)) if node is not None else None
+    return f" (tensor '{t.name}')" if t is not None and not isinstance(t, tuple) else ""
+
+
 def check_score_mod(ctx: InferContext, scores: tuple) -> None:
     """Refresh and infer each recorded subgraph of an attention node (the sdpa schemas' infer calls it)."""
     from .._inference import infer_graph
@@ -261,7 +268,7 @@ def check_score_mod(ctx: InferContext, scores: tuple) -> None:
         try:
             infer_graph(rec.graph)
         except (GraphValidationError, GraphNotSupportedError) as exc:
-            ctx.fail(keyword, f"in the subgraph the callback built: {exc}")
+            ctx.fail(keyword, f"in the subgraph the callback built{_tensor_named_by(rec, exc)}: {exc}")
         out = rec.output
         if out is not rec.score and tuple(out.dim) != tuple(scores):
             ctx.fail(keyword, f"the callback returned tensor '{out.name}' of dims {list(out.dim)}; the score it "
