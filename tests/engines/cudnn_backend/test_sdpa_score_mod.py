@@ -21,60 +21,20 @@ from cudnn_graph.engines.cudnn_backend import Ref, lower_program
 from cudnn_graph.engines.cudnn_backend import _lower_sdpa
 from cudnn_graph.ops._sdpa import AttentionImplementation
 
+from _score_mod_callbacks import arrow_mask, document_mask, softcap, softcap_backward_graph
+from gpu_support import row_major
+
 D = cudnn.data_type
 IO = [D.BFLOAT16, D.HALF]
 IO_IDS = ["bf16", "fp16"]
 TOL = {D.BFLOAT16: 2.5e-2, D.HALF: 5e-3}
 NEG = -1e9
 
-
-# ---- callbacks (cudnn-frontend's test_flexible_sdpa builds the same ones) -----------------------------
-
-def _int(t):
-    t.set_data_type(D.INT32)
-    return t
-
-
-def arrow_mask(sub, score, row_bound, col_bound, diag_lo, diag_hi, neg_inf):
-    row = _int(sub.gen_index(input=score, axis=2))
-    col = _int(sub.gen_index(input=score, axis=3))
-    first_rows = _int(sub.cmp_lt(input=row, comparison=row_bound, compute_data_type=D.BOOLEAN))
-    first_cols = _int(sub.cmp_lt(input=col, comparison=col_bound, compute_data_type=D.BOOLEAN))
-    diff = _int(sub.sub(a=row, b=col, compute_data_type=D.INT32))
-    above = _int(sub.cmp_ge(input=diff, comparison=diag_lo, compute_data_type=D.BOOLEAN))
-    below = _int(sub.cmp_le(input=diff, comparison=diag_hi, compute_data_type=D.BOOLEAN))
-    band = _int(sub.logical_and(above, below, compute_data_type=D.BOOLEAN))
-    keep = _int(sub.logical_or(first_rows, first_cols, compute_data_type=D.BOOLEAN))
-    keep = _int(sub.logical_or(keep, band, compute_data_type=D.BOOLEAN))
-    return sub.binary_select(input0=score, input1=neg_inf, mask=keep)
-
-
 ARROW_OPS = [PW.GEN_INDEX, PW.GEN_INDEX, PW.CMP_LT, PW.CMP_LT, PW.SUB, PW.CMP_GE, PW.CMP_LE, PW.LOGICAL_AND,
-             PW.LOGICAL_OR, PW.LOGICAL_OR, PW.BINARY_SELECT]
-
-
-def document_mask(sub, score, doc_rows, doc_cols, neg_inf):
-    col = _int(sub.gen_index(input=score, axis=3, compute_data_type=D.INT32))
-    ones = _int(sub.cmp_le(input=col, comparison=col, compute_data_type=D.FLOAT))
-    rows = _int(sub.scale(input=ones, scale=doc_rows, compute_data_type=D.FLOAT))
-    cols = _int(sub.scale(input=ones, scale=doc_cols, compute_data_type=D.FLOAT))
-    same = _int(sub.cmp_eq(input=rows, comparison=cols, compute_data_type=D.FLOAT))
-    return sub.binary_select(input0=score, input1=neg_inf, mask=same)
-
-
-def softcap(sub, score, cap):
-    return sub.mul(a=sub.tanh(input=sub.div(a=score, b=cap)), b=cap)
+             PW.LOGICAL_OR, PW.LOGICAL_OR, PW.BINARY_SELECT]     # what arrow_mask builds, in order
 
 
 # ---- graph builders (device first, as gpu_support's compare wants) --------------------------------------
-
-def _dense(dims):
-    out, acc = [], 1
-    for d in reversed(dims):
-        out.insert(0, acc)
-        acc *= d
-    return out
-
 
 def _constant(g, value, dtype):
     """A by-value constant the plan supplies (no buffer at execute), 4-d like the scores."""
@@ -201,17 +161,7 @@ def program_has_native(program) -> bool:
 
 
 def test_backward_score_mod_is_declined_by_name():
-    b, h, s, d = 1, 2, 64, 64
-    g = cudnn.pygraph(io_data_type=D.HALF, intermediate_data_type=D.FLOAT, compute_data_type=D.FLOAT,
-                      device="cuda")
-    dims = (b, h, s, d)
-    q, k, v, o, d_o = (g.tensor(name=n, dim=list(dims), stride=_dense(dims)) for n in ("q", "k", "v", "o", "dO"))
-    stats = g.tensor(name="stats", dim=[b, h, s, 1], stride=_dense((b, h, s, 1)), data_type=D.FLOAT)
-    cap = _constant(g, 0.8, D.FLOAT)
-    for grad in g.sdpa_backward(q, k, v, o, d_o, stats, score_mod=functools.partial(softcap, cap=cap),
-                                name="attn_bwd"):
-        grad.set_output(True)
-    g.validate()
+    g, _grads, _cap = softcap_backward_graph("cuda", s=64, d=64)
     with pytest.raises(GraphNotSupportedError, match="node 'attn_bwd'.*score_mod / score_mod_bprop in sdpa_backward"):
         lower_program(g)
 

@@ -13,70 +13,19 @@ import cudnn_graph as cudnn
 from cudnn_graph import GraphNotSupportedError, GraphValidationError
 from cudnn_graph.ops._score_mod import ScoreModBuilder, ScoreModGraph
 
+from _score_mod_callbacks import arrow_mask, document_mask, softcap, softcap_backward_graph
+from gpu_support import row_major
+
 D = cudnn.data_type
 NEG = -1e9
 
 
-# ---- callbacks written as cudnn-frontend's tests write them ------------------------------------------
-
-def arrow_mask(sub, score, row_bound, col_bound, diag_lo, diag_hi, neg_inf):
-    """Keep the first rows, the first columns and a band around the diagonal."""
-    row = sub.gen_index(input=score, axis=2)
-    row.set_data_type(D.INT32)
-    col = sub.gen_index(input=score, axis=3)
-    col.set_data_type(D.INT32)
-    first_rows = sub.cmp_lt(input=row, comparison=row_bound, compute_data_type=D.BOOLEAN)
-    first_rows.set_data_type(D.INT32)
-    first_cols = sub.cmp_lt(input=col, comparison=col_bound, compute_data_type=D.BOOLEAN)
-    first_cols.set_data_type(D.INT32)
-    diff = sub.sub(a=row, b=col, compute_data_type=D.INT32)
-    diff.set_data_type(D.INT32)
-    above = sub.cmp_ge(input=diff, comparison=diag_lo, compute_data_type=D.BOOLEAN)
-    above.set_data_type(D.INT32)
-    below = sub.cmp_le(input=diff, comparison=diag_hi, compute_data_type=D.BOOLEAN)
-    below.set_data_type(D.INT32)
-    band = sub.logical_and(above, below, compute_data_type=D.BOOLEAN)
-    band.set_data_type(D.INT32)
-    keep = sub.logical_or(first_rows, first_cols, compute_data_type=D.BOOLEAN)
-    keep.set_data_type(D.INT32)
-    keep = sub.logical_or(keep, band, compute_data_type=D.BOOLEAN)
-    keep.set_data_type(D.INT32)
-    return sub.binary_select(input0=score, input1=neg_inf, mask=keep)
-
-
-def document_mask(sub, score, doc_rows, doc_cols, neg_inf):
-    """Query i sees key j only inside its document (doc ids as a column and as a row)."""
-    col = sub.gen_index(input=score, axis=3, compute_data_type=D.INT32)
-    col.set_data_type(D.INT32)
-    ones = sub.cmp_le(input=col, comparison=col, compute_data_type=D.FLOAT)
-    ones.set_data_type(D.INT32)
-    rows = sub.scale(input=ones, scale=doc_rows, compute_data_type=D.FLOAT)
-    rows.set_data_type(D.INT32)
-    cols = sub.scale(input=ones, scale=doc_cols, compute_data_type=D.FLOAT)
-    cols.set_data_type(D.INT32)
-    same = sub.cmp_eq(input=rows, comparison=cols, compute_data_type=D.FLOAT)
-    same.set_data_type(D.INT32)
-    return sub.binary_select(input0=score, input1=neg_inf, mask=same)
-
-
-def softcap(sub, score, cap):
-    return sub.mul(a=sub.tanh(input=sub.div(a=score, b=cap)), b=cap)
-
-
 # ---- helpers --------------------------------------------------------------------------------------------
-
-def _dense(dims):
-    out, acc = [], 1
-    for d in reversed(dims):
-        out.insert(0, acc)
-        acc *= d
-    return out
-
 
 def _graph(b=2, h=2, s_q=8, s_kv=8, d=16):
     g = cudnn.pygraph(io_data_type=D.HALF, intermediate_data_type=D.FLOAT, compute_data_type=D.FLOAT,
                       device="cpu")
-    t = {name: g.tensor(name=name, dim=list(dims), stride=_dense(dims))
+    t = {name: g.tensor(name=name, dim=list(dims), stride=row_major(dims))
          for name, dims in (("q", (b, h, s_q, d)), ("k", (b, h, s_kv, d)), ("v", (b, h, s_kv, d)))}
     return g, t
 
@@ -173,7 +122,7 @@ def test_softcap_score_mod_also_shapes_the_stats():
 
 def test_score_mod_runs_before_the_bias():
     g, t = _graph(s_q=4, s_kv=4)
-    bias = g.tensor(name="bias", dim=[1, 2, 4, 4], stride=_dense((1, 2, 4, 4)))
+    bias = g.tensor(name="bias", dim=[1, 2, 4, 4], stride=row_major((1, 2, 4, 4)))
     cap = _scalar(g, "cap", D.FLOAT)
     o, _ = g.sdpa(t["q"], t["k"], t["v"], generate_stats=False, attn_scale=1.0, bias=bias,
                   score_mod=functools.partial(softcap, cap=cap))
@@ -317,17 +266,7 @@ def test_builtin_masks_are_off_with_a_score_mod_as_in_the_frontend():
 
 
 def test_backward_score_mod_is_recorded_and_declined_by_the_reference_by_name():
-    b, h, s, d = 1, 2, 8, 16
-    g = cudnn.pygraph(io_data_type=D.HALF, intermediate_data_type=D.FLOAT, compute_data_type=D.FLOAT,
-                      device="cpu")
-    dims = (b, h, s, d)
-    q, k, v, o, d_o = (g.tensor(name=n, dim=list(dims), stride=_dense(dims)) for n in ("q", "k", "v", "o", "dO"))
-    stats = g.tensor(name="stats", dim=[b, h, s, 1], stride=_dense((b, h, s, 1)), data_type=D.FLOAT)
-    cap = _scalar(g, "cap", D.FLOAT)
-    grads = g.sdpa_backward(q, k, v, o, d_o, stats, score_mod=functools.partial(softcap, cap=cap))
-    for x in grads:
-        x.set_output(True)
+    g, grads, cap = softcap_backward_graph("cpu")
     assert grads[0].producer.inputs["score_mod_inputs"] == (cap,)
-    g.validate()
     with pytest.raises(cudnn.PlanEntryError, match="reference sdpa_backward: score_mod"):
         g.build()
