@@ -89,8 +89,13 @@ class ScoreModGraph:
             self.graph._freeze()
 
     def to_dict(self) -> dict:
-        """The structure (for the graph's JSON and fingerprint)."""
-        return {"keyword": self.keyword, "graph": self.graph.to_dict(), "score": int(self.score.uid),
+        """The structure (for the graph's JSON and fingerprint), names left out as the graph's key does:
+        callbacks that build the same ops on the same tensors share plans."""
+        graph = self.graph.to_dict()
+        graph["context"].pop("name", None)
+        for item in graph["tensors"] + graph["nodes"]:
+            item.pop("name", None)
+        return {"keyword": self.keyword, "graph": graph, "score": int(self.score.uid),
                 "output": int(self.output.uid), "mirrors": [int(c.uid) for c, _o in self.mirrors]}
 
     def __repr__(self) -> str:

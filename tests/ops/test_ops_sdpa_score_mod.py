@@ -185,6 +185,8 @@ def test_equal_subgraphs_share_a_fingerprint_and_different_ones_do_not():
         return g.key()
 
     assert build(softcap) == build(lambda sub, score, cap: softcap(sub, score, cap))
+    renamed = lambda sub, score, cap: sub.mul(a=sub.tanh(input=sub.div(a=score, b=cap, name="d")), b=cap, name="m")
+    assert build(softcap) == build(renamed)
     assert build(softcap) != build(lambda sub, score, cap: sub.mul(a=score, b=cap))
 
 
