@@ -194,3 +194,17 @@ def test_score_mod_forward_matches_the_reference(io, case):
     outs = {"O", "Stats"} if kw.get("stats", True) else {"O"}
     g = compare(score_mod_graph, host, outs, "cupy", tolerance=TOL[io], io=io, **kw)
     _assert_cudnn_plan(g)
+
+
+def test_a_python_number_in_the_callback_becomes_a_plan_constant():
+    g = cudnn.pygraph(io_data_type=D.HALF, intermediate_data_type=D.FLOAT, compute_data_type=D.FLOAT,
+                      device="cuda")
+    q, k, v = (g.tensor(name=n, dim=[1, 2, 64, 64], stride=list(row_major((1, 2, 64, 64)))) for n in "qkv")
+    o, _ = g.sdpa(q, k, v, generate_stats=False, attn_scale=1.0, score_mod=lambda sub, score: sub.mul(a=score, b=0.5))
+    o.set_output(True)
+    g.validate()
+    program = lower_program(g)
+    ops = [program.step(n).attrs for n in program.operations]
+    half = ops[2]["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"]
+    assert program.step(half.name).attrs["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (1, 1, 1, 1)
+    assert (int(half.name.split("_")[1]), DataType.FLOAT, 0.5) in program.plan_constants
