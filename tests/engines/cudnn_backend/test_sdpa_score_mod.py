@@ -208,3 +208,19 @@ def test_a_python_number_in_the_callback_becomes_a_plan_constant():
     half = ops[2]["CUDNN_ATTR_OPERATION_POINTWISE_BDESC"]
     assert program.step(half.name).attrs["CUDNN_ATTR_TENSOR_DIMENSIONS"] == (1, 1, 1, 1)
     assert (int(half.name.split("_")[1]), DataType.FLOAT, 0.5) in program.plan_constants
+
+
+def test_an_old_cudnn_names_the_override_shape_version_before_any_node_declines():
+    """cudnn-frontend's THD tests skip with "needs cuDNN 9.21" on 9.19: the version is the reason given even
+    where a node's lowering would decline too (here a score_mod with implementation=UNIFIED)."""
+    from cudnn_graph._cudnn_errors import CudnnVersionError
+    g = cudnn.pygraph(io_data_type=D.HALF, intermediate_data_type=D.FLOAT, compute_data_type=D.FLOAT,
+                      device="cuda", is_override_shape_enabled=True)
+    q, k, v = (g.tensor(name=n, dim=[1, 2, 64, 64], stride=list(row_major((1, 2, 64, 64)))) for n in "qkv")
+    g.sdpa(q, k, v, generate_stats=False, attn_scale=1.0, implementation=AttentionImplementation.UNIFIED,
+           score_mod=lambda sub, score: score)[0].set_output(True)
+    g.validate()
+    with pytest.raises(CudnnVersionError, match=r"override shapes enabled \(dynamic shapes\) needs cuDNN >= 9\.21"):
+        lower_program(g, 91900)
+    with pytest.raises(GraphNotSupportedError, match="implementation=UNIFIED"):
+        lower_program(g, 92100)
