@@ -42,6 +42,7 @@ from .errors import (WorkspaceError, DeviceMismatchError, GraphFrozenError, Grap
                      GraphValidationError, UnknownTensorError)
 from .ops import SCHEMAS
 from .ops.schema import REQUIRED, InferContext, TensorInfo
+from .ops._score_mod import ScoreModGraph
 from .router import Router, get_default_router
 from .engines.base import ExecutionContext
 
@@ -53,12 +54,35 @@ _GENERIC = ("compute_data_type", "name")
 
 
 class PlanEntryError(GraphNotSupportedError):
-    """No entry of the plan list could be built; ``declines`` says which engine declined and why."""
+    """No entry of the plan list could be built; ``declines`` says which engine declined and why.
+
+    The first line carries each decline, shortened (callers and test runners often show only that line,
+    e.g. a skip reason); the full reasons follow, one per line.
+    """
 
     def __init__(self, message: str, declines: Sequence[tuple[str, str]]):
         self.declines = list(declines)
-        lines = [message] + [f"  - {who}: {why}" for who, why in self.declines]
+        lines = [message + _decline_summary(self.declines)] + [f"  - {who}: {why}" for who, why in self.declines]
         super().__init__("\n".join(lines))
+
+
+_SUMMARY_REASON_CHARS = 160    # per decline, on the first line
+_SUMMARY_DECLINES = 4          # declines named on the first line; the rest are counted
+
+
+def _decline_summary(declines: Sequence[tuple[str, str]]) -> str:
+    """`` (engine: reason; ...)``: each reason on one line, cut to its first ``_SUMMARY_REASON_CHARS``."""
+    if not declines:
+        return ""
+    parts = []
+    for who, why in declines[:_SUMMARY_DECLINES]:
+        why = " ".join(str(why).split())
+        if len(why) > _SUMMARY_REASON_CHARS:
+            why = why[:_SUMMARY_REASON_CHARS - 3].rstrip() + "..."
+        parts.append(f"{who}: {why}")
+    if len(declines) > _SUMMARY_DECLINES:
+        parts.append(f"{len(declines) - _SUMMARY_DECLINES} more below")
+    return " (" + "; ".join(parts) + ")"
 
 
 @dataclass
@@ -95,6 +119,8 @@ def _make_builder(schema):
                 if key in declined:
                     raise GraphNotSupportedError(f"{schema.name}(): {key}: {declined[key]}")
             return self._build(binding, args, kwargs)
+    if schema.prepare_call is not None:
+        builder = _with_prepare(builder, schema, order)
 
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
     seen = set()
@@ -113,6 +139,22 @@ def _make_builder(schema):
                        f"Inputs: {', '.join(schema.port_names())}. Outputs: {outs}.\n"
                        f"Returns {'a list of tensors' if schema.returns == 'list' else 'the output tensor'}.")
     return builder
+
+
+def _with_prepare(builder, schema, order):
+    """``builder`` behind ``schema.prepare_call``, which sees every argument by its keyword."""
+    prepare = schema.prepare_call
+
+    def prepared(self, *args, **kwargs):
+        if len(args) > len(order):
+            raise TypeError(f"{schema.name}() takes at most {len(order)} positional arguments "
+                            f"({', '.join(order)}); got {len(args)}")
+        for name, value in zip(order, args):
+            if name in kwargs:
+                raise TypeError(f"{schema.name}() got multiple values for argument '{name}'")
+            kwargs[name] = value
+        return builder(self, **prepare(self, schema, kwargs))
+    return prepared
 
 
 class pygraph(_GraphCore):
@@ -203,6 +245,10 @@ class pygraph(_GraphCore):
         if not self._is_validated():
             self.validate()
         self._freeze()
+        for node in self.nodes:
+            for value in node.params.values():
+                if isinstance(value, ScoreModGraph):
+                    value.freeze()     # the whole surface freezes, the callbacks' subgraphs included
 
     def create_execution_plans(self, heur_modes=None) -> None:
         """Rank every engine's plans for this graph into one list (``graph.plans``). One-shot."""

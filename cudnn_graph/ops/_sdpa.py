@@ -54,6 +54,7 @@ from ..data_type import DataType
 from .._layout import packed_strides_like as _packed_stride_like, row_major_strides as _packed_stride
 from ..enums import attention_implementation, diagonal_alignment
 from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, enum_converter, register
+from ._score_mod import check_score_mod, prepare_score_mod_call, to_score_mod_graph
 
 __all__ = ["DiagonalAlignment", "AttentionImplementation", "MaskSpec", "resolve_masking", "stats_requested",
            "PAGED_BACKWARD_REASON",
@@ -454,6 +455,7 @@ def _infer_sdpa(ctx: InferContext) -> dict:
         ctx.fail("generate_stats", "exactly one of generate_stats and is_inference must be set "
                                    "(prefer generate_stats)")
     geo, _mask, _padding = _check_common(ctx, forward=True)
+    check_score_mod(ctx, geo.scores)
     q = ctx.inputs["q"]
     block_mask = ctx.inputs.get("block_mask")
     if block_mask is not None:
@@ -509,6 +511,11 @@ _SEQ_LEN_PORTS = (Port("seq_len_q", optional=True, doc="(b, 1, 1, 1) INT32, with
 _RNG_DUMP_ATTR = Attr("rng_dump", None, _to_output_request, "caller's tensor receiving the Philox keep-mask (debug)")
 _RNG_DUMP_OUTPUT = Output("rng_dump", _requested("rng_dump"))
 _SINK_PORT = Port("sink_token", optional=True, doc="(1, h_q, 1, 1) FLOAT attention-sink logit per head")
+# What a score_mod callback reads and built (set by the builder from score_mod=; see ops._score_mod).
+_SCORE_MOD_PORT = Port("score_mod_inputs", optional=True, doc="outer tensors the score_mod subgraph reads (set "
+                                                              "by the builder)")
+_SCORE_MOD_GRAPH_ATTR = Attr("score_mod_graph", None, to_score_mod_graph,
+                             "the subgraph score_mod built (set by the builder)")
 
 SDPA_POSITIONAL = (
     "q", "k", "v", "is_inference", "attn_scale", "bias", "block_mask", "use_alibi_mask", "use_padding_mask",
@@ -546,6 +553,7 @@ _SDPA = OpSchema(
         Port("paged_attention_k_table", optional=True, doc="(b, 1, pages per sequence, 1) INT32 page ids of k"),
         Port("paged_attention_v_table", optional=True, doc="(b, 1, pages per sequence, 1) INT32 page ids of v"),
         _SINK_PORT,
+        _SCORE_MOD_PORT,
     ),
     outputs=(
         Output("O"),
@@ -561,6 +569,7 @@ _SDPA = OpSchema(
         _RNG_DUMP_ATTR,
         Attr("paged_attention_max_seq_len_kv", None, _to_opt_int, "logical s_kv when K and V are both paged"),
         Attr("score_mod", None, _to_opt_callable, "pygraph score-modifier callback (builds a subgraph)"),
+        _SCORE_MOD_GRAPH_ATTR,
         Attr("generate_stats", None, _to_opt_bool, "also write Stats (logsumexp per row) for the backward"),
         Attr("implementation", AttentionImplementation.AUTO,
              enum_converter(AttentionImplementation, "implementation"), "AUTO, COMPOSITE or UNIFIED"),
@@ -576,6 +585,8 @@ _SDPA = OpSchema(
     output_keywords=("score_max", "score_sum_exp", "rng_dump"),
     scalar_ports={"attn_scale": DataType.FLOAT},
     keyword_expanders={"dropout": expand_dropout_forward},
+    list_ports=("score_mod_inputs",),
+    prepare_call=prepare_score_mod_call,
     generic_positional=_GENERIC_POSITIONAL,
     aliases=("scaled_dot_product_flash_attention",),
 )
@@ -586,6 +597,7 @@ _SDPA = OpSchema(
 def _infer_sdpa_backward(ctx: InferContext) -> dict:
     a = ctx.attrs
     geo, _mask, _padding = _check_common(ctx, forward=False)
+    check_score_mod(ctx, geo.scores)
     q, k, v = ctx.inputs["q"], ctx.inputs["k"], ctx.inputs["v"]
     o, d_o, stats = ctx.need("o"), ctx.need("dO"), ctx.need("stats")
     o_dim = (geo.b, geo.h_q, geo.s_q, geo.d_v)
@@ -639,6 +651,8 @@ _SDPA_BACKWARD = OpSchema(
         *_DROPOUT_PORTS,
         Port("dropout_scale_inv", optional=True, doc="custom dropout inverse scale (1, 1, 1, 1)"),
         _SINK_PORT,
+        _SCORE_MOD_PORT,
+        Port("score_mod_bprop_inputs", optional=True, doc="outer tensors the score_mod_bprop subgraph reads"),
     ),
     outputs=(
         Output("dQ"), Output("dK"), Output("dV"),
@@ -656,6 +670,9 @@ _SDPA_BACKWARD = OpSchema(
         Attr("use_deterministic_algorithm", False, _to_bool, "ask cuDNN for a deterministic dQ reduction"),
         Attr("score_mod", None, _to_opt_callable, "forward score-modifier callback (recomputed here)"),
         Attr("score_mod_bprop", None, _to_opt_callable, "backward of score_mod"),
+        _SCORE_MOD_GRAPH_ATTR,
+        Attr("score_mod_bprop_graph", None, to_score_mod_graph, "the subgraph score_mod_bprop built (set by the "
+                                                                "builder)"),
         Attr("dSink_token", None, _to_output_request, "caller's tensor receiving the sink gradient (1, h_q, 1, 1)"),
     ),
     positional=SDPA_BACKWARD_POSITIONAL,
@@ -665,6 +682,8 @@ _SDPA_BACKWARD = OpSchema(
     output_keywords=("dBias", "dSink_token", "rng_dump"),
     scalar_ports={"attn_scale": DataType.FLOAT},
     keyword_expanders={"dropout": expand_dropout_backward},
+    list_ports=("score_mod_inputs", "score_mod_bprop_inputs"),
+    prepare_call=prepare_score_mod_call,
     declined_keywords={name: PAGED_BACKWARD_REASON for name in (
         "paged_attention_k_table", "paged_attention_v_table", "paged_attention_max_seq_len_kv")},
     generic_positional=_GENERIC_POSITIONAL,

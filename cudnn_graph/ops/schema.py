@@ -158,6 +158,9 @@ class OpSchema:
     """Pointwise ops: attribute -> the CUDNN_ATTR_POINTWISE_* attribute it sets."""
     in_pygraph: bool = True
     """False for the package's extensions (methods cudnn.pygraph has no counterpart of)."""
+    prepare_call: Optional[Callable[[Any, "OpSchema", dict], dict]] = None
+    """``prepare(graph, schema, keywords) -> keywords`` run by the builder before binding (every positional
+    argument given as its keyword): sdpa's runs ``score_mod`` callbacks and records their subgraphs."""
 
     def port_names(self) -> tuple:
         return tuple(p.name for p in self.inputs)

@@ -28,8 +28,11 @@ graphs saying so. Attribute names the compiled core cannot set yet (the native S
 RNG, paged-cache loads, reshape) are not registered, and the graphs needing them are declined with the
 reason, so AUTO still falls back to what can be built.
 
-Not lowered (declined by name): ``score_mod`` callbacks, block masks on the composite, dynamic shapes and
-execute-time override shapes.
+``score_mod`` (the subgraph the builder records from the callback) is lowered on the composite forward,
+between the scale and the bias (``_lower_score_mod``); the native operation declines it.
+
+Not lowered (declined by name): ``score_mod`` / ``score_mod_bprop`` in the backward, block masks on the
+composite, dynamic shapes and execute-time override shapes.
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from ...errors import GraphNotSupportedError
 from ...ops._sdpa import PAGED_BACKWARD_REASON, AttentionImplementation, DiagonalAlignment, MaskSpec, \
     alibi_slopes, infer_s_kv, resolve_masking, stats_requested
 from .lowering import ATTRIBUTE_TYPES, Ref, Step, lowers
+from ._lower_score_mod import lower_score_mod
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +189,8 @@ class _Ask:
         self.block_mask = ins.get("block_mask")
         self.ragged = any(getattr(t, "ragged_offset", None) is not None
                           for t in (*ins.values(), *node.outputs.values()))
-        self.score_mod = a.get("score_mod") is not None or a.get("score_mod_bprop") is not None
+        self.score_mod = a.get("score_mod_graph")          # the callback's recorded subgraph (or None)
+        self.score_mod_given = a.get("score_mod") is not None or a.get("score_mod_bprop") is not None
         self.io = DataType(lw.graph.data_type(self.q))
         self.compute = lw.compute_type(node)
         outs = node.outputs
@@ -213,8 +218,9 @@ class _Ask:
 
 def _common_decline(ask: _Ask) -> Optional[str]:
     """Reasons neither lowering can take the node."""
-    if ask.score_mod:
-        return "score_mod callbacks build a cuDNN subgraph from Python; the backend lowering does not run them"
+    reason = _score_mod_decline(ask)
+    if reason:
+        return reason
     if ask.io not in (DataType.HALF, DataType.BFLOAT16):
         return f"cuDNN's attention engines take HALF or BFLOAT16 q/k/v; got {ask.io.name}"
     if ask.compute != _F:
@@ -254,6 +260,8 @@ def _native_decline(ask: _Ask, version: Optional[int]) -> Optional[str]:
         later.append("dropout")
     if ask.sink is not None:
         later.append("a sink token")
+    if ask.score_mod is not None:
+        later.append("a score_mod subgraph")
     if ask.forward and (ask.score_max is not None or ask.rng_dump is not None):
         later.append("score_max / score_sum_exp / rng_dump outputs")
     if not ask.forward and ask.dbias is not None:
@@ -313,6 +321,18 @@ def _composite_decline(ask: _Ask, lw) -> Optional[str]:
             return f"a bottom-right causal mask needs s_q <= s_kv without padding; got s_q={ask.s_q}, s_kv={ask.s_kv}"
     if ask.mask.left_bound is not None and not ask.padding and ask.s_q > ask.s_kv:
         return f"a sliding window needs s_q <= s_kv without padding; got s_q={ask.s_q}, s_kv={ask.s_kv}"
+    return None
+
+
+def _score_mod_decline(ask: _Ask) -> Optional[str]:
+    """Why no lowering takes the node's score_mod (None: the composite forward lowers it)."""
+    if not ask.score_mod_given:
+        return None
+    if not ask.forward:
+        return ("score_mod / score_mod_bprop in sdpa_backward are not lowered yet (the forward's score_mod is: "
+                "it joins the composite's operation graph)")
+    if ask.score_mod is None:
+        return "a score_mod callback without the subgraph the builder records from it (score_mod_graph)"
     return None
 
 
@@ -582,6 +602,8 @@ def _forward_composite(lw, ask: _Ask, i: int):
     score = s.matmul(lw.ref(ask.q), kt, s.virtual(dims), m=seq_q, n=seq_kv)
     if ask.scale is not None:
         score = s.pointwise(PW.MUL, score, lw.ref(ask.scale), y=s.virtual(dims))
+    if ask.score_mod is not None:      # the callback's ops, between the scale and the bias (the frontend's order)
+        score = lower_score_mod(s, lw, ask.score_mod, score)
     score = _score_modifiers(s, ask, lw, score)
 
     # softmax, as the frontend's composite softmax node: Stats = max + log(sum(exp(x - max)))

@@ -588,6 +588,12 @@ def lower_program(graph, version: Optional[int] = None, checked: bool = False) -
     # GEN_INDEX's axis moves with the axes the padding prepends; folding would merge it away.
     shaped = [t for t in ordered if not t.is_pass_by_value]
     axis_shift = len(geometry[shaped[0].uid][0]) - len(shaped[0].dim) if shaped else 0
+    override_shapes = bool(getattr(graph, "is_override_shape_enabled", False))
+    if override_shapes and version is not None and version < OVERRIDE_SHAPE_VERSION:
+        # Before any node is lowered: the version is the reason, whatever a node's lowering would add.
+        from ..._cudnn_errors import CudnnVersionError
+        raise CudnnVersionError("a graph with override shapes enabled (dynamic shapes)",
+                                OVERRIDE_SHAPE_VERSION, version)
     lw = Lowering(graph, geometry, steps, tensor_steps, constants, axis_shift, version)
     operations = []
     for i, node in enumerate(graph.nodes):
@@ -597,11 +603,7 @@ def lower_program(graph, version: Optional[int] = None, checked: bool = False) -
                 operations.append(step.name)
     op_graph = {"CUDNN_ATTR_OPERATIONGRAPH_OPS": tuple(Ref(name) for name in operations),
                 "CUDNN_ATTR_OPERATIONGRAPH_HANDLE": HANDLE}
-    if getattr(graph, "is_override_shape_enabled", False):
-        if version is not None and version < OVERRIDE_SHAPE_VERSION:
-            from ..._cudnn_errors import CudnnVersionError
-            raise CudnnVersionError("a graph with override shapes enabled (dynamic shapes)",
-                                    OVERRIDE_SHAPE_VERSION, version)
+    if override_shapes:
         op_graph["CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED"] = True
     steps.append(Step("operation_graph", "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR", op_graph))
     return Program(steps, tensor_steps, geometry, operations, constants, notes=notes, aliases=lw.aliases,

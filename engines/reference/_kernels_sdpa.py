@@ -14,9 +14,12 @@ Semantics follow cuDNN (see ``cudnn_graph.ops._sdpa``):
     empty set; with a sink token it is the sink logit);
   * the backward recomputes P from the given Stats, as cuDNN does (P = exp(score - Stats)).
 
+``score_mod``: the subgraph the builder recorded from the callback (``ops._score_mod``) runs on the scores
+after the scale and before the bias, on the reference's pointwise kernels (``apply_score_mod``).
+
 Not implemented (raise ``NotImplementedError`` so the engine declines): Philox dropout (cuDNN's random
 stream layout is not public; a custom ``dropout_mask`` is supported), ``rng_dump``, ``block_mask`` (the bit
-order inside a tile byte is not documented) and ``score_mod`` callbacks (they build a cuDNN subgraph).
+order inside a tile byte is not documented) and ``score_mod`` / ``score_mod_bprop`` in the backward.
 
 Kernel contract: ``kernel(inputs, attrs, outputs, compute_dtype) -> {output: ndarray}`` where ``inputs``
 maps port -> ndarray (logical BHSD view, any strides) or None, ``attrs`` are converted attributes and
@@ -30,7 +33,7 @@ import numpy as np
 
 from cudnn_graph.ops._sdpa import DiagonalAlignment, MaskSpec, alibi_slopes, infer_s_kv, resolve_masking
 
-__all__ = ["KERNELS", "sdpa_forward_kernel", "sdpa_backward_kernel", "gather_paged"]
+__all__ = ["KERNELS", "sdpa_forward_kernel", "sdpa_backward_kernel", "gather_paged", "apply_score_mod"]
 
 _F = np.float64
 
@@ -41,8 +44,9 @@ def _f64(x: Optional[np.ndarray]) -> Optional[np.ndarray]:
 
 def _unsupported(inputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
     """Decline what the reference cannot reproduce bit-for-bit semantics of."""
-    if attrs.get("score_mod") is not None or attrs.get("score_mod_bprop") is not None:
-        raise NotImplementedError("reference sdpa: score_mod callbacks build a cuDNN subgraph; not supported")
+    if attrs.get("score_mod") is not None and attrs.get("score_mod_graph") is None:
+        raise NotImplementedError("reference sdpa: a score_mod callback without the subgraph the builder "
+                                  "records from it (score_mod_graph)")
     if inputs.get("block_mask") is not None:
         raise NotImplementedError("reference sdpa: block_mask bit layout inside a tile byte is not documented")
     p = attrs.get("dropout_probability")
@@ -51,6 +55,28 @@ def _unsupported(inputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
                                   "dropout mask (dropout=(mask, scale)) to run dropout on the reference")
     if attrs.get("rng_dump") is not None:
         raise NotImplementedError("reference sdpa: rng_dump records cuDNN's Philox stream; not reproducible")
+
+
+def _unsupported_backward(inputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
+    """What the backward kernel declines beyond ``_unsupported``."""
+    if attrs.get("score_mod") is not None or attrs.get("score_mod_bprop") is not None:
+        raise NotImplementedError("reference sdpa_backward: score_mod / score_mod_bprop are not implemented "
+                                  "(the forward's score_mod is)")
+    _unsupported(inputs, attrs)
+
+
+def apply_score_mod(record, score: np.ndarray, extra) -> np.ndarray:
+    """The scores after a recorded score_mod subgraph (``ops._score_mod.ScoreModGraph``): its pointwise
+    nodes run on the reference's pointwise kernels; ``extra`` are the arrays of its outer tensors."""
+    from .engine import node_steps, run_steps     # the engine module imports this one
+    types, steps = node_steps(record.graph)
+    values = {record.score.uid: score}
+    for (child, _outer), array in zip(record.mirrors, extra or ()):
+        values[child.uid] = np.asarray(array)
+    for t in record.constants:
+        values[t.uid] = np.full(tuple(t.dim), t.value, dtype=types[t.uid])
+    run_steps(steps, values)
+    return _f64(values[record.output.uid])
 
 
 def _attn_scale(inputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> float:
@@ -120,6 +146,8 @@ class _Problem:
         self.bias = bias
 
         score = self.scale * np.einsum("bhid,bhjd->bhij", q, self.k)
+        if attrs.get("score_mod_graph") is not None:     # after the scale, before the bias (cuDNN's order)
+            score = apply_score_mod(attrs["score_mod_graph"], score, inputs.get("score_mod_inputs"))
         if bias is not None:
             score = score + bias
         if attrs.get("use_alibi_mask"):
@@ -187,6 +215,7 @@ def sdpa_forward_kernel(inputs: Mapping[str, Any], attrs: Mapping[str, Any],
 def sdpa_backward_kernel(inputs: Mapping[str, Any], attrs: Mapping[str, Any],
                          outputs: Mapping[str, tuple], compute_dtype: Any = None) -> dict:
     """Reference ``sdpa_backward``: dQ, dK, dV and, when requested, dBias and dSink_token."""
+    _unsupported_backward(inputs, attrs)
     pr = _Problem(inputs, attrs)
     b, h_q, s_q, s_kv = pr.shape
     stats = _f64(inputs["stats"]).reshape(b, h_q, s_q, 1)

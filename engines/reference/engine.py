@@ -24,7 +24,7 @@ for _module in (_kernels_basic, _kernels_conv, _kernels_norm, _kernels_sdpa, _ke
 # ports are given and the attributes, so they run on the graph's nodes as they run on arrays.
 SUPPORT_CHECKS: dict = {
     "sdpa": _kernels_sdpa._unsupported,
-    "sdpa_backward": _kernels_sdpa._unsupported,
+    "sdpa_backward": _kernels_sdpa._unsupported_backward,
     "batchnorm": lambda inputs, attrs: _kernels_norm._no_peers(attrs),
     "batchnorm_backward": lambda inputs, attrs: _kernels_norm._no_peers(attrs),
 }
@@ -59,44 +59,56 @@ def host_view(slot, dtype: np.dtype) -> np.ndarray:
     return np.asarray(_ArrayInterface(iface)).view(dtype)
 
 
+def node_steps(graph) -> tuple:
+    """``(numpy dtype per uid, [(node, kernel, outputs, compute dtype)])`` for running ``graph``'s nodes
+    in order with ``run_steps`` (a graph, its view, or a score_mod subgraph's graph)."""
+    resolve = GraphView.of(graph).data_type
+    types = {t.uid: numpy_dtype(resolve(t)) for t in graph.tensors}
+    ctx = graph.context
+    steps = []
+    for node in graph.nodes:
+        compute = DataType(node.compute_data_type) if node.compute_data_type != -1 else ctx.compute_data_type
+        outputs = {name: (t.dim, types[t.uid]) for name, t in node.outputs.items()}
+        steps.append((node, KERNELS[node.op], outputs, np.float64 if compute == DataType.DOUBLE else np.float32))
+    return types, steps
+
+
+def run_steps(steps, values: dict) -> None:
+    """Run ``node_steps``'s steps on ``values`` (uid -> array): virtual outputs are added to it, the
+    others are written into the arrays it holds for them."""
+    for node, kernel, outputs, compute in steps:
+        inputs = {}
+        for port, value in node.inputs.items():
+            if value is None:
+                inputs[port] = None
+            elif isinstance(value, tuple):
+                inputs[port] = [values[t.uid] for t in value]
+            else:
+                inputs[port] = values[value.uid]
+        results = kernel(inputs, dict(node.params), outputs, compute)
+        for name, t in node.outputs.items():
+            result = results.get(name)
+            if result is None:
+                continue
+            dims, dtype = outputs[name]
+            result = np.asarray(result).reshape(dims)
+            if t.is_virtual:
+                # Round through the intermediate type, as a fused kernel keeps it there.
+                values[t.uid] = result.astype(dtype)
+            else:
+                np.copyto(values[t.uid], result.astype(dtype), casting="unsafe")
+
+
 class ReferencePlan(CompiledPlan):
     def __init__(self, plan: PlanConfig, graph):
         super().__init__(plan, 0)
-        resolve = GraphView.of(graph).data_type
-        self._types = {t.uid: numpy_dtype(resolve(t)) for t in graph.tensors}
-        ctx = graph.context
-        self._steps = []
-        for node in graph.nodes:
-            compute = DataType(node.compute_data_type) if node.compute_data_type != -1 else ctx.compute_data_type
-            outputs = {name: (t.dim, self._types[t.uid]) for name, t in node.outputs.items()}
-            self._steps.append((node, KERNELS[node.op], outputs,
-                                np.float64 if compute == DataType.DOUBLE else np.float32))
+        self._types, self._steps = node_steps(graph)
 
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
         values = {}
         for uid, slot in zip(variant_pack.uids, variant_pack.slots):
             values[uid] = host_view(slot, self._types[uid])
-        for node, kernel, outputs, compute in self._steps:
-            inputs = {}
-            for port, value in node.inputs.items():
-                if value is None:
-                    inputs[port] = None
-                elif isinstance(value, tuple):
-                    inputs[port] = [values[t.uid] for t in value]
-                else:
-                    inputs[port] = values[value.uid]
-            results = kernel(inputs, dict(node.params), outputs, compute)
-            for name, t in node.outputs.items():
-                result = results.get(name)
-                if result is None:
-                    continue
-                dims, dtype = outputs[name]
-                result = np.asarray(result).reshape(dims)
-                if t.is_virtual:
-                    # Round through the intermediate type, as a fused kernel keeps it there.
-                    values[t.uid] = result.astype(dtype)
-                else:
-                    np.copyto(values[t.uid], result.astype(dtype), casting="unsafe")
+        run_steps(self._steps, values)
 
 
 _PACKED_LAYOUT_OPS = ("sdpa", "sdpa_backward")   # ops whose ragged offsets change which elements are read

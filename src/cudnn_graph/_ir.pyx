@@ -792,6 +792,11 @@ cdef class Graph:
                 return [encode(x) for x in v]
             if hasattr(v, "name") and hasattr(v, "value") and not isinstance(v, (int, float, str)):
                 return {"enum": type(v).__name__, "name": v.name}
+            if hasattr(v, "to_dict") and not isinstance(v, type):
+                return {"subgraph": v.to_dict()}     # a recorded callback subgraph (sdpa's score_mod)
+            if callable(v):
+                # The structure it built is recorded beside it; the callable itself is named, not encoded.
+                return {"callable": getattr(v, "__qualname__", type(v).__name__)}
             return v
 
         tensors = []

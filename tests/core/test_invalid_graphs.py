@@ -504,10 +504,12 @@ def reference_declines_philox_dropout(g):
     g.sdpa(q, k, v, generate_stats=False, dropout=(0.1, seed, off))[0].set_output(True)
 
 
-@case(Expect(exc=GraphNotSupportedError, when="plan", match="score_mod"))
-def reference_declines_score_mod(g):
-    q, k, v = T(g, "q", 1, 2, 4, 8), T(g, "k", 1, 2, 4, 8), T(g, "v", 1, 2, 4, 8)
-    g.sdpa(q, k, v, generate_stats=False, score_mod=lambda graph, score: score)[0].set_output(True)
+@case(Expect(exc=GraphNotSupportedError, when="plan", match="sdpa_backward: score_mod"))
+def reference_declines_backward_score_mod(g):
+    q, k, v, o, d_o = (T(g, name, 1, 2, 4, 8) for name in ("q", "k", "v", "o", "dO"))
+    stats = T(g, "stats", 1, 2, 4, 1, dt=FLOAT)
+    for grad in g.sdpa_backward(q, k, v, o, d_o, stats, score_mod=lambda graph, score: score):
+        grad.set_output(True)
 
 
 @case(Expect(exc=GraphNotSupportedError, when="plan", match="FP4_E2M1"))
