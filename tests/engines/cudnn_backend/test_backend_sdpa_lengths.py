@@ -26,6 +26,18 @@ def int64_lengths_graph(device, **kw):
     return g, t
 
 
+def test_int64_lengths_reach_the_composite_lowering_as_int64():
+    from cudnn_graph.engines.cudnn_backend import Ref, lower_program
+    from cudnn_graph.ops._sdpa import AttentionImplementation
+    g, t = int64_lengths_graph("cuda", implementation=AttentionImplementation.COMPOSITE)
+    program = lower_program(g)
+    for name in ("seq_len_q", "seq_len_kv"):
+        desc = next(a for a in program.of_kind("TENSOR") if a["CUDNN_ATTR_TENSOR_UNIQUE_ID"] == t[name].uid)
+        assert desc["CUDNN_ATTR_TENSOR_DATA_TYPE"] == F.INT64
+    bmm1 = program.step(program.operations[0]).attrs
+    assert bmm1["CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC"] == Ref(f"tensor_{t['seq_len_kv'].uid}")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("implementation", [None, "COMPOSITE"], ids=["auto", "composite"])
 def test_int64_sequence_lengths_match_the_reference(implementation):
