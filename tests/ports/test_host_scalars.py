@@ -149,12 +149,19 @@ def test_rmsnorm_epsilon_from_a_host_tensor_runs_on_cudnn():
     cp = pytest.importorskip("cupy")
     g, x, scale, te, feeds, yd, invd, ws = _cudnn_rmsnorm(cp)
     assert te.is_pass_by_value and g.device == ("cuda", 0)
-    for eps in (1e-3, 0.5, 2.0):             # the value is read at each execute (no replay freezes it)
-        g.execute({**feeds, te: host_eps(eps)}, ws)
+    eps_buffer = host_eps()
+    # The value is read at every execute: changed in place at the same address, and each value executed
+    # twice (a repeated pack is where a CUDA-graph replay would freeze a host operand's value).
+    for eps in (1e-3, 0.5, 0.5, 2.0, 2.0):
+        eps_buffer[...] = eps
+        g.execute({**feeds, te: eps_buffer}, ws)
         cp.cuda.runtime.deviceSynchronize()
         want_y, want_inv = rmsnorm_f64(x, scale, eps)
         np.testing.assert_allclose(cp.asnumpy(yd), want_y, rtol=2e-3, atol=2e-3)
         np.testing.assert_allclose(cp.asnumpy(invd), want_inv, rtol=2e-3)
+    g.execute({**feeds, te: np.array([0.25], np.float32)}, ws)      # a (1,) buffer: the same bytes
+    cp.cuda.runtime.deviceSynchronize()
+    np.testing.assert_allclose(cp.asnumpy(yd), rmsnorm_f64(x, scale, 0.25)[0], rtol=2e-3, atol=2e-3)
 
 
 @pytest.mark.gpu
@@ -163,3 +170,28 @@ def test_a_device_buffer_for_a_host_scalar_is_refused_naming_it():
     g, x, scale, te, feeds, yd, invd, ws = _cudnn_rmsnorm(cp)
     with pytest.raises(DeviceMismatchError, match=r"'eps'.*expected cpu.*got cuda:0"):
         g.execute({**feeds, te: cp.asarray(host_eps())}, ws)
+
+
+@pytest.mark.gpu
+def test_rmsnorm_epsilon_from_a_torch_cpu_tensor_as_the_frontend_tests_write_it():
+    """cudnn-frontend's test_rmsnorm shape of code: torch CUDA buffers, epsilon a CPU torch tensor."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    rows, hidden = 256, 64
+    x = 2 * torch.randn(rows, hidden, 1, 1, device="cuda") - 1.25
+    scale = 3 * torch.randn(1, hidden, 1, 1, device="cuda") - 2.75
+    eps_cpu = torch.full((1, 1, 1, 1), 1e-3, device="cpu", dtype=torch.float32)
+    g = cudnn.pygraph(intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT)
+    tx, ts, te = g.tensor_like(x), g.tensor_like(scale), g.tensor_like(eps_cpu)
+    y, inv_var = g.rmsnorm(name="RMS", norm_forward_phase=TRAINING, input=tx, scale=ts, epsilon=te)
+    y.set_output(True).set_data_type(F.FLOAT)
+    inv_var.set_output(True).set_data_type(F.FLOAT)
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    y_out, inv_out = torch.empty_like(x), torch.empty(rows, 1, 1, 1, device="cuda")
+    ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+    g.execute({tx: x, ts: scale, te: eps_cpu, y: y_out, inv_var: inv_out}, ws)
+    torch.cuda.synchronize()
+    want_y, want_inv = rmsnorm_f64(x.cpu().numpy(), scale.cpu().numpy(), 1e-3)
+    np.testing.assert_allclose(y_out.cpu().numpy(), want_y, rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(inv_out.cpu().numpy(), want_inv, rtol=2e-3)

@@ -120,26 +120,35 @@ def test_a_host_graph_reads_and_writes_buffers_without_unit_dims(reference_only)
 
 @pytest.mark.gpu
 def test_genstats_writes_sums_into_vectors_on_cudnn():
-    """genstats' (1, K, 1, 1) sum / sq_sum outputs written into (K,) device vectors (test_conv_genstats)."""
+    """genstats' (1, K, 1, 1) sum / sq_sum outputs written into (K,) device vectors: cudnn-frontend's
+    test_conv_genstats graph (scale, bias, relu, conv_fprop, genstats; channels-last half)."""
     cp = pytest.importorskip("cupy")
-    n, c, hw, k = 2, 32, 8, 64
+    n, c, hw, k = 4, 32, 16, 64
     rng = np.random.default_rng(5)
-    x_host = rng.standard_normal((n, hw, hw, c)).astype(np.float16)          # NHWC storage
-    w_host = (0.1 * rng.standard_normal((k, 3, 3, c))).astype(np.float16)
+    def nhwc(a):                                                          # (N, C, H, W) over NHWC storage
+        return cp.asarray(a).transpose(0, 3, 1, 2)
+
+    x = nhwc(rng.standard_normal((n, hw, hw, c)).astype(np.float16))
+    w = nhwc((0.1 * rng.standard_normal((k, 3, 3, c))).astype(np.float16))
+    s = nhwc((1 + 0.01 * rng.standard_normal((1, 1, 1, c))).astype(np.float16))
+    b = nhwc((0.01 * rng.standard_normal((1, 1, 1, c))).astype(np.float16))
     g = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.HALF, compute_data_type=F.FLOAT)
-    X = g.tensor(name="X", dim=[n, c, hw, hw], stride=[hw * hw * c, 1, hw * c, c])
-    W = g.tensor(name="W", dim=[k, c, 3, 3], stride=[9 * c, 1, 3 * c, c])
-    Y = g.conv_fprop(image=X, weight=W, padding=[1, 1], stride=[1, 1], dilation=[1, 1])
+    X, W, S, B = (g.tensor(name=name, dim=list(a.shape), stride=[st // a.itemsize for st in a.strides],
+                           data_type=F.HALF)
+                  for name, a in (("X", x), ("W", w), ("S", s), ("B", b)))
+    relu = g.relu(name="relu", input=g.bias(name="bias", input=g.scale(name="scale", input=X, scale=S), bias=B))
+    Y = g.conv_fprop(image=relu, weight=W, padding=[1, 1], stride=[1, 1], dilation=[1, 1])
     Y.set_output(True).set_stride([hw * hw * k, 1, hw * k, k])
     SUM, SQ_SUM = g.genstats(name="genstats", input=Y)
     SUM.set_output(True).set_data_type(F.FLOAT)
     SQ_SUM.set_output(True).set_data_type(F.FLOAT)
     g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    y_dev = cp.zeros((n, hw, hw, k), cp.float16)                              # NHWC, as Y's strides
+    y_dev = cp.zeros((n, hw, hw, k), cp.float16)                              # NHWC storage of Y
     sum_dev, sq_dev = cp.zeros(k, cp.float32), cp.zeros(k, cp.float32)       # (K,), not (1, K, 1, 1)
     ws = cp.empty(max(g.get_workspace_size(), 1), cp.uint8)
-    g.execute({X: cp.asarray(x_host), W: cp.asarray(w_host), Y: y_dev, SUM: sum_dev, SQ_SUM: sq_dev}, ws)
+    g.execute({X: x, W: w, S: s, B: b, Y: y_dev.transpose(0, 3, 1, 2), SUM: sum_dev, SQ_SUM: sq_dev}, ws)
     cp.cuda.runtime.deviceSynchronize()
     y = cp.asnumpy(y_dev).astype(np.float64)
+    assert np.abs(y).max() > 0
     np.testing.assert_allclose(cp.asnumpy(sum_dev), y.sum(axis=(0, 1, 2)), rtol=1e-2, atol=0.5)
     np.testing.assert_allclose(cp.asnumpy(sq_dev), (y * y).sum(axis=(0, 1, 2)), rtol=1e-2, atol=0.5)
