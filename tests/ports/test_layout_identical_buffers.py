@@ -32,6 +32,12 @@ def test_unit_dims_anywhere_are_the_same_bytes(given):
     check(Slot.from_object(np.zeros(given, np.float32)), spec((1, 64, 1, 1), (64, 1, 1, 1)))
 
 
+def test_a_zero_d_array_is_a_one_element_tensor():
+    layout = PackLayout([spec((1, 1, 1, 1), (1, 1, 1, 1))])
+    (slot,) = layout.pack({1: np.array(0.25, np.float32)}).slots
+    assert slot.shape == (1, 1, 1, 1) and np.from_dlpack(slot).item() == 0.25
+
+
 def test_strided_layout_that_matches_after_dropping_unit_dims_is_accepted():
     # (4, 1, 8) with strides (8, 8, 1) addresses what a packed (4, 8) addresses.
     check(Slot.from_object(np.zeros((4, 8), np.float32)), spec((4, 1, 8), (8, 8, 1)))
