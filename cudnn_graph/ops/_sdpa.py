@@ -269,9 +269,14 @@ def _check_broadcastable(ctx: InferContext, port: str, t: TensorInfo, full: tupl
                        f"{list(full)}; each dim must be 1 or the full extent ({what})")
 
 
+# cudnn-frontend checks no data type on sequence lengths and hands INT64 ones to cuDNN as they are; the
+# integer types are accepted here likewise (anything else cannot be a length).
+SEQ_LEN_TYPES = (DataType.INT32, DataType.INT64)
+
+
 def _check_seq_len(ctx: InferContext, port: str, t: TensorInfo, b: int) -> None:
-    if t.data_type != DataType.INT32:
-        ctx.fail(port, f"sequence lengths must be INT32; got {t.data_type.name}")
+    if t.data_type not in SEQ_LEN_TYPES:
+        ctx.fail(port, f"sequence lengths must be INT32 or INT64; got {t.data_type.name}")
     if tuple(t.dim) != (b, 1, 1, 1):
         ctx.fail(port, f"dims must be (b, 1, 1, 1) = {[b, 1, 1, 1]}; got {list(t.dim)}")
 
@@ -290,6 +295,19 @@ def _check_ragged(ctx: InferContext, ports: tuple, b: int, padding: bool) -> Non
         if tuple(getattr(r, "dim", (b + 1, 1, 1, 1))) != (b + 1, 1, 1, 1):
             ctx.fail(port, f"the ragged offset tensor must have dims (b + 1, 1, 1, 1) = {[b + 1, 1, 1, 1]}; "
                            f"got {list(r.dim)}")
+
+
+def _check_paged_lengths(ctx: InferContext, paged: bool, seq_q: Optional[TensorInfo],
+                         seq_kv: Optional[TensorInfo]) -> None:
+    """cudnn-frontend's rule for paged K/V: sequence lengths for both Q and KV (the page loads read
+    seq_len_kv, the matmuls take both as their extents). The padding mask itself is not required: a
+    ``score_mod`` may mask instead (without either, the lengths are refused as unread, as there)."""
+    if not paged:
+        return
+    for port, t in (("seq_len_q", seq_q), ("seq_len_kv", seq_kv)):
+        if t is None:
+            ctx.fail(port, "paged K/V caches need sequence lengths for both Q and KV (seq_len_q and "
+                           "seq_len_kv, with use_padding_mask=True or a score_mod that masks)")
 
 
 # cudnn-frontend's sdpa_backward has no page-table keywords: cuDNN's support matrix lists paged attention as
@@ -385,8 +403,7 @@ def _check_common(ctx: InferContext, *, forward: bool) -> tuple:
     for port, t in (("seq_len_q", seq_q), ("seq_len_kv", seq_kv)):
         if t is not None:
             _check_seq_len(ctx, port, t, b)
-    if (table_k is not None or table_v is not None) and not padding:
-        ctx.fail("use_padding_mask", "paged K/V caches need use_padding_mask=True with seq_len_q and seq_len_kv")
+    _check_paged_lengths(ctx, table_k is not None or table_v is not None, seq_q, seq_kv)
 
     scale = ctx.inputs.get("attn_scale")
     if scale is not None:
@@ -505,8 +522,8 @@ _DROPOUT_PORTS = (
 _Q_PORT = Port("q", doc="(b, h_q, s_q, d_qk)")
 _SCALE_PORT = Port("attn_scale", optional=True, doc="one-element scale; a Python float is accepted (scalar port)")
 _BIAS_PORT = Port("bias", optional=True, doc="additive bias broadcastable to (b, h_q, s_q, s_kv)")
-_SEQ_LEN_PORTS = (Port("seq_len_q", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"),
-                  Port("seq_len_kv", optional=True, doc="(b, 1, 1, 1) INT32, with use_padding_mask"))
+_SEQ_LEN_PORTS = (Port("seq_len_q", optional=True, doc="(b, 1, 1, 1) INT32 or INT64, with use_padding_mask"),
+                  Port("seq_len_kv", optional=True, doc="(b, 1, 1, 1) INT32 or INT64, with use_padding_mask"))
 # The debug keep-mask output both directions offer (the caller may hand in its tensor).
 _RNG_DUMP_ATTR = Attr("rng_dump", None, _to_output_request, "caller's tensor receiving the Philox keep-mask (debug)")
 _RNG_DUMP_OUTPUT = Output("rng_dump", _requested("rng_dump"))

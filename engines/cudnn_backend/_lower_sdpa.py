@@ -571,6 +571,14 @@ def _diagonal_band(s: _Steps, ask: _Ask, lw, score: Ref) -> Ref:
     return score
 
 
+def _length_overrides(lw, ask: _Ask) -> tuple:
+    """The (seq_len_q, seq_len_kv) refs the matmuls take as their M / N / K overrides, or None each.
+    cudnn-frontend passes the sequence-length tensors whenever the node has them (with a padding mask,
+    or with paged K/V whose masking a score_mod does), not only with use_padding_mask."""
+    return (lw.ref(ask.seq_q) if ask.seq_q is not None else None,
+            lw.ref(ask.seq_kv) if ask.seq_kv is not None else None)
+
+
 def _k_operand(s: _Steps, ask: _Ask, lw) -> Ref:
     """K^T for bmm1: K described transposed, or the K page cache gathered into a (b, h_k, d, s_kv) view."""
     if ask.table_k is None:
@@ -595,8 +603,7 @@ def _forward_composite(lw, ask: _Ask, i: int):
     s = _Steps(lw, i)
     dims, _ = _scores(s, ask)
     rows = (ask.b, ask.h_q, ask.s_q, 1)
-    seq_q = lw.ref(ask.seq_q) if ask.padding else None
-    seq_kv = lw.ref(ask.seq_kv) if ask.padding else None
+    seq_q, seq_kv = _length_overrides(lw, ask)
 
     kt = _k_operand(s, ask, lw)
     score = s.matmul(lw.ref(ask.q), kt, s.virtual(dims), m=seq_q, n=seq_kv)
@@ -692,8 +699,7 @@ def _backward_composite(lw, ask: _Ask, i: int):
     b, h_q, s_q, s_kv, d_qk, d_v = ask.b, ask.h_q, ask.s_q, ask.s_kv, ask.d_qk, ask.d_v
     dims, _ = _scores(s, ask)
     rows = (b, h_q, s_q, 1)
-    seq_q = lw.ref(ask.seq_q) if ask.padding else None
-    seq_kv = lw.ref(ask.seq_kv) if ask.padding else None
+    seq_q, seq_kv = _length_overrides(lw, ask)
     k_dims, k_strides = tuple(int(x) for x in ask.k.dim), tuple(int(x) for x in ask.k.stride)
     _orient(lw, ask, ask.k, True)
     _orient(lw, ask, ask.v, True)

@@ -133,8 +133,11 @@ class _Problem:
         padding = bool(attrs.get("use_padding_mask"))
         self.seq_q = _seq_lens(inputs.get("seq_len_q") if padding else None, b, s_q)
         self.seq_kv = _seq_lens(inputs.get("seq_len_kv") if padding else None, b, s_kv)
-        k = gather_paged(k_in, table_k, self.seq_kv, s_kv) if table_k is not None else k_in
-        v = gather_paged(v_in, table_v, self.seq_kv, s_kv) if table_v is not None else v_in
+        # The page loads read seq_len_kv tokens whether or not the padding mask is on (cuDNN's
+        # paged-cache load takes it; without the mask a score_mod does the masking).
+        loaded = _seq_lens(inputs.get("seq_len_kv"), b, s_kv)
+        k = gather_paged(k_in, table_k, loaded, s_kv) if table_k is not None else k_in
+        v = gather_paged(v_in, table_v, loaded, s_kv) if table_v is not None else v_in
         k, v = _f64(k), _f64(v)
         self.h_k, self.h_v = k.shape[1], v.shape[1]
         # GQA / MQA: query head i reads key head i // (h_q // h_k); repeat K/V heads to h_q.

@@ -536,10 +536,20 @@ cdef class Graph:
         t._data_type = data_type
         return t
 
-    def tensor_like(self, template, name=None):
+    def tensor_like(self, template, name=None, is_virtual=False):
         """A tensor with the dims, strides and data type of ``template`` (any buffer, or a Tensor).
 
-        A buffer also gives the graph its device when none was set.
+        A buffer also gives the graph its device when none was set. A one-element host (CPU) buffer, such
+        as cudnn.pygraph code's epsilon ``torch.full((1, 1, 1, 1), 1e-5)``, becomes a pass-by-value tensor
+        whatever the graph's device, and leaves the device unset (a host scalar says nothing about where
+        the graph runs); at execute it is given a host buffer, read by value.
+
+        Example:
+            >>> import numpy as np, cudnn_graph as cudnn
+            >>> g = cudnn.pygraph(device="cpu")
+            >>> eps = g.tensor_like(np.full((1, 1, 1, 1), 1e-5, np.float32))
+            >>> eps.is_pass_by_value, eps.dim
+            (True, (1, 1, 1, 1))
         """
         self._mutable()
         cdef Tensor src
@@ -549,6 +559,7 @@ cdef class Graph:
             t = self._new_placed_tensor(name, "tensor", src.dim, src.stride, src._data_type)
             t.is_pass_by_value = src.is_pass_by_value
             t._device = src._device
+            t._virtual = t._virtual_user = bool(is_virtual)
             return t
         slot = Slot.from_object(template)
         try:
@@ -556,11 +567,22 @@ cdef class Graph:
         except TypeError:
             raise TypeError(f"tensor_like: cuDNN has no data type for {slot.dtype}") from None
         dev = slot.device
+        by_value = self._host_value_template(dev, slot.numel)
         # Checked before the tensor exists, so a template on another device leaves nothing behind.
-        self._adopt_device(dev, name)
+        if not by_value:
+            self._adopt_device(dev, name)
         t = self._new_placed_tensor(name, "tensor", slot.shape, slot.strides, int(dt))
         t._device = dev
+        t.is_pass_by_value = by_value
+        t._virtual = t._virtual_user = bool(is_virtual)
         return t
+
+    def _host_value_template(self, dev, numel) -> bool:
+        """Whether a ``tensor_like`` template on ``dev`` holding ``numel`` elements is pass-by-value: a
+        one-element host buffer. cudnn.pygraph marks every host template so, but cuDNN reads a
+        by-value tensor as a scalar, and a graph here may run on the host too; a larger host buffer is an
+        ordinary operand (of a host graph; on a GPU graph it is refused as on another device)."""
+        return numel == 1 and dev[0] in ("cpu", "cuda_host")
 
     def tensor_scalar(self, value, data_type=None, name=None):
         """A pass-by-value scalar tensor holding ``value`` (dims [1] unless set otherwise)."""
@@ -582,7 +604,9 @@ cdef class Graph:
         if self._device is None:
             self._device = parsed
         elif self._device != parsed:
-            raise DeviceMismatchError(name or "tensor_like template", None, "device (the graph's)",
+            what = "device (the graph's)" if kind != "cpu" else \
+                "device (the graph's; only a one-element host tensor becomes a pass-by-value scalar)"
+            raise DeviceMismatchError(name or "tensor_like template", None, what,
                                       device_name(*self._device), device_name(*parsed))
 
     # ---- nodes --------------------------------------------------------------------------------

@@ -106,26 +106,112 @@ cdef tuple _dims(const int64_t* values, int n):
     return tuple([values[i] for i in range(n)])
 
 
+cdef bint _same_bytes(const DLTensor* t, TensorSpec spec) noexcept:
+    """Whether ``t`` addresses the same elements at the same offsets as the spec's declared layout,
+    although its shape differs: e.g. a (64,) buffer for a (1, 64, 1, 1) tensor. Called only once the
+    exact comparison failed, so a buffer of the declared shape costs nothing here.
+
+    Unit extents address nothing, so they (and their strides) are dropped from both sides; what is
+    left must be equal extent by extent, and stride by stride where the spec declares strides. A
+    zero-size tensor addresses no byte at all: only its remaining extents are compared. A buffer with
+    no strides (a row-major producer) is compared only when the spec declares none.
+    """
+    cdef int i = 0, j = 0
+    cdef bint empty = spec._empty
+    cdef bint strided = spec.strides is not None
+    if t.ndim < 0 or t.ndim > SLOT_MAX_NDIM or (t.ndim > 0 and t.shape == NULL):
+        return False
+    for j in range(t.ndim):
+        if t.shape[j] == 0:
+            empty = True
+    if strided and not empty and t.ndim > 0 and t.strides == NULL:
+        return False
+    j = 0
+    while True:
+        while i < spec._ndim and spec._shape[i] == 1:
+            i += 1
+        while j < t.ndim and t.shape[j] == 1:
+            j += 1
+        if i == spec._ndim or j == t.ndim:
+            return i == spec._ndim and j == t.ndim
+        if t.shape[j] != spec._shape[i]:
+            return False
+        if strided and not empty and t.strides[j] != spec._strides[i]:
+            return False
+        i += 1
+        j += 1
+
+
+cdef Slot _spec_shaped_slot(TensorSpec spec):
+    """A new Slot with the spec's shape, and its strides where it declares them (no data yet)."""
+    cdef int ndim = spec._ndim
+    cdef Slot s = Slot.__new__(Slot)
+    if ndim > SLOT_INLINE_DIMS:
+        s._alloc_geometry(ndim)
+    else:
+        s.tensor.ndim = ndim
+    memcpy(s.tensor.shape, spec._shape, ndim * sizeof(int64_t))
+    if spec.strides is not None:
+        memcpy(s.tensor.strides, spec._strides, ndim * sizeof(int64_t))
+    return s
+
+
+cdef Slot _slot_as_declared(Slot s, TensorSpec spec):
+    """A slot over the same memory as ``s`` with the spec's shape (``_same_bytes`` held), so every engine
+    reads the declared geometry; it keeps ``s`` (and so the producer's memory) alive."""
+    cdef int i, j, ndim = spec._ndim
+    cdef int64_t inner = 1
+    cdef Slot out = _spec_shaped_slot(spec)
+    if spec.strides is None:
+        # The buffer's strides carry over extent by extent; a unit extent gets the row-major step
+        # of what follows it (its stride addresses nothing).
+        j = s.tensor.ndim - 1
+        for i in range(ndim - 1, -1, -1):
+            if spec._shape[i] == 1:
+                out.tensor.strides[i] = inner
+                continue
+            while j >= 0 and s.tensor.shape[j] == 1:
+                j -= 1
+            out.tensor.strides[i] = s.tensor.strides[j] if j >= 0 and s.tensor.strides != NULL else inner
+            inner = out.tensor.strides[i] * spec._shape[i]
+            j -= 1
+    out.tensor.data = s.tensor.data
+    out.tensor.dtype = s.tensor.dtype
+    out.tensor.device = s.tensor.device
+    out._owner = s
+    out._readonly = s._readonly
+    out._producer_stream = s._producer_stream
+    return out
+
+
 cdef int check_tensor(const DLTensor* t, void* data, bint readonly, TensorSpec spec) except -1:
     """Raise a typed error naming the tensor unless ``t`` (data at ``data``) matches the spec.
 
     ``t`` may be a borrowed producer view (shape/strides valid for this call only); only the
     spec's own validated geometry is trusted, so a view that matches it is well formed.
+    Returns 0 when the geometry is the declared one, 1 when it differs but addresses the same bytes
+    (``_same_bytes``): the caller then hands engines a slot with the declared geometry.
     """
     cdef int i
     cdef bint zero_size = False
+    cdef int result = 0
     cdef DLDataType got = t.dtype
     if got.code != spec._dtype.code or got.bits != spec._dtype.bits or got.lanes != spec._dtype.lanes:
         raise DataTypeMismatchError(spec.name, spec.uid, "dtype", spec.dtype, dtype_name(got))
     if t.ndim != spec._ndim or (t.ndim > 0 and t.shape == NULL):
-        raise ShapeMismatchError(spec.name, spec.uid, "shape", spec.shape,
-                                 _dims(t.shape, t.ndim) if t.shape != NULL else f"{t.ndim}-d (no shape)")
-    for i in range(spec._ndim):
+        if not _same_bytes(t, spec):
+            raise ShapeMismatchError(spec.name, spec.uid, "shape", spec.shape,
+                                     _dims(t.shape, t.ndim) if t.shape != NULL else f"{t.ndim}-d (no shape)")
+        result = 1
+    for i in range(spec._ndim if result == 0 else 0):
         if t.shape[i] != spec._shape[i]:
-            raise ShapeMismatchError(spec.name, spec.uid, "shape", spec.shape, _dims(t.shape, t.ndim))
+            if not _same_bytes(t, spec):
+                raise ShapeMismatchError(spec.name, spec.uid, "shape", spec.shape, _dims(t.shape, t.ndim))
+            result = 1
+            break
         if spec._shape[i] == 0:
             zero_size = True
-    if spec.strides is not None and not zero_size:
+    if spec.strides is not None and not zero_size and result == 0:
         if t.ndim > 0 and t.strides == NULL:
             raise StrideMismatchError(spec.name, spec.uid, "strides (in elements)", spec.strides, "none")
         for i in range(spec._ndim):
@@ -145,7 +231,7 @@ cdef int check_tensor(const DLTensor* t, void* data, bint readonly, TensorSpec s
     if spec.is_output and readonly:
         raise ReadOnlyOutputError(spec.name, spec.uid, "a writable buffer (it is an output)",
                                   "writable", "a read-only buffer")
-    return 0
+    return result
 
 
 cdef int check_slot(Slot s, TensorSpec spec) except -1:
@@ -251,15 +337,8 @@ cdef Slot _slot_from_spec_address(object buffer, TensorSpec spec):
     cdef intptr_t ptr = _checked_address(buffer, spec)
     cdef int i, ndim = spec._ndim
     cdef int64_t acc
-    cdef Slot s = Slot.__new__(Slot)
-    if ndim > SLOT_INLINE_DIMS:
-        s._alloc_geometry(ndim)
-    else:
-        s.tensor.ndim = ndim
-    memcpy(s.tensor.shape, spec._shape, ndim * sizeof(int64_t))
-    if spec.strides is not None:
-        memcpy(s.tensor.strides, spec._strides, ndim * sizeof(int64_t))
-    else:
+    cdef Slot s = _spec_shaped_slot(spec)
+    if spec.strides is None:
         acc = 1
         for i in range(ndim - 1, -1, -1):
             s.tensor.strides[i] = acc
@@ -283,7 +362,8 @@ cdef Slot _slot_for(object buffer, TensorSpec spec, object stream, DLTensor* vie
             raise BufferImportError(f"{spec.label()}: {exc}") from None
         if s is None:
             return None
-    check_slot(s, spec)
+    if check_slot(s, spec):
+        s = _slot_as_declared(s, spec)
     return s
 
 
@@ -464,11 +544,13 @@ cdef object _pack_core(object mapping, PackLayout layout, object stream, int64_t
             s = _slot_for(buffer, spec, stream, &view if spec.strides is not None else NULL)
             if s is None:
                 data = <void*>(<char*>view.data + view.byte_offset)
-                check_tensor(&view, data, False, spec)
-                ptrs[i] = data
-                if placed is not None:
-                    placed[i] = buffer
-                continue
+                if check_tensor(&view, data, False, spec) == 0:
+                    ptrs[i] = data
+                    if placed is not None:
+                        placed[i] = buffer
+                    continue
+                # The same bytes in another shape: engines reading slots get the declared geometry.
+                s = _slot_as_declared(slot_from_object(buffer, stream), spec)
             ptrs[i] = s.tensor.data
             if placed is not None:
                 placed[i] = s

@@ -128,6 +128,35 @@ def test_sdpa_paged_kv():
     assert out["O"].dim == (b, 4, 1, d)
 
 
+def _paged(b=2, hk=2, page=4, pages_per_seq=4, d=64, **kw):
+    return dict(q=T(b, 4, 1, d), k=T(20, hk, page, d), v=T(20, hk, page, d), generate_stats=False,
+                paged_attention_k_table=T(b, 1, pages_per_seq, 1, dt=I32),
+                paged_attention_v_table=T(b, 1, pages_per_seq, 1, dt=I32), paged_attention_max_seq_len_kv=16,
+                **kw)
+
+
+def test_sdpa_paged_kv_needs_lengths_not_the_padding_mask():
+    # cudnn-frontend's rule (its test_sdpa_with_flexible_graph): paged caches need seq_len_q and seq_len_kv;
+    # a score_mod may do the masking instead of use_padding_mask.
+    lengths = dict(seq_len_q=T(2, 1, 1, 1, dt=I32), seq_len_kv=T(2, 1, 1, 1, dt=I32))
+    out = infer("sdpa", **_paged(**lengths, score_mod=lambda graph, score: score))
+    assert out["O"].dim == (2, 4, 1, 64)
+    e = fails("seq_len_kv", "sdpa", **_paged(seq_len_q=T(2, 1, 1, 1, dt=I32), score_mod=lambda g, s: s))
+    assert "paged K/V caches need sequence lengths for both Q and KV" in str(e)
+    # Without a padding mask or a score_mod the lengths are read by nothing: refused, as the frontend does.
+    fails("seq_len_q", "sdpa", **_paged(**lengths))
+
+
+def test_sdpa_sequence_lengths_may_be_int64():
+    # cudnn-frontend checks no data type on sequence lengths; INT64 ones reach cuDNN as they are.
+    for dt in (I32, I64):
+        out = infer("sdpa", **qkv(), generate_stats=True, use_padding_mask=True,
+                    seq_len_q=T(B, 1, 1, 1, dt=dt), seq_len_kv=T(B, 1, 1, 1, dt=dt))
+        assert out["O"].dim == (B, HQ, SQ, 64)
+    infer("sdpa", **_paged(use_padding_mask=True, seq_len_q=T(2, 1, 1, 1, dt=I64),
+                           seq_len_kv=T(2, 1, 1, 1, dt=I64)))
+
+
 def test_dropout_keyword_expansion():
     from cudnn_graph.ops._sdpa import expand_dropout_backward, expand_dropout_forward
     assert expand_dropout_forward((0.25, "seed", "off")) == {
@@ -191,7 +220,7 @@ INVALID_SDPA = [
     ("k", dict(q=T(2, 4, 8, 64), k=T(2, 4, 16, 64, dt=BF), v=T(2, 4, 16, 64))),          # dtype mismatch
     ("q", dict(q=T(2, 4, 8, 64, dt=I32), k=T(2, 4, 16, 64), v=T(2, 4, 16, 64))),
     ("q", dict(q=T(4, 8, 64), k=T(2, 4, 16, 64), v=T(2, 4, 16, 64))),                   # rank
-    ("seq_len_q", dict(**qkv(), **{**SEQ, "seq_len_q": T(B, 1, 1, 1, dt=I64)})),        # seq_len dtype
+    ("seq_len_q", dict(**qkv(), **{**SEQ, "seq_len_q": T(B, 1, 1, 1, dt=F32)})),        # seq_len dtype
     ("seq_len_kv", dict(**qkv(), **{**SEQ, "seq_len_kv": T(B, 2, 1, 1, dt=I32)})),      # seq_len shape
     ("seq_len_kv", dict(**qkv(), use_padding_mask=True, seq_len_q=T(B, 1, 1, 1, dt=I32))),
     ("seq_len_q", dict(**qkv(), seq_len_q=T(B, 1, 1, 1, dt=I32), seq_len_kv=T(B, 1, 1, 1, dt=I32))),
@@ -218,8 +247,8 @@ INVALID_SDPA = [
                                      paged_attention_max_seq_len_kv=16,
                                      paged_attention_k_table=T(2, 1, 4, 1, dt=I32),
                                      paged_attention_v_table=T(2, 1, 3, 1, dt=I32))),
-    ("use_padding_mask", dict(q=T(2, 4, 1, 64), k=T(20, 2, 4, 64), v=T(2, 2, 16, 64),
-                              paged_attention_k_table=T(2, 1, 4, 1, dt=I32))),
+    ("seq_len_q", dict(q=T(2, 4, 1, 64), k=T(20, 2, 4, 64), v=T(2, 2, 16, 64),        # paged: lengths
+                       paged_attention_k_table=T(2, 1, 4, 1, dt=I32))),
     ("paged_attention_max_seq_len_kv", dict(**qkv(), paged_attention_max_seq_len_kv=16)),
 ]
 
@@ -495,6 +524,41 @@ def test_kernel_paged_matches_dense():
     dense = run_fwd(dict(q=q, k=k, v=v), generate_stats=True, **pad)
     np.testing.assert_allclose(paged["O"], dense["O"], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(paged["Stats"], dense["Stats"], rtol=1e-6, atol=1e-6)
+
+
+def test_kernel_int64_lengths_match_int32():
+    rng = np.random.default_rng(9)
+    a = dict(q=rand(rng, 2, 2, 3, 4), k=rand(rng, 2, 2, 5, 4), v=rand(rng, 2, 2, 5, 4))
+    sq, skv = np.array([3, 1]).reshape(2, 1, 1, 1), np.array([2, 5]).reshape(2, 1, 1, 1)
+    by_type = [run_fwd(a, generate_stats=True, use_padding_mask=True, seq_len_q=sq.astype(t),
+                       seq_len_kv=skv.astype(t)) for t in (np.int32, np.int64)]
+    np.testing.assert_array_equal(by_type[0]["O"], by_type[1]["O"])
+    np.testing.assert_array_equal(by_type[0]["Stats"], by_type[1]["Stats"])
+
+
+def test_kernel_paged_loads_read_seq_len_kv_tokens_without_the_padding_mask():
+    # cuDNN's paged-cache load takes seq_len_kv: pages past it are never read, mask or no mask.
+    rng = np.random.default_rng(10)
+    b, hk, page, d, pages_per_seq = 2, 1, 2, 4, 3
+    kc, vc = rand(rng, b * pages_per_seq, hk, page, d), rand(rng, b * pages_per_seq, hk, page, d)
+    table = np.arange(b * pages_per_seq, dtype=np.int32).reshape(b, 1, pages_per_seq, 1)
+    skv = np.array([3, 6], np.int32)
+    table[0, 0, 2, 0] = 999                          # past seq_len_kv[0] = 3 tokens: garbage allowed
+    q = rand(rng, b, 1, 1, d)
+    lengths = dict(seq_len_q=np.ones((b, 1, 1, 1), np.int32), seq_len_kv=skv.reshape(b, 1, 1, 1))
+    res = run_fwd(dict(q=q, k=kc, v=vc), generate_stats=True, **lengths, paged_attention_k_table=table,
+                  paged_attention_v_table=table)
+    k = np.zeros((b, hk, page * pages_per_seq, d), np.float32)
+    v = np.zeros_like(k)
+    for bi in range(b):
+        for p in range(pages_per_seq):
+            if table[bi, 0, p, 0] < len(kc):
+                k[bi, :, p * page:(p + 1) * page] = kc[table[bi, 0, p, 0]]
+                v[bi, :, p * page:(p + 1) * page] = vc[table[bi, 0, p, 0]]
+        k[bi, :, skv[bi]:] = 0
+        v[bi, :, skv[bi]:] = 0
+    dense = run_fwd(dict(q=q, k=k, v=v), generate_stats=True)
+    np.testing.assert_allclose(res["O"], dense["O"], rtol=1e-6, atol=1e-6)
 
 
 def test_kernel_declines_what_it_cannot_reproduce():

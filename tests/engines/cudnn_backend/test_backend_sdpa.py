@@ -768,8 +768,9 @@ def paged_graph(device, io=F.BFLOAT16, *, b=2, h=4, s_q=64, page=64, pages_per_s
                                       stride=_dense((b, 1, pages_per_seq, 1)), data_type=F.INT32)
     for name in ("seq_len_q", "seq_len_kv"):
         t[name] = g.tensor(name=name, dim=[b, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F.INT32)
+    sdpa_kw.setdefault("use_padding_mask", True)
     o, _ = g.sdpa(t["q"], t["k"], t["v"], generate_stats=False, attn_scale=1.0 / math.sqrt(d), name="attn",
-                  use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"],
+                  seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"],
                   paged_attention_k_table=t["table_k"], paged_attention_v_table=t["table_v"], **sdpa_kw)
     o.set_output(True).set_name("O")
     t["O"] = o

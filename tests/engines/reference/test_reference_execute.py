@@ -812,6 +812,26 @@ def test_sdpa_padding_mask_bf16_addresses():
         close(out[bi, :, :n], wo[bi, :, :n], rtol=2e-2, atol=2e-2)
 
 
+def test_sdpa_int64_sequence_lengths():
+    """INT64 seq_len tensors (cudnn-frontend checks no data type on them) mask as INT32 ones do."""
+    b, hq, sq, skv, d = 2, 2, 4, 5, 8
+    q, k, v = rand(b, hq, sq, d), rand(b, hq, skv, d), rand(b, hq, skv, d)
+    seq_q = np.array([4, 2], np.int64).reshape(b, 1, 1, 1)
+    seq_kv = np.array([3, 5], np.int64).reshape(b, 1, 1, 1)
+    g = G()
+    tq, tk, tv = inp(g, "q", q), inp(g, "k", k), inp(g, "v", v)
+    tsq, tskv = inp(g, "seq_q", seq_q), inp(g, "seq_kv", seq_kv)
+    assert tsq.data_type == cudnn.data_type.INT64
+    o, _ = g.sdpa(tq, tk, tv, is_inference=True, attn_scale=0.5, use_padding_mask=True,
+                  seq_len_q=tsq, seq_len_kv=tskv)
+    o.set_output(True)
+    out = run(g, {tq: q, tk: k, tv: v, tsq: seq_q, tskv: seq_kv}, {o: out_for(o)})[o]
+    wo, _ = attention_f64(q, k, v, 0.5, seq_q=seq_q.ravel(), seq_kv=seq_kv.ravel())
+    for bi in range(b):
+        n = int(seq_q[bi, 0, 0, 0])
+        close(out[bi, :, :n], wo[bi, :, :n], rtol=1e-5, atol=1e-5)
+
+
 def test_sdpa_backward_against_finite_differences():
     b, hq, hk, sq, skv, d = 1, 2, 1, 3, 4, 4
     q, k, v = f64(rand(b, hq, sq, d)), f64(rand(b, hk, skv, d)), f64(rand(b, hk, skv, d))
