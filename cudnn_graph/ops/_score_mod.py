@@ -51,6 +51,9 @@ SCORE_MOD_KEYWORDS = (("score_mod", "score_mod_inputs", "score_mod_graph"),
 
 # Tensor makers of the stand-in graph that make their tensor on the outer graph.
 _OUTER_MAKERS = ("tensor", "tensor_like", "tensor_scalar")
+# Read from the outer graph too: a callback written for pygraph receives the graph itself and may look up
+# the graph's tensors (e.g. its sequence lengths) there; an outer tensor it passes to an op is mirrored.
+_OUTER_LOOKUPS = ("tensors", "tensor_by_uid")
 
 
 class ScoreModGraph:
@@ -146,7 +149,7 @@ class ScoreModBuilder:
         return found[1]
 
     def __getattr__(self, name: str):
-        source = self._outer if name in _OUTER_MAKERS else self._record.graph
+        source = self._outer if name in _OUTER_MAKERS or name in _OUTER_LOOKUPS else self._record.graph
         attr = getattr(source, name)
         if not callable(attr) or source is self._outer:
             return attr
