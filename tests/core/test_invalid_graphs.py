@@ -467,12 +467,12 @@ def unknown_compute_data_type(g):
     g.relu(T(g, "x", 4), compute_data_type="no_such_type")
 
 
-@case(Expect(exc=cudnn.InvalidArgumentError, when="build", match="2 strides for 3 dims"))
+@case(Expect(exc=ValueError, when="build", match="2 strides for 3 dims"))
 def tensor_stride_rank_mismatch(g):
     g.tensor(name="x", dim=[2, 3, 4], stride=[12, 4])
 
 
-@case(Expect(exc=cudnn.InvalidArgumentTypeError, when="build", match="dim must be a sequence of ints"))
+@case(Expect(exc=TypeError, when="build", match="dim must be a sequence of ints"))
 def tensor_float_dims(g):
     g.tensor(name="x", dim=[2.5, 3])
 
