@@ -139,10 +139,6 @@ class GraphNotSupportedError(CudnnGraphError, NotImplementedError):
 cudnnGraphNotSupportedError = GraphNotSupportedError
 
 
-class GraphFrozenError(CudnnGraphError, RuntimeError):
-    """The graph was lowered or planned and can no longer change."""
-
-
 # ---- lifecycle and argument errors ------------------------------------------------------------------
 # A lifecycle misuse says the state it found and what to call; a bad argument fails where it is given,
 # naming it. Each keeps the builtin its plain predecessor was, so existing ``except`` clauses still match.
@@ -159,6 +155,17 @@ class GraphStateError(CudnnGraphError, RuntimeError):
         self.state = state
         self.next_call = next_call
         super().__init__(f"{action}: the graph is {state}{f' ({detail})' if detail else ''}; call {next_call}")
+
+
+class GraphFrozenError(GraphStateError):
+    """The graph was lowered or planned and can no longer change (``.state`` is 'frozen')."""
+
+    def __init__(self, message: str = "the graph was lowered or planned; it can no longer change"):
+        self.action = "a change to the graph"
+        self.state = "frozen"
+        self.next_call = ("every change before build_operation_graph() or build(); to change a built graph, "
+                          "build a new one")
+        super(GraphStateError, self).__init__(f"{message} (make {self.next_call})")
 
 
 class NotPlannedError(GraphStateError, AttributeError):

@@ -173,3 +173,14 @@ def test_a_build_that_built_nothing_lets_the_next_build_plan_afresh(monkeypatch)
     X, Y = buffers()
     g.execute({x: X, y: Y})
     np.testing.assert_array_equal(Y, np.maximum(X, 0))
+
+
+def test_a_change_after_freezing_is_a_graph_state_error_saying_what_to_do():
+    g, x, y = relu_graph()
+    g.build()
+    for change in (lambda: x.set_dim([8]), lambda: g.tensor(name="late", dim=[1]), lambda: g.relu(x)):
+        with pytest.raises(cudnn.GraphFrozenError, match="can no longer change") as info:
+            change()
+        err = info.value
+        assert isinstance(err, GraphStateError) and isinstance(err, RuntimeError)
+        assert err.state == "frozen" and "build a new one" in err.next_call and err.next_call in str(err)
