@@ -276,7 +276,9 @@ class pygraph(_GraphCore):
         self._freeze()
 
     def create_execution_plans(self, heur_modes=None) -> None:
-        """Rank every engine's plans for this graph into one list (``graph.plans``). One-shot."""
+        """Rank every engine's plans for this graph into one list (``graph.plans``). One-shot: a second
+        call raises ``AlreadyPlannedError``. ``heur_modes`` is a list of ``heur_mode`` members (None: each
+        engine's default); anything else raises ``InvalidArgumentTypeError`` here."""
         st = self._plans
         modes = _heur_modes(heur_modes, "create_execution_plans")
         if st.planned:
@@ -320,7 +322,8 @@ class pygraph(_GraphCore):
             raise PlanEntryError("no engine supports this graph", st.declines)
 
     def build_plans(self, policy=None) -> None:
-        """Build from the selected entry on; a decline advances (a pinned one raises). ``ALL`` builds all."""
+        """Build from the selected entry on; a decline advances (a pinned one raises). ``policy`` is a
+        ``build_plan_policy`` member: ``ALL`` builds all, None or ``HEURISTICS_CHOICE`` the first that builds."""
         build_all = _build_policy(policy) is build_plan_policy.ALL
         st = self._require_planned("build_plans()")
         if not st.entries:
