@@ -53,6 +53,8 @@ from .errors import (
     MissingTensorError, UnknownTensorError, GraphValidationError, GraphNotSupportedError,
     cudnnGraphNotSupportedError, GraphFrozenError,
 )
+from .errors import (GraphStateError, NotPlannedError, AlreadyPlannedError, NotBuiltError, InvalidArgumentError,
+                     InvalidArgumentTypeError, InvalidDeviceError, UidCollisionError, AmbiguousTensorNameError)
 
 __version__ = "0.1.0"
 
@@ -122,4 +124,6 @@ __all__ = [
     "StrideMismatchError", "DeviceMismatchError", "AlignmentError", "ReadOnlyOutputError", "HostAddressError",
     "MissingTensorError", "UnknownTensorError", "GraphValidationError", "GraphNotSupportedError",
     "cudnnGraphNotSupportedError", "GraphFrozenError",
+    "GraphStateError", "NotPlannedError", "AlreadyPlannedError", "NotBuiltError", "InvalidArgumentError",
+    "InvalidArgumentTypeError", "InvalidDeviceError", "UidCollisionError", "AmbiguousTensorNameError",
 ]

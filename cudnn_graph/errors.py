@@ -139,5 +139,96 @@ class GraphNotSupportedError(CudnnGraphError, NotImplementedError):
 cudnnGraphNotSupportedError = GraphNotSupportedError
 
 
-class GraphFrozenError(CudnnGraphError, RuntimeError):
-    """The graph was lowered or planned and can no longer change."""
+# ---- lifecycle and argument errors ------------------------------------------------------------------
+# A lifecycle misuse says the state it found and what to call; a bad argument fails where it is given,
+# naming it. Each keeps the builtin its plain predecessor was, so existing ``except`` clauses still match.
+
+class GraphStateError(CudnnGraphError, RuntimeError):
+    """A graph call made in a lifecycle state that cannot serve it.
+
+    ``action`` is the call, ``state`` what it found ('not planned', 'already planned', 'already built',
+    'not built'), ``next_call`` what to call instead.
+    """
+
+    def __init__(self, action: str, state: str, next_call: str, detail: str = ""):
+        self.action = action
+        self.state = state
+        self.next_call = next_call
+        super().__init__(f"{action}: the graph is {state}{f' ({detail})' if detail else ''}; call {next_call}")
+
+
+class GraphFrozenError(GraphStateError):
+    """The graph was lowered or planned and can no longer change (``.state`` is 'frozen')."""
+
+    def __init__(self, message: str = "the graph was lowered or planned; it can no longer change"):
+        self.action = "a change to the graph"
+        self.state = "frozen"
+        self.next_call = ("every change before build_operation_graph() or build(); to change a built graph, "
+                          "build a new one")
+        super(GraphStateError, self).__init__(f"{message} (make {self.next_call})")
+
+
+class NotPlannedError(GraphStateError, AttributeError):
+    """The plan list was read (``plans``, ``selected_plan``, ...) before create_execution_plans().
+
+    Also an AttributeError, so ``hasattr(graph, "plans")`` is False until the graph is planned.
+    """
+
+
+class AlreadyPlannedError(GraphStateError):
+    """create_execution_plans() (or build()) on a graph that is already planned: planning is one-shot."""
+
+
+class NotBuiltError(GraphStateError):
+    """execute() (or a reader of the built plan) before any plan was built."""
+
+
+class InvalidArgumentError(CudnnGraphError, ValueError):
+    """An argument of a graph call is invalid: ``argument`` names it (``dim[1]``, ``device``,
+    ``heur_modes[0]``), ``expected`` says what it takes, ``got`` what arrived; ``tensor_name`` and
+    ``uid`` name the tensor where the argument is one of a tensor's."""
+
+    def __init__(self, argument: str, expected: str, got, tensor_name=None, uid=None, detail: str = ""):
+        self.argument = argument
+        self.expected = expected
+        self.got = got
+        self.tensor_name = tensor_name
+        self.uid = uid
+        where = f"{_label(tensor_name, uid)}: " if (tensor_name or uid is not None) else ""
+        super().__init__(f"{where}{argument} must be {expected}; got {got!r}{f' ({detail})' if detail else ''}")
+
+
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong kind (a string where a list of enum members goes, a float dim, ...)."""
+
+
+class InvalidDeviceError(InvalidArgumentTypeError):
+    """A graph's ``device`` is not one a graph can run on; a ValueError (unknown name) and a
+    TypeError (wrong kind), as the plain errors it replaces were."""
+
+
+class UidCollisionError(CudnnGraphError, ValueError):
+    """Two tensors were given the same user uid; names both and the uid."""
+
+    def __init__(self, uid: int, holder: str, claimant: str):
+        self.uid = uid
+        self.holder = holder
+        self.claimant = claimant
+        super().__init__(f"uid {uid} is already held by tensor '{holder}'; tensor '{claimant}' cannot take it "
+                         f"(give it another uid, or none and the graph picks one)")
+
+
+class AmbiguousTensorNameError(UnknownTensorError):
+    """A variant pack key names a tensor by a name several tensors share (names are labels: duplicates
+    are legal, as in cudnn.pygraph); key it by Tensor or uid. ``uids`` lists the tensors of that name."""
+
+    def __init__(self, name: str, uids):
+        self.tensor_name = name
+        self.uids = tuple(uids)
+        super().__init__(f"tensor name '{name}' is ambiguous: tensors of uids {list(self.uids)} share it; "
+                         f"key the variant pack by Tensor or uid")
+
+
+__all__ += ["GraphStateError", "NotPlannedError", "AlreadyPlannedError", "NotBuiltError",
+            "InvalidArgumentError", "InvalidArgumentTypeError", "InvalidDeviceError", "UidCollisionError",
+            "AmbiguousTensorNameError"]

@@ -40,6 +40,9 @@ from ._stream import as_stream_handle
 from .data_type import DataType, data_type_of, numpy_dtype as _numpy_dtype
 from .errors import (WorkspaceError, DeviceMismatchError, GraphFrozenError, GraphNotSupportedError,
                      GraphValidationError, UnknownTensorError)
+from .errors import (AlreadyPlannedError, AmbiguousTensorNameError, InvalidArgumentTypeError, NotBuiltError,
+                     NotPlannedError)
+from .enums import build_plan_policy, heur_mode
 from .ops import SCHEMAS
 from .ops.schema import REQUIRED, InferContext, TensorInfo
 from .ops._score_mod import ScoreModGraph
@@ -97,6 +100,68 @@ class _PlanState:
     scalar_defaults: dict = field(default_factory=dict)  # uid -> value of tensor_scalar tensors
     engine_states: dict = field(default_factory=dict)   # engine name -> its state (GraphView.state)
     failed_build: bool = False                          # build() planned, then built nothing
+
+
+def _already_planned(action: str, st: _PlanState) -> AlreadyPlannedError:
+    """The error for planning a graph again: planning is one-shot (as in cudnn.pygraph)."""
+    if st.compiled:
+        return AlreadyPlannedError(action, "already built",
+                                   "execute(), or select_plan(i) then build_plans() to switch plans "
+                                   "(build a new graph to plan again)",
+                                   "create_execution_plans() was already called and a plan is built")
+    return AlreadyPlannedError(action, "already planned",
+                               "check_support() and build_plans() to build it, or select_plan(i) to switch "
+                               "plans (build a new graph to plan again)",
+                               "create_execution_plans() was already called")
+
+
+_HEUR_MODES_EXPECTED = "a list of heur_mode members, e.g. [cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK]"
+
+
+def _enum_member(enum_cls, value):
+    """``value`` as a member of ``enum_cls``: a member, an int of one, or another module's enum member of
+    the same name (cudnn-frontend's own ``cudnn.heur_mode.A``); None for anything else (strings too)."""
+    if isinstance(value, enum_cls):
+        return value
+    if isinstance(value, (str, bytes, bool, float)):
+        return None
+    name = getattr(value, "name", None)
+    if isinstance(name, str) and not isinstance(value, type):
+        return enum_cls.__members__.get(name.rsplit(".", 1)[-1])
+    if isinstance(value, int):
+        try:
+            return enum_cls(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _heur_modes(heur_modes, call: str):
+    """``heur_modes`` of build() / create_execution_plans() as a list of heur_mode (None stays None),
+    refused where given when it is not a list of modes (a string would iterate as letters)."""
+    if heur_modes is None:
+        return None
+    if isinstance(heur_modes, (str, bytes)) or not hasattr(heur_modes, "__iter__") or isinstance(heur_modes, dict):
+        raise InvalidArgumentTypeError(f"{call}(heur_modes)", _HEUR_MODES_EXPECTED, heur_modes)
+    modes = []
+    for i, value in enumerate(heur_modes):
+        mode = _enum_member(heur_mode, value)
+        if mode is None:
+            raise InvalidArgumentTypeError(f"{call}(heur_modes)[{i}]",
+                                           f"a heur_mode member ({', '.join(m.name for m in heur_mode)})", value)
+        modes.append(mode)
+    return modes
+
+
+def _build_policy(policy):
+    """build_plans(policy=) as a build_plan_policy member (None: HEURISTICS_CHOICE)."""
+    if policy is None:
+        return build_plan_policy.HEURISTICS_CHOICE
+    member = _enum_member(build_plan_policy, policy)
+    if member is None:
+        raise InvalidArgumentTypeError("build_plans(policy)", "a build_plan_policy member ("
+                                       + ", ".join(m.name for m in build_plan_policy) + ")", policy)
+    return member
 
 
 # ---- builders generated from the op tables -------------------------------------------------------
@@ -213,6 +278,12 @@ class pygraph(_GraphCore):
                 for t in node.params.get(key) or ():
                     consumed.add(t.uid)
         for t in self.tensors:
+            if t.dim_set_by_user and t.stride_set_by_user and len(t.stride) != len(t.dim):
+                # set_dim / set_stride may change the rank one after the other; the pair must agree by now.
+                port = "input" if t.producer is None else next(o for o, v in t.producer.outputs.items() if v is t)
+                raise GraphValidationError("<graph>" if t.producer is None else t.producer.name,
+                                           "input" if t.producer is None else t.producer.op, t.name if t.producer is None else port,
+                                           f"{len(t.stride)} strides for {len(t.dim)} dims")
             if t.producer is None:
                 if t.uid not in consumed and not self._is_side_tensor(t):
                     raise GraphValidationError("<graph>", "input", t.name,
@@ -251,16 +322,17 @@ class pygraph(_GraphCore):
                     value.freeze()     # the whole surface freezes, the callbacks' subgraphs included
 
     def create_execution_plans(self, heur_modes=None) -> None:
-        """Rank every engine's plans for this graph into one list (``graph.plans``). One-shot."""
+        """Rank every engine's plans for this graph into one list (``graph.plans``). One-shot: a second
+        call raises ``AlreadyPlannedError``. ``heur_modes`` is a list of ``heur_mode`` members (None: each
+        engine's default); anything else raises ``InvalidArgumentTypeError`` here."""
         st = self._plans
+        modes = _heur_modes(heur_modes, "create_execution_plans")
         if st.planned:
-            raise RuntimeError("create_execution_plans() was already called for this graph; "
-                               "use select_plan(i) to switch plans")
+            raise _already_planned("create_execution_plans()", st)
         if not self.frozen:
             self.build_operation_graph()
         from .engines import manifest
         entries, declines = [], []
-        modes = list(heur_modes) if heur_modes is not None else None
         view = self.view
         for engine in manifest.engines():
             try:
@@ -281,7 +353,7 @@ class pygraph(_GraphCore):
 
     def check_support(self) -> None:
         """Raise ``GraphNotSupportedError`` (saying which engines declined and why) when no plan exists."""
-        st = self._require_planned()
+        st = self._require_planned("check_support()")
         kept = []
         view = self.view
         for entry in st.entries:
@@ -296,11 +368,12 @@ class pygraph(_GraphCore):
             raise PlanEntryError("no engine supports this graph", st.declines)
 
     def build_plans(self, policy=None) -> None:
-        """Build from the selected entry on; a decline advances (a pinned one raises). ``ALL`` builds all."""
-        st = self._require_planned()
+        """Build from the selected entry on; a decline advances (a pinned one raises). ``policy`` is a
+        ``build_plan_policy`` member: ``ALL`` builds all, None or ``HEURISTICS_CHOICE`` the first that builds."""
+        build_all = _build_policy(policy) is build_plan_policy.ALL
+        st = self._require_planned("build_plans()")
         if not st.entries:
             raise PlanEntryError("no engine supports this graph", st.declines)
-        build_all = policy is not None and getattr(policy, "name", str(policy)).upper().endswith("ALL")
         if build_all:
             for i in range(len(st.entries)):
                 if i not in st.compiled:
@@ -334,13 +407,22 @@ class pygraph(_GraphCore):
         raise PlanEntryError("no plan of the list could be built", st.declines)
 
     def build(self, heur_modes=None) -> None:
-        """validate + build_operation_graph + create_execution_plans + check_support + build_plans."""
+        """validate + build_operation_graph + create_execution_plans + check_support + build_plans.
+
+        ``heur_modes`` is a list of ``heur_mode`` members (None: each engine's default).
+
+        Example:
+            >>> g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])   # doctest: +SKIP
+        """
+        _heur_modes(heur_modes, "build")
         if not self._is_validated():
             self.validate()
         if not self.frozen:
             self.build_operation_graph()
         if self._plans.failed_build and not self._plans.compiled:
             self._plans = _PlanState()      # the last build() built nothing: plan afresh
+        if self._plans.planned:
+            raise _already_planned("build()", self._plans)
         self.create_execution_plans(heur_modes)
         try:
             self.check_support()
@@ -351,9 +433,10 @@ class pygraph(_GraphCore):
             self._plans.failed_build = not self._plans.compiled
             raise
 
-    def _require_planned(self) -> _PlanState:
+    def _require_planned(self, action: str) -> _PlanState:
         if not self._plans.planned:
-            raise RuntimeError("create_execution_plans() has not been called for this graph")
+            raise NotPlannedError(action, "not planned", "build() or create_execution_plans() first",
+                                  "create_execution_plans() has not been called")
         return self._plans
 
     def _build_index(self, i):
@@ -400,7 +483,7 @@ class pygraph(_GraphCore):
     @property
     def plans(self) -> list:
         """The ranked plan list (PlanConfig entries)."""
-        return list(self._require_planned().entries)
+        return list(self._require_planned("graph.plans").entries)
 
     @property
     def declines(self) -> list:
@@ -409,7 +492,7 @@ class pygraph(_GraphCore):
 
     def select_plan(self, index: int) -> None:
         """Pin entry ``index``: build_plans() builds it or raises."""
-        st = self._require_planned()
+        st = self._require_planned("select_plan()")
         index = self._plan_index(index)
         st.selected = index
         st.pinned = True
@@ -417,15 +500,15 @@ class pygraph(_GraphCore):
 
     @property
     def selected_plan(self):
-        st = self._require_planned()
+        st = self._require_planned("graph.selected_plan")
         return st.entries[st.selected] if st.entries else None
 
     def get_execution_plan_count(self) -> int:
-        return len(self._require_planned().entries)
+        return len(self._require_planned("get_execution_plan_count()").entries)
 
-    def _plan_index(self, index) -> int:
+    def _plan_index(self, index, action: str = "a plan index") -> int:
         """``index`` checked against the plan list (no Python negative indexing: ids are positions)."""
-        st = self._require_planned()
+        st = self._require_planned(action)
         if isinstance(index, bool):
             raise TypeError("a plan index is an int; got a bool")
         i = operator.index(index)
@@ -434,10 +517,10 @@ class pygraph(_GraphCore):
         return i
 
     def get_plan_name_at_index(self, index: int) -> str:
-        return self._plans.entries[self._plan_index(index)].label
+        return self._plans.entries[self._plan_index(index, "get_plan_name_at_index()")].label
 
     def build_plan_at_index(self, index: int) -> None:
-        index = self._plan_index(index)
+        index = self._plan_index(index, "build_plan_at_index()")
         if index not in self._plans.compiled:
             self._build_index(index)
 
@@ -465,21 +548,21 @@ class pygraph(_GraphCore):
         st = self._plans
         if index is None:
             return st.compiled.get(st.selected) if st.planned else None
-        return st.compiled.get(self._plan_index(index))
+        return st.compiled.get(self._plan_index(index, "compiled_plan()"))
 
     def get_compiled_plan_at_index(self, index: int):
         """``compiled_plan(index)``, in the at-index family's spelling."""
-        return self.compiled_plan(self._plan_index(index))
+        return self.compiled_plan(self._plan_index(index, "get_compiled_plan_at_index()"))
 
     def get_workspace_size(self) -> int:
-        st = self._require_planned()
+        st = self._require_planned("get_workspace_size()")
         compiled = st.compiled.get(st.selected)
         if compiled is None:
-            raise RuntimeError("no plan is built yet: call build_plans()")
+            raise NotBuiltError("get_workspace_size()", "not built", "build_plans() first", "no plan is built yet")
         return compiled.workspace_size
 
     def get_workspace_size_plan_at_index(self, index: int) -> int:
-        st = self._require_planned()
+        st = self._require_planned("get_workspace_size_plan_at_index()")
         index = self._plan_index(index)
         if index not in st.compiled:
             self._build_index(index)
@@ -504,7 +587,8 @@ class pygraph(_GraphCore):
         st = self._plans
         compiled = st.compiled.get(st.selected) if st.planned else None
         if compiled is None:
-            raise RuntimeError("no plan is built: call build() or build_plans() before execute()")
+            raise NotBuiltError("execute()", "not built" if st.planned else "not planned",
+                                "build() (or build_plans()) before execute()", "no plan is built")
         if hot is None:
             # The selected plan's one-call path (pack + launch in C), found once per selection.
             self._hot = compiled.fast_executor(compiled.layout) or False
@@ -514,7 +598,7 @@ class pygraph(_GraphCore):
     def execute_plan_at_index(self, variant_pack: Mapping, workspace=None, index: int = 0, handle=None,
                               stream=None, *, override_uids=None, override_shapes=None,
                               override_strides=None) -> None:
-        st = self._require_planned()
+        st = self._require_planned("execute_plan_at_index()")
         index = self._plan_index(index)
         if index not in st.compiled:
             self._build_index(index)

@@ -17,23 +17,65 @@ from cudnn_graph.data_type import DataType, data_type_of
 from cudnn_graph.enums import tensor_reordering
 from cudnn_graph._layout import row_major_strides   # re-exported: the IR's provisional strides
 from cudnn_graph.errors import DeviceMismatchError, GraphFrozenError, GraphValidationError
+from cudnn_graph.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidDeviceError, UidCollisionError
 from cudnn_graph._slot import Slot, device_name, _parse_device
 
 _NOT_SET = -1
 
 
-cdef object _as_dims(object value, str what):
-    """A tuple of Python ints from a sequence of integers (NumPy integers too); floats are refused."""
-    cdef list out
+cdef object _as_dims(object value, str what, object tensor_name=None, object uid=None):
+    """A tuple of Python ints from a sequence of integers (NumPy integers too), checked where it is
+    given: floats and bools are refused, and so is a negative dim (it would fail only at execute).
+    Strides may be negative or zero (broadcast); the buffer check compares them."""
+    cdef list out = []
+    cdef Py_ssize_t i
     if value is None:
         return None
-    if isinstance(value, (str, bytes)):
-        raise TypeError(f"{what} must be a sequence of ints; got {value!r}")
-    try:
-        out = [PyNumber_Index(v) for v in value]
-    except TypeError:
-        raise TypeError(f"{what} must be a sequence of ints; got {value!r}") from None
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise InvalidArgumentTypeError(what, "a sequence of ints", value, tensor_name, uid)
+    for i, v in enumerate(value):
+        if isinstance(v, bool):
+            raise InvalidArgumentTypeError(f"{what}[{i}]", "an int (not a bool)", v, tensor_name, uid)
+        try:
+            item = PyNumber_Index(v)
+        except TypeError:
+            raise InvalidArgumentTypeError(what, "a sequence of ints", value, tensor_name, uid,
+                                           f"{what}[{i}] is a {type(v).__name__}") from None
+        if item < 0 and what == "dim":
+            raise InvalidArgumentError(f"{what}[{i}]", "a non-negative int", item, tensor_name, uid)
+        out.append(item)
     return tuple(out)
+
+
+# The device forms a graph takes (a graph runs on the host or on one CUDA device).
+_GRAPH_DEVICE_FORMS = "'cpu', 'cuda', 'cuda:N', a CUDA ordinal N, or ('cpu' | 'cuda', N)"
+_GRAPH_DEVICE_KINDS = {"cpu": "cpu", "cuda": "cuda", 1: "cpu", 2: "cuda"}
+
+
+cdef tuple _graph_device(object device):
+    """The DLPack (type, ordinal) of a graph's ``device``, refusing what a graph cannot run on
+    (a Slot's device names such as 'gpu', 'host', 'cuda_host' or 'opencl' are not graph devices)."""
+    kind = None
+    ordinal = 0
+    if isinstance(device, str):
+        kind_name, colon, number = device.strip().lower().partition(":")
+        kind = _GRAPH_DEVICE_KINDS.get(kind_name)
+        number = number.strip()
+        if colon:
+            ordinal = int(number) if number.isascii() and number.isdigit() else None
+    elif isinstance(device, tuple) and len(device) == 2:
+        first, second = device
+        if isinstance(first, str):
+            kind = _GRAPH_DEVICE_KINDS.get(first.strip().lower())
+        elif isinstance(first, int) and not isinstance(first, bool):
+            kind = _GRAPH_DEVICE_KINDS.get(int(first))
+        ordinal = None if isinstance(second, bool) or not hasattr(type(second), "__index__") else PyNumber_Index(second)
+    elif isinstance(device, int) and not isinstance(device, bool):
+        kind, ordinal = "cuda", device
+    if kind is None or ordinal is None or ordinal < 0 or (kind == "cpu" and ordinal != 0):
+        hint = " ('gpu' is spelled 'cuda' here)" if isinstance(device, str) and device.strip().lower().startswith("gpu") else ""
+        raise InvalidDeviceError("device", _GRAPH_DEVICE_FORMS + hint, device)
+    return _parse_device(kind if kind == "cpu" else f"cuda:{ordinal}")
 
 
 cdef int _reordering_code(object value, str tensor_name) except -1:
@@ -103,13 +145,13 @@ cdef class Tensor:
 
     def set_dim(self, dim):
         self._mutable()
-        self._dim = _as_dims(dim, "dim")
+        self._dim = _as_dims(dim, "dim", self._name, self._uid)
         self.dim_set_by_user = self._dim is not None
         return self
 
     def set_stride(self, stride):
         self._mutable()
-        self._stride = _as_dims(stride, "stride")
+        self._stride = _as_dims(stride, "stride", self._name, self._uid)
         self.stride_set_by_user = self._stride is not None
         return self
 
@@ -386,7 +428,7 @@ cdef class Graph:
         self.handle = handle
         self._router = router
         if device is not None:
-            self._device = _parse_device(device)
+            self._device = _graph_device(device)
             self.device_explicit = True
         elif handle is not None and getattr(handle, "device", None) is not None:
             self._device = _parse_device(handle.device)
@@ -422,8 +464,7 @@ cdef class Graph:
             return uid
         if holder is not None:
             if holder.uid_assigned_by_user:
-                raise ValueError(f"uid {uid} is already held by tensor '{holder._name}'; "
-                                 f"tensor '{t._name}' cannot take it")
+                raise UidCollisionError(uid, holder._name, t._name)
             del self._uids[uid]
             holder._uid = self._fresh_uid()
             self._uids[holder._uid] = holder
@@ -485,15 +526,16 @@ cdef class Graph:
         self._mutable()
         # Everything that can fail is checked before the tensor exists: a failed call leaves no
         # half-made tensor (and no consumed uid) in the graph.
-        cdef object dims = _as_dims(dim, "dim")
-        cdef object strides = _as_dims(stride, "stride")
+        cdef object dims = _as_dims(dim, "dim", name)
+        cdef object strides = _as_dims(stride, "stride", name)
         cdef int dt = _NOT_SET if data_type is None else _dt_code(data_type)
         cdef int reorder = 0 if reordering_type is None else _reordering_code(reordering_type, name)
         cdef Tensor holder
         cdef int64_t want_uid = 0
         cdef bint has_uid = uid is not None
         if dims is not None and strides is not None and len(strides) != len(dims):
-            raise ValueError(f"tensor '{name or '<unnamed>'}': {len(strides)} strides for {len(dims)} dims")
+            raise InvalidArgumentError("stride", "one int per dim", strides, name or "<unnamed>", None,
+                                       f"{len(strides)} strides for {len(dims)} dims")
         if ragged_offset is not None:
             if not isinstance(ragged_offset, Tensor):
                 raise TypeError(f"a ragged offset is a Tensor of the same graph; got {type(ragged_offset).__name__}")
@@ -503,13 +545,14 @@ cdef class Graph:
             want_uid = PyNumber_Index(uid)
             holder = self._uids.get(want_uid)
             if holder is not None and holder.uid_assigned_by_user:
-                raise ValueError(f"uid {want_uid} is already held by tensor '{holder._name}'; "
-                                 f"tensor '{name or '<unnamed>'}' cannot take it")
+                raise UidCollisionError(want_uid, holder._name, name or "<unnamed>")
         cdef Tensor t = self._new_tensor()
+        # Named from the auto uid, which no later tensor receives: auto names never collide, even
+        # when a user uid takes an auto tensor's number.
+        t._name = str(name) if name else f"tensor_{t._uid}"
         if has_uid:
             self._claim_uid(t, want_uid)
             t.uid_assigned_by_user = True
-        t._name = str(name) if name else f"tensor_{t._uid}"
         if dims is not None:
             t._dim = dims
             t.dim_set_by_user = True
@@ -792,7 +835,7 @@ cdef class Graph:
 
     def set_device(self, device):
         self._mutable()
-        self._device = _parse_device(device)
+        self._device = _graph_device(device)
         self.device_explicit = True
         return self
 

@@ -25,7 +25,7 @@ cdef class TensorSpec:
 cdef class PackLayout:
     cdef readonly tuple specs             # sorted by uid
     cdef dict _index                      # uid -> position
-    cdef dict _by_name                    # name -> uid
+    cdef dict _by_name                    # name -> uid (a tuple of uids for a name several tensors share)
     cdef int32_t _dense[PACK_DENSE_UIDS]  # uid -> position + 1 for small uids (0: not in the layout)
 
 

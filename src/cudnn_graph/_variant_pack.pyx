@@ -22,6 +22,7 @@ from cudnn_graph.errors import (
     DataTypeMismatchError, ShapeMismatchError, StrideMismatchError, DeviceMismatchError,
     AlignmentError, ReadOnlyOutputError, MissingTensorError, UnknownTensorError, BufferImportError,
     HostAddressError)
+from cudnn_graph.errors import AmbiguousTensorNameError
 
 
 @cython.final
@@ -277,7 +278,11 @@ cdef class PackLayout:
             if 0 <= spec.uid < PACK_DENSE_UIDS:
                 self._dense[spec.uid] = i + 1
             if spec.name:
-                self._by_name[spec.name] = spec.uid
+                # Names are labels and may repeat (as in cudnn.pygraph): a shared name maps to the
+                # tuple of its uids, which a name-keyed lookup refuses instead of taking the last.
+                held = self._by_name.get(spec.name)
+                self._by_name[spec.name] = (spec.uid if held is None
+                                            else (held if type(held) is tuple else (held,)) + (spec.uid,))
         self.specs = tuple(specs)
 
     def spec(self, uid) -> TensorSpec:
@@ -304,6 +309,8 @@ cdef object _key_uid(object key, PackLayout layout):
         found = layout._by_name.get(key)
         if found is None:
             raise UnknownTensorError(f"the graph has no tensor named '{key}'")
+        if type(found) is tuple:
+            raise AmbiguousTensorNameError(key, found)
         return found
     if isinstance(key, int) and not isinstance(key, bool):
         return int(key)

@@ -220,9 +220,9 @@ def test_any_other_exception_propagates_unchanged(register, reference_only, wher
 def test_plan_list_is_one_shot(reference_only):
     g, *_ = add_graph()
     g.create_execution_plans()
-    with pytest.raises(RuntimeError, match="already"):
+    with pytest.raises(cudnn.AlreadyPlannedError, match="already"):
         g.create_execution_plans()
-    with pytest.raises(RuntimeError, match="already"):
+    with pytest.raises(cudnn.AlreadyPlannedError, match="already"):
         g.build()
 
 
@@ -240,9 +240,9 @@ def test_plan_list_apis_before_planning_raise():
     g, *_ = add_graph()
     for call in (lambda: g.plans, g.get_execution_plan_count, lambda: g.select_plan(0),
                  lambda: g.get_plan_name_at_index(0), lambda: g.build_plans(), g.check_support):
-        with pytest.raises(RuntimeError, match="create_execution_plans"):
+        with pytest.raises(cudnn.NotPlannedError, match="create_execution_plans"):
             call()
-    with pytest.raises(RuntimeError, match="no plan is built"):
+    with pytest.raises(cudnn.NotBuiltError, match="no plan is built"):
         g.execute({})
 
 
