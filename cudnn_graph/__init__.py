@@ -123,3 +123,7 @@ __all__ = [
     "MissingTensorError", "UnknownTensorError", "GraphValidationError", "GraphNotSupportedError",
     "cudnnGraphNotSupportedError", "GraphFrozenError",
 ]
+
+# Variant-pack key and output errors (issue 20).
+from .errors import ForeignTensorError, VirtualTensorError, DuplicateTensorError, OverlappingOutputError
+__all__ += ["ForeignTensorError", "VirtualTensorError", "DuplicateTensorError", "OverlappingOutputError"]
