@@ -122,7 +122,7 @@ cdef bint strides_overlap(const int64_t* shape, const int64_t* strides, int ndim
     a spec's geometry are validated when made.
     """
     cdef int i, j, n = 0
-    cdef int64_t acc = 1, span = 0, step, extent
+    cdef int64_t acc = 1, span = 0, step
     cdef int64_t steps[SLOT_MAX_NDIM]
     cdef int64_t extents[SLOT_MAX_NDIM]
     for i in range(ndim - 1, -1, -1):
