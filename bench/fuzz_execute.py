@@ -8,10 +8,13 @@ producer available (NumPy, DLPack capsules; CuPy, torch, JAX, numba and raw ints
 dtypes, shapes, strides (negative, zero, overlapping), devices and alignments, and misused DLPack
 capsules (reused, wrong name, wrong version, NULL deleter; their deleter calls are counted).
 
-Outcomes: ``ok`` (matches NumPy), ``typed`` (a CudnnGraphError), ``wrong`` (a wrong answer, or an
-untyped exception, or a typed one that does not name the tensor at fault), ``leak`` (a capsule's
-deleter not called exactly once when consumed, or called when refused), ``crash`` (the child process
-running a batch died; the batch's remaining cases are run again one child each to pin the crasher).
+Outcomes: ``ok`` (matches NumPy), ``typed`` (a CudnnGraphError naming the tensor at fault), ``wrong``
+(a wrong answer, an untyped exception, a typed one that does not name the tensor at fault, or an
+error for a valid pack), ``leak`` (a hand-made capsule's deleter not called exactly once over its
+life: by the consumer when consumed, by the capsule's destructor when refused; never when NULL),
+``crash`` (the child process running a batch died; the batch's remaining cases are run again one
+child each to pin the crasher). The host cases are ``cudnn_graph._testing.pack_fuzz``'s, which the
+CI fuzz (tests/core/test_variant_pack_fuzz.py) draws with hypothesis; every io dtype the chains take.
 
 Cases run in child processes in batches of ``--batch``: a crash is counted, not fatal. The engines
 fuzzed: the reference engine (host graphs); with a GPU, also the GPU engines on device graphs.
@@ -22,7 +25,6 @@ or raw ints, as importable); ``--cpu`` keeps to host graphs. ``--cases`` (defaul
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import subprocess
@@ -34,113 +36,30 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _fuzz_common  # noqa: E402  (bench/ is not a package)
+from cudnn_graph._testing import pack_fuzz as pf  # noqa: E402
 
 NAME = "fuzz_execute"
-OPS = ("relu", "tanh", "sigmoid", "abs", "neg", "exp", "add", "mul", "sub")
-NUMPY_OPS = {"relu": lambda a: np.maximum(a, 0), "tanh": np.tanh, "sigmoid": lambda a: 1 / (1 + np.exp(-a)),
-             "abs": np.abs, "neg": np.negative, "exp": np.exp, "add": np.add, "mul": np.multiply,
-             "sub": np.subtract}
-MUTATIONS = ("none", "none", "none", "key_uid", "key_name", "foreign", "virtual", "duplicate", "missing",
-             "extra", "dtype", "shape", "stride_negative", "stride_zero", "stride_overlap", "misaligned",
-             "readonly_output", "capsule", "capsule_reused", "capsule_wrong_name", "capsule_wrong_version",
-             "capsule_null_deleter", "int_on_host", "bad_attribute", "capsule_versioned")
-
-
-# ---- DLPack capsules made by hand (ctypes), to misuse them and count their deleter calls ------------
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-class _DLManagedVersioned(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", _DELETER), ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
-
-
-DELETER_CALLS = [0]
-_deleter = _DELETER(lambda _: DELETER_CALLS.__setitem__(0, DELETER_CALLS[0] + 1))
-_new_capsule = ctypes.pythonapi.PyCapsule_New
-_new_capsule.restype = ctypes.py_object
-_new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_capsule_name = ctypes.pythonapi.PyCapsule_GetName
-_capsule_name.restype = ctypes.c_char_p
-_capsule_name.argtypes = [ctypes.py_object]
-
-
-def versioned_capsule(array: np.ndarray, *, major=1, name=b"dltensor_versioned", null_deleter=False):
-    """A DLPack 1.x capsule over a float32 NumPy array; returns (capsule, keepalive)."""
-    shape = (ctypes.c_int64 * array.ndim)(*array.shape)
-    strides = (ctypes.c_int64 * array.ndim)(*(s // array.itemsize for s in array.strides))
-    m = _DLManagedVersioned(major, 0, None, _DELETER() if null_deleter else _deleter, 0,
-                            _DLTensor(array.ctypes.data, _DLDevice(1, 0), array.ndim, _DLDataType(2, 32, 1),
-                                      shape, strides, 0))
-    return _new_capsule(ctypes.addressof(m), name, None), (m, shape, strides, array, name)
-
-
-# ---- one case ----------------------------------------------------------------------------------------
-
+# The host cases (graphs, mutations, judging) are shared with the CI fuzz, tests/core/test_variant_pack_fuzz.py.
+MUTATIONS = pf.MUTATIONS + ("bad_attribute",)
 GPU_MUTATIONS = ("none", "none", "none", "key_uid", "key_name", "foreign", "virtual", "duplicate", "missing",
                  "extra", "dtype", "shape", "misaligned", "host_buffer")
+chain_graph, expected = pf.chain_graph, pf.expected
 
 
 def generate_cases(seed: int, count: int, gpu: bool = False) -> list:
-    """Host-graph cases; with ``gpu``, every other case is a device graph on the GPU engines."""
+    """Host-graph cases (every io dtype of the chains); with ``gpu``, every other case is a device graph
+    on the GPU engines (FLOAT)."""
     rng = np.random.default_rng(seed)
+    dtypes = sorted(pf.DTYPES)
     cases = []
     for i in range(count):
         on_gpu = gpu and i % 2 == 1
         table = GPU_MUTATIONS if on_gpu else MUTATIONS
         cases.append({"i": i, "seed": int(rng.integers(2**31)), "chain": int(rng.integers(64)),
                       "mutation": table[int(rng.integers(len(table)))], "gpu": on_gpu,
-                      "producer": int(rng.integers(1 << 16))})
+                      "producer": int(rng.integers(1 << 16)),
+                      "dtype": "FLOAT" if on_gpu else dtypes[int(rng.integers(len(dtypes)))]})
     return cases
-
-
-_GRAPHS: dict = {}
-
-
-def chain_graph(chain: int, device: str = "cpu"):
-    """A small graph: a chain of 1-4 ops over one shape, built once per (chain number, device)."""
-    if (chain, device) in _GRAPHS:
-        return _GRAPHS[chain, device]
-    import cudnn_graph as cudnn
-    F = cudnn.data_type
-    rng = np.random.default_rng(1000 + chain)
-    dims = [int(d) for d in rng.integers(1, 9, int(rng.integers(1, 4)))]
-    g = cudnn.pygraph(io_data_type=F.FLOAT, compute_data_type=F.FLOAT, device=device)
-    strides = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
-    x = g.tensor(name="x", dim=dims, stride=strides)
-    b = g.tensor(name="b", dim=dims, stride=strides)
-    ops = [OPS[int(k)] for k in rng.integers(len(OPS), size=int(rng.integers(0, 4)))]
-    ops.insert(int(rng.integers(len(ops) + 1)), ("add", "mul", "sub")[chain % 3])   # b is always used
-    t, virtuals = x, []
-    for op in ops:
-        t = getattr(g, op)(t, b) if op in ("add", "mul", "sub") else getattr(g, op)(t)
-        virtuals.append(t)
-    t.set_output(True).set_name("y")
-    g.build([cudnn.heur_mode.A])
-    _GRAPHS[chain, device] = (g, x, b, t, virtuals[:-1], dims, ops)
-    return _GRAPHS[chain, device]
-
-
-def expected(ops, xv, bv):
-    t = xv.astype(np.float32)
-    for op in ops:
-        t = NUMPY_OPS[op](t, bv) if op in ("add", "mul", "sub") else NUMPY_OPS[op](t)
-    return t.astype(np.float32)
 
 
 _PRODUCERS: dict = {}
@@ -221,124 +140,21 @@ def run_case(spec) -> dict:
     import cudnn_graph as cudnn
     if spec.get("gpu"):
         return run_gpu_case(spec)
-    g, x, b, y, virtuals, dims, ops = chain_graph(spec["chain"])
+    if spec["mutation"] != "bad_attribute":
+        return pf.run_host_case(spec)
     rng = np.random.default_rng(spec["seed"])
-    mutation = spec["mutation"]
-    xv = rng.uniform(-2, 2, dims).astype(np.float32)
-    bv = rng.uniform(-2, 2, dims).astype(np.float32)
-    out = np.full(dims, np.nan, np.float32)
-    pack = {x: xv, b: bv, y: out}
-    at_fault, keep, capsule, deleters_before = None, [], None, DELETER_CALLS[0]
-    if mutation == "bad_attribute":
-        try:
-            bad = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT,
-                                device="cpu")
-            t = bad.tensor(name="t", dim=dims, stride=[int(np.prod(dims[i + 1:])) for i in range(len(dims))])
-            getattr(bad, "scale")(t, float(rng.choice([np.nan, np.inf])) if rng.random() < 0.5 else "x")
-            bad.build()
-            return {"outcome": "ok", "detail": "accepted"}   # a NaN scale is a value, not an error
-        except cudnn.CudnnGraphError as exc:
-            return {"outcome": "typed", "detail": type(exc).__name__}
-        except (TypeError, ValueError) as exc:   # argument errors name the argument, where given
-            return {"outcome": "typed", "detail": type(exc).__name__}
-    if mutation == "key_uid":
-        pack = {x.uid: xv, b.uid: bv, y.uid: out}
-    elif mutation == "key_name":
-        pack = {"x": xv, "b": bv, "y": out}
-    elif mutation == "foreign":
-        other = chain_graph((spec["chain"] + 1) % 64)
-        pack = {other[1]: xv, b: bv, y: out}
-        at_fault = "x"
-    elif mutation == "virtual" and virtuals:
-        pack[virtuals[0]] = np.zeros(dims, np.float32)
-        at_fault = virtuals[0].name
-    elif mutation == "duplicate":
-        pack = {x: xv, x.uid: xv.copy(), b: bv, y: out}
-        at_fault = "x"
-    elif mutation == "missing":
-        del pack[b]
-        at_fault = "b"
-    elif mutation == "extra":
-        pack[12345] = xv
-        at_fault = "12345"
-    elif mutation == "dtype":
-        pack[x] = xv.astype(np.float64)
-        at_fault = "x"
-    elif mutation == "shape":
-        pack[x] = np.zeros(dims + [2], np.float32)
-        at_fault = "x"
-    elif mutation in ("stride_negative", "stride_zero", "stride_overlap"):
-        if mutation == "stride_negative":
-            pack[x] = np.ascontiguousarray(xv[::-1])[::-1] if len(dims) else xv
-            xv = pack[x]
-        elif mutation == "stride_zero":
-            pack[x] = np.broadcast_to(xv.reshape(-1)[:1].reshape([1] * len(dims)), dims)
-            xv = np.asarray(pack[x])
-        else:
-            pack[y] = np.lib.stride_tricks.as_strided(out, dims, [0] * len(dims))
-        at_fault = "y" if mutation == "stride_overlap" else "x"
-    elif mutation == "misaligned":
-        raw = np.zeros(xv.size * 4 + 2, np.uint8)
-        pack[x] = np.frombuffer(raw.data, np.float32, xv.size, offset=2).reshape(dims)   # 2-byte aligned
-        pack[x][...] = xv
-        keep.append(raw)
-    elif mutation == "readonly_output":
-        out.flags.writeable = False
-        at_fault = "y"
-    elif mutation == "capsule":
-        pack[x] = xv.__dlpack__()
-    elif mutation == "capsule_reused":
-        capsule = xv.__dlpack__()
-        try:
-            g.execute({x: capsule, b: bv, y: np.empty(dims, np.float32)})
-        except cudnn.CudnnGraphError:
-            pass
-        pack[x] = capsule
-        at_fault = "x"
-    elif mutation == "capsule_wrong_name":
-        capsule, k = versioned_capsule(xv, name=b"not_a_tensor")
-        keep.append(k)
-        pack[x] = capsule
-        at_fault = "x"
-    elif mutation == "capsule_wrong_version":
-        capsule, k = versioned_capsule(xv, major=99)
-        keep.append(k)
-        pack[x] = capsule
-        at_fault = "x"
-    elif mutation == "capsule_null_deleter":
-        capsule, k = versioned_capsule(xv, null_deleter=True)
-        keep.append(k)
-        pack[x] = capsule
-    elif mutation == "int_on_host":
-        pack[x] = int(xv.ctypes.data) + 64
-        at_fault = "x"
-    elif mutation == "capsule_versioned":
-        capsule, k = versioned_capsule(xv)   # a well-formed DLPack 1.x capsule: consumed, deleter once
-        keep.append(k)
-        pack[x] = capsule
+    dims = chain_graph(spec["chain"])[5]
     try:
-        g.execute(pack)
+        bad = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT,
+                            device="cpu")
+        t = bad.tensor(name="t", dim=dims, stride=[int(np.prod(dims[i + 1:])) for i in range(len(dims))])
+        getattr(bad, "scale")(t, float(rng.choice([np.nan, np.inf])) if rng.random() < 0.5 else "x")
+        bad.build()
+        return {"outcome": "ok", "detail": "accepted"}   # a NaN scale is a value, not an error
     except cudnn.CudnnGraphError as exc:
-        message = str(exc)
-        if at_fault is not None and at_fault not in message:
-            return {"outcome": "wrong", "detail": f"{mutation}: typed error not naming {at_fault!r}: {message[:200]}"}
-        outcome = {"outcome": "typed", "detail": f"{mutation}: {type(exc).__name__}"}
-    except Exception as exc:   # anything untyped counts as wrong
-        return {"outcome": "wrong", "detail": f"{mutation}: untyped {type(exc).__name__}: {str(exc)[:200]}"}
-    else:
-        want = expected(ops, np.asarray(xv), bv)
-        got = out
-        if mutation == "stride_overlap" or not np.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True):
-            return {"outcome": "wrong", "detail": f"{mutation}: executed, result differs or output overlaps"}
-        outcome = {"outcome": "ok", "detail": mutation}
-    if mutation.startswith("capsule_") and mutation != "capsule_reused":
-        name = _capsule_name(capsule)
-        calls = DELETER_CALLS[0] - deleters_before
-        consumed = bool(name) and name.startswith(b"used_")
-        expected_calls = 1 if consumed and mutation != "capsule_null_deleter" else 0
-        if calls != expected_calls:
-            return {"outcome": "leak", "detail": f"{mutation}: deleter called {calls}x, consumed={consumed}"}
-    return outcome
+        return {"outcome": "typed", "detail": type(exc).__name__}
+    except (TypeError, ValueError) as exc:   # argument errors name the argument, where given
+        return {"outcome": "typed", "detail": type(exc).__name__}
 
 
 # ---- batches in child processes ----------------------------------------------------------------------

@@ -127,3 +127,7 @@ __all__ = [
     "GraphStateError", "NotPlannedError", "AlreadyPlannedError", "NotBuiltError", "InvalidArgumentError",
     "InvalidArgumentTypeError", "InvalidDeviceError", "UidCollisionError", "AmbiguousTensorNameError",
 ]
+
+# Variant-pack key and output errors (issue 20).
+from .errors import ForeignTensorError, VirtualTensorError, DuplicateTensorError, OverlappingOutputError
+__all__ += ["ForeignTensorError", "VirtualTensorError", "DuplicateTensorError", "OverlappingOutputError"]

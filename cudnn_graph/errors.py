@@ -232,3 +232,53 @@ class AmbiguousTensorNameError(UnknownTensorError):
 __all__ += ["GraphStateError", "NotPlannedError", "AlreadyPlannedError", "NotBuiltError",
             "InvalidArgumentError", "InvalidArgumentTypeError", "InvalidDeviceError", "UidCollisionError",
             "AmbiguousTensorNameError"]
+
+
+# ---- variant-pack keys and outputs (issue 20) ------------------------------------------------------
+# Keys are checked to belong to the graph being executed and to name a buffer it reads or writes.
+
+__all__ += ["ForeignTensorError", "VirtualTensorError", "DuplicateTensorError", "OverlappingOutputError"]
+
+
+class ForeignTensorError(UnknownTensorError):
+    """A variant-pack key is a Tensor of another graph: matching it by uid would bind the wrong buffer.
+
+    Example: ``g1.execute({t_of_g2: buf, ...})`` raises it; key the pack with ``g1``'s tensors (or
+    their uids / names).
+    """
+
+    def __init__(self, name, uid, tensor_graph: str, graph: str):
+        self.tensor_name = name
+        self.uid = uid
+        self.tensor_graph = tensor_graph
+        self.graph = graph
+        super().__init__(
+            f"{_label(name, uid)} belongs to {tensor_graph}, not to {graph} (the graph being executed): "
+            "key the variant pack with this graph's tensors, their uids or their names")
+
+
+class VirtualTensorError(UnknownTensorError):
+    """A variant-pack key names a virtual tensor: an intermediate of the graph, which has no buffer."""
+
+    def __init__(self, name, uid):
+        self.tensor_name = name
+        self.uid = uid
+        super().__init__(
+            f"{_label(name, uid)} is virtual (an intermediate that has no buffer): give buffers for the "
+            "graph's inputs and outputs only, or mark it set_output(True) before building")
+
+
+class DuplicateTensorError(CudnnGraphError, ValueError):
+    """The variant pack gives one tensor twice (e.g. by its Tensor and by its uid or its name)."""
+
+    def __init__(self, name, uid, keys=()):
+        self.tensor_name = name
+        self.uid = uid
+        self.keys = tuple(keys)
+        given = f" (as {' and '.join(self.keys)})" if len(self.keys) > 1 else ""
+        super().__init__(f"{_label(name, uid)} is given twice in the variant pack{given}")
+
+
+class OverlappingOutputError(StrideMismatchError):
+    """An output buffer's strides make two indices address one element (a zero or overlapping stride):
+    what the graph writes there would depend on the order of its writes."""

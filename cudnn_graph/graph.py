@@ -474,7 +474,7 @@ class pygraph(_GraphCore):
                 t.uid, t.dim, code + (1,), strides=t.stride if binds else None,
                 device="cpu" if (scalar and engine.host_scalars) else dev, name=t.name,
                 is_output=t.producer is not None, required=not (scalar and t.value is not None)))
-        layout = PackLayout(specs)
+        layout = PackLayout(specs, graph=self)
         self._plans.layouts[key] = layout
         return layout
 
@@ -650,7 +650,7 @@ class pygraph(_GraphCore):
             # Buffers are checked against the geometry they will have at this execute.
             specs[uid] = TensorSpec(uid, shape, spec.dtype, strides=stride, device=spec.device, name=spec.name,
                                     alignment=spec.alignment, is_output=spec.is_output, required=spec.required)
-        return overrides, PackLayout(list(specs.values()))
+        return overrides, PackLayout(list(specs.values()), graph=self)
 
     def _workspace_slot(self, workspace, compiled, stream):
         """The caller's workspace as a Slot (engines see slots only), checked to hold the plan's bytes."""

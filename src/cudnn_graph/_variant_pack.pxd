@@ -20,6 +20,7 @@ cdef class TensorSpec:
     cdef int64_t _shape[SLOT_MAX_NDIM]
     cdef int64_t _strides[SLOT_MAX_NDIM]
     cdef bint _empty                      # some extent is 0: a NULL address is fine
+    cdef bint _overlapping                # the declared strides make two indices share an element
 
 
 cdef class PackLayout:
@@ -27,6 +28,10 @@ cdef class PackLayout:
     cdef dict _index                      # uid -> position
     cdef dict _by_name                    # name -> uid (a tuple of uids for a name several tensors share)
     cdef int32_t _dense[PACK_DENSE_UIDS]  # uid -> position + 1 for small uids (0: not in the layout)
+    # The graph the layout was made for, as an identity (never dereferenced): a Tensor key whose graph
+    # is another is refused with one pointer compare. NULL: a graph-less layout, Tensor keys by uid.
+    cdef void* _graph_id
+    cdef object _graph_ref                # a weakref to that graph (for messages), or None
 
 
 cdef class VariantPack:

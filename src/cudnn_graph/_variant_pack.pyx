@@ -8,6 +8,7 @@ cimport cython
 from libc.stdint cimport int32_t, int64_t, intptr_t, uintptr_t, uint8_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset, memcpy
+import weakref
 from cpython.number cimport PyNumber_Index
 from cpython.long cimport PyLong_AsLongAndOverflow
 
@@ -23,6 +24,9 @@ from cudnn_graph.errors import (
     AlignmentError, ReadOnlyOutputError, MissingTensorError, UnknownTensorError, BufferImportError,
     HostAddressError)
 from cudnn_graph.errors import AmbiguousTensorNameError
+from cudnn_graph.errors import (
+    MalformedBufferError, ForeignTensorError, VirtualTensorError, DuplicateTensorError, OverlappingOutputError,
+    _label)
 
 
 @cython.final
@@ -72,6 +76,9 @@ cdef class TensorSpec:
             self._strides[i] = self.strides[i] if self.strides is not None else 0
             if self._shape[i] == 0:
                 self._empty = True
+        # A buffer matching declared strides addresses what they address: decided once, here.
+        self._overlapping = (self.strides is not None and not self._empty
+                             and strides_overlap(self._shape, self._strides, self._ndim))
 
     @property
     def dtype(self) -> str:
@@ -185,6 +192,43 @@ cdef Slot _slot_as_declared(Slot s, TensorSpec spec):
     return out
 
 
+cdef bint strides_overlap(const int64_t* shape, const int64_t* strides, int ndim) noexcept nogil:
+    """True unless every index of a (non-empty) ``shape`` maps to its own element under ``strides``.
+
+    Row-major compact strides (the common case) answer in one pass. Otherwise the dims of extent > 1,
+    sorted by |stride|, must each step past everything the smaller ones span (a sufficient test:
+    a few interleaved layouts that do not overlap are refused too). Spans fit in int64: a Slot's and
+    a spec's geometry are validated when made.
+    """
+    cdef int i, j, n = 0
+    cdef int64_t acc = 1, span = 0, step
+    cdef int64_t steps[SLOT_MAX_NDIM]
+    cdef int64_t extents[SLOT_MAX_NDIM]
+    for i in range(ndim - 1, -1, -1):
+        if shape[i] != 1 and strides[i] != acc:
+            break
+        acc *= shape[i]
+    else:
+        return False
+    for i in range(ndim):
+        if shape[i] == 1:
+            continue
+        step = strides[i] if strides[i] >= 0 else -strides[i]
+        j = n
+        while j > 0 and steps[j - 1] > step:     # insertion sort: ndim is small
+            steps[j] = steps[j - 1]
+            extents[j] = extents[j - 1]
+            j -= 1
+        steps[j] = step
+        extents[j] = shape[i]
+        n += 1
+    for i in range(n):
+        if steps[i] <= span:
+            return True
+        span += steps[i] * (extents[i] - 1)
+    return False
+
+
 cdef int check_tensor(const DLTensor* t, void* data, bint readonly, TensorSpec spec) except -1:
     """Raise a typed error naming the tensor unless ``t`` (data at ``data``) matches the spec.
 
@@ -232,6 +276,12 @@ cdef int check_tensor(const DLTensor* t, void* data, bint readonly, TensorSpec s
     if spec.is_output and readonly:
         raise ReadOnlyOutputError(spec.name, spec.uid, "a writable buffer (it is an output)",
                                   "writable", "a read-only buffer")
+    if spec.is_output and not spec._empty and (
+            spec._overlapping if spec.strides is not None
+            else t.strides != NULL and strides_overlap(t.shape, t.strides, t.ndim)):
+        raise OverlappingOutputError(spec.name, spec.uid, "strides (in elements) of an output",
+                                     "strides that give every element its own address",
+                                     _dims(t.strides, t.ndim))
     return result
 
 
@@ -262,7 +312,9 @@ cdef class PackLayout:
         [1, 2]
     """
 
-    def __init__(self, specs):
+    def __init__(self, specs, *, graph=None):
+        """``graph``: the Graph whose tensors may key a pack (a Tensor of any other graph is refused,
+        and virtual tensors are named as such); None accepts any Tensor by its uid."""
         specs = list(specs)
         for spec in specs:
             if not isinstance(spec, TensorSpec):
@@ -284,6 +336,19 @@ cdef class PackLayout:
                 self._by_name[spec.name] = (spec.uid if held is None
                                             else (held if type(held) is tuple else (held,)) + (spec.uid,))
         self.specs = tuple(specs)
+        self._graph_id = NULL
+        self._graph_ref = None
+        if graph is not None:
+            self._graph_id = <void*>graph
+            try:
+                self._graph_ref = weakref.ref(graph)
+            except TypeError:       # a Graph without weakref support: messages say less
+                pass
+
+    @property
+    def graph(self):
+        """The graph the layout was made for (None: none, or no longer alive)."""
+        return None if self._graph_ref is None else self._graph_ref()
 
     def spec(self, uid) -> TensorSpec:
         return self.specs[self._index[uid]]
@@ -308,7 +373,7 @@ cdef object _key_uid(object key, PackLayout layout):
     if isinstance(key, str) and layout is not None:
         found = layout._by_name.get(key)
         if found is None:
-            raise UnknownTensorError(f"the graph has no tensor named '{key}'")
+            _raise_not_an_operand(key, None, layout)
         if type(found) is tuple:
             raise AmbiguousTensorNameError(key, found)
         return found
@@ -367,6 +432,8 @@ cdef Slot _slot_for(object buffer, TensorSpec spec, object stream, DLTensor* vie
             s = slot_or_view(buffer, stream, view)
         except BufferImportError as exc:
             raise BufferImportError(f"{spec.label()}: {exc}") from None
+        except MalformedBufferError as exc:    # a misused capsule (reused, misnamed, ...): name the tensor
+            raise MalformedBufferError(f"{spec.label()}: {exc}") from None
         if s is None:
             return None
     if check_slot(s, spec):
@@ -465,6 +532,8 @@ cdef Py_ssize_t _position(object key, PackLayout layout) except -2:
     cdef long small
     cdef int overflow
     if type(key) is Tensor:
+        if <void*>(<Tensor>key).graph != layout._graph_id and layout._graph_id != NULL:
+            _raise_foreign(<Tensor>key, layout)
         uid64 = (<Tensor>key)._uid
         if 0 <= uid64 < PACK_DENSE_UIDS:
             return layout._dense[uid64] - 1
@@ -530,13 +599,12 @@ cdef object _pack_core(object mapping, PackLayout layout, object stream, int64_t
         for key, buffer in mapping.items():
             i = _position(key, layout)
             if i < 0:
-                raise UnknownTensorError(f"uid {_key_uid(key, layout)} is not a tensor of this graph "
-                                         f"(its uids: {sorted(layout._index)})")
+                _raise_not_an_operand(key, _key_uid(key, layout), layout)
             if i >= nspec:
                 raise AssertionError(f"corrupt PackLayout index for key {key!r}")
             spec = <TensorSpec>layout.specs[i]
             if filled[i]:
-                raise ValueError(f"tensor uid {spec.uid} is given twice in the variant pack")
+                _raise_duplicate(mapping, i, layout)
             filled[i] = 1
             n += 1
             if type(buffer) is int:
@@ -626,7 +694,7 @@ cdef VariantPack _pack_unchecked(object mapping, object stream):
     n = len(entries)
     for i in range(1, n):
         if entries[i][0] == entries[i - 1][0]:
-            raise ValueError(f"tensor uid {entries[i][0]} is given twice in the variant pack")
+            raise DuplicateTensorError(None, entries[i][0])
     _alloc_arrays(pack, n)
     for i in range(n):
         uid, item = entries[i]
@@ -640,3 +708,58 @@ cdef VariantPack _pack_unchecked(object mapping, object stream):
 
 def _first(entry):
     return entry[0]
+
+
+# ---- the refusals of keys (cold paths: the hot path only compares and indexes) ----------------------
+
+def _graph_label(graph) -> str:
+    if graph is None:
+        return "the graph this plan was made for"
+    name = getattr(getattr(graph, "context", None), "name", "")
+    return f"graph '{name}' (id 0x{id(graph):x})" if name else f"an unnamed graph (id 0x{id(graph):x})"
+
+
+cdef int _raise_foreign(Tensor key, PackLayout layout) except -1:
+    raise ForeignTensorError(key._name, key._uid, _graph_label(key.graph), _graph_label(layout.graph))
+
+
+cdef int _raise_not_an_operand(object key, object uid, PackLayout layout) except -1:
+    """Refuse a key that names no operand: a virtual tensor of the graph is named as such."""
+    graph = layout.graph
+    found = None
+    if type(key) is Tensor:
+        found = key
+    elif graph is not None:
+        for t in graph.tensors:
+            if (t.name == key) if isinstance(key, str) else (uid is not None and t.uid == uid):
+                found = t
+                break
+    if found is not None and found.is_virtual:
+        raise VirtualTensorError(found.name, found.uid)
+    if found is not None:
+        raise UnknownTensorError(f"{_label(found.name, found.uid)} is not an operand of this plan "
+                                 f"(its data type has no buffer form); the plan's uids: {sorted(layout._index)}")
+    if isinstance(key, str):
+        raise UnknownTensorError(f"the graph has no tensor named '{key}'")
+    raise UnknownTensorError(f"uid {uid} is not a tensor of this graph (its uids: {sorted(layout._index)})")
+
+
+def _describe_key(key) -> str:
+    if type(key) is Tensor:
+        return f"Tensor '{(<Tensor>key)._name}'" if (<Tensor>key)._name else f"Tensor uid {(<Tensor>key)._uid}"
+    if isinstance(key, str):
+        return f"name '{key}'"
+    return f"uid {key!r}"
+
+
+cdef int _raise_duplicate(object mapping, Py_ssize_t position, PackLayout layout) except -1:
+    """Refuse an operand given twice, naming it and the keys that gave it."""
+    cdef TensorSpec spec = <TensorSpec>layout.specs[position]
+    keys = []
+    for key in mapping:
+        try:
+            if _position(key, layout) == position:
+                keys.append(_describe_key(key))
+        except Exception:    # another bad key: this error is about the duplicate
+            pass
+    raise DuplicateTensorError(spec.name or None, spec.uid, keys)

@@ -25,8 +25,8 @@ def test_soak_runs_on_the_cpu(tmp_path):
     assert summary["rows"][0]["counters_grown"] == {}
 
 
-def test_fuzz_execute_runs_on_the_cpu_without_crash_or_leak(tmp_path):
+def test_fuzz_execute_runs_on_the_cpu_without_crash_leak_or_wrong_answer(tmp_path):
     result, summary = _bench("fuzz_execute", "--cpu", "--cases", "2000", "--batch", "500", tmp_path=tmp_path)
     assert summary["cases"] == 2000, result.stderr
-    assert summary["crash"] == 0 and summary["leak"] == 0, summary["failures"][:5]
+    assert summary["crash"] == 0 and summary["leak"] == 0 and summary["wrong"] == 0, summary["failures"][:5]
     assert summary["ok"] > 0 and summary["typed"] > 0

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from cudnn_graph import (AlignmentError, BufferImportError, DataType, DataTypeMismatchError,
-                         DeviceMismatchError, MalformedBufferError, MissingTensorError, PackLayout,
+                         DeviceMismatchError, DuplicateTensorError, MalformedBufferError, MissingTensorError, PackLayout,
                          ReadOnlyOutputError, ShapeMismatchError, Slot, StrideMismatchError, TensorSpec,
                          UnknownTensorError, VariantPack, check)
 from cudnn_graph._dtypes import ALL_DTYPE_NAMES
@@ -79,9 +79,9 @@ def test_bare_int_is_refused_without_a_layout():
 
 def test_duplicate_uid_without_a_layout():
     a = np.zeros(2, np.float32)
-    with pytest.raises(ValueError, match="uid 3 is given twice") as info:
+    with pytest.raises(DuplicateTensorError, match="^tensor uid 3 is given twice") as info:
         VariantPack.from_mapping({3: a, Tensor(3): a})
-    assert info.type is ValueError
+    assert isinstance(info.value, ValueError) and info.value.uid == 3
 
 
 def test_keys_may_be_numpy_integers():
@@ -177,15 +177,25 @@ def test_unknown_and_missing_tensors():
 def test_duplicate_key_through_a_name_and_a_uid():
     layout = PackLayout([spec(1, name="x")])
     a = np.zeros((2, 3), np.float32)
-    with pytest.raises(ValueError, match="tensor uid 1 is given twice") as info:
+    with pytest.raises(DuplicateTensorError, match=r"^tensor 'x' \(uid 1\) is given twice in the variant pack "
+                                                   r"\(as name 'x' and uid 1\)$") as info:
         layout.pack({"x": a, 1: a})
-    assert info.type is ValueError
+    assert isinstance(info.value, ValueError) and (info.value.tensor_name, info.value.uid) == ("x", 1)
 
 
 def test_import_errors_name_the_tensor():
     layout = PackLayout([spec(4, name="weights")])
     with pytest.raises(BufferImportError, match=r"^tensor 'weights' \(uid 4\): list is not a buffer"):
         layout.pack({4: [1, 2, 3]})
+
+
+def test_a_reused_capsule_names_the_tensor():
+    layout = PackLayout([spec(4, name="weights")])
+    capsule = np.zeros((2, 3), np.float32).__dlpack__()
+    layout.pack({4: capsule})
+    with pytest.raises(MalformedBufferError, match=r"^tensor 'weights' \(uid 4\): capsule: the DLPack capsule "
+                                                   r"was already consumed"):
+        layout.pack({4: capsule})
 
 
 def test_layout_rejects_bad_specs():

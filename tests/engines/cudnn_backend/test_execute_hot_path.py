@@ -181,7 +181,7 @@ print(json.dumps({"errors": errors}))
     for mapped, packed in out["errors"]:
         assert mapped == packed        # same type, same message
         names.append(mapped[0])
-    assert names == ["MissingTensorError", "UnknownTensorError", "UnknownTensorError", "ValueError",
+    assert names == ["MissingTensorError", "UnknownTensorError", "UnknownTensorError", "DuplicateTensorError",
                      "ValueError", "ValueError", "ValueError", "AlignmentError", "AlignmentError",
                      "AlignmentError", "HostAddressError", "TypeError", "DeviceMismatchError", "BufferImportError", "TypeError"]
     assert "tensor 'y' (uid 5)" in out["errors"][0][0][1]
