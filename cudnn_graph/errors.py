@@ -141,3 +141,25 @@ cudnnGraphNotSupportedError = GraphNotSupportedError
 
 class GraphFrozenError(CudnnGraphError, RuntimeError):
     """The graph was lowered or planned and can no longer change."""
+
+
+# ---- the cudnn.Graph wrapper and the graph helpers (cudnn_graph/wrapper.py, graph_helpers.py) --------
+# They subclass the exception type cudnn-frontend raises in the same place (ValueError / RuntimeError),
+# so a port's existing except clauses keep catching them.
+
+class InvalidArgumentError(CudnnGraphError, ValueError):
+    """An argument of a public call is malformed; the message names the argument and what it expected."""
+
+
+class TensorReferenceError(InvalidArgumentError):
+    """A wrapper ``inputs=`` / ``outputs=`` entry, or a call's argument, names no tensor of the graph, names
+    one twice, or leaves a non-virtual tensor unaccounted for; the message names the entry."""
+
+
+class WrapperStateError(CudnnGraphError, RuntimeError):
+    """The ``cudnn_graph.Graph`` wrapper was used out of order (called before its ``with`` block ended,
+    entered twice) or asked for something it does not do (a lifecycle method it runs itself, a call
+    without the workspace ``workspace_alloc=False`` requires)."""
+
+
+__all__ += ["InvalidArgumentError", "TensorReferenceError", "WrapperStateError"]
