@@ -116,7 +116,7 @@ def allocate_output(shape: Sequence[int], strides: Sequence[int], data_type, dev
         logger.debug("allocate_output: %s cannot hold a %s %s %s output; returning an OwnedBuffer",
                      type(template).__name__, name, shape, strides)
     owned = OwnedBuffer.empty(shape, strides, name, device=_device_text(device))
-    return owned, _identity(owned)
+    return owned.slot, _identity(owned)
 
 
 def _device_text(device: tuple) -> str:
@@ -180,7 +180,7 @@ def _numpy(numpy, template, shape, strides, name, device):
         # NumPy exports no extension type (bfloat16, float8_*) through DLPack: execute writes an owned
         # host buffer and the caller gets the NumPy view of that memory.
         owned = OwnedBuffer.empty(shape, strides, name, device="cpu")
-        return owned, _identity(owned.numpy())
+        return owned.slot, _identity(owned.numpy())
     storage = numpy.empty(max(_nbytes(shape, strides, name), 1), numpy.uint8)
     out = numpy.ndarray(shape, dtype=dtype, buffer=storage, strides=_byte_strides(strides, name))
     return out, _identity(out)
@@ -189,7 +189,7 @@ def _numpy(numpy, template, shape, strides, name, device):
 def _jax(jax, template, shape, strides, name, device):
     owned = OwnedBuffer.empty(shape, strides, name, device=_device_text(device))
 
-    def finish():
+    def finish():       # after the execute: JAX's import is the consumer handshake
         try:
             return jax.dlpack.from_dlpack(owned)
         except Exception as exc:   # a layout or type this JAX cannot import: the caller gets the buffer
@@ -197,7 +197,7 @@ def _jax(jax, template, shape, strides, name, device):
                            "cudnn_graph OwnedBuffer", name, shape, strides, exc)
             return owned
 
-    return owned, finish
+    return owned.slot, finish
 
 
 _FRAMEWORKS = {"torch": _torch, "cupy": _cupy, "numba": _numba, "numpy": _numpy, "jax": _jax}

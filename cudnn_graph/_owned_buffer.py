@@ -7,8 +7,9 @@ It publishes ``__dlpack__`` / ``__dlpack_device__`` (so ``torch.from_dlpack``, `
 ``jax.dlpack.from_dlpack`` or ``numpy.from_dlpack`` take it without a copy) and the CUDA array interface
 (numba, CuPy) for device memory. The memory lives as long as the buffer or any consumer of an export.
 
-Data written by an ``execute`` is ready on the stream that execute ran on; a consumer on another stream
-orders itself after it (the buffer records no event).
+Device memory is written by the execute it was allocated for, on a stream the buffer does not know: its
+first DLPack export to a consumer waits for the device (once). A consumer reading through the CUDA array
+interface, or a later execute writing the buffer again, orders itself.
 
 Example:
     >>> import numpy as np
@@ -96,7 +97,7 @@ class OwnedBuffer:
         torch.bfloat16
     """
 
-    __slots__ = ("_memory", "_slot", "_shape", "_strides", "_dtype", "_device", "_nbytes", "_address")
+    __slots__ = ("_memory", "_slot", "_shape", "_strides", "_dtype", "_device", "_nbytes", "_address", "_pending")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("use OwnedBuffer.empty(shape, strides, dtype, device=...)")
@@ -164,6 +165,9 @@ class OwnedBuffer:
         self._device = ("cpu", 0) if host else ("cuda", ordinal)
         self._nbytes = nbytes
         self._address = address
+        # Device memory is written by the execute it was allocated for, on a stream this buffer does not
+        # know: the first export to a consumer with a stream of its own waits for the device once.
+        self._pending = not host
         logger.debug("OwnedBuffer: %d bytes on %s for %s %s", nbytes, self._device, name, shape)
         return self
 
@@ -207,8 +211,21 @@ class OwnedBuffer:
         return self._slot.__dlpack_device__()
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """A DLPack capsule (versioned when ``max_version`` allows it) whose deleter keeps the memory."""
+        """A DLPack capsule (versioned when ``max_version`` allows it) whose deleter keeps the memory.
+
+        The first export of device memory to a consumer that names a stream (anything but -1, "no
+        synchronisation") waits until the device has finished the write of the call that allocated it.
+        """
+        if self._pending and not (type(stream) is int and stream == -1):
+            from ._driver import device_synchronize
+            device_synchronize(self._device[1])
+            self._pending = False
         return self._slot.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    @property
+    def slot(self):
+        """The ``Slot`` over this memory: what an execute writes (it skips the consumer handshake)."""
+        return self._slot
 
     @property
     def __cuda_array_interface__(self) -> dict:

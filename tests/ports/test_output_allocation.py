@@ -74,8 +74,9 @@ def test_a_numpy_template_gets_a_numpy_output_with_the_tensors_geometry(dtype, n
 
 def test_no_template_on_the_host_gives_an_owned_buffer():
     buffer, finish = allocate_output((2, 3), (1, 2), F.HALF, HOST, None)
-    assert finish() is buffer and isinstance(buffer, OwnedBuffer)
-    assert buffer.device == HOST and buffer.strides == (1, 2) and buffer.dtype == "float16"
+    out = finish()
+    assert isinstance(out, OwnedBuffer) and buffer is out.slot      # execute writes its Slot
+    assert out.device == HOST and out.strides == (1, 2) and out.dtype == "float16"
 
 
 # ---- a framework through the module of the template's type -------------------------------------
@@ -123,8 +124,9 @@ def test_a_framework_lacking_the_data_type_falls_back_to_an_owned_buffer(monkeyp
         device = "cpu"
     Tensor.__module__ = "torch._tensor"
 
-    buffer, _ = allocate_output((2,), (1,), F.FP8_E5M2, HOST, Tensor())
-    assert isinstance(buffer, OwnedBuffer) and buffer.dtype == "float8_e5m2"
+    _, finish = allocate_output((2,), (1,), F.FP8_E5M2, HOST, Tensor())
+    out = finish()
+    assert isinstance(out, OwnedBuffer) and out.dtype == "float8_e5m2"
 
 
 def test_a_jax_template_gets_its_output_through_dlpack_after_the_execute(monkeypatch):
@@ -200,10 +202,11 @@ def test_an_array_api_template_gets_xp_empty_in_memory_order_permuted_back():
 
 def test_an_array_api_namespace_without_the_type_or_layout_falls_back():
     xp = NumpyNamespace()
-    buffer, _ = allocate_output((2, 3), (3, 1), F.HALF, HOST, ArrayApiArray(xp))     # no xp.float16
-    assert isinstance(buffer, OwnedBuffer) and xp.calls == []
-    buffer, _ = allocate_output((2, 3), (4, 1), F.FLOAT, HOST, ArrayApiArray(xp))    # padded rows
-    assert isinstance(buffer, OwnedBuffer) and buffer.strides == (4, 1)
+    _, finish = allocate_output((2, 3), (3, 1), F.HALF, HOST, ArrayApiArray(xp))     # no xp.float16
+    assert isinstance(finish(), OwnedBuffer) and xp.calls == []
+    _, finish = allocate_output((2, 3), (4, 1), F.FLOAT, HOST, ArrayApiArray(xp))    # padded rows
+    out = finish()
+    assert isinstance(out, OwnedBuffer) and out.strides == (4, 1)
 
 
 # ---- OwnedBuffer ---------------------------------------------------------------------------------
