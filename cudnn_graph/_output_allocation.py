@@ -34,7 +34,7 @@ from .data_type import data_type_of, itemsize_bits, numpy_dtype
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["allocate_output", "template_for", "buffer_device"]
+__all__ = ["allocate_output", "template_for", "buffer_device", "framework_of"]
 
 # DLPack device types that hold host memory, and CUDA device memory (kDLCPU, kDLCUDAHost; kDLCUDA,
 # kDLCUDAManaged).
@@ -78,8 +78,9 @@ def template_for(buffers: Iterable, device: tuple):
     return None
 
 
-def _module_of(obj):
-    """The already-imported top-level module an object's type comes from (jaxlib's arrays: jax)."""
+def framework_of(obj):
+    """(root name, the already-imported top-level module) an object's type comes from, the module None
+    when it is not imported; jaxlib's arrays count as jax's, numba_cuda's as numba's."""
     root = type(obj).__module__.split(".", 1)[0]
     if root == "jaxlib":
         root = "jax"
@@ -104,7 +105,7 @@ def allocate_output(shape: Sequence[int], strides: Sequence[int], data_type, dev
     strides = tuple(int(s) for s in strides)
     name = _dtype_name_of(data_type)
     if template is not None:
-        root, module = _module_of(template)
+        root, module = framework_of(template)
         maker = _FRAMEWORKS.get(root)
         made = None
         if module is not None and maker is not None:

@@ -35,7 +35,7 @@ import weakref
 from typing import Any, Optional, Sequence
 
 from ._ir import Tensor
-from ._output_allocation import allocate_output, template_for
+from ._output_allocation import allocate_output, framework_of, template_for
 from .data_type import data_type_of
 from .enums import heur_mode
 from .errors import InvalidArgumentError, TensorReferenceError, WrapperStateError
@@ -44,7 +44,7 @@ from .ops import SCHEMAS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Graph"]
+__all__ = ["Graph", "get_default_handle", "destroy_default_handle"]
 
 # Every op builder of pygraph, by the names a caller spells (schema names and aliases).
 _OP_BUILDERS = frozenset(n for s in SCHEMAS.values() for n in (s.name,) + tuple(s.aliases))
@@ -348,8 +348,9 @@ class Graph:
             raise TensorReferenceError(f"the graph takes {len(self._w_in_order)} positional inputs "
                                        f"({', '.join(t.name for t in self._w_in_order)}); got {len(args)}")
         pack = {t.get_uid(): buffer for t, buffer in zip(self._w_in_order, args)}
-        finishers = self._allocate(self._w_out_order, pack, args)
-        self._execute(pack, kwargs)
+        template = template_for(args, self._w_graph.device)
+        finishers = self._allocate(self._w_out_order, pack, template)
+        self._execute(pack, kwargs, template)
         results = [finish() for finish in finishers]
         return results[0] if len(results) == 1 else results
 
@@ -374,17 +375,17 @@ class Graph:
         if missing_in:
             raise TensorReferenceError(f"the dict has no buffer for the non-virtual input tensors {missing_in}")
         missing_out = [(key, tensor) for key, tensor, is_output in missing.values() if is_output]
-        finishers = self._allocate([t for _, t in missing_out], pack, list(tensors.values()))
-        self._execute(pack, kwargs)
+        template = template_for(tensors.values(), g.device)
+        finishers = self._allocate([t for _, t in missing_out], pack, template)
+        self._execute(pack, kwargs, template)
         for (key, _), finish in zip(missing_out, finishers):
             tensors[key] = finish()
         if missing_out:
             logger.debug("Graph %r: allocated outputs %s", g.context.name, [k for k, _ in missing_out])
         return tensors
 
-    def _allocate(self, outputs, pack: dict, given: Sequence) -> list:
+    def _allocate(self, outputs, pack: dict, template) -> list:
         device = self._w_graph.device
-        template = template_for(given, device)
         finishers = []
         for tensor in outputs:
             buffer, finish = allocate_output(tensor.dim, tensor.stride, data_type_of(tensor.get_data_type()),
@@ -393,10 +394,14 @@ class Graph:
             finishers.append(finish)
         return finishers
 
-    def _execute(self, pack: dict, kwargs: dict) -> None:
+    def _execute(self, pack: dict, kwargs: dict, template=None) -> None:
         kwargs = dict(kwargs)
         if kwargs.get("handle") is None:
             kwargs["handle"] = self._w_handle if self._w_handle != "auto" else None
+            if kwargs["handle"] is None and kwargs.get("stream") is None:
+                # cudnn-frontend's handle="auto" runs on torch's current stream: here, on the current
+                # stream of the inputs' framework, where it has one.
+                kwargs["stream"] = _current_stream(template)
         if kwargs.get("workspace") is None and not self._w_workspace_alloc:
             raise WrapperStateError("this Graph was made with workspace_alloc=False: pass workspace= "
                                     f"(at least get_workspace_size() = {self._w_graph.get_workspace_size()} bytes)")
@@ -406,6 +411,51 @@ class Graph:
     def __repr__(self):
         state = "built" if self._w_built else ("building" if self._w_graph is not None else "not entered")
         return f"<cudnn_graph.Graph wrapper ({state}): {self._w_graph!r}>"
+
+
+def _current_stream(template):
+    """The current stream of a CUDA template's framework (torch, CuPy), or None (the handle's stream)."""
+    if template is None or getattr(template, "__dlpack_device__", None) is None:
+        return None
+    try:
+        if template.__dlpack_device__()[0] != 2:      # kDLCUDA: a host template has no stream to follow
+            return None
+    except Exception:
+        return None
+    root, module = framework_of(template)
+    if module is None:
+        return None
+    if root == "torch":
+        stream = module.cuda.current_stream(template.device)
+        return stream if hasattr(stream, "__cuda_stream__") else int(stream.cuda_stream)
+    if root == "cupy":
+        stream = module.cuda.get_current_stream()
+        return stream if hasattr(stream, "__cuda_stream__") else int(stream.ptr)
+    return None
+
+
+def get_default_handle(stream=None, *, device: int = 0):
+    """This thread's cuDNN handle for ``device`` -- the one the runtime uses for calls that name none --
+    bound to ``stream`` when one is given (None leaves its stream as it is; cudnn-frontend binds torch's
+    current stream).
+
+    Example (on a machine with cuDNN):
+        >>> from cudnn_graph.wrapper import get_default_handle
+        >>> h = get_default_handle(0)            # doctest: +SKIP
+    """
+    from . import _cudnn_handle
+    handle = _cudnn_handle.thread_handle(device)
+    if stream is not None:
+        _cudnn_handle.set_stream(handle=handle, stream=stream)
+    return handle
+
+
+def destroy_default_handle() -> None:
+    """cudnn-frontend releases its cached default handles here; the runtime's per-thread handles serve
+    every execute that names no handle, so they live until the thread (or the process) ends."""
+    raise NotImplementedError("destroy_default_handle(): the runtime's per-thread cuDNN handles serve every "
+                              "call that names no handle and are destroyed when their thread ends; "
+                              "use create_handle()/destroy_handle() for a handle whose lifetime you manage")
 
 
 def _has_value(tensor: Tensor) -> bool:

@@ -209,3 +209,29 @@ def test_an_owned_device_buffer_outlives_its_python_object_in_a_consumer():
     del buf
     cp.cuda.Device().synchronize()
     assert float(view.sum()) == 7.0 * 256
+
+
+# ---- handles and streams -------------------------------------------------------------------------
+
+def test_get_default_handle_is_the_runtimes_thread_handle_bound_to_the_stream():
+    from cudnn_graph.wrapper import get_default_handle
+    cp = pytest.importorskip("cupy")
+    stream = cp.cuda.Stream(non_blocking=True)
+    handle = get_default_handle(stream.ptr)
+    assert handle is get_default_handle()
+    assert cudnn.get_stream(handle) == stream.ptr
+
+
+def test_a_call_without_a_handle_runs_on_torchs_current_stream(prefer_cudnn):
+    torch = _torch()
+    from cudnn_graph.wrapper import get_default_handle
+    a, b = host_operands()
+    ta, tb = (torch.from_numpy(v).to("cuda", torch.float16) for v in (a, b))
+    graph, _ = matmul_wrapper(ta, tb, F.HALF)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = graph(ta, tb)
+    assert cudnn.get_stream(get_default_handle()) == side.cuda_stream
+    side.synchronize()
+    check_matmul(out.float().cpu().numpy(), ta.float().cpu().numpy(), tb.float().cpu().numpy(), "float16")

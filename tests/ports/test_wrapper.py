@@ -408,3 +408,40 @@ def test_a_buffer_of_the_wrong_layout_at_a_call_names_the_tensor(conv_inputs):
     graph, _ = conv_wrapper(x, w, inputs=["conv2d::image", "conv2d::weight"], outputs=["conv_out"])
     with pytest.raises(cudnn.ShapeMismatchError, match="conv2d::image"):
         graph(np.zeros((2, 8, 5, 5), np.float32), w)
+
+
+# ---- handles and streams -------------------------------------------------------------------------
+
+def test_destroy_default_handle_says_why_it_is_not_implemented():
+    from cudnn_graph.wrapper import destroy_default_handle
+    with pytest.raises(NotImplementedError, match="per-thread cuDNN handles"):
+        destroy_default_handle()
+
+
+def test_without_a_handle_a_cuda_call_follows_the_current_stream_of_the_inputs_framework(monkeypatch):
+    import sys
+    import types
+    from cudnn_graph.wrapper import _current_stream
+
+    class Stream:
+        cuda_stream = 0x1234
+
+    asked = []
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(current_stream=lambda device: asked.append(device) or Stream())
+    monkeypatch.setitem(sys.modules, "torch", torch)
+
+    class CudaTensor:
+        device = "cuda:0"
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    class HostTensor(CudaTensor):
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    CudaTensor.__module__ = HostTensor.__module__ = "torch"
+    assert _current_stream(CudaTensor()) == 0x1234 and asked == ["cuda:0"]
+    assert _current_stream(HostTensor()) is None          # a host template has no stream to follow
+    assert _current_stream(np.zeros(1)) is None and _current_stream(None) is None
