@@ -188,11 +188,17 @@ def _numpy(numpy, template, shape, strides, name, device):
 
 
 def _jax(jax, template, shape, strides, name, device):
+    # jax.dlpack where the package exposes it, else the array's own namespace (jax.numpy.from_dlpack).
+    importer = getattr(getattr(jax, "dlpack", None), "from_dlpack", None)
+    if importer is None and hasattr(template, "__array_namespace__"):
+        importer = template.__array_namespace__().from_dlpack
+    if importer is None:
+        return None
     owned = OwnedBuffer.empty(shape, strides, name, device=_device_text(device))
 
     def finish():       # after the execute: JAX's import is the consumer handshake
         try:
-            return jax.dlpack.from_dlpack(owned)
+            return importer(owned)
         except Exception as exc:   # a layout or type this JAX cannot import: the caller gets the buffer
             logger.warning("JAX cannot import a %s %s output with strides %s (%s); returning the "
                            "cudnn_graph OwnedBuffer", name, shape, strides, exc)

@@ -23,7 +23,7 @@ Example:
     >>> with cudnn.Graph(io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT,
     ...                  inputs=["mm::A", "mm::B"], outputs=["y"]) as graph:
     ...     y = graph.matmul(A=x, B=w, name="mm")
-    ...     y.set_output(True).set_name("y")
+    ...     _ = y.set_output(True).set_name("y")
     >>> graph(x, w)[0].tolist()
     [[3.0, 3.0], [3.0, 3.0]]
 """
@@ -125,7 +125,7 @@ class Graph:
         >>> import cudnn_graph as cudnn
         >>> a = np.full((1, 2, 2), 2.0, np.float32)
         >>> with cudnn.Graph(io_data_type=np.float32, compute_data_type=np.float32) as graph:
-        ...     graph.relu(input=a, name="act").set_output(True)
+        ...     _ = graph.relu(input=a, name="act").set_output(True)
         >>> out = graph({"act::input": a})
         >>> out["act::Y"].tolist()
         [[[2.0, 2.0], [2.0, 2.0]]]
