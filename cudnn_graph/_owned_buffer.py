@@ -8,8 +8,8 @@ It publishes ``__dlpack__`` / ``__dlpack_device__`` (so ``torch.from_dlpack``, `
 (numba, CuPy) for device memory. The memory lives as long as the buffer or any consumer of an export.
 
 Device memory is written by the execute it was allocated for, on a stream the buffer does not know: its
-first DLPack export to a consumer waits for the device (once). A consumer reading through the CUDA array
-interface, or a later execute writing the buffer again, orders itself.
+first export to a consumer (DLPack, or the CUDA array interface) waits for the device, once. A later
+execute that writes the buffer again is ordered by whoever reads it.
 
 Example:
     >>> import numpy as np
@@ -213,13 +213,11 @@ class OwnedBuffer:
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule (versioned when ``max_version`` allows it) whose deleter keeps the memory.
 
-        The first export of device memory to a consumer that names a stream (anything but -1, "no
+        The first export of device memory (to a consumer whose stream is anything but -1, "no
         synchronisation") waits until the device has finished the write of the call that allocated it.
         """
         if self._pending and not (type(stream) is int and stream == -1):
-            from ._driver import device_synchronize
-            device_synchronize(self._device[1])
-            self._pending = False
+            self._wait_for_the_write()
         return self._slot.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     @property
@@ -229,9 +227,18 @@ class OwnedBuffer:
 
     @property
     def __cuda_array_interface__(self) -> dict:
+        """The CUDA array interface (v3, "stream": None); the first read waits for the write, as
+        ``__dlpack__`` does, since the interface can name no stream the write is pending on."""
         if self._device[0] != "cuda":
             raise AttributeError("a host OwnedBuffer has no __cuda_array_interface__")
+        if self._pending:
+            self._wait_for_the_write()
         return self._memory.__cuda_array_interface__
+
+    def _wait_for_the_write(self) -> None:
+        from ._driver import device_synchronize
+        device_synchronize(self._device[1])
+        self._pending = False
 
     def numpy(self):
         """A host buffer as the NumPy array over the same memory (device buffers: use a framework)."""
