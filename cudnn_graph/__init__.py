@@ -43,7 +43,7 @@ from ._slot import Slot, refresh_exchange_api_cache
 from ._variant_pack import TensorSpec, PackLayout, VariantPack, check
 from ._stream import as_stream_handle
 from ._ir import Tensor, Node, GraphContext
-from .graph import pygraph, Graph, PlanEntryError
+from .graph import pygraph, PlanEntryError
 from .router import Router, get_default_router, set_default_router
 from .data_type import DataType, data_type_of
 from . import errors
@@ -117,7 +117,7 @@ __all__ = [
     "behavior_note", "knob_type", "pointwise_mode", "convolution_mode", "diagonal_alignment",
     "attention_implementation", "reshape_mode", "tensor_reordering", "CudnnNotFoundError",
     "CudnnVersionError", "CudnnStatusError", "backend_version", "backend_version_string",
-    "get_last_error_string", "create_handle", "destroy_handle", "set_stream", "get_stream", "pygraph", "Graph", "Tensor", "Node", "GraphContext", "PlanEntryError", "Router",
+    "get_last_error_string", "create_handle", "destroy_handle", "set_stream", "get_stream", "pygraph", "Tensor", "Node", "GraphContext", "PlanEntryError", "Router",
     "get_default_router", "set_default_router", "Slot", "TensorSpec", "PackLayout", "VariantPack", "check", "refresh_exchange_api_cache",
     "as_stream_handle", "DataType", "data_type_of", "errors", "CudnnGraphError", "BufferImportError",
     "MalformedBufferError", "TensorMismatchError", "DataTypeMismatchError", "ShapeMismatchError",
@@ -131,3 +131,15 @@ __all__ = [
 # Variant-pack key and output errors (issue 20).
 from .errors import ForeignTensorError, VirtualTensorError, DuplicateTensorError, OverlappingOutputError
 __all__ += ["ForeignTensorError", "VirtualTensorError", "DuplicateTensorError", "OverlappingOutputError"]
+
+# cudnn-frontend's graph-level helpers: the cudnn.Graph wrapper (``cudnn_graph.Graph`` is the wrapper;
+# the graph class is ``pygraph``, its Cython core ``cudnn_graph._ir.Graph``), the graph() context
+# manager (it shadows the ``cudnn_graph.graph`` module as an attribute, as cudnn.graph does: import
+# from that module with ``from cudnn_graph.graph import ...``), graph_cache, and the buffers outputs
+# are allocated in when the caller's inputs name no framework that can.
+from .wrapper import Graph
+from .graph_helpers import graph, graph_cache
+from ._owned_buffer import OwnedBuffer
+from .errors import TensorReferenceError, WrapperStateError
+__all__ += ["Graph", "graph", "graph_cache", "OwnedBuffer", "TensorReferenceError",
+            "WrapperStateError"]

@@ -9,6 +9,7 @@ Buffer errors name the tensor (name and uid), what was expected and what arrived
 ``ValueError`` or ``TypeError`` so callers that already catch those keep working.
 """
 from __future__ import annotations
+from typing import Optional
 
 __all__ = [
     "CudnnGraphError", "BufferError_", "BufferImportError", "MalformedBufferError", "TensorMismatchError",
@@ -188,7 +189,13 @@ class InvalidArgumentError(CudnnGraphError, ValueError):
     ``heur_modes[0]``), ``expected`` says what it takes, ``got`` what arrived; ``tensor_name`` and
     ``uid`` name the tensor where the argument is one of a tensor's."""
 
-    def __init__(self, argument: str, expected: str, got, tensor_name=None, uid=None, detail: str = ""):
+    def __init__(self, argument: str, expected: Optional[str] = None, got=None, tensor_name=None, uid=None,
+                 detail: str = ""):
+        if expected is None:
+            # One whole message (the wrapper's form: its argument is part of the sentence).
+            self.argument = self.expected = self.got = self.tensor_name = self.uid = None
+            super().__init__(argument)
+            return
         self.argument = argument
         self.expected = expected
         self.got = got
@@ -282,3 +289,21 @@ class DuplicateTensorError(CudnnGraphError, ValueError):
 class OverlappingOutputError(StrideMismatchError):
     """An output buffer's strides make two indices address one element (a zero or overlapping stride):
     what the graph writes there would depend on the order of its writes."""
+
+
+# ---- the cudnn.Graph wrapper and the graph helpers (cudnn_graph/wrapper.py, graph_helpers.py) --------
+# They subclass the exception type cudnn-frontend raises in the same place (ValueError / RuntimeError),
+# so a port's existing except clauses keep catching them.
+
+class TensorReferenceError(InvalidArgumentError):
+    """A wrapper ``inputs=`` / ``outputs=`` entry, or a call's argument, names no tensor of the graph, names
+    one twice, or leaves a non-virtual tensor unaccounted for; the message names the entry."""
+
+
+class WrapperStateError(CudnnGraphError, RuntimeError):
+    """The ``cudnn_graph.Graph`` wrapper was used out of order (called before its ``with`` block ended,
+    entered twice) or asked for something it does not do (a lifecycle method it runs itself, a call
+    without the workspace ``workspace_alloc=False`` requires)."""
+
+
+__all__ += ["TensorReferenceError", "WrapperStateError"]

@@ -51,7 +51,7 @@ from .engines.base import ExecutionContext
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["pygraph", "Graph", "PlanEntryError", "register_graph_method"]
+__all__ = ["pygraph", "PlanEntryError", "register_graph_method"]
 
 _GENERIC = ("compute_data_type", "name")
 
@@ -690,6 +690,16 @@ class pygraph(_GraphCore):
                                   dtype=_numpy_dtype(spec.dtype) if spec is not None else np.float32)
         return merged
 
+    # -- as a context manager ----------------------------------------------------------------------
+    # cudnn-frontend's pygraph is no context manager; ``with pygraph(...) as g:`` here scopes the
+    # building the way ``cudnn_graph.graph(handle)`` does: the end builds nothing, errors propagate.
+
+    def __enter__(self) -> "pygraph":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        return False
+
     def __repr__(self):
         return (f"pygraph(name={self.context.name!r}, device={self.device}, nodes={len(self.nodes)}, "
                 f"tensors={len(self.tensors)}{', frozen' if self.frozen else ''})")
@@ -700,8 +710,6 @@ for _schema in SCHEMAS.values():
         if hasattr(_GraphCore, _method):
             raise RuntimeError(f"op {_method!r} would shadow a Graph method")
         setattr(pygraph, _method, _make_builder(_schema))
-
-Graph = pygraph
 
 
 def register_graph_method(name: str, function: Callable) -> None:

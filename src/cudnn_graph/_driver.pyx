@@ -543,3 +543,34 @@ def _mark_finalizing():
 
 
 atexit.register(_mark_finalizing)
+
+
+# ---- device synchronisation: an OwnedBuffer handed to a consumer that reads on a stream of its own ------
+
+ctypedef int (*cuCtxSynchronize_t)() noexcept nogil
+cdef cuCtxSynchronize_t _ctx_synchronize = NULL
+
+
+def device_synchronize(int device) -> None:
+    """Wait on the host until every stream of ``device``'s primary context has finished its work.
+
+    The consumer handshake of a buffer whose writer's stream is not known (``OwnedBuffer.__dlpack__``),
+    off any hot path.
+    """
+    global _ctx_synchronize
+    cdef bint pushed = False
+    cdef int result
+    _require_driver(b"device synchronisation")
+    if _ctx_synchronize == NULL:
+        _ctx_synchronize = <cuCtxSynchronize_t>dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL),
+                                                     "cuCtxSynchronize")
+        if _ctx_synchronize == NULL:
+            raise CudaDriverError("libcuda has no cuCtxSynchronize")
+    enter_device(device, &pushed)
+    try:
+        with nogil:
+            result = _ctx_synchronize()
+    finally:
+        leave_device(pushed)
+    if result != 0:
+        raise CudaDriverError(f"cuCtxSynchronize(device {device}) failed: {_result_text(result)}")
