@@ -244,6 +244,7 @@ class pygraph(_GraphCore):
         super().__init__(io_data_type, intermediate_data_type, compute_data_type, name=name,
                          device=device, handle=handle, router=router)
         self._plans = _PlanState()
+        self._unused_inputs = ()        # inputs no node reads (validate() finds them; the layout skips them)
         self._override_shape_enabled = bool(is_override_shape_enabled)
 
     @property
@@ -268,6 +269,7 @@ class pygraph(_GraphCore):
     def validate(self) -> None:
         """Infer every output's dims and data type and check the graph; raises naming node and port."""
         infer_graph(self)
+        unused = []
         consumed = set()
         for node in self.nodes:
             for value in node.inputs.values():
@@ -286,8 +288,10 @@ class pygraph(_GraphCore):
                                            f"{len(t.stride)} strides for {len(t.dim)} dims")
             if t.producer is None:
                 if t.uid not in consumed and not self._is_side_tensor(t):
-                    raise GraphValidationError("<graph>", "input", t.name,
-                                               "is an input that no node uses")
+                    # cudnn.pygraph ignores a tensor that no node reads (its tests make some and bind
+                    # buffers to them): so does this graph; the layout skips keys that name it.
+                    unused.append(t)
+                    continue
                 if t.data_type == DataType.NOT_SET:
                     raise GraphValidationError("<graph>", "input", t.name,
                                                "has no data type (set it, or give the graph an io_data_type)")
@@ -301,6 +305,10 @@ class pygraph(_GraphCore):
                     raise GraphValidationError(node.name, node.op, port,
                                                "has no data type (set it, or give the graph an "
                                                + ("intermediate_data_type" if t.is_virtual else "io_data_type") + ")")
+        if unused:
+            logger.info("graph '%s': no node reads %s; ignored (buffers keyed by them are skipped)",
+                      self.context.name, ", ".join(repr(t.name) for t in unused))
+        self._unused_inputs = tuple(unused)
         self._validated = True
 
     def _is_side_tensor(self, t) -> bool:
@@ -457,8 +465,9 @@ class pygraph(_GraphCore):
         device = self.device_code
         dev = "cpu" if device[0] == 1 else (device[0], device[1])
         specs = []
+        unused = {t.uid for t in self._unused_inputs}
         for t in self.tensors:
-            if t.is_virtual:
+            if t.is_virtual or t.uid in unused:
                 continue
             dtype = t.data_type
             try:
@@ -474,7 +483,8 @@ class pygraph(_GraphCore):
                 t.uid, t.dim, code + (1,), strides=t.stride if binds else None,
                 device="cpu" if (scalar and engine.host_scalars) else dev, name=t.name,
                 is_output=t.producer is not None, required=not (scalar and t.value is not None)))
-        layout = PackLayout(specs, graph=self)
+        ignored = [t.uid for t in self._unused_inputs] + [t.name for t in self._unused_inputs if t.name]
+        layout = PackLayout(specs, graph=self, ignored=ignored)
         self._plans.layouts[key] = layout
         return layout
 

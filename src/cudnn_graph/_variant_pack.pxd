@@ -32,6 +32,9 @@ cdef class PackLayout:
     # is another is refused with one pointer compare. NULL: a graph-less layout, Tensor keys by uid.
     cdef void* _graph_id
     cdef object _graph_ref                # a weakref to that graph (for messages), or None
+    # uids and names of the graph's tensors that no node reads: a pack may key them (cudnn.pygraph code
+    # does) and they are skipped, looked up only for a key that names no operand.
+    cdef frozenset _ignored
 
 
 cdef class VariantPack:

@@ -312,9 +312,10 @@ cdef class PackLayout:
         [1, 2]
     """
 
-    def __init__(self, specs, *, graph=None):
+    def __init__(self, specs, *, graph=None, ignored=()):
         """``graph``: the Graph whose tensors may key a pack (a Tensor of any other graph is refused,
-        and virtual tensors are named as such); None accepts any Tensor by its uid."""
+        and virtual tensors are named as such); None accepts any Tensor by its uid. ``ignored``: uids
+        and names of tensors that no node reads: keys naming them are skipped, not refused."""
         specs = list(specs)
         for spec in specs:
             if not isinstance(spec, TensorSpec):
@@ -336,6 +337,7 @@ cdef class PackLayout:
                 self._by_name[spec.name] = (spec.uid if held is None
                                             else (held if type(held) is tuple else (held,)) + (spec.uid,))
         self.specs = tuple(specs)
+        self._ignored = frozenset(ignored)
         self._graph_id = NULL
         self._graph_ref = None
         if graph is not None:
@@ -373,6 +375,8 @@ cdef object _key_uid(object key, PackLayout layout):
     if isinstance(key, str) and layout is not None:
         found = layout._by_name.get(key)
         if found is None:
+            if key in layout._ignored:
+                return None            # no position: the caller skips the key
             _raise_not_an_operand(key, None, layout)
         if type(found) is tuple:
             raise AmbiguousTensorNameError(key, found)
@@ -597,8 +601,13 @@ cdef object _pack_core(object mapping, PackLayout layout, object stream, int64_t
         # Each operand lands at its spec's position (specs are sorted by uid): no sort, and a position
         # filled twice is a uid given twice (e.g. by its name and by its uid).
         for key, buffer in mapping.items():
+            if key is None:
+                # cudnn.pygraph code keys optional tensors it did not make ({bias: b} with bias None).
+                continue
             i = _position(key, layout)
             if i < 0:
+                if _ignored_key(key, layout):
+                    continue
                 _raise_not_an_operand(key, _key_uid(key, layout), layout)
             if i >= nspec:
                 raise AssertionError(f"corrupt PackLayout index for key {key!r}")
@@ -721,6 +730,15 @@ def _graph_label(graph) -> str:
 
 cdef int _raise_foreign(Tensor key, PackLayout layout) except -1:
     raise ForeignTensorError(key._name, key._uid, _graph_label(key.graph), _graph_label(layout.graph))
+
+
+cdef bint _ignored_key(object key, PackLayout layout) except -1:
+    """Whether a key that names no operand names a tensor no node reads (skipped, as cudnn.pygraph does)."""
+    if not layout._ignored:
+        return False
+    if type(key) is Tensor:
+        return (<Tensor>key)._uid in layout._ignored
+    return (type(key) is int or type(key) is str) and key in layout._ignored
 
 
 cdef int _raise_not_an_operand(object key, object uid, PackLayout layout) except -1:

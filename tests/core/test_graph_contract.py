@@ -527,8 +527,9 @@ def test_node_mappings_are_read_only(frozen):
 def test_a_change_after_validate_is_validated_again():
     g, a, b, y = add_graph()
     g.validate()
-    g.tensor(name="stray", dim=[2], stride=[1])
-    with pytest.raises(GraphValidationError, match="stray"):
+    stray = g.tensor(name="stray", dim=[7, 5], stride=[5, 1])
+    g.add(a, stray, name="late").set_output(True)      # a node added after validate() that cannot broadcast
+    with pytest.raises(GraphValidationError, match="late"):
         g.build()
     g2, a2, b2, y2 = add_graph()
     g2.validate()

@@ -236,12 +236,6 @@ def sdpa_backward_dbias_without_bias(g):
 
 # --------------------------------------------------------------------------- unused tensors / outputs
 
-@case(Expect(node="<graph>", port="stray", match="no node uses"))
-def unused_input(g):
-    g.relu(T(g, "x", 4)).set_output(True)
-    T(g, "stray", 4)
-
-
 @case(Expect(node="act", port="Y", match="neither used"))
 def unused_virtual_output(g):
     x = T(g, "x", 4)
