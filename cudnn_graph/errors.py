@@ -141,3 +141,11 @@ cudnnGraphNotSupportedError = GraphNotSupportedError
 
 class GraphFrozenError(CudnnGraphError, RuntimeError):
     """The graph was lowered or planned and can no longer change."""
+
+
+class ArgumentTypeError(CudnnGraphError, TypeError):
+    """An argument of the wrong kind (e.g. ``pygraph(kernel_cache=)`` given something that is not a
+    ``KernelCache``); the message names the argument, what it takes and what arrived."""
+
+
+__all__ += ["ArgumentTypeError"]
