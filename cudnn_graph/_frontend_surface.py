@@ -34,6 +34,11 @@ DIFFERS = "differs"
 NOT_IMPLEMENTED = "not implemented"
 WRAPPER = "wrapper"
 
+_NAMED_KNOBS = "Python engines here take named knobs (PlanConfig.knobs), not frontend knob_type values"
+_NO_AOT = "device-less (ahead-of-time) planning is not implemented: plans are made for a visible device"
+_OWN_REPLAY = "CUDA graphs are replayed by cudnn_graph itself (docs/performance.md); there is no retention policy"
+_FIXED_WORKSPACE = "a plan's workspace is fixed when it is built"
+_BUILD_CONTEXT = "engines build with the graph's handle and device; a build context object is not taken"
 _KERNEL_API = "a kernel API of the frontend (a fixed-function kernel), not a graph op; cudnn_graph has none"
 _NO_OP = "cudnn_graph has no op schema (and no engine) for {}"
 
@@ -46,16 +51,12 @@ TOP_LEVEL: dict[str, tuple[str, str]] = {
     "norm_forward_phase": (SAME, ""),
     "reduction_mode": (SAME, ""),
     "behavior_note": (SAME, ""),
-    "cuda_graph_retention": (NOT_IMPLEMENTED, "CUDA graphs are replayed by cudnn_graph itself "
-                                              "(docs/performance.md); there is no retention policy to choose"),
+    "cuda_graph_retention": (NOT_IMPLEMENTED, _OWN_REPLAY),
     "knob_type": (SAME, ""),
-    "FRONTEND_KNOB_TYPE_BASE": (NOT_IMPLEMENTED, "Python engines here take named knobs (PlanConfig.knobs), "
-                                                 "not frontend knob_type values"),
-    "is_frontend_knob_type": (NOT_IMPLEMENTED, "Python engines here take named knobs (PlanConfig.knobs), "
-                                               "not frontend knob_type values"),
+    "FRONTEND_KNOB_TYPE_BASE": (NOT_IMPLEMENTED, _NAMED_KNOBS),
+    "is_frontend_knob_type": (NOT_IMPLEMENTED, _NAMED_KNOBS),
     "create_kernel_cache": (SAME, ""),
-    "create_device_properties": (NOT_IMPLEMENTED, "device-less (ahead-of-time) planning is not implemented: "
-                                                  "plans are made for a visible device"),
+    "create_device_properties": (NOT_IMPLEMENTED, _NO_AOT),
     "numerical_note": (SAME, ""),
     "build_plan_policy": (SAME, ""),
     "data_type": (SAME, ""),
@@ -344,8 +345,7 @@ PYGRAPH_METHODS: dict[str, tuple[str, ...]] = {
 PYGRAPH_STATUS: dict[str, tuple[str, str]] = {
     "deserialize": (NOT_IMPLEMENTED, "plan serialization is not implemented: build the graph again"),
     "serialize": (NOT_IMPLEMENTED, "plan serialization is not implemented: build the graph again"),
-    "get_cuda_graph_retention": (NOT_IMPLEMENTED, "CUDA graphs are replayed by cudnn_graph itself; "
-                                                  "there is no retention policy"),
+    "get_cuda_graph_retention": (NOT_IMPLEMENTED, _OWN_REPLAY),
     "populate_cuda_graph": (NOT_IMPLEMENTED, "cudnn_graph captures and replays CUDA graphs of repeated "
                                              "executes itself (docs/performance.md); filling a caller's "
                                              "cudaGraph_t is not implemented"),
@@ -375,29 +375,18 @@ KEYWORD_STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("pygraph", "sm_count"): (NOT_IMPLEMENTED, "plans are made for the whole device; an SM budget is not "
                                                "passed to engines"),
     ("pygraph", "sm_version"): (NOT_IMPLEMENTED, "plans are made for the visible device's architecture"),
-    ("pygraph", "device_property"): (NOT_IMPLEMENTED, "device-less (ahead-of-time) planning is not implemented"),
-    ("pygraph", "cuda_graph_retention"): (NOT_IMPLEMENTED, "CUDA graphs are replayed by cudnn_graph itself"),
+    ("pygraph", "device_property"): (NOT_IMPLEMENTED, _NO_AOT),
+    ("pygraph", "cuda_graph_retention"): (NOT_IMPLEMENTED, _OWN_REPLAY),
     ("pygraph", "is_dynamic_shape_enabled"): (NOT_IMPLEMENTED, "use is_override_shape_enabled=True (execute-time "
                                                                "override shapes)"),
     ("pygraph", "is_cuda_graph_replay_expected"): (DIFFERS, "accepted as a hint; it changes no plan here"),
     ("pygraph", "kernel_cache"): (DIFFERS, "used by the cuDNN backend (cuDNN >= 9.4); other engines ignore it"),
-    ("build", "ctx"): (NOT_IMPLEMENTED, "engines build with the graph's handle and device; a build context "
-                                        "object is not taken"),
-    ("build_plans", "ctx"): (NOT_IMPLEMENTED, "engines build with the graph's handle and device; a build "
-                                              "context object is not taken"),
+    ("build", "ctx"): (NOT_IMPLEMENTED, _BUILD_CONTEXT),
+    ("build_plans", "ctx"): (NOT_IMPLEMENTED, _BUILD_CONTEXT),
     ("execute", "tensor_dict"): (DIFFERS, "pass the buffers positionally"),
     ("execute", "tensor_uids"): (DIFFERS, "not accepted: pass a mapping {uid: buffer}"),
     ("execute_plan_at_index", "tensor_dict"): (DIFFERS, "pass the buffers positionally"),
     ("execute_plan_at_index", "tensor_uids"): (DIFFERS, "not accepted: pass a mapping {uid: buffer}"),
-    ("get_workspace_size", "override_uids"): (NOT_IMPLEMENTED, "a plan's workspace is fixed when it is built"),
-    ("get_workspace_size", "override_shapes"): (NOT_IMPLEMENTED, "a plan's workspace is fixed when it is built"),
-    ("get_workspace_size", "override_strides"): (NOT_IMPLEMENTED, "a plan's workspace is fixed when it is built"),
-    ("get_workspace_size_plan_at_index", "override_uids"): (NOT_IMPLEMENTED, "a plan's workspace is fixed "
-                                                                             "when it is built"),
-    ("get_workspace_size_plan_at_index", "override_shapes"): (NOT_IMPLEMENTED, "a plan's workspace is fixed "
-                                                                               "when it is built"),
-    ("get_workspace_size_plan_at_index", "override_strides"): (NOT_IMPLEMENTED, "a plan's workspace is fixed "
-                                                                                "when it is built"),
     ("tensor", "ragged_offset_multiplier"): (DIFFERS, _TENSOR_KEYWORD),
     ("tensor", "alignment_value"): (DIFFERS, _TENSOR_KEYWORD),
     ("tensor_like", "is_virtual"): (DIFFERS, _TENSOR_KEYWORD),
@@ -407,6 +396,9 @@ KEYWORD_STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("reduction", "group_offset"): (NOT_IMPLEMENTED, "grouped reductions are not in cudnn_graph's op schema"),
     ("sdpa", "kv_mask"): (NOT_IMPLEMENTED, "a key/value mask tensor is not in cudnn_graph's sdpa schema"),
 }
+for _method in ("get_workspace_size", "get_workspace_size_plan_at_index"):
+    for _keyword in ("override_uids", "override_shapes", "override_strides"):
+        KEYWORD_STATUS[(_method, _keyword)] = (NOT_IMPLEMENTED, _FIXED_WORKSPACE)
 for _op, _keywords in (
         ("gdn", ("a_log", "dt_bias", "state_indices", "checkpoint_every_n_tokens", "use_beta_sigmoid",
                  "allow_neg_eigval", "safe_gate", "gate_domain", "batch_invariant", "overwrite_initial_state")),

@@ -46,17 +46,14 @@ class _NotedEngine(BaseEngine):
         return _NotedPlan(plan)
 
 
-@pytest.fixture
-def noted_engine():
-    engine = _NotedEngine()
-    manifest.register_engine(engine)
-    yield engine
-    manifest.unregister_engine(engine)
-
-
-def test_notes_come_from_the_plans_engine_as_enum_members(noted_engine):
-    g = _relu_graph()
-    g.create_execution_plans([cudnn.heur_mode.A])
+def test_notes_come_from_the_plans_engine_as_enum_members():
+    noted_engine = _NotedEngine()
+    manifest.register_engine(noted_engine)
+    try:
+        g = _relu_graph()
+        g.create_execution_plans([cudnn.heur_mode.A])
+    finally:
+        manifest.unregister_engine(noted_engine)
     index = next(i for i, p in enumerate(g.plans) if p.engine is noted_engine)
     notes = g.get_behavior_notes_for_plan_at_index(index)
     assert notes == [cudnn.behavior_note.RUNTIME_COMPILATION]
