@@ -147,7 +147,7 @@ __all__ = [
 # ---- the rest of cudnn-frontend 1.32's graph-level surface (cudnn_graph._frontend_surface lists it) ----
 from .jit import jit
 from .kernel_cache import KernelCache, create_kernel_cache
-from .errors import ArgumentTypeError
+from .errors import ArgumentTypeError, KernelCacheError
 from ._cudnn_handle import Handle
 from .engines.cudnn_backend.engine import Knob as knob
 tensor = Tensor
@@ -160,7 +160,8 @@ def sdpa_capabilities() -> frozenset:
 
 from . import _frontend_surface
 _frontend_surface.install_module_stubs(globals())
-__all__ += ["jit", "KernelCache", "create_kernel_cache", "HostHandle", "ArgumentTypeError", "Handle", "knob",
+__all__ += ["jit", "KernelCache", "create_kernel_cache", "HostHandle", "ArgumentTypeError", "KernelCacheError",
+            "Handle", "knob",
             "tensor", "sdpa_capabilities"]
 __all__ += [n for n, (status, _) in _frontend_surface.TOP_LEVEL.items()
             if status == _frontend_surface.NOT_IMPLEMENTED and n not in __all__]

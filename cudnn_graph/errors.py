@@ -148,4 +148,10 @@ class ArgumentTypeError(CudnnGraphError, TypeError):
     ``KernelCache``); the message names the argument, what it takes and what arrived."""
 
 
-__all__ += ["ArgumentTypeError"]
+
+class KernelCacheError(CudnnGraphError, ValueError):
+    """A kernel cache cannot do what was asked: serialize an empty cache, deserialize text it did not
+    write, or deserialize into a cache that is in use."""
+
+
+__all__ += ["ArgumentTypeError", "KernelCacheError"]

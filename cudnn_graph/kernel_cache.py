@@ -6,7 +6,8 @@ each engine that can reuse kernels keeps its own object there. The cuDNN backend
 finalizes for a graph that carries the cache (``CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE``, cuDNN >=
 9.4), so a later graph of the same topology binds the kernel compiled for an earlier one instead of
 compiling again. An engine that cannot reuse kernels ignores the cache; ``used_by`` says which
-engines did.
+engines did. ``serialize()`` / ``deserialize()`` carry the kernels to another process (each engine's
+part in its own form: cuDNN's JSON needs cuDNN >= 9.10).
 
 Example:
     >>> import cudnn_graph as cudnn
@@ -17,13 +18,19 @@ Example:
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import Any, Callable, Optional
 
+from .errors import KernelCacheError
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["KernelCache", "create_kernel_cache"]
+
+_FORMAT = "cudnn_graph_kernel_cache"    # the key that marks serialize()'s text, and its version
+_FORMAT_VERSION = 1
 
 
 class KernelCache:
@@ -32,6 +39,7 @@ class KernelCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._states: dict = {}
+        self._loaded: dict = {}      # engine name -> its part of a deserialized cache
 
     def state(self, engine: str, factory: Optional[Callable[[], Any]] = None) -> Any:
         """The slot of engine ``engine`` (its name): made by ``factory`` on first use, else None."""
@@ -47,15 +55,43 @@ class KernelCache:
         with self._lock:
             return sorted(self._states)
 
-    def serialize(self) -> str:
-        """cudnn.KernelCache.serialize: not implemented (cuDNN's JSON form needs 9.10; not wired yet)."""
-        raise NotImplementedError("KernelCache.serialize() is not implemented: the cuDNN kernel cache's "
-                                  "JSON form (CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION) is not read yet")
+    def serialized_state(self, engine: str):
+        """What ``deserialize`` gave for engine ``engine`` (its own text), for the engine to load when it
+        makes its slot; None when nothing was given."""
+        with self._lock:
+            return self._loaded.get(engine)
 
-    def deserialize(self, text) -> None:
-        """cudnn.KernelCache.deserialize: not implemented (see serialize)."""
-        raise NotImplementedError("KernelCache.deserialize() is not implemented: the cuDNN kernel cache's "
-                                  "JSON form (CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION) is not written yet")
+    def serialize(self) -> str:
+        """The cache as text: each engine's kernels in its own form (cuDNN's JSON, cuDNN >= 9.10).
+
+        Raises KernelCacheError when no engine has compiled into the cache yet (there is nothing to save).
+        """
+        with self._lock:
+            states = dict(self._states)
+        engines = {name: state.serialize() for name, state in sorted(states.items())
+                   if hasattr(state, "serialize")}
+        if not engines:
+            raise KernelCacheError("KernelCache.serialize(): no engine has compiled a kernel into this cache yet "
+                             "(build a graph with kernel_cache= first)")
+        return json.dumps({_FORMAT: _FORMAT_VERSION, "engines": engines})
+
+    def deserialize(self, text: str) -> None:
+        """Load what ``serialize`` wrote into this new cache (each engine reads its part on first use).
+
+        A cache that holds kernels already, or was loaded before, refuses (as cudnn.KernelCache does).
+        """
+        try:
+            record = json.loads(text)
+            engines = record["engines"] if record.get(_FORMAT) == _FORMAT_VERSION else None
+        except (TypeError, ValueError, AttributeError, KeyError):
+            engines = None
+        if not isinstance(engines, dict):
+            raise KernelCacheError("KernelCache.deserialize(): the text is not a kernel cache serialize() wrote")
+        with self._lock:
+            if self._states or self._loaded:
+                raise KernelCacheError("KernelCache.deserialize(): this cache is in use or loaded already; "
+                                   "deserialize into a new cache from create_kernel_cache()")
+            self._loaded = dict(engines)
 
     def __repr__(self) -> str:
         return f"KernelCache(used_by={self.used_by})"

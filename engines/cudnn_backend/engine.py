@@ -16,6 +16,7 @@ graph as methods (``cudnn_graph.graph.register_graph_method``): ``deselect_engin
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -243,30 +244,72 @@ _KERNEL_CACHE_VERSION = 90400         # CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, E
 _KERNEL_CACHE_GRAPH_VERSION = 90500   # CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH
 
 
-class BackendKernelCache:
-    """What a ``KernelCache`` holds for this engine: one finalized cuDNN kernel cache per device."""
+_KERNEL_CACHE_JSON_VERSION = 91000   # CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION
 
-    def __init__(self) -> None:
+
+class BackendKernelCache:
+    """What a ``KernelCache`` holds for this engine: one finalized cuDNN kernel cache per device, and
+    the JSON a deserialized cache gave for devices not made yet."""
+
+    def __init__(self, loaded: Optional[str] = None) -> None:
         self.lock = threading.Lock()
         self.descriptors: dict = {}     # device ordinal -> finalized KERNEL_CACHE descriptor
+        self.pending: dict = {}         # device ordinal -> cuDNN's JSON, set when that device's is made
+        if loaded is not None:
+            _require_json_version("KernelCache.deserialize()")
+            self.pending = {int(device): text for device, text in json.loads(loaded).items()}
+
+    def serialize(self) -> str:
+        """Every device's cache as cuDNN's JSON (CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION)."""
+        _require_json_version("KernelCache.serialize()")
+        with self.lock:
+            made = dict(self.descriptors)
+            texts = dict(self.pending)
+        for device, descriptor in made.items():
+            size = descriptor.count("CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION", "CUDNN_TYPE_CHAR")
+            texts[device] = descriptor.get_text("CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION", max(int(size), 1))
+        return json.dumps({str(device): text for device, text in sorted(texts.items())})
+
+
+def _require_json_version(what: str) -> None:
+    from ..._cudnn_errors import CudnnVersionError
+    version = _loader.backend_version()
+    if version < _KERNEL_CACHE_JSON_VERSION:
+        raise CudnnVersionError(what, _KERNEL_CACHE_JSON_VERSION, version)
+
+
+def _as_chars(text: str) -> list:
+    """``text``'s UTF-8 bytes as C chars (signed) for a CUDNN_TYPE_CHAR attribute."""
+    return [b - 256 if b > 127 else b for b in text.encode("utf-8")]
 
 
 def kernel_cache_descriptor(kernel_cache, lowered: "_Lowered"):
     """The cuDNN kernel cache of ``kernel_cache`` for ``lowered``'s device (made and finalized on first
-    use, bound to the first operation graph that uses it), or None where cuDNN cannot keep one."""
+    use, loaded from a deserialized cache's JSON where it has one, bound to the first operation graph
+    that uses it), or None where cuDNN cannot keep one."""
     from ... import _cudnn_descriptor
     from ..._cudnn_errors import CudnnStatusError
     version = _loader.backend_version()
     if version < _KERNEL_CACHE_VERSION:
         logger.info("kernel_cache ignored: cuDNN %d has no kernel cache (needs 9.4)", version)
         return None
-    state = kernel_cache.state(CudnnBackendEngine.name, BackendKernelCache)
+    from ..._cudnn_errors import CudnnVersionError
+    name = CudnnBackendEngine.name
+    loaded = kernel_cache.serialized_state(name)     # read first: the factory runs under the cache's lock
+    try:
+        state = kernel_cache.state(name, lambda: BackendKernelCache(loaded))
+    except CudnnVersionError as exc:     # a deserialized cache this cuDNN cannot load: build without it
+        logger.warning("kernel_cache ignored: %s", exc)
+        return None
     with state.lock:
         found = state.descriptors.get(lowered.device)
         if found is not None:
             return found
         try:
             made = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR")
+            loaded = state.pending.get(lowered.device)
+            if loaded is not None:
+                made.set("CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION", "CUDNN_TYPE_CHAR", _as_chars(loaded))
             if version >= _KERNEL_CACHE_GRAPH_VERSION:
                 made.set("CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH", "CUDNN_TYPE_BACKEND_DESCRIPTOR",
                          lowered.op_graph)
@@ -274,6 +317,7 @@ def kernel_cache_descriptor(kernel_cache, lowered: "_Lowered"):
         except CudnnStatusError as exc:
             logger.warning("cuDNN could not make a kernel cache (%s); plans build without one", exc)
             return None
+        state.pending.pop(lowered.device, None)
         state.descriptors[lowered.device] = made
         return made
 

@@ -3,6 +3,8 @@ device (CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, bound to the first operation grap
 plan it finalizes for graphs that carry the cache (CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE)."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ F = cudnn.data_type
 # cudnnBackendDescriptorType_t / attribute numbers of the ABI header
 KERNEL_CACHE_DESCRIPTOR = 34
 KERNEL_CACHE_OPERATION_GRAPH = 2400
+KERNEL_CACHE_JSON_REPRESENTATION = 2402
 EXECUTION_PLAN_KERNEL_CACHE = 406
 
 
@@ -35,9 +38,15 @@ def test_kernel_cache_must_come_from_create_kernel_cache():
         cudnn.pygraph(device="cpu", kernel_cache={})
 
 
-def test_serializing_a_kernel_cache_says_it_is_not_implemented():
-    with pytest.raises(NotImplementedError, match="JSON"):
+def test_an_empty_cache_has_nothing_to_serialize():
+    with pytest.raises(cudnn.KernelCacheError, match="no engine has compiled"):
         cudnn.create_kernel_cache().serialize()
+
+
+@pytest.mark.parametrize("text", ["", "[]", "{}", '{"cudnn_graph_kernel_cache": 99, "engines": {}}'])
+def test_deserializing_text_serialize_did_not_write_is_refused(text):
+    with pytest.raises(cudnn.KernelCacheError, match="not a kernel cache"):
+        cudnn.create_kernel_cache().deserialize(text)
 
 
 _TWO_GRAPHS = """
@@ -85,6 +94,48 @@ def test_a_cudnn_without_kernel_caches_builds_plans_without_one(tmp_path_factory
     assert not [r for r in records if r[0] == "set" and int(r[2]) == EXECUTION_PLAN_KERNEL_CACHE]
 
 
+_SAVED_JSON = '{"kernels": ["fake"]}'
+
+
+def _json_source():
+    """The stand-in, with a kernel cache whose JSON form is _SAVED_JSON."""
+    from _standin import fake_cuda_source
+    source = fake_cuda_source()
+    anchor = "int cudnnBackendGetAttribute(void *d, int name, int type, long long r, long long *c, void *e) {"
+    assert anchor in source
+    text = _SAVED_JSON.replace('"', '\\"')
+    return source.replace(anchor, anchor + f"""
+    if (name == {KERNEL_CACHE_JSON_REPRESENTATION}) {{ const char *j = "{text}"; long long n = strlen(j) + 1;
+        if (c) *c = n; if (e) memcpy(e, j, r < n ? r : n); return 0; }}""")
+
+
+def test_a_serialized_cache_loads_into_a_new_one(tmp_path_factory, tmp_path):
+    from _standin import CHILD_PROLOGUE, fake_cuda_builder, run_child
+    env = fake_cuda_builder(tmp_path_factory.mktemp("json_cuda"), _json_source())()
+    out, records = run_child(CHILD_PROLOGUE + """
+saved = cudnn.create_kernel_cache()
+make(8, saved)
+text = saved.serialize()
+loaded = cudnn.create_kernel_cache()
+loaded.deserialize(text)
+errors = []
+try:
+    loaded.deserialize(text)
+except cudnn.KernelCacheError as exc:
+    errors.append(str(exc))
+start = len(open(__import__("os").environ["FAKE_CUDNN_LOG"]).read().splitlines())
+make(16, loaded)
+print(json.dumps({"text": text, "errors": errors, "start": start, "used_by": loaded.used_by}))
+""", env, tmp_path / "log")
+    assert json.loads(json.loads(out["text"])["engines"]["cudnn_backend"]) == {"0": _SAVED_JSON}
+    assert out["errors"] and "new cache" in out["errors"][0]
+    assert out["used_by"] == ["cudnn_backend"]
+    after = records[out["start"]:]
+    cache_sets = [r for r in after if r[0] == "set" and int(r[1]) == KERNEL_CACHE_DESCRIPTOR]
+    assert [int(r[2]) for r in cache_sets] == [KERNEL_CACHE_JSON_REPRESENTATION, KERNEL_CACHE_OPERATION_GRAPH]
+    assert bytes.fromhex(cache_sets[0][5]).decode() == _SAVED_JSON     # loaded before it is finalized
+
+
 @pytest.mark.gpu
 def test_kernel_cache_shared_by_matmul_graphs_on_the_gpu(prefer_cudnn):
     """The frontend's test_kernel_cache: five fp16 matmul graphs built with one cache run correctly."""
@@ -110,3 +161,31 @@ def test_kernel_cache_shared_by_matmul_graphs_on_the_gpu(prefer_cudnn):
         np.testing.assert_allclose(cp.asnumpy(C).astype(np.float32), want, atol=5e-2 * float(np.abs(want).max()),
                                    rtol=5e-2)
     assert cache.used_by == ["cudnn_backend"]
+
+
+@pytest.mark.gpu
+def test_a_serialized_kernel_cache_builds_a_new_graph_from_its_kernels(prefer_cudnn):
+    """The frontend's test_kernel_cache_persistence: serialize after one build, load into a new cache in a
+    fresh state, and the same graph builds against it (cuDNN >= 9.10)."""
+    if cudnn.backend_version() < 91000:
+        pytest.skip("kernel cache JSON needs cuDNN 9.10")
+
+    def build(cache):
+        g = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                          device="cuda:0", kernel_cache=cache)
+        a = g.tensor(name="A", dim=[1, 8, 8], stride=[64, 8, 1])
+        b = g.tensor(name="B", dim=[1, 8, 8], stride=[64, 8, 1])
+        g.matmul(name="matmul", A=a, B=b).set_output(True)
+        g.build([cudnn.heur_mode.FALLBACK])
+        return g
+
+    saved = cudnn.create_kernel_cache()
+    build(saved)
+    text = saved.serialize()
+    assert json.loads(text)["engines"]["cudnn_backend"]
+    loaded = cudnn.create_kernel_cache()
+    loaded.deserialize(text)
+    with pytest.raises(cudnn.KernelCacheError):
+        loaded.deserialize(text)
+    g = build(loaded)
+    assert g.compiled_plan() is not None and loaded.used_by == ["cudnn_backend"]
