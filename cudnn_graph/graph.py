@@ -379,6 +379,9 @@ class pygraph(_GraphCore):
         st = self._plans
         entry = st.entries[i]
         ctx = ExecutionContext(handle=self.handle, device=self.device)
+        if self._kernel_cache is not None and not getattr(entry.engine, "reuses_kernel_cache", False):
+            logger.info("graph %s: plan %d (%s) is built without the kernel cache: engine %s keeps no kernels "
+                        "in one", self.context.name, i, entry.label, getattr(entry.engine, "name", entry.engine))
         compiled = entry.engine.build_plan(self.view, entry, ctx)
         compiled.layout = self._layout_for(entry.engine)
         st.compiled[i] = compiled

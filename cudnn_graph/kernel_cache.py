@@ -5,7 +5,8 @@ each engine that can reuse kernels keeps its own object there. The cuDNN backend
 ``CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR`` per device and attaches it to every execution plan it
 finalizes for a graph that carries the cache (``CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE``, cuDNN >=
 9.4), so a later graph of the same topology binds the kernel compiled for an earlier one instead of
-compiling again. An engine that cannot reuse kernels ignores the cache; ``used_by`` says which
+compiling again. An engine that cannot reuse kernels (``BaseEngine.reuses_kernel_cache`` False) ignores the
+cache, and the graph logs so when it builds such a plan; ``used_by`` says which
 engines did. ``serialize()`` / ``deserialize()`` carry the kernels to another process (each engine's
 part in its own form: cuDNN's JSON needs cuDNN >= 9.10).
 

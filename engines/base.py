@@ -91,6 +91,8 @@ class BaseEngine:
     binds_provisional_strides: bool = True
     # Whether a pass-by-value tensor's buffer must be on the host (cuDNN) or may be anywhere.
     host_scalars: bool = True
+    # Whether this engine keeps compiled kernels in a graph's KernelCache (pygraph(kernel_cache=)).
+    reuses_kernel_cache: bool = False
     # Methods this engine adds to every graph: {name: function(graph, ...)} (register_graph_method).
     graph_methods: ClassVar[Mapping[str, Callable]] = {}
 

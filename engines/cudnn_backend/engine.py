@@ -429,6 +429,7 @@ class CudnnBackendEngine(BaseEngine):
     binds_provisional_strides = True   # the descriptors bake every stride in
     host_scalars = True                # cuDNN reads pass-by-value scalars from host memory
     operand_alignment = BYTE_ALIGNMENT  # what every tensor descriptor promises (checked at execute)
+    reuses_kernel_cache = True         # cuDNN's kernel cache (cuDNN >= 9.4)
 
     def __init__(self):
         self.available = _loader.is_available()

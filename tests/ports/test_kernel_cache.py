@@ -19,7 +19,8 @@ KERNEL_CACHE_JSON_REPRESENTATION = 2402
 EXECUTION_PLAN_KERNEL_CACHE = 406
 
 
-def test_a_kernel_cache_is_engine_neutral_and_host_graphs_ignore_it():
+def test_a_kernel_cache_is_engine_neutral_and_host_graphs_ignore_it(caplog):
+    caplog.set_level("INFO", logger="cudnn_graph.graph")
     cache = cudnn.create_kernel_cache()
     g = cudnn.pygraph(io_data_type=F.FLOAT, device="cpu", kernel_cache=cache)
     assert g.kernel_cache is cache and g.view.kernel_cache is cache
@@ -31,6 +32,7 @@ def test_a_kernel_cache_is_engine_neutral_and_host_graphs_ignore_it():
     g.execute({x: X, y: Y})
     np.testing.assert_array_equal(Y, np.maximum(X, 0))
     assert cache.used_by == []          # the reference engine compiles nothing
+    assert "without the kernel cache: engine reference" in caplog.text
 
 
 def test_kernel_cache_must_come_from_create_kernel_cache():
