@@ -65,15 +65,22 @@ from .enums import (heur_mode, reduction_mode, norm_forward_phase, build_plan_po
                     attention_implementation, reshape_mode, tensor_reordering)
 from ._cudnn_errors import (CudnnNotFoundError, CudnnVersionError, CudnnStatusError)
 from . import _loader as _cudnn_loader
+from .host_handle import HostHandle
 
 
 def backend_version() -> int:
-    """cuDNN's version as an int (e.g. 91900); loads libcudnn, raising CudnnNotFoundError without it."""
+    """cuDNN's version as an int (e.g. 91900); 0 where no libcudnn loads (a CPU machine), so every
+    ``backend_version() >= N`` gate reads "too old" and a port takes its CPU path."""
+    if not _cudnn_loader.is_available():
+        return 0
     return _cudnn_loader.backend_version()
 
 
 def backend_version_string() -> str:
-    """cuDNN's version as 'major.minor.patch'."""
+    """cuDNN's version as 'major.minor.patch'; '0.0.0' where no libcudnn loads (compares below any
+    release, and parses as a version)."""
+    if not _cudnn_loader.is_available():
+        return "0.0.0"
     return _cudnn_loader.backend_version_string()
 
 
@@ -83,29 +90,42 @@ def get_last_error_string() -> str:
 
 
 def create_handle(device: int = 0):
-    """A cuDNN handle on CUDA ``device``; ``int(handle)`` is the raw cudnnHandle_t.
+    """A cuDNN handle on CUDA ``device``; ``int(handle)`` is the raw cudnnHandle_t. Where no libcudnn
+    loads, a ``HostHandle`` (``cudnn_graph.host_handle``): graphs made with it run on the host.
 
     >>> h = cudnn_graph.create_handle()                  # doctest: +SKIP
     >>> cudnn_graph.set_stream(handle=h, stream=0)       # doctest: +SKIP
     """
+    if not _cudnn_loader.is_available():
+        _logging.getLogger(__name__).info("create_handle: no libcudnn loads here; a host handle (CPU graphs)")
+        return HostHandle()
     from . import _cudnn_handle
     return _cudnn_handle.create_handle(device)
 
 
 def destroy_handle(handle) -> None:
     """Destroy a handle from create_handle (a second call does nothing); a raw int handle is destroyed too."""
+    if isinstance(handle, HostHandle):
+        handle.destroyed = True
+        return
     from . import _cudnn_handle
     _cudnn_handle.destroy_handle(handle)
 
 
 def set_stream(*, handle, stream) -> None:
-    """Bind ``stream`` (None, an int, or an object with ``__cuda_stream__``) to ``handle``."""
+    """Bind ``stream`` (None, an int, or an object with ``__cuda_stream__``) to ``handle`` (a host
+    handle records it: host graphs do not run on streams)."""
+    if isinstance(handle, HostHandle):
+        handle.bind_stream(stream)
+        return
     from . import _cudnn_handle
     _cudnn_handle.set_stream(handle=handle, stream=stream)
 
 
 def get_stream(handle) -> int:
     """The raw CUDA stream last bound to ``handle``."""
+    if isinstance(handle, HostHandle):
+        return handle.stream
     from . import _cudnn_handle
     return _cudnn_handle.get_stream(handle)
 
@@ -143,3 +163,25 @@ from ._owned_buffer import OwnedBuffer
 from .errors import TensorReferenceError, WrapperStateError
 __all__ += ["Graph", "graph", "graph_cache", "OwnedBuffer", "TensorReferenceError",
             "WrapperStateError"]
+
+# ---- the rest of cudnn-frontend 1.32's graph-level surface (cudnn_graph._frontend_surface lists it) ----
+from .jit import jit
+from .kernel_cache import KernelCache, create_kernel_cache
+from .errors import ArgumentTypeError, KernelCacheError
+from ._cudnn_handle import Handle
+from .engines.cudnn_backend.engine import Knob as knob
+tensor = Tensor
+
+
+def sdpa_capabilities() -> frozenset:
+    """The native SDPA binder's capability names: none here (cudnn_graph has no such binder)."""
+    return frozenset()
+
+
+from . import _frontend_surface
+_frontend_surface.install_module_stubs(globals())
+__all__ += ["jit", "KernelCache", "create_kernel_cache", "HostHandle", "ArgumentTypeError", "KernelCacheError",
+            "Handle", "knob",
+            "tensor", "sdpa_capabilities"]
+__all__ += [n for n, (status, _) in _frontend_surface.TOP_LEVEL.items()
+            if status == _frontend_surface.NOT_IMPLEMENTED and n not in __all__]

@@ -307,3 +307,16 @@ class WrapperStateError(CudnnGraphError, RuntimeError):
 
 
 __all__ += ["TensorReferenceError", "WrapperStateError"]
+
+
+# The frontend-surface name for an argument of the wrong kind (e.g. ``pygraph(kernel_cache=)`` given
+# something that is not a ``KernelCache``): the same error as the graph's own argument checks raise.
+ArgumentTypeError = InvalidArgumentTypeError
+
+
+class KernelCacheError(CudnnGraphError, ValueError):
+    """A kernel cache cannot do what was asked: serialize an empty cache, deserialize text it did not
+    write, or deserialize into a cache that is in use."""
+
+
+__all__ += ["ArgumentTypeError", "KernelCacheError"]

@@ -38,7 +38,7 @@ from ._slot import Slot
 from ._variant_pack import PackLayout, TensorSpec
 from ._stream import as_stream_handle
 from .data_type import DataType, data_type_of, numpy_dtype as _numpy_dtype
-from .errors import (WorkspaceError, DeviceMismatchError, GraphFrozenError, GraphNotSupportedError,
+from .errors import (ArgumentTypeError, WorkspaceError, DeviceMismatchError, GraphFrozenError, GraphNotSupportedError,
                      GraphValidationError, UnknownTensorError)
 from .errors import (AlreadyPlannedError, AmbiguousTensorNameError, InvalidArgumentTypeError, NotBuiltError,
                      NotPlannedError)
@@ -48,6 +48,7 @@ from .ops.schema import REQUIRED, InferContext, TensorInfo
 from .ops._score_mod import ScoreModGraph
 from .router import Router, get_default_router
 from .engines.base import ExecutionContext
+from . import _frontend_surface as _surface
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +165,37 @@ def _build_policy(policy):
     return member
 
 
+def _one_of(heur_modes, heuristics):
+    """``heur_modes`` or cudnn.pygraph's spelling ``heuristics`` (not both)."""
+    if heuristics is None:
+        return heur_modes
+    if heur_modes is not None:
+        raise TypeError("give heur_modes or heuristics (the same list), not both")
+    return heuristics
+
+
+def _no_workspace_overrides(override_uids, override_shapes, override_strides) -> None:
+    if override_uids is not None or override_shapes is not None or override_strides is not None:
+        raise NotImplementedError("the workspace size for override shapes is not implemented: a plan's "
+                                  "workspace is fixed when it is built (get_workspace_size() covers every "
+                                  "override shape the plan accepts)")
+
+
+def _apply_out_dims(schema, result, out_dims):
+    """cudnn.pygraph's ``out_dims=``: dims for the op's (first) output, or ``{port: dims}``."""
+    outputs = result if isinstance(result, list) else [result]
+    names = [o.name for o in schema.outputs]
+    wanted = out_dims if isinstance(out_dims, Mapping) else {names[0]: out_dims}
+    for port, dims in wanted.items():
+        if port not in names:
+            raise GraphValidationError(schema.name, schema.name, "out_dims",
+                                       f"names no output port {port!r} (the op has {', '.join(names)})")
+        i = names.index(port)
+        if i < len(outputs) and outputs[i] is not None:
+            outputs[i].set_dim(list(dims))
+    return result
+
+
 # ---- builders generated from the op tables -------------------------------------------------------
 
 def _make_builder(schema):
@@ -172,8 +204,13 @@ def _make_builder(schema):
     order = binding.order
 
     declined = dict(schema.declined_keywords)
+    declined.update(_surface.declined_keywords(schema.name))
 
     def builder(self, *args, **kwargs):
+        if "out_dims" in kwargs:
+            out_dims = kwargs.pop("out_dims")
+            result = self._build(binding, args, kwargs)
+            return result if out_dims is None else _apply_out_dims(schema, result, out_dims)
         return self._build(binding, args, kwargs)
 
     if declined:
@@ -183,7 +220,9 @@ def _make_builder(schema):
             for key in kwargs:
                 if key in declined:
                     raise GraphNotSupportedError(f"{schema.name}(): {key}: {declined[key]}")
-            return self._build(binding, args, kwargs)
+            out_dims = kwargs.pop("out_dims", None)
+            result = self._build(binding, args, kwargs)
+            return result if out_dims is None else _apply_out_dims(schema, result, out_dims)
     if schema.prepare_call is not None:
         builder = _with_prepare(builder, schema, order)
 
@@ -193,7 +232,7 @@ def _make_builder(schema):
         params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None))
         seen.add(name)
     for name in (list(schema.port_names()) + [a.name for a in schema.attrs] + list(_GENERIC)
-                 + list(schema.keyword_expanders)):
+                 + list(schema.keyword_expanders) + ["out_dims"]):
         if name not in seen:
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None))
             seen.add(name)
@@ -225,27 +264,45 @@ def _with_prepare(builder, schema, order):
 class pygraph(_GraphCore):
     """A graph of tensors and ops, with cudnn.pygraph's constructor and methods.
 
-    ``device`` ('cpu', 'cuda', 'cuda:N') is optional: a handle or ``tensor_like`` templates give it,
-    and otherwise it is CUDA device 0 where a GPU is visible, the host elsewhere. ``router`` ranks the
-    plan list (default: the process default router). ``is_override_shape_enabled`` builds a graph
-    whose tensors may take other shapes and strides at execute (``override_uids`` /
-    ``override_shapes`` / ``override_strides``); the cuDNN backend needs cuDNN >= 9.21 for it.
-    ``sm_count``, ``sm_version`` and ``kernel_cache`` are cudnn.pygraph's; they are not implemented
-    yet and raise NotImplementedError when given.
+    The positional order is cudnn.pygraph's (``name``, ``io_data_type``, ``intermediate_data_type``,
+    ``compute_data_type``, ``handle``, ...). ``device`` ('cpu', 'cuda', 'cuda:N') is optional: a
+    handle or ``tensor_like`` templates give it, and otherwise it is CUDA device 0 where a GPU is
+    visible, the host elsewhere. ``router`` ranks the plan list (default: the process default
+    router). ``is_override_shape_enabled`` builds a graph whose tensors may take other shapes and
+    strides at execute (``override_uids`` / ``override_shapes`` / ``override_strides``); the cuDNN
+    backend needs cuDNN >= 9.21 for it. ``kernel_cache`` (from ``create_kernel_cache()``) shares
+    compiled kernels between graphs (``cudnn_graph.kernel_cache``). ``is_cuda_graph_replay_expected``
+    is a hint that changes nothing here. ``sm_count``, ``sm_version``, ``device_property``,
+    ``cuda_graph_retention`` and ``is_dynamic_shape_enabled=True`` are cudnn.pygraph's; they are not
+    implemented and raise NotImplementedError when given (``cudnn_graph._frontend_surface`` says why).
     """
 
-    def __init__(self, io_data_type=None, intermediate_data_type=None, compute_data_type=None,
-                 handle=None, *, name: str = "", device=None, router: Optional[Router] = None,
-                 sm_count=None, sm_version=None, kernel_cache=None, is_override_shape_enabled: bool = False):
+    def __init__(self, name: str = "", io_data_type=None, intermediate_data_type=None, compute_data_type=None,
+                 handle=None, sm_count=None, sm_version=None, kernel_cache=None, device_property=None,
+                 is_dynamic_shape_enabled: bool = False, is_override_shape_enabled: bool = False,
+                 cuda_graph_retention=None, *, is_cuda_graph_replay_expected: bool = False, device=None,
+                 router: Optional[Router] = None):
         # Never accepted and ignored: a caller relying on one must learn that it does nothing here.
-        for keyword, value in (("sm_count", sm_count), ("sm_version", sm_version), ("kernel_cache", kernel_cache)):
-            if value is not None:
-                raise NotImplementedError(f"pygraph({keyword}=) is not implemented")
+        _surface.refuse_unimplemented_keywords("pygraph", sm_count=sm_count, sm_version=sm_version,
+                                      device_property=device_property, cuda_graph_retention=cuda_graph_retention,
+                                      is_dynamic_shape_enabled=is_dynamic_shape_enabled or None)
+        if kernel_cache is not None:
+            from .kernel_cache import KernelCache
+            if not isinstance(kernel_cache, KernelCache):
+                raise ArgumentTypeError(f"pygraph(kernel_cache=) takes a KernelCache from create_kernel_cache(); "
+                                        f"got {type(kernel_cache).__name__}")
         super().__init__(io_data_type, intermediate_data_type, compute_data_type, name=name,
                          device=device, handle=handle, router=router)
         self._plans = _PlanState()
         self._unused_inputs = ()        # inputs no node reads (validate() finds them; the layout skips them)
         self._override_shape_enabled = bool(is_override_shape_enabled)
+        self._kernel_cache = kernel_cache
+        self.is_cuda_graph_replay_expected = bool(is_cuda_graph_replay_expected)
+
+    @property
+    def kernel_cache(self):
+        """The ``KernelCache`` this graph's plans compile into and reuse from (None: none)."""
+        return self._kernel_cache
 
     @property
     def is_override_shape_enabled(self) -> bool:
@@ -329,10 +386,12 @@ class pygraph(_GraphCore):
                 if isinstance(value, ScoreModGraph):
                     value.freeze()     # the whole surface freezes, the callbacks' subgraphs included
 
-    def create_execution_plans(self, heur_modes=None) -> None:
+    def create_execution_plans(self, heur_modes=None, *, heuristics=None) -> None:
         """Rank every engine's plans for this graph into one list (``graph.plans``). One-shot: a second
-        call raises ``AlreadyPlannedError``. ``heur_modes`` is a list of ``heur_mode`` members (None: each
-        engine's default); anything else raises ``InvalidArgumentTypeError`` here."""
+        call raises ``AlreadyPlannedError``. ``heur_modes`` (or cudnn.pygraph's spelling ``heuristics``)
+        is a list of ``heur_mode`` members (None: each engine's default); anything else raises
+        ``InvalidArgumentTypeError`` here."""
+        heur_modes = _one_of(heur_modes, heuristics)
         st = self._plans
         modes = _heur_modes(heur_modes, "create_execution_plans")
         if st.planned:
@@ -375,9 +434,10 @@ class pygraph(_GraphCore):
         if not kept:
             raise PlanEntryError("no engine supports this graph", st.declines)
 
-    def build_plans(self, policy=None) -> None:
+    def build_plans(self, policy=None, *, ctx=None) -> None:
         """Build from the selected entry on; a decline advances (a pinned one raises). ``policy`` is a
         ``build_plan_policy`` member: ``ALL`` builds all, None or ``HEURISTICS_CHOICE`` the first that builds."""
+        _surface.refuse_unimplemented_keywords("build_plans", ctx=ctx)
         build_all = _build_policy(policy) is build_plan_policy.ALL
         st = self._require_planned("build_plans()")
         if not st.entries:
@@ -414,14 +474,17 @@ class pygraph(_GraphCore):
             return
         raise PlanEntryError("no plan of the list could be built", st.declines)
 
-    def build(self, heur_modes=None) -> None:
+    def build(self, heur_modes=None, *, heuristics=None, ctx=None) -> None:
         """validate + build_operation_graph + create_execution_plans + check_support + build_plans.
 
-        ``heur_modes`` is a list of ``heur_mode`` members (None: each engine's default).
+        ``heur_modes`` (or cudnn.pygraph's spelling ``heuristics``) is a list of ``heur_mode`` members
+        (None: each engine's default).
 
         Example:
             >>> g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])   # doctest: +SKIP
         """
+        _surface.refuse_unimplemented_keywords("build", ctx=ctx)
+        heur_modes = _one_of(heur_modes, heuristics)
         _heur_modes(heur_modes, "build")
         if not self._is_validated():
             self.validate()
@@ -451,6 +514,9 @@ class pygraph(_GraphCore):
         st = self._plans
         entry = st.entries[i]
         ctx = ExecutionContext(handle=self.handle, device=self.device)
+        if self._kernel_cache is not None and not getattr(entry.engine, "reuses_kernel_cache", False):
+            logger.info("graph %s: plan %d (%s) is built without the kernel cache: engine %s keeps no kernels "
+                        "in one", self.context.name, i, entry.label, getattr(entry.engine, "name", entry.engine))
         compiled = entry.engine.build_plan(self.view, entry, ctx)
         compiled.layout = self._layout_for(entry.engine)
         st.compiled[i] = compiled
@@ -514,7 +580,9 @@ class pygraph(_GraphCore):
         return st.entries[st.selected] if st.entries else None
 
     def get_execution_plan_count(self) -> int:
-        return len(self._require_planned("get_execution_plan_count()").entries)
+        """How many entries the plan list has; 0 before create_execution_plans() (as cudnn.pygraph)."""
+        st = self._plans
+        return len(st.entries) if st.planned else 0
 
     def _plan_index(self, index, action: str = "a plan index") -> int:
         """``index`` checked against the plan list (no Python negative indexing: ids are positions)."""
@@ -564,19 +632,87 @@ class pygraph(_GraphCore):
         """``compiled_plan(index)``, in the at-index family's spelling."""
         return self.compiled_plan(self._plan_index(index, "get_compiled_plan_at_index()"))
 
-    def get_workspace_size(self) -> int:
+    def get_workspace_size(self, handle=None, override_uids=None, override_shapes=None,
+                           override_strides=None) -> int:
+        """Workspace bytes of the selected plan (``handle`` is accepted: the size does not depend on it)."""
+        _no_workspace_overrides(override_uids, override_shapes, override_strides)
         st = self._require_planned("get_workspace_size()")
         compiled = st.compiled.get(st.selected)
         if compiled is None:
             raise NotBuiltError("get_workspace_size()", "not built", "build_plans() first", "no plan is built yet")
         return compiled.workspace_size
 
-    def get_workspace_size_plan_at_index(self, index: int) -> int:
+    def get_workspace_size_plan_at_index(self, index: int, handle=None, override_uids=None, override_shapes=None,
+                                         override_strides=None) -> int:
+        _no_workspace_overrides(override_uids, override_shapes, override_strides)
         st = self._require_planned("get_workspace_size_plan_at_index()")
         index = self._plan_index(index)
         if index not in st.compiled:
             self._build_index(index)
         return st.compiled[index].workspace_size
+
+    # -- cudnn.pygraph's lookups and plan-list queries --------------------------------------------
+
+    def find_tensor(self, name_or_uid):
+        """The tensor named (a str) or numbered (an int uid) so, or None."""
+        if isinstance(name_or_uid, str):
+            return next((t for t in self.tensors if t.name == name_or_uid), None)
+        return self.tensor_by_uid(operator.index(name_or_uid))
+
+    def get_node(self, name: str):
+        """The node named ``name``, or None."""
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def get_inputs(self) -> list:
+        """The tensors no node produces (graph inputs), in creation order."""
+        return [t for t in self.tensors if t.producer is None and not t.is_virtual]
+
+    def get_outputs(self) -> list:
+        """The produced tensors that are not virtual (graph outputs), in creation order."""
+        return [t for t in self.tensors if t.producer is not None and not t.is_virtual]
+
+    def inspect(self) -> dict:
+        """The graph as a dict (``to_dict()``: context, tensors, nodes)."""
+        return self.to_dict()
+
+    def backend_plan_entries(self) -> list:
+        """The plan-list entries cuDNN's backend serves."""
+        return [e for e in self._require_planned("backend_plan_entries()").entries if getattr(e.engine, "name", "") == "cudnn_backend"]
+
+    @property
+    def selected_engine(self):
+        """The Python engine serving the selected plan; None when cuDNN's backend serves it (or nothing
+        is planned)."""
+        st = self._plans
+        if not st.planned or not st.entries:
+            return None
+        engine = st.entries[st.selected].engine
+        return None if getattr(engine, "name", "") == "cudnn_backend" else engine
+
+    def get_engine_and_knobs_at_index(self, index: int) -> tuple:
+        """(engine_id, knobs) of plan-list entry ``index``: what create_execution_plan replays."""
+        entry = self._plans.entries[self._plan_index(index)]
+        return entry.engine_id, dict(entry.knobs)
+
+    # -- plan notes --------------------------------------------------------------------------------
+
+    def get_behavior_notes_for_plan_at_index(self, index: int) -> list:
+        """The behavior notes (``behavior_note`` members) of plan-list entry ``index``, as its engine
+        reports them (cuDNN: the engine config's CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE).
+
+        >>> g.get_behavior_notes_for_plan_at_index(0)       # doctest: +SKIP
+        [<behavior_note.RUNTIME_COMPILATION: 0>]
+        """
+        entry = self._plans.entries[self._plan_index(index)]
+        return entry.engine.plan_notes(entry)[0]
+
+    def get_behavior_notes(self) -> list:
+        """The behavior notes of the selected plan (after build_plans(), the one that runs)."""
+        st = self._require_planned("get_behavior_notes()")
+        if not st.entries:
+            raise PlanEntryError("no engine supports this graph", st.declines)
+        entry = st.entries[st.selected]
+        return entry.engine.plan_notes(entry)[0]
 
     # -- execute -----------------------------------------------------------------------------------
 
@@ -720,6 +856,8 @@ for _schema in SCHEMAS.values():
         if hasattr(_GraphCore, _method):
             raise RuntimeError(f"op {_method!r} would shadow a Graph method")
         setattr(pygraph, _method, _make_builder(_schema))
+
+_surface.install_graph_stubs(pygraph)
 
 
 def register_graph_method(name: str, function: Callable) -> None:

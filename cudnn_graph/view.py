@@ -78,6 +78,12 @@ class GraphView:
         """Whether execute may override tensor shapes and strides (fixed at construction)."""
         return bool(getattr(self._graph, "is_override_shape_enabled", False))
 
+    @property
+    def kernel_cache(self):
+        """The graph's ``KernelCache`` (``pygraph(kernel_cache=)``), or None: engines that can reuse
+        compiled kernels keep them in its slot for their name."""
+        return getattr(self._graph, "kernel_cache", None)
+
     def key(self) -> str:
         """A stable fingerprint of the graph's structure: equal graphs share lowerings and plans."""
         return self._graph.key()

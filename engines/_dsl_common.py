@@ -4,6 +4,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from .base import BaseEngine
+from ..enums import behavior_note
 from ..errors import GraphNotSupportedError
 
 
@@ -21,6 +22,14 @@ class ToolchainGatedEngine(BaseEngine):
     def __init__(self) -> None:
         self.missing = self.toolchain.missing()
         self.available = self.missing is None
+
+    def plan_notes(self, plan) -> tuple[list, list]:
+        """Every plan of a DSL engine compiles its kernel when it is built: RUNTIME_COMPILATION, as
+        cuDNN says of its runtime-fused engines (callers filter slow first builds by this note)."""
+        behavior, numerical = super().plan_notes(plan)
+        if behavior_note.RUNTIME_COMPILATION not in behavior:
+            behavior.append(behavior_note.RUNTIME_COMPILATION)
+        return behavior, numerical
 
     def _require_toolchain(self) -> None:
         """Decline the graph (GraphNotSupportedError) when the toolchain is missing."""

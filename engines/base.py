@@ -91,6 +91,8 @@ class BaseEngine:
     binds_provisional_strides: bool = True
     # Whether a pass-by-value tensor's buffer must be on the host (cuDNN) or may be anywhere.
     host_scalars: bool = True
+    # Whether this engine keeps compiled kernels in a graph's KernelCache (pygraph(kernel_cache=)).
+    reuses_kernel_cache: bool = False
     # Methods this engine adds to every graph: {name: function(graph, ...)} (register_graph_method).
     graph_methods: ClassVar[Mapping[str, Callable]] = {}
 
@@ -107,6 +109,15 @@ class BaseEngine:
 
     def check_support(self, graph: GraphView, plan: PlanConfig) -> None:
         """Cheap support check before building; decline by raising. Default: supported."""
+
+    def plan_notes(self, plan: PlanConfig) -> tuple[list, list]:
+        """(behavior notes, numerical notes) of ``plan``, as ``cudnn_graph.behavior_note`` /
+        ``numerical_note`` members: what ``get_behavior_notes_for_plan_at_index`` answers.
+
+        Default: the notes the engine put on the plan's ``PlanConfig`` (none unless it set them). An
+        engine whose plans share a trait says so here, e.g. a JIT engine's RUNTIME_COMPILATION.
+        """
+        return list(plan.behavior_notes), list(plan.numerical_notes)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} id={self.engine_id}>"

@@ -16,6 +16,7 @@ graph as methods (``cudnn_graph.graph.register_graph_method``): ``deselect_engin
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -32,7 +33,7 @@ from .lowering import BYTE_ALIGNMENT, Program, check_lowerable, lower_program, m
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CudnnBackendEngine", "CudnnBackendPlan", "Knob", "BackendGraphState",
+__all__ = ["CudnnBackendEngine", "CudnnBackendPlan", "Knob", "BackendGraphState", "BackendKernelCache",
            "deselect_engines", "select_numeric_notes", "deselect_numeric_notes", "select_behavior_notes",
            "deselect_behavior_notes", "deselect_workspace_greater_than", "get_engine_count",
            "get_knobs_for_engine", "create_execution_plan", "GRAPH_METHODS"]
@@ -197,8 +198,12 @@ class _Lowered:
                             info.get_int64("CUDNN_ATTR_KNOB_INFO_STRIDE")))
         return out
 
-    def build(self, plan: PlanConfig):
-        """The PlanRunner of ``plan`` (finalized once per (engine, knobs), shared by equal graphs)."""
+    def build(self, plan: PlanConfig, kernel_cache=None):
+        """The PlanRunner of ``plan`` (finalized once per (engine, knobs), shared by equal graphs).
+
+        With ``kernel_cache`` (a ``cudnn_graph.KernelCache``), the execution plan is finalized with
+        that cache's cuDNN kernel cache attached, so cuDNN binds a kernel an earlier graph compiled.
+        """
         key = (plan.engine_id, tuple(sorted((int(k), int(v)) for k, v in plan.knobs.items())))
         with self.lock:
             runner = self.runners.get(key)
@@ -207,21 +212,114 @@ class _Lowered:
         from ... import _cudnn_handle, _cudnn_descriptor, _plan_runner
         from ..._cudnn_errors import CudnnStatusError
         cfg = plan.payload if plan.payload is not None else self.engine_config(plan.engine_id, plan.knobs)
-        try:
-            descriptor = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR")
-            # This thread's handle: a handle must not be used by two threads at once.
-            descriptor.set("CUDNN_ATTR_EXECUTION_PLAN_HANDLE", "CUDNN_TYPE_HANDLE",
-                           _cudnn_handle.thread_handle(self.device))
-            descriptor.set("CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG", "CUDNN_TYPE_BACKEND_DESCRIPTOR", cfg)
-            descriptor.finalize()
-            workspace = descriptor.get_int64("CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE")
-        except CudnnStatusError as exc:
-            raise GraphNotSupportedError(f"cuDNN could not build {plan.label}: {exc}") from exc
+        cache = None if kernel_cache is None else kernel_cache_descriptor(kernel_cache, self)
+        # With a kernel cache cuDNN refuses to finalize, the plan is built without one (slower, same result).
+        for attached in ((None,) if cache is None else (cache, None)):
+            try:
+                descriptor = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR")
+                # This thread's handle: a handle must not be used by two threads at once.
+                descriptor.set("CUDNN_ATTR_EXECUTION_PLAN_HANDLE", "CUDNN_TYPE_HANDLE",
+                               _cudnn_handle.thread_handle(self.device))
+                descriptor.set("CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG", "CUDNN_TYPE_BACKEND_DESCRIPTOR", cfg)
+                if attached is not None:
+                    descriptor.set("CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE", "CUDNN_TYPE_BACKEND_DESCRIPTOR",
+                                   attached)
+                descriptor.finalize()
+                workspace = descriptor.get_int64("CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE")
+                break
+            except CudnnStatusError as exc:
+                if attached is None:
+                    raise GraphNotSupportedError(f"cuDNN could not build {plan.label}: {exc}") from exc
+                logger.warning("cuDNN refused the kernel cache for %s (%s); building it without", plan.label, exc)
         runner = _plan_runner.PlanRunner(descriptor, workspace, self.device, plan.label, self.constants, self,
                                      aliases=self.program.aliases, fixed=self.fixed, scratch=self.scratch,
                                      omit=self.program.unused_uids)
         with self.lock:
             return self.runners.setdefault(key, runner)
+
+
+# ---- kernel caches (cudnn_graph.KernelCache's cuDNN side) ---------------------------------------------
+
+_KERNEL_CACHE_VERSION = 90400         # CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, EXECUTION_PLAN_KERNEL_CACHE
+_KERNEL_CACHE_GRAPH_VERSION = 90500   # CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH
+
+
+_KERNEL_CACHE_JSON_VERSION = 91000   # CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION
+
+
+class BackendKernelCache:
+    """What a ``KernelCache`` holds for this engine: one finalized cuDNN kernel cache per device, and
+    the JSON a deserialized cache gave for devices not made yet."""
+
+    def __init__(self, loaded: Optional[str] = None) -> None:
+        self.lock = threading.Lock()
+        self.descriptors: dict = {}     # device ordinal -> finalized KERNEL_CACHE descriptor
+        self.pending: dict = {}         # device ordinal -> cuDNN's JSON, set when that device's is made
+        if loaded is not None:
+            _require_json_version("KernelCache.deserialize()")
+            self.pending = {int(device): text for device, text in json.loads(loaded).items()}
+
+    def serialize(self) -> str:
+        """Every device's cache as cuDNN's JSON (CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION)."""
+        _require_json_version("KernelCache.serialize()")
+        with self.lock:
+            made = dict(self.descriptors)
+            texts = dict(self.pending)
+        for device, descriptor in made.items():
+            size = descriptor.count("CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION", "CUDNN_TYPE_CHAR")
+            texts[device] = descriptor.get_text("CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION", max(int(size), 1))
+        return json.dumps({str(device): text for device, text in sorted(texts.items())})
+
+
+def _require_json_version(what: str) -> None:
+    from ..._cudnn_errors import CudnnVersionError
+    version = _loader.backend_version()
+    if version < _KERNEL_CACHE_JSON_VERSION:
+        raise CudnnVersionError(what, _KERNEL_CACHE_JSON_VERSION, version)
+
+
+def _as_chars(text: str) -> list:
+    """``text``'s UTF-8 bytes as C chars (signed) for a CUDNN_TYPE_CHAR attribute."""
+    return [b - 256 if b > 127 else b for b in text.encode("utf-8")]
+
+
+def kernel_cache_descriptor(kernel_cache, lowered: "_Lowered"):
+    """The cuDNN kernel cache of ``kernel_cache`` for ``lowered``'s device (made and finalized on first
+    use, loaded from a deserialized cache's JSON where it has one, bound to the first operation graph
+    that uses it), or None where cuDNN cannot keep one."""
+    from ... import _cudnn_descriptor
+    from ..._cudnn_errors import CudnnStatusError
+    version = _loader.backend_version()
+    if version < _KERNEL_CACHE_VERSION:
+        logger.info("kernel_cache ignored: cuDNN %d has no kernel cache (needs 9.4)", version)
+        return None
+    from ..._cudnn_errors import CudnnVersionError
+    name = CudnnBackendEngine.name
+    loaded = kernel_cache.serialized_state(name)     # read first: the factory runs under the cache's lock
+    try:
+        state = kernel_cache.state(name, lambda: BackendKernelCache(loaded))
+    except CudnnVersionError as exc:     # a deserialized cache this cuDNN cannot load: build without it
+        logger.warning("kernel_cache ignored: %s", exc)
+        return None
+    with state.lock:
+        found = state.descriptors.get(lowered.device)
+        if found is not None:
+            return found
+        try:
+            made = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR")
+            loaded = state.pending.get(lowered.device)
+            if loaded is not None:
+                made.set("CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION", "CUDNN_TYPE_CHAR", _as_chars(loaded))
+            if version >= _KERNEL_CACHE_GRAPH_VERSION:
+                made.set("CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH", "CUDNN_TYPE_BACKEND_DESCRIPTOR",
+                         lowered.op_graph)
+            made.finalize()
+        except CudnnStatusError as exc:
+            logger.warning("cuDNN could not make a kernel cache (%s); plans build without one", exc)
+            return None
+        state.pending.pop(lowered.device, None)
+        state.descriptors[lowered.device] = made
+        return made
 
 
 _KNOB_CAPACITY = 64   # more than the knob types any cuDNN 9 has (46 in 9.28)
@@ -331,6 +429,7 @@ class CudnnBackendEngine(BaseEngine):
     binds_provisional_strides = True   # the descriptors bake every stride in
     host_scalars = True                # cuDNN reads pass-by-value scalars from host memory
     operand_alignment = BYTE_ALIGNMENT  # what every tensor descriptor promises (checked at execute)
+    reuses_kernel_cache = True         # cuDNN's kernel cache (cuDNN >= 9.4)
 
     def __init__(self):
         self.available = _loader.is_available()
@@ -413,7 +512,7 @@ class CudnnBackendEngine(BaseEngine):
 
     def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
         self.check_support(graph, plan)
-        runner = self.lowered(graph).build(plan)
+        runner = self.lowered(graph).build(plan, GraphView.of(graph).kernel_cache)
         return CudnnBackendPlan(plan, runner)
 
 
@@ -473,11 +572,11 @@ def _lowered_for(graph) -> _Lowered:
     return _engine().lowered(graph)
 
 
-def deselect_engines(graph, names: Iterable[str]):
-    """Skip cuDNN plans whose name contains any of ``names`` (e.g. ``["eng0", "eng4_k2=1"]``)."""
-    if isinstance(names, str):
-        names = [names]
-    graph_state(graph).filters.barred_names = tuple(str(n) for n in names)
+def deselect_engines(graph, engine_names: Iterable[str]):
+    """Skip cuDNN plans whose name contains any of ``engine_names`` (e.g. ``["eng0", "eng4_k2=1"]``)."""
+    if isinstance(engine_names, str):
+        engine_names = [engine_names]
+    graph_state(graph).filters.barred_names = tuple(str(n) for n in engine_names)
     return graph
 
 
@@ -507,9 +606,9 @@ def deselect_behavior_notes(graph, notes):
     return _note_filter(graph, "behavior_bar", notes, behavior_note)
 
 
-def deselect_workspace_greater_than(graph, workspace: int):
-    """Skip cuDNN plans that need more than ``workspace`` bytes of workspace."""
-    graph_state(graph).filters.max_workspace = int(workspace)
+def deselect_workspace_greater_than(graph, workspace_limit: int):
+    """Skip cuDNN plans that need more than ``workspace_limit`` bytes of workspace."""
+    graph_state(graph).filters.max_workspace = int(workspace_limit)
     return graph
 
 
