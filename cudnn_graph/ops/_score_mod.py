@@ -192,8 +192,8 @@ def _record(graph, op: str, node: str, keyword: str, callback: Callable, dims: t
     from .._ir import Tensor
     from ..graph import pygraph
     ctx = graph.context
-    child = pygraph(ctx.io_data_type, ctx.intermediate_data_type, ctx.compute_data_type,
-                    name=f"{node}::{keyword}", device="cpu")
+    child = pygraph(io_data_type=ctx.io_data_type, intermediate_data_type=ctx.intermediate_data_type,
+                    compute_data_type=ctx.compute_data_type, name=f"{node}::{keyword}", device="cpu")
     score = child.tensor(name=f"{node}::score", dim=dims, stride=row_major_strides(dims),
                          data_type=DataType.FLOAT, is_virtual=True)
     rec = ScoreModGraph(keyword, node, child, score, {})

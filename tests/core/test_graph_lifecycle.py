@@ -63,7 +63,6 @@ def test_reading_the_plan_list_before_planning_says_what_to_call(reader):
 
 
 @pytest.mark.parametrize("call, action", [
-    (lambda g: g.get_execution_plan_count(), "get_execution_plan_count()"),
     (lambda g: g.get_workspace_size(), "get_workspace_size()"),
     (lambda g: g.get_workspace_size_plan_at_index(0), "get_workspace_size_plan_at_index()"),
     (lambda g: g.select_plan(0), "select_plan()"),
@@ -184,3 +183,8 @@ def test_a_change_after_freezing_is_a_graph_state_error_saying_what_to_do():
         err = info.value
         assert isinstance(err, GraphStateError) and isinstance(err, RuntimeError)
         assert err.state == "frozen" and "build a new one" in err.next_call and err.next_call in str(err)
+
+
+def test_the_plan_count_before_planning_is_zero_as_in_cudnn_pygraph():
+    g, *_ = relu_graph()
+    assert g.get_execution_plan_count() == 0
