@@ -45,10 +45,11 @@ _LOWERING_CACHE_SIZE = 256            # operation graphs kept per engine (by gra
 
 @dataclass(frozen=True)
 class Knob:
-    """One tunable knob of an engine, as cuDNN describes it (``get_knobs_for_engine``)."""
+    """One tunable knob of an engine, as cuDNN describes it (``get_knobs_for_engine``); the field names
+    are cudnn.pygraph's (``range(knob.min_value, knob.max_value + 1, knob.stride)`` walks its values)."""
     type: Any          # a knob_type member (an int for types this build does not name)
-    minimum: int
-    maximum: int
+    min_value: int
+    max_value: int
     stride: int
 
 
@@ -618,7 +619,7 @@ def get_engine_count(graph) -> int:
 
 
 def get_knobs_for_engine(graph, engine_id: int) -> list:
-    """The knobs of engine ``engine_id`` for this graph: ``[Knob(type, minimum, maximum, stride)]``."""
+    """The knobs of engine ``engine_id`` for this graph: ``[Knob(type, min_value, max_value, stride)]``."""
     return _lowered_for(graph).knobs(int(engine_id))
 
 

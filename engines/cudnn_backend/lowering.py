@@ -288,11 +288,18 @@ _MATMUL_FOLD = "cuDNN's matmul takes one batch axis"
 # the first batch is wrong; the same graph with that axis folded into the next one is right.
 _POINTWISE_FOLD = ("cuDNN 9.19's pointwise-only engine miscomputes an operand broadcast along the "
                    "first axis, so the leading axes are folded into one")
+# Where the fold cannot be made (an operand broadcasts along some leading axes only, e.g. RoPE's (1, T, d)
+# tables against (B, T, d)), the graph keeps its axes and that engine is kept out of its plans instead.
+_POINTWISE_ONLY_ENGINE = 1
+_POINTWISE_BAR = ("cuDNN 9.19's pointwise-only engine miscomputes an operand broadcast along the first "
+                  "axis, and this graph's leading axes cannot be folded into one")
 
 
-def _geometry(graph, used) -> tuple[dict, list]:
-    """uid -> (dims, strides) as cuDNN gets them, and notes on what changed."""
+def _geometry(graph, used) -> tuple[dict, list, dict]:
+    """uid -> (dims, strides) as cuDNN gets them, notes on what changed, and {engine id: why} of the
+    engines that must not run the graph in that geometry."""
     notes = []
+    barred = {}
     raw = {}
     for t in used:
         dims, strides = tuple(t.dim), tuple(t.stride)
@@ -303,7 +310,7 @@ def _geometry(graph, used) -> tuple[dict, list]:
     ranks = sorted({len(d) for _, d, _ in shaped})
     has_matmul = any(n.op == "matmul" for n in graph.nodes)
     if any(_lowerer(n).native_geometry for n in graph.nodes):
-        return _native_geometry(raw, ranks, has_matmul), notes
+        return _native_geometry(raw, ranks, has_matmul), notes, barred
     if has_matmul and len(ranks) > 1:
         raise GraphNotSupportedError(f"a matmul graph needs one rank for all tensors; found ranks {ranks}")
     rank = max(ranks) if ranks else MIN_RANK
@@ -319,8 +326,16 @@ def _geometry(graph, used) -> tuple[dict, list]:
         if any("CUDNN_ATTR_POINTWISE_AXIS" in n.schema.attr_map.values() for n in graph.nodes):
             raise GraphNotSupportedError(_POINTWISE_FOLD + "; a gen_index axis does not survive that fold")
         batch_shape = tuple(max(d[i] for _, d, _ in shaped) for i in range(rank - 1))
-        why, target, pad_after_fold = _POINTWISE_FOLD, MIN_RANK, 1
-        notes.append(f"leading axes {batch_shape} folded into one: {_POINTWISE_FOLD}")
+        try:
+            for t, dims, strides in shaped:
+                _fold_leading(t.name, dims, strides, batch_shape, _POINTWISE_FOLD)
+        except GraphNotSupportedError as exc:
+            batch_shape = None
+            barred[_POINTWISE_ONLY_ENGINE] = _POINTWISE_BAR
+            notes.append(f"engine {_POINTWISE_ONLY_ENGINE} kept out ({exc})")
+        else:
+            why, target, pad_after_fold = _POINTWISE_FOLD, MIN_RANK, 1
+            notes.append(f"leading axes {batch_shape} folded into one: {_POINTWISE_FOLD}")
     elif rank < target:
         notes.append(f"rank {rank} padded to {target} with leading unit axes")
     geometry = {}
@@ -332,7 +347,7 @@ def _geometry(graph, used) -> tuple[dict, list]:
             geometry[uid] = _pad(*folded, len(folded[0]) + pad_after_fold)
         else:
             geometry[uid] = _pad(dims, strides, target)
-    return geometry, notes
+    return geometry, notes, barred
 
 
 def _scalar_geometry(t, dims, rank: int) -> tuple:
@@ -559,7 +574,7 @@ def lower_program(graph, version: Optional[int] = None, checked: bool = False) -
             used.setdefault(t.uid, t)
     ordered = [t for t in graph.tensors if t.uid in used]
     ordered.sort(key=lambda t: t.ragged_offset is not None)   # offsets first: their users reference them
-    geometry, notes = _geometry(graph, ordered)
+    geometry, notes, barred = _geometry(graph, ordered)
 
     steps, tensor_steps, constants = [], {}, []
     for t in ordered:
@@ -595,6 +610,8 @@ def lower_program(graph, version: Optional[int] = None, checked: bool = False) -
         raise CudnnVersionError("a graph with override shapes enabled (dynamic shapes)",
                                 OVERRIDE_SHAPE_VERSION, version)
     lw = Lowering(graph, geometry, steps, tensor_steps, constants, axis_shift, version)
+    for engine_id, reason in barred.items():
+        lw.bar_engines([engine_id], reason)
     operations = []
     for i, node in enumerate(graph.nodes):
         for step in _lowerer(node).fn(lw, node, i):

@@ -172,11 +172,11 @@ def test_a_serialized_kernel_cache_builds_a_new_graph_from_its_kernels(prefer_cu
     if cudnn.backend_version() < 91000:
         pytest.skip("kernel cache JSON needs cuDNN 9.10")
 
-    def build(cache):
+    def build(cache, n=8):
         g = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
                           device="cuda:0", kernel_cache=cache)
-        a = g.tensor(name="A", dim=[1, 8, 8], stride=[64, 8, 1])
-        b = g.tensor(name="B", dim=[1, 8, 8], stride=[64, 8, 1])
+        a = g.tensor(name="A", dim=[1, n, n], stride=[n * n, n, 1])
+        b = g.tensor(name="B", dim=[1, n, n], stride=[n * n, n, 1])
         g.matmul(name="matmul", A=a, B=b).set_output(True)
         g.build([cudnn.heur_mode.FALLBACK])
         return g
@@ -189,5 +189,7 @@ def test_a_serialized_kernel_cache_builds_a_new_graph_from_its_kernels(prefer_cu
     loaded.deserialize(text)
     with pytest.raises(cudnn.KernelCacheError):
         loaded.deserialize(text)
-    g = build(loaded)
+    # An equal graph in this process reuses the plan built above (no finalize, no cache needed): a graph
+    # of another shape is finalized afresh, against the loaded cache.
+    g = build(loaded, n=16)
     assert g.compiled_plan() is not None and loaded.used_by == ["cudnn_backend"]

@@ -287,14 +287,39 @@ def test_pointwise_broadcast_over_the_first_axis_is_folded_away():
     assert lower_program(g2).geometry[x.uid] == ((2, 8, 64), (512, 64, 1))
 
 
-def test_pointwise_partial_broadcast_over_the_first_axis_is_declined():
+def test_pointwise_partial_broadcast_over_the_first_axis_keeps_the_pointwise_only_engine_out():
+    # (1, 8, 1) against (2, 8, 64) cannot fold its leading axes into one: the graph keeps its axes and
+    # the engine that miscomputes a first-axis broadcast is barred from its plans instead.
     g = cudnn.pygraph(io_data_type=F.FLOAT, compute_data_type=F.FLOAT, device="cuda")
     x = g.tensor(name="x", dim=[2, 8, 64], stride=[512, 64, 1])
     b = g.tensor(name="b", dim=[1, 8, 1], stride=[8, 1, 1])
     g.mul(x, b).set_output(True)
     g.validate()
-    with pytest.raises(GraphNotSupportedError, match="pointwise-only engine"):
-        lower_program(g)
+    program = lower_program(g)
+    assert program.geometry[b.uid] == ((1, 8, 1), (8, 1, 1))
+    assert "pointwise-only engine" in program.barred_engines[1]
+
+
+def _rope_like_graph(device):
+    """RoPE's shape of broadcast: (1, T, d) tables against (B, T, d) activations (cudnn-frontend's
+    test_apply_rope), which cannot fold into one leading axis."""
+    g = cudnn.pygraph(io_data_type=F.FLOAT, compute_data_type=F.FLOAT, device=device)
+    x = g.tensor(name="x", dim=[6, 40, 16], stride=[640, 16, 1])
+    c = g.tensor(name="c", dim=[1, 40, 16], stride=[640, 16, 1])
+    y = g.mul(x, c)
+    y.set_output(True).set_name("y")
+    return g, {"x": x, "c": c, "y": y}
+
+
+@pytest.mark.gpu
+def test_gpu_partial_broadcast_over_the_first_axis_computes_right():
+    from gpu_support import assert_close, gpu_run
+    rng = np.random.default_rng(3)
+    host = {"x": rng.standard_normal((6, 40, 16)).astype(np.float32),
+            "c": rng.standard_normal((1, 40, 16)).astype(np.float32)}
+    got, g = gpu_run(_rope_like_graph, host, {"y"})
+    assert_close(np.asarray(got["y"]), host["x"] * host["c"], "float32", "y")
+    assert g.selected_plan.engine_id != 1       # the pointwise-only engine is kept out
 
 
 def test_partially_broadcast_batch_is_declined():
@@ -1189,7 +1214,7 @@ def test_engine_queries_and_pinned_plans():
     assert count > 0
     entry = backend_engine.create_execution_plan(g, g_plans_first_engine(g), {})
     knobs = backend_engine.get_knobs_for_engine(g, entry.engine_id)
-    assert all(k.minimum <= k.maximum for k in knobs)
+    assert all(k.min_value <= k.max_value for k in knobs)
     assert g.plans[-1] is entry and entry.source == "pinned"
 
 
