@@ -288,11 +288,14 @@ _MATMUL_FOLD = "cuDNN's matmul takes one batch axis"
 # the first batch is wrong; the same graph with that axis folded into the next one is right.
 _POINTWISE_FOLD = ("cuDNN 9.19's pointwise-only engine miscomputes an operand broadcast along the "
                    "first axis, so the leading axes are folded into one")
-# Where the fold cannot be made (an operand broadcasts along some leading axes only, e.g. RoPE's (1, T, d)
-# tables against (B, T, d)), the graph keeps its axes and that engine is kept out of its plans instead.
+# Where the fold cannot be made, measured on the H200 (cuDNN 9.19; test_cudnn_backend.py,
+# test_gpu_partial_broadcast_over_the_first_axis): an operand broadcast along the first axis ONLY (RoPE's
+# (1, T, d) tables against (B, T, d), cudnn-frontend's test_apply_rope) is computed right, so the graph
+# keeps its axes; one broadcast along the first axis and another ((1, 8, 1) against (2, 8, 64)) is read
+# wrong, so that engine is kept out of the graph's plans.
 _POINTWISE_ONLY_ENGINE = 1
 _POINTWISE_BAR = ("cuDNN 9.19's pointwise-only engine miscomputes an operand broadcast along the first "
-                  "axis, and this graph's leading axes cannot be folded into one")
+                  "axis and another, and this graph's leading axes cannot be folded into one")
 
 
 def _geometry(graph, used) -> tuple[dict, list, dict]:
@@ -331,8 +334,12 @@ def _geometry(graph, used) -> tuple[dict, list, dict]:
                 _fold_leading(t.name, dims, strides, batch_shape, _POINTWISE_FOLD)
         except GraphNotSupportedError as exc:
             batch_shape = None
-            barred[_POINTWISE_ONLY_ENGINE] = _POINTWISE_BAR
-            notes.append(f"engine {_POINTWISE_ONLY_ENGINE} kept out ({exc})")
+            full = tuple(max(d[i] for _, d, _ in shaped) for i in range(rank))
+            if all(d[1:] == full[1:] for _, d, _ in shaped):
+                notes.append(f"leading axes kept: operands broadcast along the first axis only ({exc})")
+            else:
+                barred[_POINTWISE_ONLY_ENGINE] = _POINTWISE_BAR
+                notes.append(f"engine {_POINTWISE_ONLY_ENGINE} kept out ({exc})")
         else:
             why, target, pad_after_fold = _POINTWISE_FOLD, MIN_RANK, 1
             notes.append(f"leading axes {batch_shape} folded into one: {_POINTWISE_FOLD}")

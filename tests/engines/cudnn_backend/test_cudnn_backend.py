@@ -287,39 +287,56 @@ def test_pointwise_broadcast_over_the_first_axis_is_folded_away():
     assert lower_program(g2).geometry[x.uid] == ((2, 8, 64), (512, 64, 1))
 
 
-def test_pointwise_partial_broadcast_over_the_first_axis_keeps_the_pointwise_only_engine_out():
-    # (1, 8, 1) against (2, 8, 64) cannot fold its leading axes into one: the graph keeps its axes and
-    # the engine that miscomputes a first-axis broadcast is barred from its plans instead.
-    g = cudnn.pygraph(io_data_type=F.FLOAT, compute_data_type=F.FLOAT, device="cuda")
-    x = g.tensor(name="x", dim=[2, 8, 64], stride=[512, 64, 1])
-    b = g.tensor(name="b", dim=[1, 8, 1], stride=[8, 1, 1])
-    g.mul(x, b).set_output(True)
+def test_pointwise_broadcast_along_the_first_axis_only_keeps_its_axes():
+    # (1, T, d) against (B, T, d): cuDNN computes it right as it is (the GPU test below).
+    g, t = _partial_broadcast_graph("cuda", (6, 40, 16), (1, 40, 16))
     g.validate()
     program = lower_program(g)
-    assert program.geometry[b.uid] == ((1, 8, 1), (8, 1, 1))
+    assert program.geometry[t["c"].uid] == ((1, 40, 16), (640, 16, 1))
+    assert not program.barred_engines
+    assert any("leading axes kept" in note for note in program.notes)
+
+
+def test_pointwise_partial_broadcast_along_the_first_axis_and_another_bars_the_pointwise_only_engine():
+    # (1, 8, 1) against (2, 8, 64) cannot fold and is read wrong by engine 1 (the GPU test below).
+    g, t = _partial_broadcast_graph("cuda", (2, 8, 64), (1, 8, 1))
+    g.validate()
+    program = lower_program(g)
+    assert program.geometry[t["c"].uid] == ((1, 8, 1), (8, 1, 1))
     assert "pointwise-only engine" in program.barred_engines[1]
 
 
-def _rope_like_graph(device):
-    """RoPE's shape of broadcast: (1, T, d) tables against (B, T, d) activations (cudnn-frontend's
-    test_apply_rope), which cannot fold into one leading axis."""
+def _partial_broadcast_graph(device, x_dims, c_dims):
+    """An operand broadcast along the first axis but not along all leading ones (RoPE's (1, T, d) tables
+    against (B, T, d) activations, cudnn-frontend's test_apply_rope), which cannot fold into one axis."""
     g = cudnn.pygraph(io_data_type=F.FLOAT, compute_data_type=F.FLOAT, device=device)
-    x = g.tensor(name="x", dim=[6, 40, 16], stride=[640, 16, 1])
-    c = g.tensor(name="c", dim=[1, 40, 16], stride=[640, 16, 1])
+    x = g.tensor(name="x", dim=list(x_dims), stride=list(_row_major(x_dims)))
+    c = g.tensor(name="c", dim=list(c_dims), stride=list(_row_major(c_dims)))
     y = g.mul(x, c)
-    y.set_output(True).set_name("y")
+    y.set_output(True).set_name("y").set_dim(list(x_dims)).set_stride(list(_row_major(x_dims)))
     return g, {"x": x, "c": c, "y": y}
 
 
 @pytest.mark.gpu
-def test_gpu_partial_broadcast_over_the_first_axis_computes_right():
+@pytest.mark.parametrize("x_dims, c_dims", [((6, 40, 16), (1, 40, 16)), ((2, 8, 64), (1, 8, 1)),
+                                            ((3, 5, 7, 32), (1, 5, 1, 32))], ids=["rope", "row", "rank4"])
+def test_gpu_partial_broadcast_over_the_first_axis_is_right_or_declined(x_dims, c_dims):
+    # H200, cuDNN 9.19, with the graph's axes kept and engine 1 allowed: "rope" was right; "row" and
+    # "rank4" were wrong. Now "rope" runs and the other two decline naming the engine (or run right on
+    # another engine, should cuDNN offer one).
+    from functools import partial
     from gpu_support import assert_close, gpu_run
     rng = np.random.default_rng(3)
-    host = {"x": rng.standard_normal((6, 40, 16)).astype(np.float32),
-            "c": rng.standard_normal((1, 40, 16)).astype(np.float32)}
-    got, g = gpu_run(_rope_like_graph, host, {"y"})
+    host = {"x": rng.standard_normal(x_dims).astype(np.float32),
+            "c": rng.standard_normal(c_dims).astype(np.float32)}
+    try:
+        got, g = gpu_run(partial(_partial_broadcast_graph, x_dims=x_dims, c_dims=c_dims), host, {"y"})
+    except cudnn.cudnnGraphNotSupportedError as exc:
+        assert x_dims[1:] != c_dims[1:] and "pointwise-only engine" in str(exc)
+        return
     assert_close(np.asarray(got["y"]), host["x"] * host["c"], "float32", "y")
-    assert g.selected_plan.engine_id != 1       # the pointwise-only engine is kept out
+    if x_dims[1:] != c_dims[1:]:
+        assert g.selected_plan.engine_id != 1
 
 
 def test_partially_broadcast_batch_is_declined():
