@@ -387,7 +387,6 @@ KEYWORD_STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("execute_plan_at_index", "tensor_uids"): (DIFFERS, "not accepted: pass a mapping {uid: buffer}"),
     ("tensor", "ragged_offset_multiplier"): (DIFFERS, _TENSOR_KEYWORD),
     ("tensor", "alignment_value"): (DIFFERS, _TENSOR_KEYWORD),
-    ("tensor_like", "is_virtual"): (DIFFERS, _TENSOR_KEYWORD),
     ("tensor_scalar", "scalar_type"): (DIFFERS, "named data_type here (the second positional parameter)"),
     ("block_scale_quantize", "group_offset"): (NOT_IMPLEMENTED, "grouped block-scale quantization is not in "
                                                                 "cudnn_graph's op schema"),
