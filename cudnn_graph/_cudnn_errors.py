@@ -65,13 +65,16 @@ class CudnnNotFoundError(CudnnGraphError, RuntimeError):
     visible without a debugger.
     """
 
+    #: What to do about it: the message's last line (the cuDNN engine's decline quotes it too).
+    install_hint = ("Install the cuDNN wheel (pip install 'cudnn_graph[cu12]' or '[cu13]') or set "
+                    "CUDNN_GRAPH_LIBCUDNN to the path of libcudnn.so.9.")
+
     def __init__(self, attempts=(), summary: str = "libcudnn (cuDNN 9) could not be loaded"):
         self.attempts = [(str(place), str(reason)) for place, reason in attempts]
         self.summary = summary
         lines = [summary + "; tried, in order:"]
         lines += [f"  - {place}: {reason}" for place, reason in self.attempts]
-        lines.append("Install the cuDNN wheel (pip install 'cudnn_graph[cu12]' or '[cu13]') or set "
-                     "CUDNN_GRAPH_LIBCUDNN to the path of libcudnn.so.9.")
+        lines.append(self.install_hint)
         super().__init__("\n".join(lines))
 
     def __reduce__(self):

@@ -46,7 +46,9 @@ def _load_in_tree() -> list[BaseEngine]:
         if factory is None:
             continue
         engine = factory()
-        if getattr(engine, "available", True):
+        # A required engine stays even when it cannot run here (the cuDNN backend without libcudnn): it
+        # declines every graph it would serve with the reason, so a plan list says what is missing.
+        if getattr(engine, "available", True) or not optional:
             engines.append(engine)
     return engines
 

@@ -449,6 +449,8 @@ class CudnnBackendEngine(BaseEngine):
 
     def propose_plans_for_modes(self, graph, modes) -> list:
         _check_device(graph)
+        if not self.available:
+            raise GraphNotSupportedError(unavailable_reason())
         # Ops newer than the loaded cuDNN are declined before cuDNN sees them (it would refuse them
         # with an unhelpful status, e.g. FLOOR_MOD on 9.19 fails finalize with NOT_INITIALIZED).
         check_lowerable(graph, _loader.backend_version())
@@ -490,7 +492,7 @@ class CudnnBackendEngine(BaseEngine):
             return state.lowered
         _check_device(graph)
         if not self.available:
-            raise GraphNotSupportedError("libcudnn could not be loaded")
+            raise GraphNotSupportedError(unavailable_reason())
         device = graph.device[1]
         key = (graph.key(), device, getattr(graph, "is_override_shape_enabled", False))
         with self._lock:
@@ -515,6 +517,20 @@ class CudnnBackendEngine(BaseEngine):
         self.check_support(graph, plan)
         runner = self.lowered(graph).build(plan, GraphView.of(graph).kernel_cache)
         return CudnnBackendPlan(plan, runner)
+
+
+def unavailable_reason() -> str:
+    """Why this process has no cuDNN backend, on one line: the loader's failure, with the fix first
+    (a CUDA graph's decline, and ``python -m cudnn_graph check``, say it)."""
+    from ..._cudnn_errors import CudnnNotFoundError
+    try:
+        _loader.load()
+    except CudnnNotFoundError as exc:
+        tried = "; ".join(f"{place}: {why}" for place, why in exc.attempts)
+        return f"libcudnn not found: {exc.install_hint.rstrip('.')} ({exc.summary}; tried {tried})"
+    except Exception as exc:     # noqa: BLE001  (a broken library raises what it likes)
+        return f"libcudnn could not be loaded: {type(exc).__name__}: {exc}"
+    return "libcudnn could not be loaded when the engine was made (it loads now: restart the process)"
 
 
 def _check_device(graph) -> None:

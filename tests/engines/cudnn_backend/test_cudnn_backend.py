@@ -130,7 +130,7 @@ _loader._SYSTEM_LIBRARY_NAMES = ("libcudnn_graph_test_absent.so.9",)
 """
 
 
-def test_engine_is_absent_without_libcudnn():
+def test_engine_without_libcudnn_declines_cuda_graphs_saying_why():
     out = run_python(NO_LIBCUDNN + """
 import json
 import cudnn_graph as cudnn
@@ -143,12 +143,24 @@ a = g.tensor(name="a", dim=[1, 2, 3], stride=[6, 3, 1])
 b = g.tensor(name="b", dim=[1, 3, 2], stride=[6, 2, 1])
 c = g.matmul(a, b).set_output(True)
 g.build([cudnn.heur_mode.A])
+gc = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, device="cuda:0")
+x = gc.tensor(name="x", dim=[2, 3], stride=[3, 1])
+gc.relu(x).set_output(True)
+try:
+    gc.build()
+    error = ""
+except cudnn.PlanEntryError as exc:
+    error = str(exc)
 print(json.dumps({"available": engine.available, "engines": names, "declines": g.declines,
-                  "plans": [p.label for p in g.plans]}))
+                  "plans": [p.label for p in g.plans], "cuda_declines": gc.declines, "error": error}))
 """, env={"CUDNN_GRAPH_LIBCUDNN": "/nonexistent/libcudnn.so.9"})
     assert out["available"] is False
-    assert "cudnn_backend" not in out["engines"]
     assert out["plans"] == ["reference"]
+    # It stays in the plan list only to say why it cannot serve a CUDA graph.
+    backend = dict(out["cuda_declines"])["cudnn_backend"]
+    assert backend.startswith("libcudnn not found: Install the cuDNN wheel (pip install 'cudnn_graph[cu12]'")
+    assert "CUDNN_GRAPH_LIBCUDNN='/nonexistent/libcudnn.so.9'" in backend
+    assert "cudnn_backend: libcudnn not found" in out["error"].splitlines()[0]
 
 
 def test_engine_availability_follows_the_loader():
