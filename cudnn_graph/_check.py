@@ -139,6 +139,9 @@ def _cudnn_is_installed_somewhere() -> bool:
     return False
 
 
+_PATHFINDER_SOUGHT = re.compile(r'Failure finding "([^"]+)"')    # DynamicLibNotFoundError: the library
+
+
 def explain_attempts(attempts) -> list:
     """The loader's ``(place, reason)`` list with each reason as the report shows it.
 
@@ -148,12 +151,14 @@ def explain_attempts(attempts) -> list:
     """
     shown = []
     for place, reason in attempts:
-        if place.startswith("cuda.pathfinder") and "cudnn" not in reason.lower() \
-                and "not importable" not in reason and not _cudnn_is_installed_somewhere():
-            reason = ("no cuDNN wheel (" + " / ".join(_CUDNN_WHEELS) + ") is installed and $CUDNN_PATH names no "
-                      "libcudnn (cuda-pathfinder stopped earlier, at a dependency of libcudnn; --json has its words)")
-        elif place.startswith("cuda.pathfinder") and "cudnn" not in reason.lower() and "not importable" not in reason:
-            reason = f"a cuDNN is installed, but a library it needs did not load: {reason}"
+        sought = _PATHFINDER_SOUGHT.search(reason) if place.startswith("cuda.pathfinder") else None
+        if sought and "cudnn" not in sought.group(1).lower():
+            if _cudnn_is_installed_somewhere():
+                reason = f"a cuDNN is installed, but a library it needs did not load: {reason}"
+            else:
+                reason = ("no cuDNN wheel (" + " / ".join(_CUDNN_WHEELS) + ") is installed and $CUDNN_PATH names "
+                          "no libcudnn (cuda-pathfinder looks for libcudnn's dependencies first and stopped at one: "
+                          "--json has its words)")
         shown.append((place, reason))
     return shown
 
