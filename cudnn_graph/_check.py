@@ -499,13 +499,27 @@ def report() -> dict:
             "passed": all(r.ok for r in results)}
 
 
+def _write_wrapped(w, label: str, items: list, width: int = 100) -> None:
+    """``label`` then the items, comma-separated, on as many indented lines as they need."""
+    line, lines = "", []
+    for item in items:
+        if line and len(line) + len(item) + 2 > width - 17:
+            lines.append(line + ",")
+            line = item
+        else:
+            line = f"{line}, {item}" if line else item
+    lines.append(line)
+    for i, text in enumerate(lines):
+        w(f"  {label if i == 0 else '':<14} {text}\n")
+
+
 def _write_text(rep: dict, out: TextIO) -> None:
     w = out.write
     py, plat, cuda, cudnn = rep["python"], rep["platform"], rep["cuda"], rep["cudnn"]
     w(f"cudnn_graph {rep['cudnn_graph']}\n")
     w(f"  {'python':<14} {py['version']} ({py['executable']})\n")
     w(f"  {'platform':<14} {plat['platform']}\n")
-    w(f"  {'packages':<14} " + ", ".join(f"{k} {v or 'not installed'}" for k, v in rep["packages"].items()) + "\n")
+    _write_wrapped(w, "packages", [f"{k} {v or 'not installed'}" for k, v in rep["packages"].items()])
     present = {k: v for k, v in rep["frameworks"].items() if v}
     w(f"  {'frameworks':<14} " + (", ".join(f"{k} {v}" for k, v in present.items()) if present else
                                   "none installed (" + ", ".join(rep["frameworks"]) + ")") + "\n")
