@@ -35,7 +35,7 @@ class StepResult:
 @dataclass
 class EngineStatus:
     """One engine as the report shows it: ``status`` is "ready" (it can serve graphs here), "no GPU"
-    (installed, but no CUDA device is visible) or "absent" (``detail`` says why)."""
+    (installed, but no CUDA device it runs on is visible) or "absent" (``detail`` says why)."""
     name: str
     status: str
     detail: str
@@ -275,7 +275,7 @@ def engine_statuses(cuda: dict, cudnn: dict) -> list:
             result.append(EngineStatus(name, "no GPU", "toolchain present; no CUDA device is visible", versions))
         else:
             arch = _arch_reason(package, gpus)
-            result.append(EngineStatus(name, "absent" if arch else "ready", arch or "toolchain present", versions))
+            result.append(EngineStatus(name, "no GPU" if arch else "ready", arch or "toolchain present", versions))
     from .engines import manifest
     known = {e.name for e in result}
     for engine in manifest.engines():
