@@ -167,3 +167,19 @@ def test_a_dsl_engine_reports_its_toolchains_reason_or_the_missing_gpu(monkeypat
         "cutile_linear_attention", "absent", "cuda.tile is not importable (test)",
         statuses["cutile_linear_attention"].versions)
     assert statuses["reference"].status == "ready"
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_with_cudnn_the_self_tests_run_on_cuda_and_cudnn_is_ready():
+    result = child(["check", "--json"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    rep = json.loads(result.stdout)
+    assert rep["cuda"]["driver_loaded"] and rep["cuda"]["gpus"]
+    assert rep["cudnn"]["loaded"] and rep["cudnn"]["version"].startswith("9.")
+    engines = {e["name"]: e for e in rep["engines"]}
+    assert engines["cudnn_backend"]["status"] == "ready"
+    assert engines["cudnn_backend"]["versions"]["cuDNN"] == rep["cudnn"]["version"]
+    assert any(path.endswith(os.path.basename(rep["cudnn"]["path"])) for path in rep["loaded_libraries"])
+    for test in rep["self_tests"][1:]:
+        assert test["data"]["device"] == "cuda:0" and test["data"]["engine"] != "reference", test
+        assert test["data"]["compared_with"] == "the reference engine on the host"
