@@ -1,6 +1,12 @@
 """Type stubs for cudnn_graph._cudnn_handle (compiled): cuDNN handles, per-thread state, process switches."""
-from typing import Any
+from typing import Any, final
 
+CUDA_GRAPHS_ENV_VAR: str
+"""The environment variable that sets the CUDA graph replay default (0 or 1)."""
+CUDA_GRAPH_CAPTURE_ENV_VAR: str
+"""The environment variable that sets the CUDA graph capture default (0 or 1)."""
+
+@final
 class Handle:
     """A cudnnHandle_t. ``int(handle)`` is the raw pointer (what other bindings take)."""
 
@@ -16,6 +22,7 @@ class Handle:
     def __int__(self) -> int: ...
     def __index__(self) -> int: ...
 
+@final
 class ThreadState:
     """This thread's handles (one per device) and its cache of finalized variant packs."""
 

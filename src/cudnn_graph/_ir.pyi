@@ -3,10 +3,11 @@
 The op builders (``matmul``, ``sdpa``, ...) live on ``cudnn_graph.pygraph``, the Python subclass of Graph.
 """
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, final
 
 from cudnn_graph.data_type import DataType
 
+@final
 class GraphContext:
     """A graph's default data types and name (as ``cudnn.pygraph``'s constructor takes them)."""
 
@@ -26,6 +27,7 @@ class GraphContext:
     def name(self) -> str:
         """The graph's name ('' when none)."""
 
+@final
 class Tensor:
     """A graph tensor. Created by ``graph.tensor(...)``, ``graph.tensor_like(...)`` or an op builder; setters chain."""
 
@@ -120,6 +122,7 @@ class Tensor:
     def reordering_type(self) -> int:
         """The reordering code (0: none)."""
 
+@final
 class Node:
     """One op of a graph. ``inputs``, ``outputs`` and ``params`` are read-only mappings."""
 
@@ -148,6 +151,7 @@ class Node:
     def compute_data_type(self) -> int:
         """The node's math type code."""
 
+@final
 class OpBinding:
     """What an op builder reads at call time, computed once per op schema (internal to cudnn_graph.graph)."""
 

@@ -1,6 +1,7 @@
 """Type stubs for cudnn_graph._slot (compiled): one operand as a DLTensor."""
-from typing import Any
+from typing import Any, final
 
+@final
 class Slot:
     """One operand as a DLTensor that owns its shape/stride storage and keeps its memory alive."""
 

@@ -1,9 +1,10 @@
 """Type stubs for cudnn_graph._variant_pack (compiled): expected operands and one call's buffers."""
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, final
 
 from cudnn_graph._slot import Slot
 
+@final
 class TensorSpec:
     """What a plan expects of one operand: uid, shape, strides, dtype, device, alignment."""
 
@@ -47,6 +48,7 @@ class TensorSpec:
 def check(slot: Slot, expected: TensorSpec) -> None:
     """Check one slot against what the graph expects; raises a typed error naming the tensor."""
 
+@final
 class PackLayout:
     """The immutable, shareable list of operands a plan needs (sorted by uid)."""
 
@@ -64,6 +66,7 @@ class PackLayout:
         """Normalise ``{Tensor | uid | name: buffer}`` into a checked VariantPack for one call."""
     def __len__(self) -> int: ...
 
+@final
 class VariantPack:
     """One call's operands: slots sorted by uid, with C arrays of uids and data pointers."""
 
@@ -90,4 +93,4 @@ class VariantPack:
     def layout(self) -> PackLayout | None:
         """The layout the pack was checked against (None: none)."""
     def __len__(self) -> int: ...
-    def __getitem__(self, uid: int) -> Slot: ...
+    def __getitem__(self, uid: int, /) -> Slot: ...

@@ -76,9 +76,11 @@ def _init_parameters(cls) -> list[tuple[str, bool]] | None:
 
 
 def _compiled_classes_and_functions(module):
+    """The module's own public classes and functions, and its public constants (str, int, ...)."""
     return {n: o for n, o in vars(module).items()
-            if not n.startswith("_") and getattr(o, "__module__", None) == module.__name__
-            and (isinstance(o, type) or callable(o))}
+            if not n.startswith("_") and (getattr(o, "__module__", None) == module.__name__
+                                          and (isinstance(o, type) or callable(o))
+                                          or isinstance(o, (str, int, float, tuple, frozenset)))}
 
 
 @pytest.mark.parametrize("name", STUBBED)
