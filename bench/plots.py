@@ -62,7 +62,8 @@ def plot_host_overhead(results: Path, out: Path) -> Path:
     """execute() host time per producer: ours (every call, and CUDA graph replay) vs the frontend, with
     the C floors (cudnnBackendExecute / cuGraphLaunch from a nogil loop)."""
     d = _load(results, "host_overhead")
-    producers = [("raw int", "raw int"), ("torch", "torch"), ("CuPy", "cupy"), ("JAX (A, B) + torch (C)", "jax (A, B) + torch (C)")]
+    producers = [("raw int", "raw int"), ("torch", "torch"), ("CuPy", "cupy"),
+                 ("JAX (A, B) + torch (C)", "jax (A, B) + torch (C)")]
     frontend = {"raw int": d["frontend"].get("frontend raw int"), "torch": d["frontend"].get("frontend torch")}
     fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
     _bars(ax, [label for label, _ in producers], [
@@ -76,11 +77,10 @@ def plot_host_overhead(results: Path, out: Path) -> Path:
     if d.get("c_floor_graph_launch_us"):
         ax.axhline(d["c_floor_graph_launch_us"], color=FLOOR, linestyle=":", linewidth=1,
                    label=f"C floor, cuGraphLaunch from a nogil loop ({d['c_floor_graph_launch_us']:.1f})")
-    ax.set_ylabel("host time per execute() (us, lower is better)")
-    ax.set_xlabel("producer of the buffers (the frontend takes torch tensors or raw int pointers only)")
-    ax.set_title(f"execute() host time, bf16 128x128x128 matmul ({_where(d, 'host_overhead')})", fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
-    return _save(fig, out / "host_overhead.png")
+    return _finish(fig, ax, out / "host_overhead.png", ylabel="host time per execute() (us, lower is better)",
+                   xlabel="producer of the buffers (the frontend takes torch tensors or raw int pointers only)",
+                   title=f"execute() host time, bf16 128x128x128 matmul ({_where(d, 'host_overhead')})",
+                   legend="upper right")
 
 
 def plot_build_time(results: Path, out: Path) -> Path:
@@ -121,11 +121,9 @@ def plot_gemm(results: Path, out: Path) -> Path:
         ("ours, cuDNN engine", OTHER, [tflops(s, "cudnn") for s in sizes]),
         (f"cuBLAS (torch.matmul, torch {d.get('torch_version', '')})", PEER, [tflops(s, "cublas") for s in sizes]),
     ], fmt="{:.0f}")
-    ax.set_ylabel("TFLOP/s (higher is better)")
-    ax.set_xlabel("M x N x K, bf16 in, fp32 accumulate")
-    ax.set_title(f"GEMM throughput ({_where(d, 'gemm')})", fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
-    return _save(fig, out / "gemm.png")
+    return _finish(fig, ax, out / "gemm.png", ylabel="TFLOP/s (higher is better)",
+                   xlabel="M x N x K, bf16 in, fp32 accumulate",
+                   title=f"GEMM throughput ({_where(d, 'gemm')})", legend="upper right")
 
 
 def plot_sdpa(results: Path, out: Path) -> Path:
@@ -140,12 +138,10 @@ def plot_sdpa(results: Path, out: Path) -> Path:
          [k["frontend_fwd"]["tflops"], k["frontend_bwd"]["tflops"]]),
         ("torch scaled_dot_product_attention", OTHER, [k["torch_fwd"]["tflops"], k["torch_bwd"]["tflops"]]),
     ], fmt="{:.0f}")
-    ax.set_ylabel("TFLOP/s (higher is better)")
-    ax.set_xlabel(f"b={s['b']} h={s['h']} s={s['s']} d={s['d']} {s['dtype']}"
-                  f"{', causal' if s.get('causal') else ''}")
-    ax.set_title(f"SDPA throughput ({_where(d, 'sdpa')})", fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
-    return _save(fig, out / "sdpa.png")
+    return _finish(fig, ax, out / "sdpa.png", ylabel="TFLOP/s (higher is better)",
+                   xlabel=f"b={s['b']} h={s['h']} s={s['s']} d={s['d']} {s['dtype']}"
+                          f"{', causal' if s.get('causal') else ''}",
+                   title=f"SDPA throughput ({_where(d, 'sdpa')})", legend="upper right")
 
 
 def plot_linear_attention(results: Path, out: Path) -> Path:
@@ -157,16 +153,24 @@ def plot_linear_attention(results: Path, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
     groups = [f"{r['op']} forward,\nwall per call" for r in rows] + [f"{r['op']} forward,\nGPU time" for r in rows] \
         + [f"{r['op']} backward,\nwall per call" for r in rows]
-    ours = [r["ours_fwd_ms"] for r in rows] + [r.get("ours_gpu_ms") for r in rows] + [r.get("ours_bwd_ms") for r in rows]
+    ours = ([r["ours_fwd_ms"] for r in rows] + [r.get("ours_gpu_ms") for r in rows]
+            + [r.get("ours_bwd_ms") for r in rows])
     fla = [r["fla_fwd_ms"] for r in rows] + [r.get("fla_gpu_ms") for r in rows] + [None for _ in rows]
     _bars(ax, groups, [("ours (cuTile engine)", OURS, ours), ("fla", PEER, fla)], fmt="{:.2f}")
     ax.tick_params(axis="x", labelsize=8)
-    ax.set_ylabel("milliseconds per call (lower is better)")
-    ax.set_xlabel(f"T={r0['T']} ({r0['sequences']} sequences) H={r0['H']} K={r0['K']} V={r0['V']} {r0['dtype']}; "
-                  "backward: fla not measured")
-    ax.set_title(f"Chunked linear attention ({_where(d, 'linear_attention')})", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
-    return _save(fig, out / "linear_attention.png")
+    return _finish(fig, ax, out / "linear_attention.png", ylabel="milliseconds per call (lower is better)",
+                   xlabel=f"T={r0['T']} ({r0['sequences']} sequences) H={r0['H']} K={r0['K']} V={r0['V']} "
+                          f"{r0['dtype']}; backward: fla not measured",
+                   title=f"Chunked linear attention ({_where(d, 'linear_attention')})", legend="upper left")
+
+
+def _finish(fig, ax, path: Path, *, ylabel: str, xlabel: str, title: str, legend: str) -> Path:
+    """Label a one-panel figure (units on the y axis, the problem on the x axis) and save it."""
+    ax.set_ylabel(ylabel)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc=legend)
+    return _save(fig, path)
 
 
 def _save(fig, path: Path) -> Path:
