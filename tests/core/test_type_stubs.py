@@ -141,6 +141,8 @@ def test_stub_signatures_take_the_parameters_of_the_compiled_functions(name):
 def test_stubs_and_py_typed_are_installed_beside_the_compiled_modules():
     import cudnn_graph._slot
     installed = Path(cudnn_graph._slot.__file__).parent
+    if installed != Path(cudnn_graph.__file__).parent:
+        pytest.skip("an editable install serves the compiled modules from its build folder")
     assert (installed / "py.typed").is_file()
     for name in STUBBED:
         stub = installed / f"{name}.pyi"
