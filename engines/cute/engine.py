@@ -33,10 +33,19 @@ _cache_lock = threading.Lock()
 compile_seconds: dict = {}        # GemmSpec -> seconds its compile took (bench/gemm.py reports it)
 
 
-def _device_reason(graph) -> str | None:
-    kind, ordinal = graph.device
+def _device_kind_reason(graph) -> str | None:
+    """Why the graph's device is not one this engine serves, asked of the graph alone (no DSL, no driver)."""
+    kind = graph.device[0]
     if kind != "cuda":
         return f"the graph runs on {kind}; the CuTe GEMM runs on CUDA devices"
+    return None
+
+
+def _device_reason(graph) -> str | None:
+    reason = _device_kind_reason(graph)
+    if reason is not None:
+        return reason
+    ordinal = graph.device[1]
     try:
         cc = _compute_capability(ordinal)
     except RuntimeError as exc:
@@ -150,11 +159,15 @@ class CuteGemmEngine(ToolchainGatedEngine):
     host_scalars = True
 
     def propose_plans(self, graph) -> list[PlanConfig]:
-        self._require_toolchain()
+        # Cheapest first: the DSL is imported (_require_toolchain) only for a graph this engine could run.
+        reason = _device_kind_reason(graph)
+        if reason is not None:
+            raise GraphNotSupportedError(reason)
         problem = match(graph)
         reason = _device_reason(graph)
         if reason is not None:
             raise GraphNotSupportedError(reason)
+        self._require_toolchain()
         sm_count = _device(graph.device[1]).sm_count
         plans = []
         for rank, knobs in enumerate(_plans.candidates(problem, sm_count)):
@@ -168,6 +181,7 @@ class CuteGemmEngine(ToolchainGatedEngine):
         reason = _device_reason(graph)
         if reason is not None:
             raise GraphNotSupportedError(reason)
+        self._require_toolchain()
         try:
             knobs = _plans.knobs_from(plan.knobs)
         except ValueError as exc:

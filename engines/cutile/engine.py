@@ -288,7 +288,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
     toolchain = _toolchain
 
     def propose_plans(self, graph) -> list[PlanConfig]:
-        self._require_toolchain()
+        # The toolchain (cuda.tile's import) is asked after the node checks: a host graph never imports it.
         # The graph tags every decline with the engine's name: the reasons here do not repeat it.
         nodes = graph.nodes
         if len(nodes) != 1:
@@ -299,6 +299,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         reason = _support_reason(graph, node)
         if reason is not None:
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
+        self._require_toolchain()
         if node.op in BACKWARD_OPS:
             size = _Geometry(node, backward=True).workspace_size
             # mma: the forward recompute's and the reverse state pass's products (the gradients stay TF32)
@@ -325,6 +326,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         reason = _support_reason(graph, node)
         if reason is not None:
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
+        self._require_toolchain()
         if node.op in BACKWARD_OPS:
             geometry = _Geometry(node, backward=True)
             block_v = int(plan.knobs.get("block_v", BACKWARD_BLOCK_V))
