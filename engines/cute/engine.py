@@ -13,13 +13,13 @@ import ctypes
 import dataclasses
 import logging
 import threading
-import time
 
 from .._device import compute_capability as _compute_capability
 from .._dsl_common import ToolchainGatedEngine
 from ..base import CompiledPlan, ExecutionContext, PlanConfig
 from ..ids import CUTE_BASE
 from ...errors import GraphNotSupportedError
+from ... import _progress
 from . import _plans, _toolchain
 from ._match import match
 from ._spec import ITEMSIZE, TMA_ALIGN, GemmSpec, smem_stages
@@ -105,10 +105,10 @@ def compiled_launcher(spec: GemmSpec):
         found = _cache.get(spec)
         if found is None:
             from ._kernel import compile_spec
-            t0 = time.perf_counter()
-            found = compile_spec(spec)
-            compile_seconds[spec] = time.perf_counter() - t0
-            logger.info("compiled %s in %.2f s", spec.knobs.label(), compile_seconds[spec])
+            what = f"GEMM {spec.M}x{spec.N}x{spec.K} {spec.ab_dtype} {spec.knobs.label()}"
+            with _progress.compiling(CuteGemmEngine.name, what, logger) as watch:
+                found = compile_spec(spec)
+                compile_seconds[spec] = watch.elapsed_s
             _cache[spec] = found
     return found
 
@@ -188,4 +188,8 @@ class CuteGemmEngine(ToolchainGatedEngine):
             raise GraphNotSupportedError(f"plan {plan.label}: {exc}") from None
         spec = spec_for(problem, knobs, _device(graph.device[1]))
         from ._launch import Launcher
-        return CuteGemmPlan(plan, problem, spec, Launcher(compiled_launcher(spec), spec, graph.device[1]))
+        reused = spec in _cache
+        built = CuteGemmPlan(plan, problem, spec, Launcher(compiled_launcher(spec), spec, graph.device[1]))
+        built.kernel_reused = reused                  # the graph's build log line reports these two
+        built.compile_seconds = None if reused else compile_seconds.get(spec)
+        return built
