@@ -5,7 +5,9 @@ Each event goes to the ``cudnn_graph`` loggers (nothing is printed unless the ap
 ``set_progress_callback(fn)``: ``fn(stage, detail)`` with ``stage`` one of
 
 - ``"build"``: a graph's plan was built (detail: ``graph``, ``key``, ``plan``, ``engine``, ``index``,
-  ``build_ms``, ``planning_ms``, ``compile_ms`` (None where nothing compiled), ``declined``);
+  ``plans``, ``build_ms`` (all of ``build()``, or ``build_plans()`` alone), ``planning_ms``, ``compile_ms``
+  (None where nothing compiled), ``kernel_reused``, ``declined``, ``caches`` ({name: (before, after)} of
+  the engine's ``cache_counts()``));
 - ``"decline"``: an engine or a plan declined a graph (detail: ``graph``, ``engine``, ``reason``);
 - ``"compile"``: an engine compiles kernels (detail: ``engine``, ``what``, ``state`` = ``"start"``,
   ``"running"`` every ``HEARTBEAT_S`` seconds, then ``"done"``, and ``elapsed_s``);

@@ -103,7 +103,7 @@ class _PlanState:
     scalar_defaults: dict = field(default_factory=dict)  # uid -> value of tensor_scalar tensors
     engine_states: dict = field(default_factory=dict)   # engine name -> its state (GraphView.state)
     failed_build: bool = False                          # build() planned, then built nothing
-    started: Optional[float] = None                     # perf_counter() when build() / planning began
+    started: Optional[float] = None                     # perf_counter() when build() / build_plans() began
     planning_ms: float = 0.0                            # create_execution_plans()' time
     counts_before: dict = field(default_factory=dict)   # engine name -> cache_counts() before planning
 
@@ -426,8 +426,6 @@ class pygraph(_GraphCore):
         st.entries = router.rank(view, entries)
         st.declines = declines
         st.planned = True
-        if st.started is None:
-            st.started = started
         st.planning_ms = (time.perf_counter() - started) * 1e3
         logger.debug("%s: %d plan entries, %d engines declined", self._log_name(), len(entries), len(declines))
 
@@ -923,8 +921,9 @@ _surface.install_graph_stubs(pygraph)
 def _cache_changes(before: Optional[dict], engine) -> dict:
     """``{cache: (count before planning, count now)}`` of ``engine.cache_counts()``: an unchanged count
     where an entry was needed is a hit (an engine that caches nothing gives {})."""
+    if before is None:               # not asked before planning: nothing to compare
+        return {}
     counts = engine.cache_counts() if hasattr(engine, "cache_counts") else {}
-    before = before or {}
     return {name: (before.get(name, 0), count) for name, count in counts.items()}
 
 

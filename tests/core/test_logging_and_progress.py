@@ -32,10 +32,11 @@ class DecliningEngine(BaseEngine):
 
 @pytest.fixture
 def declining_engine():
-    engine = DecliningEngine()
-    manifest.register_engine(engine)
-    yield engine
-    manifest.unregister_engine(engine)
+    manifest.register_engine(engine := DecliningEngine())
+    try:
+        yield engine
+    finally:
+        manifest.unregister_engine(engine)
 
 
 @pytest.fixture
