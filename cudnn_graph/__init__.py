@@ -185,3 +185,10 @@ __all__ += ["jit", "KernelCache", "create_kernel_cache", "HostHandle", "Argument
             "tensor", "sdpa_capabilities"]
 __all__ += [n for n, (status, _) in _frontend_surface.TOP_LEVEL.items()
             if status == _frontend_surface.NOT_IMPLEMENTED and n not in __all__]
+
+# ---- logging and progress (issue 26): CUDNN_GRAPH_LOG=info|debug prints the package's log to stderr;
+# set_progress_callback(fn) receives (stage, detail) events of builds, declines, compiles and long runs.
+from ._progress import set_progress_callback
+from . import _log_env
+_log_env.install_from_environment()
+__all__ += ["set_progress_callback"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 import operator
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -49,6 +50,7 @@ from .ops._score_mod import ScoreModGraph
 from .router import Router, get_default_router
 from .engines.base import ExecutionContext
 from . import _frontend_surface as _surface
+from . import _progress
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +103,9 @@ class _PlanState:
     scalar_defaults: dict = field(default_factory=dict)  # uid -> value of tensor_scalar tensors
     engine_states: dict = field(default_factory=dict)   # engine name -> its state (GraphView.state)
     failed_build: bool = False                          # build() planned, then built nothing
+    started: Optional[float] = None                     # perf_counter() when build() / build_plans() began
+    planning_ms: float = 0.0                            # create_execution_plans()' time
+    counts_before: dict = field(default_factory=dict)   # engine name -> cache_counts() before planning
 
 
 def _already_planned(action: str, st: _PlanState) -> AlreadyPlannedError:
@@ -396,17 +401,22 @@ class pygraph(_GraphCore):
         modes = _heur_modes(heur_modes, "create_execution_plans")
         if st.planned:
             raise _already_planned("create_execution_plans()", st)
+        started = time.perf_counter()
         if not self.frozen:
             self.build_operation_graph()
         from .engines import manifest
         entries, declines = [], []
         view = self.view
-        for engine in manifest.engines():
+        all_engines = manifest.engines()
+        if _progress.wanted():
+            st.counts_before = {engine.name: engine.cache_counts() for engine in all_engines}
+        for engine in all_engines:
             try:
                 proposed = engine.propose_plans(view) if modes is None or not hasattr(engine, "propose_plans_for_modes") \
                     else engine.propose_plans_for_modes(view, modes)
             except (NotImplementedError, GraphNotSupportedError) as exc:
                 declines.append((engine.name, str(exc) or type(exc).__name__))
+                self._report_decline(*declines[-1])
                 continue
             for p in proposed:
                 if p.engine is None:
@@ -416,7 +426,8 @@ class pygraph(_GraphCore):
         st.entries = router.rank(view, entries)
         st.declines = declines
         st.planned = True
-        logger.debug("graph %s: %d plan entries, %d engines declined", self.context.name, len(entries), len(declines))
+        st.planning_ms = (time.perf_counter() - started) * 1e3
+        logger.debug("%s: %d plan entries, %d engines declined", self._log_name(), len(entries), len(declines))
 
     def check_support(self) -> None:
         """Raise ``GraphNotSupportedError`` (saying which engines declined and why) when no plan exists."""
@@ -428,6 +439,7 @@ class pygraph(_GraphCore):
                 entry.engine.check_support(view, entry)
             except (NotImplementedError, GraphNotSupportedError) as exc:
                 st.declines.append((entry.label, str(exc)))
+                self._report_decline(*st.declines[-1])
                 continue
             kept.append(entry)
         st.entries = kept
@@ -440,6 +452,8 @@ class pygraph(_GraphCore):
         _surface.refuse_unimplemented_keywords("build_plans", ctx=ctx)
         build_all = _build_policy(policy) is build_plan_policy.ALL
         st = self._require_planned("build_plans()")
+        if st.started is None:
+            st.started = time.perf_counter()
         if not st.entries:
             raise PlanEntryError("no engine supports this graph", st.declines)
         if build_all:
@@ -449,11 +463,13 @@ class pygraph(_GraphCore):
                         self._build_index(i)
                     except (NotImplementedError, GraphNotSupportedError) as exc:
                         st.declines.append((st.entries[i].label, str(exc)))
+                        self._report_decline(*st.declines[-1])
             if not st.compiled:
                 raise PlanEntryError("no plan of the list could be built", st.declines)
             if st.selected not in st.compiled:
                 st.selected = min(st.compiled)
                 self._hot = None
+            self._report_built()
             return
         start = st.selected
         for i in range(start, len(st.entries)):
@@ -468,9 +484,11 @@ class pygraph(_GraphCore):
                     raise GraphNotSupportedError(
                         f"the pinned plan {i} ({st.entries[i].label}) declined: {exc}") from exc
                 st.declines.append((st.entries[i].label, str(exc)))
+                self._report_decline(*st.declines[-1])
                 continue
             st.selected = i
             self._hot = None
+            self._report_built()
             return
         raise PlanEntryError("no plan of the list could be built", st.declines)
 
@@ -486,6 +504,7 @@ class pygraph(_GraphCore):
         _surface.refuse_unimplemented_keywords("build", ctx=ctx)
         heur_modes = _one_of(heur_modes, heuristics)
         _heur_modes(heur_modes, "build")
+        started = time.perf_counter()
         if not self._is_validated():
             self.validate()
         if not self.frozen:
@@ -494,6 +513,7 @@ class pygraph(_GraphCore):
             self._plans = _PlanState()      # the last build() built nothing: plan afresh
         if self._plans.planned:
             raise _already_planned("build()", self._plans)
+        self._plans.started = started          # build()'s time includes validate and freeze
         self.create_execution_plans(heur_modes)
         try:
             self.check_support()
@@ -509,6 +529,44 @@ class pygraph(_GraphCore):
             raise NotPlannedError(action, "not planned", "build() or create_execution_plans() first",
                                   "create_execution_plans() has not been called")
         return self._plans
+
+    # -- what a build reports (logging and the progress callback; cudnn_graph._progress) -----------------
+
+    def _log_name(self) -> str:
+        return f"graph {self.context.name!r}" if self.context.name else "graph"
+
+    def _report_decline(self, who: str, why: str) -> None:
+        logger.debug("%s: %s declined: %s", self._log_name(), who, why)
+        _progress.emit("decline", {"graph": self.context.name, "engine": who, "reason": why})
+
+    def _report_built(self) -> None:
+        """One INFO line (and a ``"build"`` progress event) for the plan just built: the graph's key, the
+        plan and its engine, the build's time and its parts, what the engine compiled or reused."""
+        st = self._plans
+        started, st.started = st.started, None      # a later build_plans() (another plan) times itself
+        if not _progress.wanted():
+            return
+        now = time.perf_counter()
+        entry, compiled = st.entries[st.selected], st.compiled[st.selected]
+        engine = getattr(entry.engine, "name", type(entry.engine).__name__)
+        compile_s = getattr(compiled, "compile_seconds", None)
+        detail = {"graph": self.context.name, "key": self.key()[:8], "plan": entry.label, "engine": engine,
+                  "index": st.selected, "plans": len(st.entries),
+                  "build_ms": round((now - (started or now)) * 1e3, 3), "planning_ms": round(st.planning_ms, 3),
+                  "compile_ms": None if compile_s is None else round(compile_s * 1e3, 3),
+                  "kernel_reused": getattr(compiled, "kernel_reused", None), "declined": len(st.declines),
+                  "caches": _cache_changes(st.counts_before.get(engine), entry.engine)}
+        notes = [f"planning {detail['planning_ms']:.1f} ms", f"{detail['declined']} declined"]
+        if compile_s is not None:
+            notes.append(f"compile {detail['compile_ms']:.1f} ms")
+        if detail["kernel_reused"]:
+            notes.append("kernel reused")
+        if detail["caches"]:
+            notes.append("caches " + ", ".join(f"{k} {a}->{b}" for k, (a, b) in detail["caches"].items()))
+        logger.info("%s (key %s): built plan %d/%d '%s' (engine %s) in %.1f ms (%s)", self._log_name(),
+                    detail["key"], st.selected, len(st.entries), entry.label, engine, detail["build_ms"],
+                    "; ".join(notes))
+        _progress.emit("build", detail)
 
     def _build_index(self, i):
         st = self._plans
@@ -858,6 +916,15 @@ for _schema in SCHEMAS.values():
         setattr(pygraph, _method, _make_builder(_schema))
 
 _surface.install_graph_stubs(pygraph)
+
+
+def _cache_changes(before: Optional[dict], engine) -> dict:
+    """``{cache: (count before planning, count now)}`` of ``engine.cache_counts()``: an unchanged count
+    where an entry was needed is a hit (an engine that caches nothing gives {})."""
+    if before is None:               # not asked before planning: nothing to compare
+        return {}
+    counts = engine.cache_counts() if hasattr(engine, "cache_counts") else {}
+    return {name: (before.get(name, 0), count) for name, count in counts.items()}
 
 
 def register_graph_method(name: str, function: Callable) -> None:

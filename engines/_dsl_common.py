@@ -7,21 +7,39 @@ from .base import BaseEngine
 from ..enums import behavior_note
 from ..errors import GraphNotSupportedError
 
+_NOT_ASKED = object()      # ToolchainGatedEngine.missing before its first read
+
 
 class ToolchainGatedEngine(BaseEngine):
-    """An engine whose kernels need an optional toolchain (a DSL package and its compiler). Without it the
-    engine is unavailable (the manifest leaves an unavailable engine out of every plan list) and declines
-    every graph with the reason the toolchain gave.
+    """An engine whose kernels need an optional toolchain (a DSL package and its compiler).
 
-    A subclass sets ``toolchain``: the module whose ``missing()`` says why kernels cannot be built here
-    (None when they can); it is asked once, when the engine is made.
+    Importing a DSL costs a fraction of a second to a second, so it is put off until the engine first
+    considers a graph on a device it can serve: ``available`` (the manifest leaves an unavailable engine
+    out of every plan list) only says the DSL package is installed, found without importing it;
+    ``missing`` (why kernels cannot be built here, None when they can) imports the DSL at its first
+    read. A subclass runs its cheap checks (device kind, ops, data types) first and calls
+    ``_require_toolchain()`` after them, so a host graph never imports a GPU DSL.
+
+    A subclass sets ``toolchain``: a module with ``installed()`` (cheap) and ``missing()`` (imports).
     """
 
     toolchain: ModuleType
 
     def __init__(self) -> None:
-        self.missing = self.toolchain.missing()
-        self.available = self.missing is None
+        self.available = self.toolchain.installed()
+        self._missing = _NOT_ASKED
+
+    @property
+    def missing(self) -> str | None:
+        """Why this engine's kernels cannot be built here (None when they can); the first read imports
+        the DSL (``toolchain.missing()``), later reads return that answer."""
+        if self._missing is _NOT_ASKED:
+            self._missing = self.toolchain.missing()
+        return self._missing
+
+    @missing.setter
+    def missing(self, reason: str | None) -> None:
+        self._missing = reason     # tests reach the node checks without a toolchain
 
     def plan_notes(self, plan) -> tuple[list, list]:
         """Every plan of a DSL engine compiles its kernel when it is built: RUNTIME_COMPILATION, as
@@ -32,6 +50,7 @@ class ToolchainGatedEngine(BaseEngine):
         return behavior, numerical
 
     def _require_toolchain(self) -> None:
-        """Decline the graph (GraphNotSupportedError) when the toolchain is missing."""
+        """Decline the graph (GraphNotSupportedError) when the toolchain is missing; the first call
+        imports the DSL, so call it after the checks that need none."""
         if self.missing:
             raise GraphNotSupportedError(self.missing)

@@ -63,7 +63,15 @@ class ExecutionContext:
 
 
 class CompiledPlan:
-    """A built plan. Subclasses implement ``execute``; ``layout`` is the graph's operand list."""
+    """A built plan. Subclasses implement ``execute``; ``layout`` is the graph's operand list.
+
+    ``compile_seconds`` and ``kernel_reused`` are what an engine that compiles kernels says of the build
+    (the graph's build log line reports them): the seconds its compile took (None: nothing compiled), and
+    whether the kernel came from a cache (None: not an engine that compiles).
+    """
+
+    compile_seconds: Optional[float] = None
+    kernel_reused: Optional[bool] = None
 
     def __init__(self, plan: PlanConfig, workspace_size: int = 0):
         self.plan = plan

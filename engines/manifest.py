@@ -16,7 +16,9 @@ logger = logging.getLogger(__name__)
 # "absent", silently. An optional engine whose import fails otherwise (a broken dependency) is absent
 # too, with a warning: the graphs still run on the other engines. An engine that adds graph methods
 # (BaseEngine.graph_methods) is imported with cudnn_graph, so that its methods exist on every graph
-# before anything is planned; the others are imported at first planning.
+# before anything is planned; the others are imported at first planning. Importing an engine imports
+# no GPU DSL: the DSL engines (ToolchainGatedEngine) only look their DSL up here and import it when they
+# first consider a graph on a device they serve, so that a host graph's first build stays cheap.
 _IN_TREE = (
     ("cudnn_graph.engines.reference", "ReferenceEngine", False, False),
     ("cudnn_graph.engines.cudnn_backend", "CudnnBackendEngine", False, True),

@@ -13,13 +13,13 @@ import ctypes
 import dataclasses
 import logging
 import threading
-import time
 
 from .._device import compute_capability as _compute_capability
 from .._dsl_common import ToolchainGatedEngine
 from ..base import CompiledPlan, ExecutionContext, PlanConfig
 from ..ids import CUTE_BASE
 from ...errors import GraphNotSupportedError
+from ... import _progress
 from . import _plans, _toolchain
 from ._match import match
 from ._spec import ITEMSIZE, TMA_ALIGN, GemmSpec, smem_stages
@@ -33,10 +33,19 @@ _cache_lock = threading.Lock()
 compile_seconds: dict = {}        # GemmSpec -> seconds its compile took (bench/gemm.py reports it)
 
 
-def _device_reason(graph) -> str | None:
-    kind, ordinal = graph.device
+def _device_kind_reason(graph) -> str | None:
+    """Why the graph's device is not one this engine serves, asked of the graph alone (no DSL, no driver)."""
+    kind = graph.device[0]
     if kind != "cuda":
         return f"the graph runs on {kind}; the CuTe GEMM runs on CUDA devices"
+    return None
+
+
+def _device_reason(graph) -> str | None:
+    reason = _device_kind_reason(graph)
+    if reason is not None:
+        return reason
+    ordinal = graph.device[1]
     try:
         cc = _compute_capability(ordinal)
     except RuntimeError as exc:
@@ -96,10 +105,10 @@ def compiled_launcher(spec: GemmSpec):
         found = _cache.get(spec)
         if found is None:
             from ._kernel import compile_spec
-            t0 = time.perf_counter()
-            found = compile_spec(spec)
-            compile_seconds[spec] = time.perf_counter() - t0
-            logger.info("compiled %s in %.2f s", spec.knobs.label(), compile_seconds[spec])
+            what = f"GEMM {spec.M}x{spec.N}x{spec.K} {spec.ab_dtype} {spec.knobs.label()}"
+            with _progress.compiling(CuteGemmEngine.name, what, logger) as watch:
+                found = compile_spec(spec)
+                compile_seconds[spec] = watch.elapsed_s
             _cache[spec] = found
     return found
 
@@ -150,11 +159,15 @@ class CuteGemmEngine(ToolchainGatedEngine):
     host_scalars = True
 
     def propose_plans(self, graph) -> list[PlanConfig]:
-        self._require_toolchain()
+        # Cheapest first: the DSL is imported (_require_toolchain) only for a graph this engine could run.
+        reason = _device_kind_reason(graph)
+        if reason is not None:
+            raise GraphNotSupportedError(reason)
         problem = match(graph)
         reason = _device_reason(graph)
         if reason is not None:
             raise GraphNotSupportedError(reason)
+        self._require_toolchain()
         sm_count = _device(graph.device[1]).sm_count
         plans = []
         for rank, knobs in enumerate(_plans.candidates(problem, sm_count)):
@@ -168,10 +181,15 @@ class CuteGemmEngine(ToolchainGatedEngine):
         reason = _device_reason(graph)
         if reason is not None:
             raise GraphNotSupportedError(reason)
+        self._require_toolchain()
         try:
             knobs = _plans.knobs_from(plan.knobs)
         except ValueError as exc:
             raise GraphNotSupportedError(f"plan {plan.label}: {exc}") from None
         spec = spec_for(problem, knobs, _device(graph.device[1]))
         from ._launch import Launcher
-        return CuteGemmPlan(plan, problem, spec, Launcher(compiled_launcher(spec), spec, graph.device[1]))
+        reused = spec in _cache
+        built = CuteGemmPlan(plan, problem, spec, Launcher(compiled_launcher(spec), spec, graph.device[1]))
+        built.kernel_reused = reused                  # the graph's build log line reports these two
+        built.compile_seconds = None if reused else compile_seconds.get(spec)
+        return built

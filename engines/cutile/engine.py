@@ -22,6 +22,7 @@ from ..base import CompiledPlan, ExecutionContext, GraphView, PlanConfig
 from ..ids import CUTILE_BASE
 from ...data_type import DataType
 from ...errors import GraphNotSupportedError
+from ... import _progress
 from . import _toolchain
 from ._variants import CHUNK, OP_FEATURES, Variant
 
@@ -161,6 +162,7 @@ class CutileForwardPlan(CompiledPlan):
         self._output_grid = (g.chunks, g.H, g.V // variant.out_block_v)
         # bench/linear_attention.py --breakdown sets this to time each launch: hook(name, launch).
         self.launch_hook = None
+        self._first_launch = True
 
     def _workspace_base(self, ctx: ExecutionContext, stream: int) -> int:
         if ctx.workspace is not None:
@@ -203,7 +205,19 @@ class CutileForwardPlan(CompiledPlan):
         return slot
 
     def _launch_all(self, stream: int, launches: list) -> None:
-        """Launch each (name, grid, kernel, args) in order on ``stream``, through the launch hook if set."""
+        """Launch each (name, grid, kernel, args) in order on ``stream``, through the launch hook if set.
+        cuTile compiles (or loads from its caches) each kernel at its first launch: the plan's first
+        execute runs inside a compile watch (a log line and progress events), later ones are plain."""
+        if self._first_launch:
+            self._first_launch = False
+            with _progress.compiling(CutileLinearAttentionEngine.name,
+                                     f"{self.plan.label} (at its first launch)", logger) as watch:
+                self._launch_each(stream, launches)
+                self.compile_seconds = watch.elapsed_s
+            return
+        self._launch_each(stream, launches)
+
+    def _launch_each(self, stream: int, launches: list) -> None:
         import cuda.tile as ct
         hook = self.launch_hook
         for name, grid, kernel, args in launches:
@@ -288,7 +302,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
     toolchain = _toolchain
 
     def propose_plans(self, graph) -> list[PlanConfig]:
-        self._require_toolchain()
+        # The toolchain (cuda.tile's import) is asked after the node checks: a host graph never imports it.
         # The graph tags every decline with the engine's name: the reasons here do not repeat it.
         nodes = graph.nodes
         if len(nodes) != 1:
@@ -299,6 +313,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         reason = _support_reason(graph, node)
         if reason is not None:
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
+        self._require_toolchain()
         if node.op in BACKWARD_OPS:
             size = _Geometry(node, backward=True).workspace_size
             # mma: the forward recompute's and the reverse state pass's products (the gradients stay TF32)
@@ -325,6 +340,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         reason = _support_reason(graph, node)
         if reason is not None:
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
+        self._require_toolchain()
         if node.op in BACKWARD_OPS:
             geometry = _Geometry(node, backward=True)
             block_v = int(plan.knobs.get("block_v", BACKWARD_BLOCK_V))

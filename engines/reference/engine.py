@@ -9,6 +9,7 @@ from ..base import BaseEngine, CompiledPlan, ExecutionContext, GraphView, PlanCo
 from ..ids import REFERENCE
 from ...data_type import DataType, numpy_dtype as host_numpy_dtype
 from ...errors import GraphNotSupportedError
+from ... import _progress
 from . import (_kernels_basic, _kernels_conv, _kernels_linear_attention, _kernels_norm, _kernels_sampling,
                _kernels_sdpa)
 
@@ -103,12 +104,16 @@ class ReferencePlan(CompiledPlan):
     def __init__(self, plan: PlanConfig, graph):
         super().__init__(plan, 0)
         self._types, self._steps = node_steps(graph)
+        self._what = f"graph {graph.context.name!r} ({len(self._steps)} nodes)"
 
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
         values = {}
         for uid, slot in zip(variant_pack.uids, variant_pack.slots):
             values[uid] = host_view(slot, self._types[uid])
-        run_steps(self._steps, values)
+        # NumPy runs of big graphs take seconds (an SDPA of 1024 tokens: ~8 s): one that runs past
+        # _progress.LONG_RUN_S is reported while it runs; a short one logs nothing.
+        with _progress.long_run(ReferenceEngine.name, self._what, logger):
+            run_steps(self._steps, values)
 
 
 _PACKED_LAYOUT_OPS = ("sdpa", "sdpa_backward")   # ops whose ragged offsets change which elements are read

@@ -250,17 +250,20 @@ def _package():
     return cg
 
 
-def test_engine_is_absent_from_the_manifest_without_a_toolchain():
+def test_engine_is_absent_from_the_manifest_without_cuda_tile_and_declines_without_a_compiler():
+    """Listed when ``cuda.tile`` is installed (found, not imported); ``missing`` (which imports it) says
+    why kernels cannot be built: no package, or no tileiras compiler."""
     _package()
     from cudnn_graph.engines import manifest
     from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
     engine = CutileLinearAttentionEngine()
     names = [e.name for e in manifest.engines()]
-    if engine.missing is None:
-        assert engine.available and engine.name in names
-    else:
-        assert not engine.available and engine.name not in names
+    assert engine.available == _toolchain.installed()
+    assert (engine.name in names) == engine.available
+    if engine.missing is not None:
         assert "cuda.tile" in engine.missing or "tileiras" in engine.missing
+    if not engine.available:
+        assert "cuda.tile" in engine.missing
 
 
 def _gdn_graph(cg, io_type, K, V):
