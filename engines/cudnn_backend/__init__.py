@@ -1,7 +1,8 @@
 """The cuDNN backend engine: the IR lowered to backend descriptors, cuDNN's heuristics as plans.
 
 Importing needs no libcudnn: ``CudnnBackendEngine().available`` is False when it cannot be loaded,
-and the engine then contributes nothing to any plan list.
+and the engine then contributes no plan: it declines every graph with the reason
+(``unavailable_reason()``: libcudnn not found, and how to install it).
 """
 from .engine import (CudnnBackendEngine, CudnnBackendPlan, Knob, GRAPH_METHODS, create_execution_plan,
                      deselect_behavior_notes, deselect_engines, deselect_numeric_notes,

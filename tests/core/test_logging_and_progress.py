@@ -88,8 +88,11 @@ def test_declines_are_debug_lines_naming_the_engine_and_its_reason(caplog, decli
     g.build()
     debug = [r.getMessage() for r in _records(caplog, logging.DEBUG)]
     assert "graph 'mm': declines_all declined: it runs no graph at all" in debug, debug
+    # Other engines present in this process (e.g. the cuDNN backend, listed even without libcudnn) decline
+    # a host graph too: the INFO line counts every DEBUG decline line.
+    declines = [m for m in debug if " declined: " in m]
     info = [r.getMessage() for r in _records(caplog, logging.INFO)]
-    assert len(info) == 1 and "1 declined" in info[0], info
+    assert len(info) == 1 and f"{len(declines)} declined" in info[0], info
 
 
 def test_nothing_is_logged_at_the_default_level(caplog, declining_engine):
@@ -106,12 +109,13 @@ def test_the_progress_callback_gets_declines_and_the_build(events, declining_eng
     g, _ = host_graph()
     g.build()
     stages = [stage for stage, _ in events]
-    assert stages == ["decline", "build"], events
-    decline, build = events[0][1], events[1][1]
-    assert decline == {"graph": "mm", "engine": "declines_all", "reason": "it runs no graph at all"}
+    assert stages[-1] == "build" and set(stages[:-1]) == {"decline"}, events
+    declines = [detail for stage, detail in events if stage == "decline"]
+    build = events[-1][1]
+    assert {"graph": "mm", "engine": "declines_all", "reason": "it runs no graph at all"} in declines
     assert build["plan"] == "reference" and build["engine"] == "reference" and build["key"] == g.key()[:8]
     assert build["build_ms"] >= build["planning_ms"] > 0 and build["compile_ms"] is None
-    assert build["declined"] == 1 and build["index"] == 0
+    assert build["declined"] == len(declines) and build["index"] == 0
 
 
 def test_a_callback_that_raises_is_logged_and_the_build_goes_on(caplog):
