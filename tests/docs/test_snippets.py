@@ -2,7 +2,8 @@
 
 Each block runs alone, in a fresh interpreter (a subprocess, so that a block that registers an engine or
 sets a process switch leaves the other tests alone), with the repository's docs/ folder as the working
-directory; a failure names the file and the line of the block's opening fence, and shows the traceback.
+directory (from the root, `import cudnn_graph` would find the source folder, which holds no compiled
+modules, instead of the installed package); a failure names the file and the line of the block's opening fence, and shows the traceback.
 
 A block runs on the CPU unless the line just before its opening fence (blank lines between are allowed)
 is one of these HTML comments, which Markdown renders as nothing:
