@@ -318,7 +318,7 @@ def _geometry(graph, used) -> tuple[dict, list, dict]:
         raise GraphNotSupportedError(f"a matmul graph needs one rank for all tensors; found ranks {ranks}")
     rank = max(ranks) if ranks else MIN_RANK
     target = max(rank, MIN_RANK)
-    batch_shape, why, pad_after_fold = None, "", 0
+    batch_shape, why, pad_after_fold, folded = None, "", 0, None
     pointwise_only = all(n.schema.family == "pointwise" for n in graph.nodes)
     if has_matmul and rank > 3:
         target = 3
@@ -328,13 +328,13 @@ def _geometry(graph, used) -> tuple[dict, list, dict]:
     elif pointwise_only and rank >= 3 and len(ranks) == 1 and _broadcasts_first_axis(shaped):
         if any("CUDNN_ATTR_POINTWISE_AXIS" in n.schema.attr_map.values() for n in graph.nodes):
             raise GraphNotSupportedError(_POINTWISE_FOLD + "; a gen_index axis does not survive that fold")
-        batch_shape = tuple(max(d[i] for _, d, _ in shaped) for i in range(rank - 1))
+        full = tuple(max(d[i] for _, d, _ in shaped) for i in range(rank))
+        batch_shape = full[:-1]
         try:
-            for t, dims, strides in shaped:
-                _fold_leading(t.name, dims, strides, batch_shape, _POINTWISE_FOLD)
+            folded = {t.uid: _fold_leading(t.name, dims, strides, batch_shape, _POINTWISE_FOLD)
+                      for t, dims, strides in shaped}
         except GraphNotSupportedError as exc:
             batch_shape = None
-            full = tuple(max(d[i] for _, d, _ in shaped) for i in range(rank))
             if all(d[1:] == full[1:] for _, d, _ in shaped):
                 notes.append(f"leading axes kept: operands broadcast along the first axis only ({exc})")
             else:
@@ -350,8 +350,9 @@ def _geometry(graph, used) -> tuple[dict, list, dict]:
         if t.is_pass_by_value:
             geometry[uid] = _scalar_geometry(t, dims, target)
         elif batch_shape is not None:
-            folded = _fold_leading(t.name, dims, strides, batch_shape, why)
-            geometry[uid] = _pad(*folded, len(folded[0]) + pad_after_fold)
+            # the pointwise fold was made above; the matmul fold is made here
+            f_dims, f_strides = folded[uid] if folded else _fold_leading(t.name, dims, strides, batch_shape, why)
+            geometry[uid] = _pad(f_dims, f_strides, len(f_dims) + pad_after_fold)
         else:
             geometry[uid] = _pad(dims, strides, target)
     return geometry, notes, barred
