@@ -48,7 +48,7 @@ def compile_seconds(g, index):
     from cudnn_graph.engines.cute import engine as cute_engine
     compiled = g.compiled_plan(index)
     spec = getattr(compiled, "spec", None)
-    return cute_engine.compile_seconds.get(spec) if spec is not None else None
+    return cute_engine.compile_seconds.get(cute_engine.kernel_spec(spec)) if spec is not None else None
 
 
 def time_size(torch, cudnn, M, N, K, n_cute, iters):

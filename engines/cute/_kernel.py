@@ -15,23 +15,27 @@ Shape of the kernel (one CTA per SM, a persistent loop over output tiles):
   TMA clips the tiles at the matrix edges, and its loads fill out-of-range elements with zeros, so M, N and
   K need no multiple of the tile.
 
-Everything static (shapes, strides, types, epilogue, knobs) comes from a ``GemmSpec``; the compiled entry
-takes the operand addresses, up to three f32 scalars and the stream.
+Everything static (types, epilogue, knobs, and the shape and strides unless the spec is a shape class)
+comes from a ``GemmSpec``; the compiled entry takes the operand addresses, up to three f32 scalars, the
+extents M, N, K, L (used by a shape class, ignored otherwise) and the stream.
 """
 from __future__ import annotations
 
 import math
+import warnings
 
 import cuda.bindings.driver as cuda
 
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.memory import SmemAllocator
+from cutlass.tensor_utils import LayoutEnum
 from cutlass.cute.runtime import make_ptr
 
-from ._spec import GemmSpec
+from ._spec import CLASS_DIVISOR, GemmSpec, stride_value
+from ._tile_schedule import TileSchedule
 
 _DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": cutlass.Float32}
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -61,7 +65,6 @@ class HopperGemm:
         self.ab_dtype = cute_dtype(spec.ab_dtype)
         self.c_dtype = cute_dtype(spec.c_dtype)
         self.acc_dtype = cutlass.Float32
-        self.k_tiles = -(-spec.K // _BK)
         self.mcast_a = self.cluster_mn[1] > 1
         self.mcast_b = self.cluster_mn[0] > 1
         self.epi_tile = (min(self.bm, 128), 32)
@@ -69,9 +72,14 @@ class HopperGemm:
 
     # -- host side ----------------------------------------------------------------------------------
 
+    def schedule_of(self, M, N, L) -> TileSchedule:
+        """The persistent tile order of an M x N x L output (ints, or the kernel's runtime extents)."""
+        tiles = ((M + self.bm - 1) // self.bm, (N + self.bn - 1) // self.bn, L)
+        return TileSchedule(tiles, self.cluster_mn, self.spec.knobs.swizzle)
+
     def layouts(self):
         """LayoutEnum of A, B, C (ROW_MAJOR: K-major A / B, N-major C), from the spec's strides."""
-        row, col = utils.LayoutEnum.ROW_MAJOR, utils.LayoutEnum.COL_MAJOR
+        row, col = LayoutEnum.ROW_MAJOR, LayoutEnum.COL_MAJOR
         s = self.spec
         return (row if s.a_major == "k" else col, row if s.b_major == "k" else col,
                 row if s.c_major == "n" else col)
@@ -87,21 +95,34 @@ class HopperGemm:
         c_smem = sm90_utils.make_smem_layout_epi(self.c_dtype, c_layout, self.epi_tile, _EPI_STAGES)
         return tiled_mma, a_smem, b_smem, c_smem
 
+    def extents(self, M, N, K, L):
+        """(M, N, K, L): the kernel's runtime arguments for a shape class, else the spec's constants (the
+        arguments are then passed but unused, so that both kinds share one signature and one launcher)."""
+        spec = self.spec
+        if spec.dynamic:
+            return tuple(cute.assume(x, divby=CLASS_DIVISOR) for x in (M, N, K)) + (L,)
+        return spec.M, spec.N, spec.K, spec.L
+
+    def strides(self, symbols, M, N, K):
+        """Element strides from a spec's strides: constants, or a shape class's symbols over the extents."""
+        return tuple(stride_value(sym, M, N, K) for sym in symbols)
+
     @cute.jit
     def __call__(self, pa: cute.Pointer, pb: cute.Pointer, pc: cute.Pointer, pe0: cute.Pointer,
                  pe1: cute.Pointer, pe2: cute.Pointer, s0: cutlass.Float32, s1: cutlass.Float32,
-                 s2: cutlass.Float32, stream: cuda.CUstream):
+                 s2: cutlass.Float32, M_arg: cutlass.Int32, N_arg: cutlass.Int32, K_arg: cutlass.Int32,
+                 L_arg: cutlass.Int32, stream: cuda.CUstream):
         spec = self.spec
-        M, N, K, L = spec.M, spec.N, spec.K, spec.L
-        mA = cute.make_tensor(pa, cute.make_layout((M, K, L), stride=spec.a_stride))
-        mB = cute.make_tensor(pb, cute.make_layout((N, K, L), stride=spec.b_stride))
-        mC = cute.make_tensor(pc, cute.make_layout((M, N, L), stride=spec.c_stride))
+        M, N, K, L = self.extents(M_arg, N_arg, K_arg, L_arg)
+        mA = cute.make_tensor(pa, cute.make_layout((M, K, L), stride=self.strides(spec.a_stride, M, N, K)))
+        mB = cute.make_tensor(pb, cute.make_layout((N, K, L), stride=self.strides(spec.b_stride, M, N, K)))
+        mC = cute.make_tensor(pc, cute.make_layout((M, N, L), stride=self.strides(spec.c_stride, M, N, K)))
         pes = (pe0, pe1, pe2)
         epi = []
         for i in cutlass.range_constexpr(3):
             if cutlass.const_expr(i < len(spec.epi_tensors)):
-                epi.append(cute.make_tensor(pes[i], cute.make_layout((M, N, L),
-                                                                     stride=spec.epi_tensors[i].stride)))
+                epi.append(cute.make_tensor(pes[i], cute.make_layout(
+                    (M, N, L), stride=self.strides(spec.epi_tensors[i].stride, M, N, K))))
             else:
                 epi.append(cute.make_tensor(pes[i], cute.make_layout((1, 1, 1), stride=(0, 0, 0))))
 
@@ -122,9 +143,7 @@ class HopperGemm:
             self.epi_tile)
 
         cluster_mnl = (*self.cluster_mn, 1)
-        sched_params = utils.PersistentTileSchedulerParams(
-            spec.tile_counts(), cluster_mnl, spec.knobs.swizzle, True)
-        grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched_params, spec.clusters())
+        grid = self.schedule_of(M, N, L).grid(spec.clusters())
 
         @cute.struct
         class SharedStorage:
@@ -135,8 +154,8 @@ class HopperGemm:
 
         self.shared_storage = SharedStorage
         self.kernel(tma_a, tma_mA, tma_b, tma_mB, tma_c, tma_mC, epi[0], epi[1], epi[2], s0, s1, s2,
-                    tiled_mma, cute.make_layout(cluster_mnl), a_smem, b_smem, c_smem, sched_params,
-                    ).launch(grid=grid, block=[self.threads, 1, 1], cluster=cluster_mnl, min_blocks_per_mp=1,
+                    tiled_mma, cute.make_layout(cluster_mnl), a_smem, b_smem, c_smem, M_arg, N_arg, K_arg,
+                    L_arg).launch(grid=grid, block=[self.threads, 1, 1], cluster=cluster_mnl, min_blocks_per_mp=1,
                              stream=stream)
 
     # -- device side --------------------------------------------------------------------------------
@@ -146,8 +165,11 @@ class HopperGemm:
                tma_c: cute.CopyAtom, mC: cute.Tensor, mE0: cute.Tensor, mE1: cute.Tensor, mE2: cute.Tensor,
                s0: cutlass.Float32, s1: cutlass.Float32, s2: cutlass.Float32, tiled_mma: cute.TiledMma,
                cta_layout: cute.Layout, a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout,
-               c_smem: cute.ComposedLayout, sched_params: utils.PersistentTileSchedulerParams):
+               c_smem: cute.ComposedLayout, M_arg: cutlass.Int32, N_arg: cutlass.Int32, K_arg: cutlass.Int32,
+               L_arg: cutlass.Int32):
         spec = self.spec
+        M, N, K, L = self.extents(M_arg, N_arg, K_arg, L_arg)
+        schedule = self.schedule_of(M, N, L)
         stages = spec.knobs.stages
         tidx, _, _ = cute.arch.thread_idx()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -165,7 +187,7 @@ class HopperGemm:
         tx_bytes = (cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem, (None, None, 0)))
                     + cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem, (None, None, 0))))
 
-        smem = utils.SmemAllocator()
+        smem = SmemAllocator()
         storage = smem.allocate(self.shared_storage)
         # Every consumer warp of every CTA that reads a buffer (multicast peers too) releases it.
         mcast_peers = self.cluster_mn[0] + self.cluster_mn[1] - 1
@@ -187,7 +209,7 @@ class HopperGemm:
         gB = cute.local_tile(mB, (self.bn, _BK), (None, None, None))
         gC = cute.local_tile(mC, (self.bm, self.bn), (None, None, None))
         # The same tiling of an identity tensor gives every accumulator element its (m, n, l).
-        cC = cute.local_tile(cute.make_identity_tensor((spec.M, spec.N, spec.L)), (self.bm, self.bn),
+        cC = cute.local_tile(cute.make_identity_tensor((M, N, L)), (self.bm, self.bn),
                              (None, None, None))
 
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
@@ -210,16 +232,14 @@ class HopperGemm:
         else:
             cute.arch.sync_threads()
 
-        k_tiles = self.k_tiles
+        k_tiles = (K + _BK - 1) // _BK
         if wg == 0:
-            cute.arch.warpgroup_reg_dealloc(_PRODUCER_REGS)
+            cute.arch.setmaxregister_decrease(_PRODUCER_REGS)
             if warp == 0:
-                sched = utils.StaticPersistentTileScheduler.create(
-                    sched_params, cute.arch.block_idx(), cute.arch.grid_dim())
-                work = sched.initial_work_tile_info()
+                linear, step = schedule.first()
                 state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
-                while work.is_valid_tile:
-                    tm, tn, tl = work.tile_idx
+                while linear < schedule.total_clusters:
+                    tm, tn, tl = schedule.tile(linear)
                     tAgA_t = tAgA[(None, tm, None, tl)]
                     tBgB_t = tBgB[(None, tn, None, tl)]
                     for k in cutlass.range(k_tiles, unroll=1):
@@ -231,27 +251,24 @@ class HopperGemm:
                                   mcast_mask=b_mask)
                         ring.producer_commit(state)
                         state.advance()
-                    sched.advance_to_next_work()
-                    work = sched.get_current_work()
+                    linear += step
                 ring.producer_tail(state)
 
         if wg > 0:
-            cute.arch.warpgroup_reg_alloc(_CONSUMER_REGS)
+            cute.arch.setmaxregister_increase(_CONSUMER_REGS)
             self._consume(ring, tiled_mma, tCrA, tCrB, tCgC, cC, sC, tma_c, mC, mE0, mE1, mE2, s0, s1, s2,
-                          sched_params, tidx, warp)
+                          tidx, warp, schedule, k_tiles, M, N)
 
     @cute.jit
     def _consume(self, ring, tiled_mma, tCrA, tCrB, tCgC, cC, sC, tma_c, mC, mE0, mE1, mE2, s0, s1, s2,
-                 sched_params, tidx, warp):
+                 tidx, warp, schedule, k_tiles, M, N):
         spec = self.spec
         # The accumulator's coordinates are per thread: the warpgroup slice that partitions A and B
         # would give every thread of a warpgroup its first thread's (m, n).
         tCcC = tiled_mma.get_slice(tidx - 128).partition_C(cC)
         stages = spec.knobs.stages
-        k_tiles = self.k_tiles
-        sched = utils.StaticPersistentTileScheduler.create(sched_params, cute.arch.block_idx(),
-                                                           cute.arch.grid_dim())
-        work = sched.initial_work_tile_info()
+        linear, step = schedule.first()
+        tiles_done = cutlass.Int32(0)
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
         release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
         k_blocks = cute.size(tCrA, mode=[2])
@@ -275,8 +292,8 @@ class HopperGemm:
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads))
         store_warp = 4         # the first consumer warp issues the TMA stores
 
-        while work.is_valid_tile:
-            tm, tn, tl = work.tile_idx
+        while linear < schedule.total_clusters:
+            tm, tn, tl = schedule.tile(linear)
             # ---- mainloop: one WGMMA group in flight; a buffer is released once its group retired
             acc.fill(0.0)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
@@ -303,7 +320,7 @@ class HopperGemm:
 
             # ---- fused epilogue on the f32 accumulators
             if cutlass.const_expr(len(spec.steps) > 0):
-                self._epilogue(acc, tCcC[(None, None, None, tm, tn, tl)], mE0, mE1, mE2, s0, s1, s2)
+                self._epilogue(acc, tCcC[(None, None, None, tm, tn, tl)], mE0, mE1, mE2, s0, s1, s2, M, N)
 
             # ---- store: 32-column sub-tiles through a ring of shared-memory buffers
             gC_t = cute.zipped_divide(tCgC_source(mC, self.bm, self.bn, tm, tn, tl), self.epi_tile)
@@ -312,7 +329,7 @@ class HopperGemm:
             epi_count = cute.size(gC_t, mode=[1])
             epi_shape = gC_t.shape[1]
             epi_order = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
-            done_before = sched.num_tiles_executed * epi_count
+            done_before = tiles_done * epi_count
             for e in cutlass.range_constexpr(epi_count):
                 for v in cutlass.range_constexpr(rD_size):
                     rD[v] = tRS_acc[e * rD_size + v]
@@ -327,28 +344,29 @@ class HopperGemm:
                     store_pipe.producer_acquire()
                 self.epilogue_barrier.arrive_and_wait()
 
-            sched.advance_to_next_work()
-            work = sched.get_current_work()
+            linear += step
+            tiles_done += 1
 
         if warp == store_warp:
             store_pipe.producer_tail()
 
     @cute.jit
-    def _epilogue(self, acc, coords, mE0, mE1, mE2, s0, s1, s2):
+    def _epilogue(self, acc, coords, mE0, mE1, mE2, s0, s1, s2, M, N):
         """acc[i] <- steps(acc[i]) element by element; element (m, n, l) reads epilogue tensor e at
         e[m, n, l]. Scalar form: no per-thread copy of an operand tile (that would double the registers)."""
         spec = self.spec
         tensors = (mE0, mE1, mE2)
         scalars = (s0, s1, s2)
         # Out-of-range rows / columns (edge tiles) read a clamped element; TMA drops their results.
+        # A shape class does not know its extents at compile time: it always clamps (two min per element).
         tiles_m, tiles_n, _ = spec.tile_counts()
-        clamp = (spec.M % self.bm or spec.N % self.bn or tiles_m % self.cluster_mn[0]
+        clamp = (spec.dynamic or spec.M % self.bm or spec.N % self.bn or tiles_m % self.cluster_mn[0]
                  or tiles_n % self.cluster_mn[1])
         for i in cutlass.range_constexpr(cute.size(acc)):
             m, n, l = coords[i]
             if cutlass.const_expr(clamp):
-                m = cutlass.min(m, spec.M - 1)
-                n = cutlass.min(n, spec.N - 1)
+                m = cutlass.min(m, M - 1)
+                n = cutlass.min(n, N - 1)
             x = acc[i]
             for si in cutlass.range_constexpr(len(spec.steps)):
                 step = spec.steps[si]
@@ -402,4 +420,10 @@ def compile_spec(spec: GemmSpec):
         else:
             ptrs.append(make_ptr(cutlass.Float32, 16, gmem, assumed_align=4))
     scalars = [cutlass.Float32(0.0)] * 3
-    return cute.compile(gemm, *ptrs, *scalars, cuda.CUstream(0))
+    extents = [cutlass.Int32(x or CLASS_DIVISOR) for x in (spec.M, spec.N, spec.K, spec.L or 1)]
+    with warnings.catch_warnings():
+        # The epilogue's element loop is unrolled at trace time on purpose (each accumulator register is
+        # addressed statically); the DSL's advice to make it a runtime loop does not apply. The DSL hides
+        # this warning itself unless a test harness has reset the filters.
+        warnings.filterwarnings("ignore", message="This static loop has")
+        return cute.compile(gemm, *ptrs, *scalars, *extents, cuda.CUstream(0))

@@ -1,7 +1,7 @@
 """Launching a compiled kernel from addresses, without rebuilding DSL argument objects per call.
 
-The compiled entry takes ``(a, b, c, e0, e1, e2, s0, s1, s2, stream)``: six typed pointers, three f32
-scalars and a CUstream. The DSL's own call path converts each argument on every call (tens of
+The compiled entry takes ``(a, b, c, e0, e1, e2, s0, s1, s2, M, N, K, L, stream)``: six typed pointers,
+three f32 scalars, the four extents (read by a shape-class kernel, ignored by a static one) and a CUstream. The DSL's own call path converts each argument on every call (tens of
 microseconds). A ``Launcher`` instead keeps one DSL pointer object per argument and one ctypes float per
 scalar for the plan's lifetime, writes the new values into them, and hands the executor the packed
 argument list (the addresses of those values). At first use it asks the DSL to pack a probe call the
@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 N_POINTERS = 6
 N_SCALARS = 3
+N_EXTENTS = 4
 
 
 def _address(entry) -> int:
@@ -32,10 +33,14 @@ def _address(entry) -> int:
 
 
 class Launcher:
-    """Runs one compiled specialisation: ``launcher(addresses, scalars, stream_handle)``."""
+    """Runs one compiled specialisation: ``launcher(addresses, scalars, stream_handle)``.
 
-    def __init__(self, compiled, spec, ordinal: int = 0):
+    ``extents`` are the (M, N, K, L) this plan passes on every launch: its own problem for a shape-class
+    kernel (one compiled kernel, many launchers), the spec's for a static one."""
+
+    def __init__(self, compiled, spec, ordinal: int = 0, extents=None):
         self._compiled = compiled
+        self._extents = (ctypes.c_int32 * N_EXTENTS)(*(extents or (spec.M, spec.N, spec.K, spec.L)))
         self._ordinal = ordinal
         dtypes = [spec.ab_dtype, spec.ab_dtype, spec.c_dtype] + [e.dtype for e in spec.epi_tensors]
         dtypes += ["float32"] * (N_POINTERS - len(dtypes))
@@ -63,7 +68,8 @@ class Launcher:
         ok = self.probe(self._executor)
         if ok:
             self._packed = [ctypes.c_void_p(ctypes.addressof(p._desc)) for p in self._ptrs] + \
-                [ctypes.c_void_p(ctypes.addressof(self._floats) + 4 * j) for j in range(N_SCALARS)] + [0]
+                [ctypes.c_void_p(ctypes.addressof(self._floats) + 4 * j) for j in range(N_SCALARS)] + \
+                [ctypes.c_void_p(ctypes.addressof(self._extents) + 4 * j) for j in range(N_EXTENTS)] + [0]
         else:
             self._packed = False
         logger.debug("launcher ready (packed arguments: %s)", ok)
@@ -74,12 +80,15 @@ class Launcher:
         target = self._compiled if target is None else target
         probe_stream = cuda.CUstream(0)
         probe = [1.25, 2.5, 5.0]
+        probe_extents = [8, 16, 24, 3]
         try:
-            exe, _ = target.generate_execution_args(*self._ptrs, *probe, probe_stream)
-            ok = len(exe) == N_POINTERS + N_SCALARS + 1
+            exe, _ = target.generate_execution_args(*self._ptrs, *probe, *probe_extents, probe_stream)
+            ok = len(exe) == N_POINTERS + N_SCALARS + N_EXTENTS + 1
             ok = ok and all(_address(exe[i]) == ctypes.addressof(p._desc) for i, p in enumerate(self._ptrs))
             ok = ok and all(ctypes.c_float.from_address(_address(exe[N_POINTERS + j])).value == probe[j]
                             for j in range(N_SCALARS))
+            ok = ok and all(ctypes.c_int32.from_address(_address(exe[N_POINTERS + N_SCALARS + j])).value
+                            == probe_extents[j] for j in range(N_EXTENTS))
             ok = ok and _address(exe[-1]) == int(probe_stream.getPtr())
         except Exception as exc:          # any surprise: the DSL's own call path stays correct
             logger.debug("packed launch unavailable: %s", exc)
@@ -119,4 +128,5 @@ class Launcher:
                 packed[-1] = int(s.getPtr())
                 self._executor.run_compiled_program(packed)
             else:
-                self._executor(*self._ptrs, *[cutlass.Float32(v) for v in scalars], s)
+                self._executor(*self._ptrs, *[cutlass.Float32(v) for v in scalars],
+                               *[cutlass.Int32(v) for v in self._extents], s)

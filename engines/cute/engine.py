@@ -2,8 +2,9 @@
 
 ``propose_plans`` matches the graph (``_match``: matmul -> bias / scale / activation -> output), ranks knob
 sets with ``_plans``' model and returns one PlanConfig per set. ``build_plan`` compiles the kernel for the
-problem and the knobs (``_kernel``; seconds) once per distinct specialisation in the process (the cache is
-keyed by the ``GemmSpec``, so graphs of one shape share it). ``execute`` reads only the VariantPack's slots:
+problem and the knobs (``_kernel``; seconds) once per shape class in the process (``_spec.shape_class``: the
+extents are runtime arguments, so a new batch size or sequence length of a known class compiles nothing),
+or once per shape for layouts a class cannot express. ``execute`` reads only the VariantPack's slots:
 their addresses go to the compiled launcher as integers (no per-call ``from_dlpack``), by-value scalars are
 read from their host slots, and the kernel runs on ``ctx.stream``.
 """
@@ -22,13 +23,13 @@ from ...errors import GraphNotSupportedError
 from ... import _progress
 from . import _plans, _toolchain
 from ._match import match
-from ._spec import ITEMSIZE, TMA_ALIGN, GemmSpec, smem_stages
+from ._spec import ITEMSIZE, TMA_ALIGN, GemmSpec, shape_class, smem_stages
 
 logger = logging.getLogger(__name__)
 
 REQUIRED_ARCH = (9, 0)
 
-_cache: dict = {}                 # GemmSpec -> compiled launcher
+_cache: dict = {}                 # GemmSpec (a shape class, or a static shape) -> compiled kernel
 _cache_lock = threading.Lock()
 compile_seconds: dict = {}        # GemmSpec -> seconds its compile took (bench/gemm.py reports it)
 
@@ -96,8 +97,14 @@ def spec_for(problem, knobs, device: _Device | None = None) -> GemmSpec:
                     sm_count=device.sm_count)
 
 
+def kernel_spec(spec: GemmSpec) -> GemmSpec:
+    """The spec the kernel is compiled for: ``spec``'s shape class where one serves it, else ``spec``."""
+    return shape_class(spec) or spec
+
+
 def compiled_launcher(spec: GemmSpec):
-    """The compiled kernel of ``spec``: compiled at the first request in the process, then cached."""
+    """The compiled kernel of ``spec`` (a kernel spec): compiled at the first request in the process, then
+    cached."""
     found = _cache.get(spec)
     if found is not None:
         return found
@@ -105,12 +112,32 @@ def compiled_launcher(spec: GemmSpec):
         found = _cache.get(spec)
         if found is None:
             from ._kernel import compile_spec
-            what = f"GEMM {spec.M}x{spec.N}x{spec.K} {spec.ab_dtype} {spec.knobs.label()}"
+            shape = "any MxNxK" if spec.dynamic else f"{spec.M}x{spec.N}x{spec.K}"
+            what = f"GEMM {shape} {spec.ab_dtype} {spec.knobs.label()}"
             with _progress.compiling(CuteGemmEngine.name, what, logger) as watch:
                 found = compile_spec(spec)
                 compile_seconds[spec] = watch.elapsed_s
             _cache[spec] = found
     return found
+
+
+# A knob set whose kernel this process has already compiled goes first when the model rates it at least
+# this fraction of the best set: a compile costs about half a second, a slightly worse tiling of one problem
+# far less.
+COMPILED_PREFERENCE = 0.8
+
+
+def _prefer_compiled(problem, candidates: list, device: _Device) -> list:
+    """``candidates`` with the best already-compiled knob set moved first, if the model rates it close."""
+    if not candidates or not _cache:
+        return candidates
+    best = _plans.score(problem, candidates[0], device.sm_count)
+    for i, knobs in enumerate(candidates[1:], start=1):
+        if kernel_spec(spec_for(problem, knobs, device)) in _cache:
+            if _plans.score(problem, knobs, device.sm_count) >= COMPILED_PREFERENCE * best:
+                return [knobs] + candidates[:i] + candidates[i + 1:]
+            break
+    return candidates
 
 
 class CuteGemmPlan(CompiledPlan):
@@ -168,9 +195,10 @@ class CuteGemmEngine(ToolchainGatedEngine):
         if reason is not None:
             raise GraphNotSupportedError(reason)
         self._require_toolchain()
-        sm_count = _device(graph.device[1]).sm_count
+        device = _device(graph.device[1])
         plans = []
-        for rank, knobs in enumerate(_plans.candidates(problem, sm_count)):
+        for rank, knobs in enumerate(_prefer_compiled(problem, _plans.candidates(problem, device.sm_count),
+                                                      device)):
             plans.append(PlanConfig(CUTE_BASE, knobs=knobs.as_dict(), name=f"cute_gemm_{knobs.label()}",
                                     engine=self, priority=10.0 - 0.01 * rank, workspace_size=0,
                                     payload=problem))
@@ -187,9 +215,12 @@ class CuteGemmEngine(ToolchainGatedEngine):
         except ValueError as exc:
             raise GraphNotSupportedError(f"plan {plan.label}: {exc}") from None
         spec = spec_for(problem, knobs, _device(graph.device[1]))
+        compiled_for = kernel_spec(spec)
         from ._launch import Launcher
-        reused = spec in _cache
-        built = CuteGemmPlan(plan, problem, spec, Launcher(compiled_launcher(spec), spec, graph.device[1]))
+        reused = compiled_for in _cache
+        launcher = Launcher(compiled_launcher(compiled_for), compiled_for, graph.device[1],
+                            extents=(spec.M, spec.N, spec.K, spec.L))
+        built = CuteGemmPlan(plan, problem, spec, launcher)
         built.kernel_reused = reused                  # the graph's build log line reports these two
-        built.compile_seconds = None if reused else compile_seconds.get(spec)
+        built.compile_seconds = None if reused else compile_seconds.get(compiled_for)
         return built

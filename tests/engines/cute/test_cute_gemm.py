@@ -317,7 +317,9 @@ def _compile_specs():
                         epilogue=[("scale", "row"), ("relu", {"upper_clip": 6.0, "negative_slope": 0.1}),
                                   ("swish", {})])
     half = _matched(ab=F.HALF, out=F.HALF, M=16, epilogue=[("bias", "col")])
+    odd = _matched(M=203, N=130, K=270)
     return [
+        pytest.param(odd, S.Knobs((128, 256), (2, 1)), id="static-odd-shape"),
         pytest.param(plain, S.Knobs((128, 256), (2, 1)), id="bf16-t128x256-c2x1"),
         pytest.param(fused, S.Knobs((128, 128), (1, 2), swizzle=8), id="bf16-batched-bias-scale-gelu"),
         pytest.param(colmajor, S.Knobs((128, 128), (1, 1)), id="colmajor-f32out-relu6-swish"),
@@ -328,10 +330,81 @@ def _compile_specs():
 @needs_dsl
 @pytest.mark.parametrize("problem, knobs", _compile_specs())
 def test_kernel_specialisations_compile_for_sm90(problem, knobs):
-    spec = cute_engine.spec_for(problem, knobs)
+    spec = cute_engine.kernel_spec(cute_engine.spec_for(problem, knobs))
     launcher = cute_engine.compiled_launcher(spec)
     assert launcher is not None
     assert cute_engine.compiled_launcher(spec) is launcher          # compiled once, then cached
+
+
+@needs_dsl
+def test_packed_problems_of_one_layout_share_a_shape_class():
+    S = _spec
+    knobs = S.Knobs((128, 256), (2, 1))
+    a = cute_engine.spec_for(_matched(M=200, epilogue=[("bias", "row")]), knobs)
+    b = cute_engine.spec_for(_matched(M=512, batch=(3,), epilogue=[("bias", "row")]), knobs)
+    c = cute_engine.spec_for(_matched(M=64, N=8, K=4096, epilogue=[("bias", "row")]), knobs)
+    assert S.shape_class(a) is not None and S.shape_class(a).dynamic
+    assert S.shape_class(a) == S.shape_class(b) == S.shape_class(c)
+    # Another epilogue layout, majorness or dtype is another class.
+    assert S.shape_class(cute_engine.spec_for(_matched(M=200, epilogue=[("bias", "col")]), knobs)) \
+        != S.shape_class(a)
+    assert S.shape_class(cute_engine.spec_for(_matched(M=200, a_row=False, epilogue=[("bias", "row")]),
+                                              knobs)) != S.shape_class(a)
+
+
+@needs_dsl
+@pytest.mark.parametrize("kw, why", [
+    (dict(M=203), "an extent that is not a multiple of 8"),
+    (dict(M=65536, N=65536, K=64), "offsets past 32 bits"),
+])
+def test_layouts_a_shape_class_cannot_express_compile_per_shape(kw, why):
+    spec = cute_engine.spec_for(_matched(**kw), _spec.Knobs((128, 256), (2, 1)))
+    assert _spec.shape_class(spec) is None, why
+    assert cute_engine.kernel_spec(spec) is spec
+
+
+@needs_dsl
+def test_padded_leading_dimension_compiles_per_shape():
+    S = _spec
+    spec = S.GemmSpec("bfloat16", "bfloat16", 64, 64, 64, 1, (72, 1, 64 * 72), (64, 1, 4096), (64, 1, 4096),
+                      S.Knobs())
+    assert S.shape_class(spec) is None
+
+
+@needs_dsl
+def test_two_shapes_of_one_class_compile_one_kernel(monkeypatch):
+    from cudnn_graph.engines.cute import _kernel
+    compiles = []
+    real = _kernel.compile_spec
+
+    def counting(spec):
+        compiles.append(spec)
+        return real(spec)
+
+    monkeypatch.setattr(_kernel, "compile_spec", counting)
+    monkeypatch.setattr(cute_engine, "_cache", {})
+    knobs = _spec.Knobs((128, 128), (1, 1))
+    first = cute_engine.spec_for(_matched(M=256, N=128, K=128), knobs)
+    second = cute_engine.spec_for(_matched(M=768, N=256, K=512, batch=(2,)), knobs)
+    assert first != second
+    k1, k2 = cute_engine.kernel_spec(first), cute_engine.kernel_spec(second)
+    assert k1 == k2 and k1.dynamic
+    assert cute_engine.compiled_launcher(k1) is cute_engine.compiled_launcher(k2)
+    assert len(compiles) == 1
+
+
+@needs_dsl
+def test_a_close_knob_set_with_a_compiled_kernel_is_ranked_first(monkeypatch):
+    problem = _matched(M=512, N=512, K=512)
+    device = cute_engine._Device()
+    ranked = _plans.candidates(problem, device.sm_count)
+    runner_up = ranked[1]
+    monkeypatch.setattr(cute_engine, "_cache",
+                        {cute_engine.kernel_spec(cute_engine.spec_for(problem, runner_up, device)): object()})
+    monkeypatch.setattr(cute_engine, "COMPILED_PREFERENCE", 0.0)
+    assert cute_engine._prefer_compiled(problem, ranked, device)[0] == runner_up
+    monkeypatch.setattr(cute_engine, "COMPILED_PREFERENCE", 1.01)     # never worth a worse plan
+    assert cute_engine._prefer_compiled(problem, ranked, device) == ranked
 
 
 @needs_dsl
@@ -468,6 +541,29 @@ def test_kernel_matches_the_reference_from_cupy(case):
 def test_kernel_matches_the_reference_from_jax(case):
     pytest.importorskip("jax")
     _run_case("jax", seed=1, **case)
+
+
+@pytest.mark.gpu
+def test_an_odd_shape_runs_its_static_kernel():
+    _run_case("cupy", ab=F.BFLOAT16, out=F.BFLOAT16, M=203, N=130, K=270, epilogue=[("bias", "row")])
+    assert any(not s.dynamic and (s.M, s.N, s.K) == (203, 130, 270) for s in cute_engine.compile_seconds)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ab", [F.BFLOAT16, F.HALF])
+def test_new_shapes_of_a_known_class_build_without_a_compile(ab, monkeypatch):
+    """One compile serves every shape of the class (edge tiles in M and N, batches), each result right."""
+    _require_engine()
+    # One knob set for every shape, so that all of them fall in one class.
+    monkeypatch.setattr(_plans, "candidates", lambda problem, sm_count=132: [_spec.Knobs((128, 128), (1, 1))])
+    epilogue = [("bias", "row"), ("relu", {})]
+    before = len(cute_engine.compile_seconds)
+    shapes = [dict(M=256, N=256, K=128), dict(M=200, N=136, K=264), dict(M=72, N=520, K=64, batch=(3,)),
+              dict(M=1024, N=64, K=1032), dict(M=8, N=8, K=8)]
+    for shape in shapes:
+        _run_case("cupy", ab=ab, out=ab, epilogue=epilogue, **shape)
+    compiled = list(cute_engine.compile_seconds)[before:]
+    assert len(compiled) <= 1 and all(s.dynamic for s in compiled), compiled
 
 
 @pytest.mark.gpu
