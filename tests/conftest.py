@@ -31,3 +31,13 @@ def prefer_cudnn():
     previous = set_default_router(PreferFamily("cudnn"))
     yield
     set_default_router(previous)
+
+
+# Compiled DSL kernels go to a cache folder of this test session, not the user's: a test that wants a
+# warm or a cold cache says so, and no run leaves entries behind.
+if "CUDNN_GRAPH_KERNEL_CACHE_DIR" not in os.environ:
+    import atexit as _atexit
+    import shutil as _shutil
+    import tempfile as _tempfile
+    os.environ["CUDNN_GRAPH_KERNEL_CACHE_DIR"] = _tempfile.mkdtemp(prefix="cudnn_graph_test_kernels_")
+    _atexit.register(_shutil.rmtree, os.environ["CUDNN_GRAPH_KERNEL_CACHE_DIR"], True)

@@ -169,7 +169,9 @@ class HopperGemm:
                L_arg: cutlass.Int32):
         spec = self.spec
         M, N, K, L = self.extents(M_arg, N_arg, K_arg, L_arg)
-        schedule = self.schedule_of(M, N, L)
+        # An attribute, not a local: the DSL would try to carry a local Python object through the
+        # warpgroup branches below as a runtime value.
+        self.schedule = self.schedule_of(M, N, L)
         stages = spec.knobs.stages
         tidx, _, _ = cute.arch.thread_idx()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -236,10 +238,10 @@ class HopperGemm:
         if wg == 0:
             cute.arch.setmaxregister_decrease(_PRODUCER_REGS)
             if warp == 0:
-                linear, step = schedule.first()
+                linear, step = self.schedule.first()
                 state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
-                while linear < schedule.total_clusters:
-                    tm, tn, tl = schedule.tile(linear)
+                while linear < self.schedule.total_clusters:
+                    tm, tn, tl = self.schedule.tile(linear)
                     tAgA_t = tAgA[(None, tm, None, tl)]
                     tBgB_t = tBgB[(None, tn, None, tl)]
                     for k in cutlass.range(k_tiles, unroll=1):
@@ -257,17 +259,17 @@ class HopperGemm:
         if wg > 0:
             cute.arch.setmaxregister_increase(_CONSUMER_REGS)
             self._consume(ring, tiled_mma, tCrA, tCrB, tCgC, cC, sC, tma_c, mC, mE0, mE1, mE2, s0, s1, s2,
-                          tidx, warp, schedule, k_tiles, M, N)
+                          tidx, warp, k_tiles, M, N)
 
     @cute.jit
     def _consume(self, ring, tiled_mma, tCrA, tCrB, tCgC, cC, sC, tma_c, mC, mE0, mE1, mE2, s0, s1, s2,
-                 tidx, warp, schedule, k_tiles, M, N):
+                 tidx, warp, k_tiles, M, N):
         spec = self.spec
         # The accumulator's coordinates are per thread: the warpgroup slice that partitions A and B
         # would give every thread of a warpgroup its first thread's (m, n).
         tCcC = tiled_mma.get_slice(tidx - 128).partition_C(cC)
         stages = spec.knobs.stages
-        linear, step = schedule.first()
+        linear, step = self.schedule.first()
         tiles_done = cutlass.Int32(0)
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
         release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
@@ -292,8 +294,8 @@ class HopperGemm:
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads))
         store_warp = 4         # the first consumer warp issues the TMA stores
 
-        while linear < schedule.total_clusters:
-            tm, tn, tl = schedule.tile(linear)
+        while linear < self.schedule.total_clusters:
+            tm, tn, tl = self.schedule.tile(linear)
             # ---- mainloop: one WGMMA group in flight; a buffer is released once its group retired
             acc.fill(0.0)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)

@@ -21,7 +21,7 @@ from ..base import CompiledPlan, ExecutionContext, PlanConfig
 from ..ids import CUTE_BASE
 from ...errors import GraphNotSupportedError
 from ... import _progress
-from . import _plans, _toolchain
+from . import _disk, _plans, _toolchain
 from ._match import match
 from ._spec import ITEMSIZE, TMA_ALIGN, GemmSpec, shape_class, smem_stages
 
@@ -32,6 +32,7 @@ REQUIRED_ARCH = (9, 0)
 _cache: dict = {}                 # GemmSpec (a shape class, or a static shape) -> compiled kernel
 _cache_lock = threading.Lock()
 compile_seconds: dict = {}        # GemmSpec -> seconds its compile took (bench/gemm.py reports it)
+disk_hits: set = set()            # GemmSpecs this process loaded from the disk cache instead of compiling
 
 
 def _device_kind_reason(graph) -> str | None:
@@ -102,22 +103,30 @@ def kernel_spec(spec: GemmSpec) -> GemmSpec:
     return shape_class(spec) or spec
 
 
-def compiled_launcher(spec: GemmSpec):
+def compiled_launcher(spec: GemmSpec, problem_label: str | None = None):
     """The compiled kernel of ``spec`` (a kernel spec): compiled at the first request in the process, then
-    cached."""
+    cached. ``problem_label`` names the problem that asked first (the log line of a shape class's compile)."""
     found = _cache.get(spec)
     if found is not None:
         return found
     with _cache_lock:
         found = _cache.get(spec)
         if found is None:
+            found = _disk.load(spec)
+            if found is not None:
+                disk_hits.add(spec)
+                logger.info("cute_gemm: kernel %s loaded from the disk cache", spec.knobs.label())
+        if found is None:
             from ._kernel import compile_spec
-            shape = "any MxNxK" if spec.dynamic else f"{spec.M}x{spec.N}x{spec.K}"
+            shape = problem_label or ("any MxNxK" if spec.dynamic else f"{spec.M}x{spec.N}x{spec.K}")
             what = f"GEMM {shape} {spec.ab_dtype} {spec.knobs.label()}"
+            if spec.dynamic:
+                what += " (shape class: M, N, K, L at run time)"
             with _progress.compiling(CuteGemmEngine.name, what, logger) as watch:
                 found = compile_spec(spec)
                 compile_seconds[spec] = watch.elapsed_s
-            _cache[spec] = found
+            _disk.store(spec, found)
+        _cache[spec] = found
     return found
 
 
@@ -217,8 +226,9 @@ class CuteGemmEngine(ToolchainGatedEngine):
         spec = spec_for(problem, knobs, _device(graph.device[1]))
         compiled_for = kernel_spec(spec)
         from ._launch import Launcher
-        reused = compiled_for in _cache
-        launcher = Launcher(compiled_launcher(compiled_for), compiled_for, graph.device[1],
+        reused = compiled_for in _cache           # in memory already (a disk load counts as a compile below)
+        launcher = Launcher(compiled_launcher(compiled_for, f"{spec.M}x{spec.N}x{spec.K}"), compiled_for,
+                            graph.device[1],
                             extents=(spec.M, spec.N, spec.K, spec.L))
         built = CuteGemmPlan(plan, problem, spec, launcher)
         built.kernel_reused = reused                  # the graph's build log line reports these two

@@ -109,7 +109,9 @@ SECOND_PROCESS = textwrap.dedent("""
     gmem = cute.AddressSpace.gmem
     ptrs = [make_ptr(cutlass.BFloat16, p, gmem, assumed_align=16) for p in buffers]
     ptrs += [make_ptr(cutlass.Float32, scratch, gmem, assumed_align=4) for _ in range(3)]
-    function(*ptrs, cutlass.Float32(0.0), cutlass.Float32(0.0), cutlass.Float32(0.0), cuda.CUstream(0))
+    extents = [cutlass.Int32(x) for x in (m, n, k, 1)]      # read by a shape-class kernel, else ignored
+    function(*ptrs, cutlass.Float32(0.0), cutlass.Float32(0.0), cutlass.Float32(0.0), *extents,
+             cuda.CUstream(0))
     check(cuda.cuCtxSynchronize())
     check(cuda.cuMemcpyDtoH(c.ctypes.data, buffers[2], c.nbytes))
     want = a.astype(np.float32) @ b.astype(np.float32).T
