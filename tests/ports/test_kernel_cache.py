@@ -17,10 +17,11 @@ KERNEL_CACHE_DESCRIPTOR = 34
 KERNEL_CACHE_OPERATION_GRAPH = 2400
 KERNEL_CACHE_JSON_REPRESENTATION = 2402
 EXECUTION_PLAN_KERNEL_CACHE = 406
+OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED = 803
 
 
-def test_a_kernel_cache_is_engine_neutral_and_host_graphs_ignore_it(caplog):
-    caplog.set_level("INFO", logger="cudnn_graph.graph")
+def test_an_engine_without_kernel_reuse_declines_the_cache_and_says_why(caplog):
+    caplog.set_level("INFO", logger="cudnn_graph.kernel_cache")
     cache = cudnn.create_kernel_cache()
     g = cudnn.pygraph(io_data_type=F.FLOAT, device="cpu", kernel_cache=cache)
     assert g.kernel_cache is cache and g.view.kernel_cache is cache
@@ -32,7 +33,25 @@ def test_a_kernel_cache_is_engine_neutral_and_host_graphs_ignore_it(caplog):
     g.execute({x: X, y: Y})
     np.testing.assert_array_equal(Y, np.maximum(X, 0))
     assert cache.used_by == []          # the reference engine compiles nothing
-    assert "without the kernel cache: engine reference" in caplog.text
+    assert "keeps no kernels" in cache.declined_by["reference"]
+    assert "kernel_cache declined by engine reference" in caplog.text
+    assert g.is_dynamic_shape_enabled      # a kernel cache makes a dynamic-shape graph, as cudnn.pygraph
+
+
+def test_a_decline_is_logged_once_per_engine_and_reason(caplog):
+    caplog.set_level("INFO", logger="cudnn_graph.kernel_cache")
+    cache = cudnn.create_kernel_cache()
+    for _ in range(3):
+        cache.decline("some_engine", "it compiles nothing")
+    cache.decline("some_engine", "another reason")
+    assert caplog.text.count("declined by engine some_engine") == 2
+    assert cache.declined_by == {"some_engine": "another reason"}
+    assert "some_engine" in repr(cache)
+
+
+def test_dynamic_shapes_are_off_unless_asked_or_a_cache_is_given():
+    assert not cudnn.pygraph(device="cpu").is_dynamic_shape_enabled
+    assert cudnn.pygraph(device="cpu", is_dynamic_shape_enabled=True).is_dynamic_shape_enabled
 
 
 def test_kernel_cache_must_come_from_create_kernel_cache():
@@ -55,6 +74,8 @@ _TWO_GRAPHS = """
 cache = cudnn.create_kernel_cache() if USE_CACHE else None
 graphs = [make(8, cache), make(16, cache)]
 print(json.dumps({"used_by": cache.used_by if cache else None,
+                  "declined_by": cache.declined_by if cache else None,
+                  "dynamic": [g.is_dynamic_shape_enabled for g in graphs],
                   "plan_type": __import__("cudnn_graph._cudnn_names", fromlist=["x"]).DESCRIPTOR_TYPES[
                       "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"]}))
 """
@@ -88,12 +109,29 @@ def test_graphs_without_a_cache_attach_none(tmp_path_factory, tmp_path):
     _, records = _run(tmp_path_factory, tmp_path, False)
     assert not [r for r in records if r[0] == "create" and int(r[1]) == KERNEL_CACHE_DESCRIPTOR]
     assert not [r for r in records if r[0] == "set" and int(r[2]) == EXECUTION_PLAN_KERNEL_CACHE]
+    assert not [r for r in records if r[0] == "set" and int(r[2]) == OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED]
+
+
+def test_graphs_with_a_cache_are_dynamic_shape_operation_graphs(tmp_path_factory, tmp_path):
+    """cuDNN reuses a cached kernel only for a dynamic-shape operation graph: each graph's operation
+    graph is finalized with IS_DYNAMIC_SHAPE_ENABLED, before the cache is bound to the first one."""
+    out, records = _run(tmp_path_factory, tmp_path, True)
+    assert out["dynamic"] == [True, True] and out["declined_by"] == {}
+    dynamic = [i for i, r in enumerate(records)
+               if r[0] == "set" and int(r[2]) == OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED]
+    assert len(dynamic) == 2                # one operation graph per shape
+    bound = next(i for i, r in enumerate(records) if r[0] == "set" and int(r[1]) == KERNEL_CACHE_DESCRIPTOR
+                 and int(r[2]) == KERNEL_CACHE_OPERATION_GRAPH)
+    assert dynamic[0] < bound
 
 
 def test_a_cudnn_without_kernel_caches_builds_plans_without_one(tmp_path_factory, tmp_path):
     out, records = _run(tmp_path_factory, tmp_path, True, version=90300)
     assert out["used_by"] == []
+    assert "9.4" in out["declined_by"]["cudnn_backend"]       # declined, and it says why
     assert not [r for r in records if r[0] == "set" and int(r[2]) == EXECUTION_PLAN_KERNEL_CACHE]
+    # No dynamic-shape attribute either: that cuDNN does not know it (the graph is built for its shape).
+    assert not [r for r in records if r[0] == "set" and int(r[2]) == OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED]
 
 
 _SAVED_JSON = '{"kernels": ["fake"]}'
