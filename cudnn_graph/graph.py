@@ -904,6 +904,40 @@ class pygraph(_GraphCore):
                                   dtype=_numpy_dtype(spec.dtype) if spec is not None else np.float32)
         return merged
 
+    # -- plans that last: autotune and caller-owned CUDA graphs (cudnn_graph._autotune, ._cuda_graphs) --
+
+    def autotune(self, variant_pack: Mapping, workspace=None, *, iterations: int = 100, stream=None):
+        """Build every plan of the list, time each on ``variant_pack`` with CUDA events after a warm-up,
+        select the fastest (pinned, built) and record the choice; returns an ``AutotuneResult``
+        (``cudnn_graph._autotune``). ``workspace`` must hold the largest plan's bytes (None: each plan's own).
+
+        Example:
+            >>> g.build([cudnn.heur_mode.A, cudnn.heur_mode.B])         # doctest: +SKIP
+            >>> g.autotune({a: A, b: B, c: C}, iterations=20).best_index   # doctest: +SKIP
+            2
+        """
+        from ._autotune import autotune
+        return autotune(self, variant_pack, workspace, iterations=iterations, stream=stream)
+
+    def populate_cuda_graph(self, handle, variant_pack: Mapping, workspace, cuda_graph) -> None:
+        """Record one execute of the selected plan into the caller's empty CUDA graph ``cuda_graph`` (a
+        cudaGraph_t / CUgraph as an int), as one child-graph node (``cudnn_graph._cuda_graphs``).
+
+        Example:
+            >>> g.populate_cuda_graph(handle, {a: A, b: B, c: C}, ws, graph_ptr)   # doctest: +SKIP
+        """
+        from ._cuda_graphs import populate_cuda_graph
+        populate_cuda_graph(self, handle, variant_pack, workspace, cuda_graph)
+
+    def update_cuda_graph(self, handle, variant_pack: Mapping, workspace, cuda_graph) -> None:
+        """Point a graph ``populate_cuda_graph`` filled at new buffers (``cudnn_graph._cuda_graphs``).
+
+        Example:
+            >>> g.update_cuda_graph(handle, {a: A2, b: B2, c: C2}, ws, graph_ptr)  # doctest: +SKIP
+        """
+        from ._cuda_graphs import update_cuda_graph
+        update_cuda_graph(self, handle, variant_pack, workspace, cuda_graph)
+
     # -- as a context manager ----------------------------------------------------------------------
     # cudnn-frontend's pygraph is no context manager; ``with pygraph(...) as g:`` here scopes the
     # building the way ``cudnn_graph.graph(handle)`` does: the end builds nothing, errors propagate.
