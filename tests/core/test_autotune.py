@@ -183,3 +183,25 @@ def test_a_host_graph_is_timed_on_the_host_clock():
     assert result.best_index == 0 and result.times_ms[0] > 0
     np.testing.assert_array_equal(Y, np.maximum(X, 0))
     assert isinstance(_autotune._default_timer(g), _autotune.HostTimer)
+
+
+# ---- on the GPU: cuDNN matmul plans timed with CUDA events (bench/autotune.py's tune_shape) ---------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(256, 256, 256), (1024, 1024, 1024), (4096, 4096, 512)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_autotune_picks_a_plan_at_least_as_fast_as_the_default(prefer_cudnn, shape):
+    pytest.importorskip("cupy")
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from autotune import print_table, tune_shape
+    record = tune_shape(*shape, iterations=50)
+    print_table(record)          # the table of every plan's time (pytest -s shows it)
+    assert len(record["rows"]) == record["plans"]
+    timed = [row for row in record["rows"] if row["autotune_ms"] is not None]
+    assert timed and all(row["autotune_ms"] > 0 for row in timed)
+    assert record["best_ms"] <= record["default_ms"]            # in autotune's own measurement
+    again = {row["index"]: row["remeasured_ms"] for row in timed}
+    # Measured again on equal terms: the choice is not slower than the default (10% for timing noise).
+    assert again[record["best_index"]] <= 1.10 * again[record["default_index"]]
