@@ -35,11 +35,12 @@ def matmul_graph(cudnn, m: int, n: int, k: int):
 
 
 def measure(graph, variant_pack, workspace, index: int, iterations: int) -> float:
-    """Milliseconds per execute of plan ``index`` (CUDA events after one warm-up), as autotune times it."""
+    """Milliseconds per execute of plan ``index``, timed as autotune times it (CUDA events around a graph
+    of ``iterations`` captured executes, after one warm-up)."""
     from cudnn_graph._autotune import CudaEventTimer
 
-    def run():
-        graph.execute_plan_at_index(variant_pack, workspace, index=index)
+    def run(stream):
+        graph.execute_plan_at_index(variant_pack, workspace, index=index, stream=stream)
     return CudaEventTimer().time_ms(run, 1, iterations, 0)
 
 

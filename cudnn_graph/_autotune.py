@@ -48,42 +48,79 @@ DEFAULT_WARMUP = 1           # untimed executes first (kernel load, workspace, c
 
 
 class PlanTimer(Protocol):
-    """Times a plan: ``time_ms(run, warmup, iterations, stream)`` calls ``run()`` ``warmup`` times
-    untimed, then ``iterations`` times, and returns the milliseconds one call takes."""
+    """Times a plan: ``time_ms(run, warmup, iterations, stream)`` calls ``run(s)`` (one execute queued
+    on stream ``s``) ``warmup`` times untimed, then times ``iterations`` executes, and returns the
+    milliseconds one execute takes."""
 
-    def time_ms(self, run: Callable[[], None], warmup: int, iterations: int, stream: int) -> float:
+    def time_ms(self, run: Callable[[int], None], warmup: int, iterations: int, stream: int) -> float:
         ...
 
 
 class HostTimer:
     """The host clock around a burst of calls (graphs on the host: their executes are synchronous)."""
 
-    def time_ms(self, run: Callable[[], None], warmup: int, iterations: int, stream: int) -> float:
+    def time_ms(self, run: Callable[[int], None], warmup: int, iterations: int, stream: int) -> float:
         for _ in range(warmup):
-            run()
+            run(stream)
         start = time.perf_counter()
         for _ in range(iterations):
-            run()
+            run(stream)
         return (time.perf_counter() - start) * 1e3 / iterations
 
 
 class CudaEventTimer:
-    """CUDA events recorded on ``stream`` around a burst of executes: the GPU time per execute (the
-    queue is drained after the warm-up, so that host launch time hides behind the burst)."""
+    """GPU milliseconds per execute, from CUDA events on ``stream``.
 
-    def time_ms(self, run: Callable[[], None], warmup: int, iterations: int, stream: int) -> float:
+    The ``iterations`` executes are captured into one CUDA graph (from a private stream), and the
+    events time one launch of it: the kernels run back to back, so a small plan's time is its own and
+    not the host's launch cost (a 256^3 matmul runs for less time than one Python execute takes to
+    issue). A plan whose execute cannot be captured is timed as a burst of executes on ``stream``.
+    """
+
+    def time_ms(self, run: Callable[[int], None], warmup: int, iterations: int, stream: int) -> float:
         from ._driver import TimingEvents
+        from .errors import CudaDriverError
         events = TimingEvents()
         for _ in range(warmup):
-            run()
+            run(stream)
         events.start(stream)
         events.stop(stream)
         events.elapsed_ms()          # waits for the warm-up's work
+        try:
+            return self._captured_ms(run, iterations, stream, events)
+        except (CudaDriverError, CudnnGraphError, NotImplementedError) as exc:
+            logger.debug("autotune: the executes could not be captured (%s); timing a burst of executes", exc)
         events.start(stream)
         for _ in range(iterations):
-            run()
+            run(stream)
         events.stop(stream)
         return events.elapsed_ms() / iterations
+
+    @staticmethod
+    def _captured_ms(run, iterations: int, stream: int, events) -> float:
+        from . import _driver
+        private = _driver.capture_start()
+        try:
+            for _ in range(iterations):
+                run(private)
+        except BaseException:
+            try:
+                _driver.graph_free(_driver.capture_finish(private))
+            except Exception:      # noqa: BLE001  (the execute's error is the one to report)
+                pass
+            raise
+        graph = _driver.capture_finish(private)
+        graph_exec = 0
+        try:
+            graph_exec = _driver.graph_exec_new(graph)
+            _driver.graph_exec_launch(graph_exec, stream)        # warm (uploads the graph)
+            events.start(stream)
+            _driver.graph_exec_launch(graph_exec, stream)
+            events.stop(stream)
+            return events.elapsed_ms() / iterations
+        finally:
+            _driver.graph_exec_free(graph_exec)
+            _driver.graph_free(graph)
 
 
 @dataclass
@@ -132,6 +169,19 @@ def _record_choice(graph, entry) -> None:
                 dict(entry.knobs))
 
 
+def _shared_workspace(graph, workspace, built):
+    """The caller's workspace, or (a GPU graph given none) one allocation holding the largest built plan's
+    bytes: every plan is then timed on the same memory, and no execute allocates one for the private
+    stream a timing capture runs on."""
+    if workspace is not None or graph.device[0] != "cuda":
+        return workspace
+    largest = max((graph.get_workspace_size_plan_at_index(i) for i in built), default=0)
+    if largest <= 0:
+        return None
+    from ._driver import DeviceAllocation
+    return DeviceAllocation(largest, graph.device[1])
+
+
 def _default_timer(graph) -> PlanTimer:
     return CudaEventTimer() if graph.device[0] == "cuda" else HostTimer()
 
@@ -144,7 +194,8 @@ _EXECUTE_FAILURES = (CudnnGraphError, NotImplementedError)
 def autotune(graph, variant_pack, workspace=None, *, iterations: int = DEFAULT_ITERATIONS, stream=None,
              warmup: int = DEFAULT_WARMUP, timer: Optional[PlanTimer] = None) -> AutotuneResult:
     """Build every plan of ``graph``'s list, time each on ``variant_pack`` (and ``workspace``, which must
-    hold the largest plan's bytes; None: each plan's own), select the fastest and record the choice.
+    hold the largest plan's bytes; None: one allocation of that size for a GPU graph), select the
+    fastest and record the choice.
 
     ``iterations`` timed executes per plan follow ``warmup`` untimed ones, on ``stream`` (None: the
     default stream). A plan that fails to build or to execute is skipped and logged; when every plan
@@ -163,6 +214,7 @@ def autotune(graph, variant_pack, workspace=None, *, iterations: int = DEFAULT_I
     from ._stream import as_stream_handle
     raw_stream = 0 if stream is None else as_stream_handle(stream)
     result = AutotuneResult(best_index=-1)
+    built = []
     for i in range(count):
         label = graph.get_plan_name_at_index(i)
         result.labels[i] = label
@@ -172,9 +224,15 @@ def autotune(graph, variant_pack, workspace=None, *, iterations: int = DEFAULT_I
             result.failures[i] = f"build: {exc}"
             logger.info("autotune: plan %d (%s) skipped, it did not build: %s", i, label, exc)
             continue
+        built.append(i)
+    allocation = workspace = _shared_workspace(graph, workspace, built)   # (kept alive while timing)
+    if type(allocation) is not int and hasattr(allocation, "ptr"):
+        workspace = allocation.ptr
+    for i in built:
+        label = result.labels[i]
 
-        def run(i=i):
-            graph.execute_plan_at_index(variant_pack, workspace, index=i, stream=stream)
+        def run(on_stream, i=i):
+            graph.execute_plan_at_index(variant_pack, workspace, index=i, stream=on_stream)
 
         try:
             result.times_ms[i] = float(timer.time_ms(run, warmup, iterations, raw_stream))

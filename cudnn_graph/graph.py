@@ -909,7 +909,7 @@ class pygraph(_GraphCore):
     def autotune(self, variant_pack: Mapping, workspace=None, *, iterations: int = 100, stream=None):
         """Build every plan of the list, time each on ``variant_pack`` with CUDA events after a warm-up,
         select the fastest (pinned, built) and record the choice; returns an ``AutotuneResult``
-        (``cudnn_graph._autotune``). ``workspace`` must hold the largest plan's bytes (None: each plan's own).
+        (``cudnn_graph._autotune``). ``workspace`` must hold the largest plan's bytes (None: one is allocated).
 
         Example:
             >>> g.build([cudnn.heur_mode.A, cudnn.heur_mode.B])         # doctest: +SKIP

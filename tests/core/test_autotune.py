@@ -56,7 +56,7 @@ class FakeTimer:
 
     def time_ms(self, run, warmup, iterations, stream):
         self.calls.append((warmup, iterations, stream))
-        run()
+        run(stream)
         return self.times.pop(0)
 
 
@@ -205,3 +205,40 @@ def test_autotune_picks_a_plan_at_least_as_fast_as_the_default(prefer_cudnn, sha
     again = {row["index"]: row["remeasured_ms"] for row in timed}
     # Measured again on equal terms: the choice is not slower than the default (10% for timing noise).
     assert again[record["best_index"]] <= 1.10 * again[record["default_index"]]
+
+
+# ---- CudaEventTimer against the stand-in libcudnn / libcuda (tests/engines/cudnn_backend) ------------------
+
+_FAKE_EVENTS = r"""
+/* ---- CUDA events: every elapsed time is 2 ms ---- */
+int cuEventCreate(void **e, unsigned flags) { *e = calloc(1, 8); return 0; }
+int cuEventRecord(void *e, void *s) { char b[64]; snprintf(b, 64, "event_record %p", s); emit(b); return 0; }
+int cuEventSynchronize(void *e) { return 0; }
+int cuEventElapsedTime(float *ms, void *start, void *end) { *ms = 2.0f; return 0; }
+int cuEventDestroy_v2(void *e) { free(e); return 0; }
+"""
+
+
+def test_cuda_event_timer_times_one_launch_of_the_captured_executes(tmp_path_factory, tmp_path):
+    """The timed executes are captured into one CUDA graph (none runs on its own), which is launched
+    once to warm and once between the events: ms per execute = elapsed / iterations."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ports"))
+    from _standin import CHILD_PROLOGUE, fake_cuda_builder, fake_cuda_source, run_child
+    env = fake_cuda_builder(tmp_path_factory.mktemp("event_timer"), fake_cuda_source() + _FAKE_EVENTS)()
+    env["CUDNN_GRAPH_CUDA_GRAPHS"] = "0"       # the runtime's own replay stays out of the log
+    out, records = run_child(CHILD_PROLOGUE + """
+g = make(8)
+x, y = g.find_tensor("x"), g.get_outputs()[0]
+start = len(open(__import__("os").environ["FAKE_CUDNN_LOG"]).read().splitlines())
+result = g.autotune({x: 0x200000, y: 0x210000}, None, iterations=4)
+print(json.dumps({"times": result.times_ms, "best": result.best_index, "start": start}))
+""", env, tmp_path / "log")
+    timed = len(out["times"])
+    assert timed >= 1 and set(out["times"].values()) == {0.5}           # 2 ms / 4 executes
+    after = records[out["start"]:]
+    kinds = [r[0] for r in after]
+    assert kinds.count("capture") == 4 * timed          # recorded into the graph ...
+    assert kinds.count("execute") == 1 * timed          # ... only the warm-up ran on its own
+    assert kinds.count("launch") == 2 * timed and kinds.count("begin_capture") == timed
