@@ -263,3 +263,24 @@ def test_an_updated_graph_applies_to_an_executable_with_exec_update(prefer_cudnn
     finally:
         _driver.graph_exec_free(exe)
         _driver.graph_free(cg)
+
+
+@pytest.mark.gpu
+def test_a_python_engine_plan_is_captured_into_the_callers_graph():
+    """The default router (no cuDNN preference): where a Python engine (CuTe GEMM) serves the matmul, its
+    execute is captured; the launched graph matches execute(), also after an update."""
+    cp = pytest.importorskip("cupy")
+    from cudnn_graph import _driver, _cuda_graphs
+    g, a, b, c = _matmul_graph()
+    if g.selected_engine is None:
+        pytest.skip(f"cuDNN serves this matmul here ({g.selected_plan.label}); no Python engine claimed it")
+    first, second = _gpu_buffers(cp, g, 4), _gpu_buffers(cp, g, 5)
+    cg = _driver.graph_new()
+    try:
+        g.populate_cuda_graph(None, {a: first[0], b: first[1], c: first[2]}, first[4], cg)
+        assert _cuda_graphs.recorded_method(g, cg) == "capture"
+        _launch_and_compare(g, a, b, c, first, cg, cp)
+        g.update_cuda_graph(None, {a: second[0], b: second[1], c: second[2]}, second[4], cg)
+        _launch_and_compare(g, a, b, c, second, cg, cp)
+    finally:
+        _driver.graph_free(cg)
