@@ -192,3 +192,7 @@ from ._progress import set_progress_callback
 from . import _log_env
 _log_env.install_from_environment()
 __all__ += ["set_progress_callback"]
+
+# ---- plans that last (issue 22): autotune's and the CUDA-graph calls' errors ----
+from .errors import AutotuneError, CudaGraphError
+__all__ += ["AutotuneError", "CudaGraphError"]

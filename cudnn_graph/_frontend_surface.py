@@ -344,10 +344,12 @@ PYGRAPH_STATUS: dict[str, tuple[str, str]] = {
     "deserialize": (NOT_IMPLEMENTED, "plan serialization is not implemented: build the graph again"),
     "serialize": (NOT_IMPLEMENTED, "plan serialization is not implemented: build the graph again"),
     "get_cuda_graph_retention": (NOT_IMPLEMENTED, _OWN_REPLAY),
-    "populate_cuda_graph": (NOT_IMPLEMENTED, "cudnn_graph captures and replays CUDA graphs of repeated "
-                                             "executes itself (docs/performance.md); filling a caller's "
-                                             "cudaGraph_t is not implemented"),
-    "update_cuda_graph": (NOT_IMPLEMENTED, "see populate_cuda_graph"),
+    "populate_cuda_graph": (DIFFERS, "the variant pack takes any buffers execute() takes (not only int "
+                                     "pointers); a plan cuDNN cannot populate, and a Python-engine plan, is "
+                                     "recorded by capturing one execute; host (pass-by-value) operands are "
+                                     "refused (CudaGraphError)"),
+    "update_cuda_graph": (DIFFERS, "as populate_cuda_graph; a captured plan's child graph is captured again "
+                                   "(apply it with cuGraphExecUpdate or instantiate again)"),
     "inspect": (DIFFERS, "returns the graph's to_dict() (cudnn_graph's layout of nodes and tensors)"),
     "tensors": (DIFFERS, "a tuple of tensors in creation order (the frontend's is a dict by name); "
                          "find_tensor(name) looks one up"),
@@ -375,10 +377,12 @@ KEYWORD_STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("pygraph", "sm_version"): (NOT_IMPLEMENTED, "plans are made for the visible device's architecture"),
     ("pygraph", "device_property"): (NOT_IMPLEMENTED, _NO_AOT),
     ("pygraph", "cuda_graph_retention"): (NOT_IMPLEMENTED, _OWN_REPLAY),
-    ("pygraph", "is_dynamic_shape_enabled"): (NOT_IMPLEMENTED, "use is_override_shape_enabled=True (execute-time "
-                                                               "override shapes)"),
+    ("pygraph", "is_dynamic_shape_enabled"): (DIFFERS, "a cuDNN dynamic-shape operation graph (cuDNN >= 9.4; an "
+                                                       "older cuDNN builds for the one shape and logs it); Python "
+                                                       "engines compile per kernel class anyway"),
     ("pygraph", "is_cuda_graph_replay_expected"): (DIFFERS, "accepted as a hint; it changes no plan here"),
-    ("pygraph", "kernel_cache"): (DIFFERS, "used by the cuDNN backend (cuDNN >= 9.4); other engines ignore it"),
+    ("pygraph", "kernel_cache"): (DIFFERS, "used by the cuDNN backend (cuDNN >= 9.4); an engine that cannot use it "
+                                           "builds without it and records why (KernelCache.declined_by, logged)"),
     ("build", "ctx"): (NOT_IMPLEMENTED, _BUILD_CONTEXT),
     ("build_plans", "ctx"): (NOT_IMPLEMENTED, _BUILD_CONTEXT),
     ("execute", "tensor_dict"): (DIFFERS, "pass the buffers positionally"),

@@ -320,3 +320,24 @@ class KernelCacheError(CudnnGraphError, ValueError):
 
 
 __all__ += ["ArgumentTypeError", "KernelCacheError"]
+
+
+# ---- autotune and caller-owned CUDA graphs ----------------------------------------------------------
+
+class AutotuneError(CudnnGraphError, RuntimeError):
+    """``autotune()`` found no plan to choose: every plan of the list failed to build or to execute.
+    ``failures`` lists ``(plan index, plan label, why)`` for each."""
+
+    def __init__(self, message: str, failures=()):
+        self.failures = list(failures)
+        detail = "; ".join(f"plan {i} ({label}): {why}" for i, label, why in self.failures)
+        super().__init__(f"{message}{f' ({detail})' if detail else ''}")
+
+
+class CudaGraphError(CudnnGraphError, ValueError):
+    """``populate_cuda_graph()`` / ``update_cuda_graph()`` cannot use the CUDA graph or the variant pack
+    it was given: no graph handle, a graph that is not empty (populate) or was not populated by this
+    graph (update), or operands a recorded graph would freeze (host, pass-by-value buffers)."""
+
+
+__all__ += ["AutotuneError", "CudaGraphError"]

@@ -276,9 +276,11 @@ class pygraph(_GraphCore):
     router). ``is_override_shape_enabled`` builds a graph whose tensors may take other shapes and
     strides at execute (``override_uids`` / ``override_shapes`` / ``override_strides``); the cuDNN
     backend needs cuDNN >= 9.21 for it. ``kernel_cache`` (from ``create_kernel_cache()``) shares
-    compiled kernels between graphs (``cudnn_graph.kernel_cache``). ``is_cuda_graph_replay_expected``
-    is a hint that changes nothing here. ``sm_count``, ``sm_version``, ``device_property``,
-    ``cuda_graph_retention`` and ``is_dynamic_shape_enabled=True`` are cudnn.pygraph's; they are not
+    compiled kernels between graphs (``cudnn_graph.kernel_cache``) and, as in cudnn.pygraph, makes the
+    graph a dynamic-shape one; ``is_dynamic_shape_enabled`` asks for that alone (cuDNN >= 9.4 compiles
+    kernels for a class of shapes). ``is_cuda_graph_replay_expected``
+    is a hint that changes nothing here. ``sm_count``, ``sm_version``, ``device_property`` and
+    ``cuda_graph_retention`` are cudnn.pygraph's; they are not
     implemented and raise NotImplementedError when given (``cudnn_graph._frontend_surface`` says why).
     """
 
@@ -289,8 +291,7 @@ class pygraph(_GraphCore):
                  router: Optional[Router] = None):
         # Never accepted and ignored: a caller relying on one must learn that it does nothing here.
         _surface.refuse_unimplemented_keywords("pygraph", sm_count=sm_count, sm_version=sm_version,
-                                      device_property=device_property, cuda_graph_retention=cuda_graph_retention,
-                                      is_dynamic_shape_enabled=is_dynamic_shape_enabled or None)
+                                      device_property=device_property, cuda_graph_retention=cuda_graph_retention)
         if kernel_cache is not None:
             from .kernel_cache import KernelCache
             if not isinstance(kernel_cache, KernelCache):
@@ -302,12 +303,20 @@ class pygraph(_GraphCore):
         self._unused_inputs = ()        # inputs no node reads (validate() finds them; the layout skips them)
         self._override_shape_enabled = bool(is_override_shape_enabled)
         self._kernel_cache = kernel_cache
+        # A kernel cache makes a dynamic-shape graph, as cudnn.pygraph does: kernels for a shape class.
+        self._dynamic_shape_enabled = bool(is_dynamic_shape_enabled) or kernel_cache is not None
         self.is_cuda_graph_replay_expected = bool(is_cuda_graph_replay_expected)
 
     @property
     def kernel_cache(self):
         """The ``KernelCache`` this graph's plans compile into and reuse from (None: none)."""
         return self._kernel_cache
+
+    @property
+    def is_dynamic_shape_enabled(self) -> bool:
+        """Whether engines compile this graph's kernels for a class of shapes (cuDNN >= 9.4's dynamic-shape
+        operation graphs), fixed at construction; a ``kernel_cache`` turns it on."""
+        return self._dynamic_shape_enabled
 
     @property
     def is_override_shape_enabled(self) -> bool:
@@ -573,8 +582,9 @@ class pygraph(_GraphCore):
         entry = st.entries[i]
         ctx = ExecutionContext(handle=self.handle, device=self.device)
         if self._kernel_cache is not None and not getattr(entry.engine, "reuses_kernel_cache", False):
-            logger.info("graph %s: plan %d (%s) is built without the kernel cache: engine %s keeps no kernels "
-                        "in one", self.context.name, i, entry.label, getattr(entry.engine, "name", entry.engine))
+            self._kernel_cache.decline(getattr(entry.engine, "name", type(entry.engine).__name__),
+                                       f"plan {entry.label} is built without the kernel cache: the engine keeps "
+                                       "no kernels in one")
         compiled = entry.engine.build_plan(self.view, entry, ctx)
         compiled.layout = self._layout_for(entry.engine)
         st.compiled[i] = compiled
@@ -893,6 +903,40 @@ class pygraph(_GraphCore):
             merged[uid] = np.full(spec.shape if spec is not None else (1,), value,
                                   dtype=_numpy_dtype(spec.dtype) if spec is not None else np.float32)
         return merged
+
+    # -- plans that last: autotune and caller-owned CUDA graphs (cudnn_graph._autotune, ._cuda_graphs) --
+
+    def autotune(self, variant_pack: Mapping, workspace=None, *, iterations: int = 100, stream=None):
+        """Build every plan of the list, time each on ``variant_pack`` with CUDA events after a warm-up,
+        select the fastest (pinned, built) and record the choice; returns an ``AutotuneResult``
+        (``cudnn_graph._autotune``). ``workspace`` must hold the largest plan's bytes (None: one is allocated).
+
+        Example:
+            >>> g.build([cudnn.heur_mode.A, cudnn.heur_mode.B])         # doctest: +SKIP
+            >>> g.autotune({a: A, b: B, c: C}, iterations=20).best_index   # doctest: +SKIP
+            2
+        """
+        from ._autotune import autotune
+        return autotune(self, variant_pack, workspace, iterations=iterations, stream=stream)
+
+    def populate_cuda_graph(self, handle, variant_pack: Mapping, workspace, cuda_graph) -> None:
+        """Record one execute of the selected plan into the caller's empty CUDA graph ``cuda_graph`` (a
+        cudaGraph_t / CUgraph as an int), as one child-graph node (``cudnn_graph._cuda_graphs``).
+
+        Example:
+            >>> g.populate_cuda_graph(handle, {a: A, b: B, c: C}, ws, graph_ptr)   # doctest: +SKIP
+        """
+        from ._cuda_graphs import populate_cuda_graph
+        populate_cuda_graph(self, handle, variant_pack, workspace, cuda_graph)
+
+    def update_cuda_graph(self, handle, variant_pack: Mapping, workspace, cuda_graph) -> None:
+        """Point a graph ``populate_cuda_graph`` filled at new buffers (``cudnn_graph._cuda_graphs``).
+
+        Example:
+            >>> g.update_cuda_graph(handle, {a: A2, b: B2, c: C2}, ws, graph_ptr)  # doctest: +SKIP
+        """
+        from ._cuda_graphs import update_cuda_graph
+        update_cuda_graph(self, handle, variant_pack, workspace, cuda_graph)
 
     # -- as a context manager ----------------------------------------------------------------------
     # cudnn-frontend's pygraph is no context manager; ``with pygraph(...) as g:`` here scopes the

@@ -5,9 +5,11 @@ each engine that can reuse kernels keeps its own object there. The cuDNN backend
 ``CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR`` per device and attaches it to every execution plan it
 finalizes for a graph that carries the cache (``CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE``, cuDNN >=
 9.4), so a later graph of the same topology binds the kernel compiled for an earlier one instead of
-compiling again. An engine that cannot reuse kernels (``BaseEngine.reuses_kernel_cache`` False) ignores the
-cache, and the graph logs so when it builds such a plan; ``used_by`` says which
-engines did. ``serialize()`` / ``deserialize()`` carry the kernels to another process (each engine's
+compiling again. A graph with a kernel cache is a dynamic-shape graph (``is_dynamic_shape_enabled``, as
+cudnn.pygraph makes it): cuDNN compiles its kernels for a class of shapes, so another shape of the same
+structure binds them. The cache is honoured or declined, never ignored: an engine that cannot reuse
+kernels (``BaseEngine.reuses_kernel_cache`` False), or a cuDNN older than 9.4, builds without it and
+records why (``declined_by``, and an INFO log line); ``used_by`` says which engines did use it. ``serialize()`` / ``deserialize()`` carry the kernels to another process (each engine's
 part in its own form: cuDNN's JSON needs cuDNN >= 9.10).
 
 Example:
@@ -41,6 +43,7 @@ class KernelCache:
         self._lock = threading.Lock()
         self._states: dict = {}
         self._loaded: dict = {}      # engine name -> its part of a deserialized cache
+        self._declines: dict = {}    # engine name -> why it built without this cache (the latest reason)
 
     def state(self, engine: str, factory: Optional[Callable[[], Any]] = None) -> Any:
         """The slot of engine ``engine`` (its name): made by ``factory`` on first use, else None."""
@@ -55,6 +58,26 @@ class KernelCache:
         """Names of the engines that keep kernels in this cache."""
         with self._lock:
             return sorted(self._states)
+
+    def decline(self, engine: str, reason: str) -> None:
+        """Record that engine ``engine`` built a plan without this cache, and why (logged at INFO once
+        per engine and reason). ``kernel_cache=`` is honoured or declined this way, never ignored."""
+        with self._lock:
+            seen = self._declines.get(engine) == reason
+            self._declines[engine] = reason
+        if not seen:
+            logger.info("kernel_cache declined by engine %s: %s", engine, reason)
+
+    @property
+    def declined_by(self) -> dict:
+        """``{engine name: why}`` for every engine that built a plan without this cache.
+
+        >>> import cudnn_graph as cudnn
+        >>> cudnn.create_kernel_cache().declined_by
+        {}
+        """
+        with self._lock:
+            return dict(self._declines)
 
     def serialized_state(self, engine: str):
         """What ``deserialize`` gave for engine ``engine`` (its own text), for the engine to load when it
@@ -95,7 +118,7 @@ class KernelCache:
             self._loaded = dict(engines)
 
     def __repr__(self) -> str:
-        return f"KernelCache(used_by={self.used_by})"
+        return f"KernelCache(used_by={self.used_by}, declined_by={sorted(self.declined_by)})"
 
 
 def create_kernel_cache() -> KernelCache:

@@ -79,6 +79,11 @@ class GraphView:
         return bool(getattr(self._graph, "is_override_shape_enabled", False))
 
     @property
+    def is_dynamic_shape_enabled(self) -> bool:
+        """Whether engines compile the graph's kernels for a class of shapes (a kernel cache turns it on)."""
+        return bool(getattr(self._graph, "is_dynamic_shape_enabled", False))
+
+    @property
     def kernel_cache(self):
         """The graph's ``KernelCache`` (``pygraph(kernel_cache=)``), or None: engines that can reuse
         compiled kernels keep them in its slot for their name."""

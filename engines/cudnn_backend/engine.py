@@ -29,7 +29,7 @@ from ...data_type import DataType, numpy_dtype
 from ...enums import behavior_note, heur_mode, knob_type, numerical_note
 from ...errors import GraphNotSupportedError
 from ... import _loader
-from .lowering import BYTE_ALIGNMENT, Program, check_lowerable, lower_program, materialize
+from .lowering import BYTE_ALIGNMENT, Program, check_lowerable, dynamic_shape_wanted, lower_program, materialize
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +231,8 @@ class _Lowered:
             except CudnnStatusError as exc:
                 if attached is None:
                     raise GraphNotSupportedError(f"cuDNN could not build {plan.label}: {exc}") from exc
-                logger.warning("cuDNN refused the kernel cache for %s (%s); building it without", plan.label, exc)
+                kernel_cache.decline(CudnnBackendEngine.name, f"cuDNN refused the kernel cache for {plan.label} "
+                                                              f"({exc}); that plan is built without it")
         runner = _plan_runner.PlanRunner(descriptor, workspace, self.device, plan.label, self.constants, self,
                                      aliases=self.program.aliases, fixed=self.fixed, scratch=self.scratch,
                                      omit=self.program.unused_uids)
@@ -291,16 +292,17 @@ def kernel_cache_descriptor(kernel_cache, lowered: "_Lowered"):
     from ... import _cudnn_descriptor
     from ..._cudnn_errors import CudnnStatusError
     version = _loader.backend_version()
+    name = CudnnBackendEngine.name
     if version < _KERNEL_CACHE_VERSION:
-        logger.info("kernel_cache ignored: cuDNN %d has no kernel cache (needs 9.4)", version)
+        kernel_cache.decline(name, f"cuDNN {version} has no kernel cache (it needs cuDNN 9.4); plans are "
+                                   "built without one")
         return None
     from ..._cudnn_errors import CudnnVersionError
-    name = CudnnBackendEngine.name
     loaded = kernel_cache.serialized_state(name)     # read first: the factory runs under the cache's lock
     try:
         state = kernel_cache.state(name, lambda: BackendKernelCache(loaded))
     except CudnnVersionError as exc:     # a deserialized cache this cuDNN cannot load: build without it
-        logger.warning("kernel_cache ignored: %s", exc)
+        kernel_cache.decline(name, f"the deserialized cache cannot be loaded ({exc}); plans are built without it")
         return None
     with state.lock:
         found = state.descriptors.get(lowered.device)
@@ -316,7 +318,7 @@ def kernel_cache_descriptor(kernel_cache, lowered: "_Lowered"):
                          lowered.op_graph)
             made.finalize()
         except CudnnStatusError as exc:
-            logger.warning("cuDNN could not make a kernel cache (%s); plans build without one", exc)
+            kernel_cache.decline(name, f"cuDNN could not make a kernel cache ({exc}); plans are built without one")
             return None
         state.pending.pop(lowered.device, None)
         state.descriptors[lowered.device] = made
@@ -494,12 +496,14 @@ class CudnnBackendEngine(BaseEngine):
         if not self.available:
             raise GraphNotSupportedError(unavailable_reason())
         device = graph.device[1]
-        key = (graph.key(), device, getattr(graph, "is_override_shape_enabled", False))
+        key = (graph.key(), device, getattr(graph, "is_override_shape_enabled", False),
+               getattr(graph, "is_dynamic_shape_enabled", False))
         with self._lock:
             lowered = self._lowerings.get(key)
             if lowered is not None:
                 self._lowerings.move_to_end(key)
         if lowered is None:
+            _note_static_shape(graph)
             lowered = _Lowered(lower_program(graph, _loader.backend_version(), checked=checked), device)
             with self._lock:
                 lowered = self._lowerings.setdefault(key, lowered)
@@ -517,6 +521,15 @@ class CudnnBackendEngine(BaseEngine):
         self.check_support(graph, plan)
         runner = self.lowered(graph).build(plan, GraphView.of(graph).kernel_cache)
         return CudnnBackendPlan(plan, runner)
+
+
+def _note_static_shape(graph) -> None:
+    """Say so where a graph asked for dynamic shapes that the loaded cuDNN cannot give (before 9.4):
+    its operation graph is then built for its one shape (same results; no kernel reuse across shapes)."""
+    version = _loader.backend_version()
+    if getattr(graph, "is_dynamic_shape_enabled", False) and not dynamic_shape_wanted(graph, version):
+        logger.info("cuDNN %d has no dynamic-shape operation graphs (they need 9.4): this graph is built for "
+                    "its one shape", version)
 
 
 def unavailable_reason() -> str:

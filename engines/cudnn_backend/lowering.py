@@ -34,11 +34,12 @@ from ...ops import SCHEMAS
 from ...view import GraphView
 
 __all__ = ["Ref", "HANDLE", "Step", "Program", "Lowering", "Lowerer", "LOWERERS", "lowers", "ATTRIBUTE_TYPES",
-           "BYTE_ALIGNMENT", "MIN_RANK", "lower_program", "check_lowerable", "materialize"]
+           "BYTE_ALIGNMENT", "MIN_RANK", "lower_program", "check_lowerable", "materialize", "dynamic_shape_wanted"]
 
 BYTE_ALIGNMENT = ALIGNMENT_BYTES   # every tensor descriptor promises it (checked at execute)
 MIN_RANK = 3          # cuDNN's matmul takes [batch, rows, cols]; smaller graphs are padded to it
 OVERRIDE_SHAPE_VERSION = 92100   # CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED
+DYNAMIC_SHAPE_VERSION = 90400    # CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED (kernels for a shape class)
 
 _FLOAT32_MAX = 3.4028234663852886e38
 _DOUBLE_MAX = 1.7976931348623157e308
@@ -120,6 +121,7 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     "CUDNN_ATTR_OPERATIONGRAPH_OPS": "CUDNN_TYPE_BACKEND_DESCRIPTOR",
     "CUDNN_ATTR_OPERATIONGRAPH_HANDLE": "CUDNN_TYPE_HANDLE",
     "CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED": "CUDNN_TYPE_BOOLEAN",
+    "CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED": "CUDNN_TYPE_BOOLEAN",
     # heuristics, engines, configs, plans
     "CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH": "CUDNN_TYPE_BACKEND_DESCRIPTOR",
     "CUDNN_ATTR_ENGINEHEUR_MODE": "CUDNN_TYPE_HEUR_MODE",
@@ -630,10 +632,25 @@ def lower_program(graph, version: Optional[int] = None, checked: bool = False) -
                 "CUDNN_ATTR_OPERATIONGRAPH_HANDLE": HANDLE}
     if override_shapes:
         op_graph["CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED"] = True
+    if dynamic_shape_wanted(graph, version):
+        # Kernels compiled for a class of shapes, which is what lets a kernel cache serve another shape.
+        op_graph["CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED"] = True
     steps.append(Step("operation_graph", "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR", op_graph))
     return Program(steps, tensor_steps, geometry, operations, constants, notes=notes, aliases=lw.aliases,
                    plan_constants=lw.plan_constants, scratch=lw.scratch_tensors,
                    barred_engines=lw.barred_engines, unused_uids=_unread_operands(steps, ordered, tensor_steps))
+
+
+def dynamic_shape_wanted(graph, version: Optional[int]) -> bool:
+    """Whether ``graph``'s operation graph is finalized as a dynamic-shape graph: it asked
+    (``pygraph(is_dynamic_shape_enabled=True)``, or a ``kernel_cache=``) and cuDNN has the attribute.
+
+    An older cuDNN builds the graph for its one shape (the results are the same); the graph's kernel
+    cache records that decline, and the log says it (``cudnn_graph.kernel_cache``).
+    """
+    if not getattr(graph, "is_dynamic_shape_enabled", False):
+        return False
+    return version is None or version >= DYNAMIC_SHAPE_VERSION
 
 
 def _refs_in(value, into: set) -> None:

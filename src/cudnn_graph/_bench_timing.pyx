@@ -17,7 +17,7 @@ from cudnn_graph._cudnn_handle cimport Handle, ThreadState, thread_state
 from cudnn_graph._graph_replay cimport (
     Operands, GRAPH_NONE, build_variant_pack, record_graph, capture_allowed, stage_name,
 )
-from cudnn_graph._plan_runner cimport PlanRunner, PLAN_MAX_EXTRA
+from cudnn_graph._plan_runner cimport PlanRunner, operands_as_executed
 
 from cudnn_graph._driver import result_text as _driver_result_text
 
@@ -34,26 +34,6 @@ cdef inline double _now_ns() noexcept nogil:
     cdef timespec t
     clock_gettime(CLOCK_MONOTONIC, &t)
     return t.tv_sec * 1e9 + t.tv_nsec
-
-
-cdef int _operands_as_executed(PlanRunner runner, const Operands* operands, void* ws, int64_t** uids,
-                               void*** ptrs) except -1:
-    """The operands exactly as an execute passes them (the pack's, less omitted ones, plus the plan's),
-    in arrays malloc'ed here (the caller frees them); returns how many."""
-    cdef int n
-    uids[0] = <int64_t*>malloc((operands.n + PLAN_MAX_EXTRA) * sizeof(int64_t))
-    ptrs[0] = <void**>malloc((operands.n + PLAN_MAX_EXTRA) * sizeof(void*))
-    try:
-        if uids[0] == NULL or ptrs[0] == NULL:
-            raise MemoryError()
-        n = runner._kept_operands(operands, uids[0], ptrs[0])
-        return n + runner._extras(operands, ws, uids[0] + n, ptrs[0] + n)
-    except BaseException:
-        free(uids[0])
-        free(ptrs[0])
-        uids[0] = NULL
-        ptrs[0] = NULL
-        raise
 
 
 def execute_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, bint reuse_variant_pack=True,
@@ -79,7 +59,7 @@ def execute_floor_ns(PlanRunner runner, VariantPack pack, int iterations, *, bin
         raise ValueError("iterations must be positive")
     cdef int64_t* uids = NULL
     cdef void** ptrs = NULL
-    cdef int n = _operands_as_executed(runner, &operands, ws, &uids, &ptrs)
+    cdef int n = operands_as_executed(runner, &operands, ws, &uids, &ptrs)
     with nogil:
         if reuse_variant_pack:
             status = build_variant_pack(api, n, uids, ptrs, ws, &vp, &stage)
@@ -142,7 +122,7 @@ def execute_graph_floor_ns(PlanRunner runner, VariantPack pack, int iterations, 
     ws = runner._workspace_pointer(None, stream_ptr)
     cdef int64_t* uids = NULL
     cdef void** ptrs = NULL
-    n = _operands_as_executed(runner, &operands, ws, &uids, &ptrs)
+    n = operands_as_executed(runner, &operands, ws, &uids, &ptrs)
     try:
         enter_device(runner.device, &pushed)
     except BaseException:

@@ -9,6 +9,7 @@ import atexit
 import sys
 
 from libc.stdint cimport int32_t, intptr_t, uintptr_t
+from libc.stdlib cimport malloc, free
 from cudnn_graph._dlpack cimport kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 
 from cudnn_graph.errors import CudaDriverError, DeviceMemoryError
@@ -574,3 +575,236 @@ def device_synchronize(int device) -> None:
         leave_device(pushed)
     if result != 0:
         raise CudaDriverError(f"cuCtxSynchronize(device {device}) failed: {_result_text(result)}")
+
+
+# ---- caller-owned CUDA graphs and event timing (populate_cuda_graph / update_cuda_graph, autotune) -------
+# Cold paths, called from Python with handles as ints. The symbols are resolved on first use; a driver
+# without one raises CudaDriverError naming it.
+
+ctypedef int (*cuGraphAddChildGraphNode_t)(void** node, void* graph, const void** deps, size_t n_deps,
+                                           void* child) noexcept nogil
+ctypedef int (*cuGraphGetRootNodes_t)(void* graph, void** nodes, size_t* count) noexcept nogil
+ctypedef int (*cuGraphNodeGetType_t)(void* node, int* kind) noexcept nogil
+ctypedef int (*cuGraphChildGraphNodeGetGraph_t)(void* node, void** graph) noexcept nogil
+ctypedef int (*cuGraphDestroyNode_t)(void* node) noexcept nogil
+ctypedef struct CUgraphExecUpdateResultInfo:    # cuGraphExecUpdate_v2's report (CUDA >= 12.0)
+    int result
+    void* errorNode
+    void* errorFromNode
+ctypedef int (*cuGraphExecUpdate_t)(void* graph_exec, void* graph, CUgraphExecUpdateResultInfo* info) noexcept nogil
+ctypedef int (*cuEventCreate_t)(void** event, unsigned int flags) noexcept nogil
+ctypedef int (*cuEventRecord_t)(void* event, void* stream) noexcept nogil
+ctypedef int (*cuEventSynchronize_t)(void* event) noexcept nogil
+ctypedef int (*cuEventElapsedTime_t)(float* ms, void* start, void* end) noexcept nogil
+ctypedef int (*cuEventDestroy_t)(void* event) noexcept nogil
+
+cdef enum:
+    CU_GRAPH_NODE_TYPE_GRAPH = 4        # CUgraphNodeType of a child-graph node
+
+cdef dict _late_symbols = {}
+
+
+cdef void* _late_symbol(str name, tuple spellings) except NULL:
+    """The driver entry point ``name`` (the first of ``spellings`` libcuda exports), resolved once."""
+    cdef void* found
+    cached = _late_symbols.get(name)
+    if cached is not None:
+        return <void*><uintptr_t>cached
+    _require_driver(b"CUDA graph / event call")
+    cdef void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
+    for spelling in spellings:
+        found = dlsym(lib, (<str>spelling).encode()) if lib != NULL else NULL
+        if found != NULL:
+            _late_symbols[name] = <uintptr_t>found
+            return found
+    raise CudaDriverError(f"libcuda has no {name}")
+
+
+cdef int _checked(int result, str call) except -1:
+    if result != 0:
+        raise CudaDriverError(f"{call} failed: {_result_text(result)}")
+    return 0
+
+
+def graph_new() -> int:
+    """cuGraphCreate: a new, empty CUDA graph (its handle as an int); free it with graph_free."""
+    cdef void* graph = NULL
+    _checked(graph_create(&graph), "cuGraphCreate")
+    return <uintptr_t>graph
+
+
+def graph_free(uintptr_t graph) -> None:
+    """cuGraphDestroy (0 is ignored)."""
+    graph_destroy(<void*>graph)
+
+
+def graph_node_count(uintptr_t graph) -> int:
+    """How many nodes a CUDA graph holds (cuGraphGetNodes)."""
+    cdef size_t n = 0
+    _require_driver(b"cuGraphGetNodes")
+    if _graph_nodes == NULL:
+        raise CudaDriverError("libcuda has no cuGraphGetNodes")
+    _checked(_graph_nodes(<void*>graph, NULL, &n), "cuGraphGetNodes")
+    return n
+
+
+def graph_root_nodes(uintptr_t graph) -> list:
+    """The root nodes of a CUDA graph, as ints (cuGraphGetRootNodes)."""
+    cdef cuGraphGetRootNodes_t roots = <cuGraphGetRootNodes_t>_late_symbol("cuGraphGetRootNodes",
+                                                                           ("cuGraphGetRootNodes",))
+    cdef size_t n = 0, i
+    _checked(roots(<void*>graph, NULL, &n), "cuGraphGetRootNodes")
+    if n == 0:
+        return []
+    cdef void** nodes = <void**>malloc(n * sizeof(void*))
+    if nodes == NULL:
+        raise MemoryError()
+    try:
+        _checked(roots(<void*>graph, nodes, &n), "cuGraphGetRootNodes")
+        return [<uintptr_t>nodes[i] for i in range(n)]
+    finally:
+        free(nodes)
+
+
+def graph_node_is_child_graph(uintptr_t node) -> bool:
+    """Whether a node is a child-graph node (cuGraphNodeGetType == CU_GRAPH_NODE_TYPE_GRAPH)."""
+    cdef cuGraphNodeGetType_t get_type = <cuGraphNodeGetType_t>_late_symbol("cuGraphNodeGetType",
+                                                                            ("cuGraphNodeGetType",))
+    cdef int kind = -1
+    _checked(get_type(<void*>node, &kind), "cuGraphNodeGetType")
+    return kind == CU_GRAPH_NODE_TYPE_GRAPH
+
+
+def graph_add_child(uintptr_t parent, uintptr_t child) -> int:
+    """cuGraphAddChildGraphNode: a root node of ``parent`` running a copy of ``child``; returns the node."""
+    cdef cuGraphAddChildGraphNode_t add = <cuGraphAddChildGraphNode_t>_late_symbol(
+        "cuGraphAddChildGraphNode", ("cuGraphAddChildGraphNode",))
+    cdef void* node = NULL
+    _checked(add(&node, <void*>parent, NULL, 0, <void*>child), "cuGraphAddChildGraphNode")
+    return <uintptr_t>node
+
+
+def graph_child_of(uintptr_t node) -> int:
+    """The graph a child-graph node embeds (cuGraphChildGraphNodeGetGraph: not a copy; the node owns it)."""
+    cdef cuGraphChildGraphNodeGetGraph_t get = <cuGraphChildGraphNodeGetGraph_t>_late_symbol(
+        "cuGraphChildGraphNodeGetGraph", ("cuGraphChildGraphNodeGetGraph",))
+    cdef void* graph = NULL
+    _checked(get(<void*>node, &graph), "cuGraphChildGraphNodeGetGraph")
+    return <uintptr_t>graph
+
+
+def graph_remove_node(uintptr_t node) -> None:
+    """cuGraphDestroyNode."""
+    cdef cuGraphDestroyNode_t destroy = <cuGraphDestroyNode_t>_late_symbol("cuGraphDestroyNode",
+                                                                           ("cuGraphDestroyNode",))
+    _checked(destroy(<void*>node), "cuGraphDestroyNode")
+
+
+def graph_exec_new(uintptr_t graph) -> int:
+    """cuGraphInstantiate: an executable graph of ``graph`` (free it with graph_exec_free)."""
+    cdef void* graph_exec = NULL
+    _checked(graph_instantiate(&graph_exec, <void*>graph), "cuGraphInstantiate")
+    return <uintptr_t>graph_exec
+
+
+def graph_exec_free(uintptr_t graph_exec) -> None:
+    """cuGraphExecDestroy (0 is ignored)."""
+    graph_exec_destroy(<void*>graph_exec)
+
+
+def graph_exec_launch(uintptr_t graph_exec, intptr_t stream=0) -> None:
+    """cuGraphLaunch on ``stream`` (0: the legacy default stream)."""
+    if not graphs_available():
+        raise CudaDriverError("cuGraphLaunch: the CUDA driver has no graph support")
+    cdef int result
+    with nogil:
+        result = _graph_launch(<void*>graph_exec, <void*>stream)
+    _checked(result, "cuGraphLaunch")
+
+
+def graph_exec_update(uintptr_t graph_exec, uintptr_t graph) -> bool:
+    """cuGraphExecUpdate: give ``graph_exec`` the parameters of ``graph`` (same topology); False when the
+    driver refuses the update (instantiate ``graph`` again then)."""
+    cdef cuGraphExecUpdate_t update = <cuGraphExecUpdate_t>_late_symbol("cuGraphExecUpdate",
+                                                                        ("cuGraphExecUpdate_v2",))
+    cdef CUgraphExecUpdateResultInfo info
+    return update(<void*>graph_exec, <void*>graph, &info) == 0
+
+
+def capture_start() -> int:
+    """Begin a thread-local capture on a new private stream; returns the stream (end it with capture_finish)."""
+    cdef intptr_t stream = 0
+    if not capture_available():
+        raise CudaDriverError("stream capture: the CUDA driver lacks the capture entry points")
+    _checked(capture_begin(&stream), "cuStreamBeginCapture")
+    return stream
+
+
+def capture_finish(intptr_t stream) -> int:
+    """End capture_start's capture (its stream is destroyed); returns the recorded graph (graph_free it).
+    Raises CudaDriverError when the capture failed or recorded nothing."""
+    cdef void* graph = NULL
+    cdef int result = capture_end(stream, &graph)
+    if result == EMPTY_CAPTURE:
+        raise CudaDriverError("the stream capture recorded no work (did the execute run on another stream?)")
+    _checked(result, "cuStreamEndCapture")
+    return <uintptr_t>graph
+
+
+cdef class TimingEvents:
+    """Two CUDA events that time the work queued on a stream between ``start`` and ``stop``.
+
+    Example (on a machine with a GPU):
+        >>> events = TimingEvents()                 # doctest: +SKIP
+        >>> events.start(0); launch(); events.stop(0)   # doctest: +SKIP
+        >>> events.elapsed_ms()                     # doctest: +SKIP
+        0.0123
+    """
+    cdef void* _start
+    cdef void* _stop
+
+    def __cinit__(self):
+        self._start = NULL
+        self._stop = NULL
+        cdef cuEventCreate_t create = <cuEventCreate_t>_late_symbol("cuEventCreate", ("cuEventCreate",))
+        _checked(create(&self._start, 0), "cuEventCreate")
+        _checked(create(&self._stop, 0), "cuEventCreate")
+
+    def start(self, intptr_t stream=0) -> None:
+        cdef cuEventRecord_t record = <cuEventRecord_t>_late_symbol("cuEventRecord", ("cuEventRecord",))
+        _checked(record(self._start, <void*>stream), "cuEventRecord")
+
+    def stop(self, intptr_t stream=0) -> None:
+        cdef cuEventRecord_t record = <cuEventRecord_t>_late_symbol("cuEventRecord", ("cuEventRecord",))
+        _checked(record(self._stop, <void*>stream), "cuEventRecord")
+
+    def elapsed_ms(self) -> float:
+        """Milliseconds between the two recorded events, once ``stop``'s work has finished (waits for it)."""
+        cdef cuEventSynchronize_t sync = <cuEventSynchronize_t>_late_symbol("cuEventSynchronize",
+                                                                            ("cuEventSynchronize",))
+        cdef cuEventElapsedTime_t elapsed = <cuEventElapsedTime_t>_late_symbol(
+            "cuEventElapsedTime", ("cuEventElapsedTime_v2", "cuEventElapsedTime"))
+        cdef float ms = 0
+        cdef int result
+        with nogil:
+            result = sync(self._stop)
+        _checked(result, "cuEventSynchronize")
+        _checked(elapsed(&ms, self._start, self._stop), "cuEventElapsedTime")
+        return ms
+
+    def __dealloc__(self):
+        cdef cuEventDestroy_t destroy
+        if _finalizing or (self._start == NULL and self._stop == NULL):
+            return
+        cached = _late_symbols.get("cuEventDestroy")
+        if cached is None:
+            try:
+                _late_symbol("cuEventDestroy", ("cuEventDestroy_v2",))
+            except Exception:       # noqa: BLE001  (nothing to raise to from a destructor)
+                return
+            cached = _late_symbols["cuEventDestroy"]
+        destroy = <cuEventDestroy_t><uintptr_t>cached
+        if self._start != NULL:
+            destroy(self._start)
+        if self._stop != NULL:
+            destroy(self._stop)

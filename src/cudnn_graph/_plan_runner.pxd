@@ -78,3 +78,9 @@ cdef class PlanRunner:
     cdef void* _workspace_pointer(self, object workspace, intptr_t stream_key) except? NULL
     cdef int _check_alignment(self, PackLayout layout, const Operands* operands) except -1
     cdef int _prepare_layout(self, PackLayout layout) except -1
+
+
+# The operands exactly as an execute passes them to cuDNN (the pack's, less omitted ones, plus the
+# operands the plan supplies), in arrays malloc'ed here (the caller frees them); returns how many.
+cdef int operands_as_executed(PlanRunner runner, const Operands* operands, void* ws, int64_t** uids,
+                              void*** ptrs) except -1

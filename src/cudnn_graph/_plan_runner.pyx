@@ -213,6 +213,16 @@ cdef class PlanRunner:
         ``"capture"`` (a captured execute, where cuDNN refuses to populate), or None (not yet, or never)."""
         return {GRAPH_BY_POPULATE: "populate", GRAPH_BY_CAPTURE: "capture"}.get(self._graph_support)
 
+    @property
+    def zeroes_scratch(self) -> bool:
+        """Whether each execute zero-fills scratch in the workspace first: a stream operation a graph
+        cuDNN populates would not hold (a captured execute does)."""
+        cdef int i
+        for i in range(self._n_scratch):
+            if self._scratch_zero[i]:
+                return True
+        return False
+
     def execute(self, graph, VariantPack pack, ctx):
         """CompiledPlan.execute: ctx carries handle, stream and workspace."""
         self._run(pack, ctx.handle, ctx.stream, ctx.workspace)
@@ -519,3 +529,23 @@ cdef inline int _uid_index(const Operands* operands, int64_t uid) noexcept nogil
         else:
             hi = mid - 1
     return -1
+
+
+cdef int operands_as_executed(PlanRunner runner, const Operands* operands, void* ws, int64_t** uids,
+                              void*** ptrs) except -1:
+    """The operands exactly as an execute passes them (the pack's, less omitted ones, plus the plan's),
+    in arrays malloc'ed here (the caller frees them); returns how many."""
+    cdef int n
+    uids[0] = <int64_t*>malloc((operands.n + PLAN_MAX_EXTRA) * sizeof(int64_t))
+    ptrs[0] = <void**>malloc((operands.n + PLAN_MAX_EXTRA) * sizeof(void*))
+    try:
+        if uids[0] == NULL or ptrs[0] == NULL:
+            raise MemoryError()
+        n = runner._kept_operands(operands, uids[0], ptrs[0])
+        return n + runner._extras(operands, ws, uids[0] + n, ptrs[0] + n)
+    except BaseException:
+        free(uids[0])
+        free(ptrs[0])
+        uids[0] = NULL
+        ptrs[0] = NULL
+        raise

@@ -17,10 +17,11 @@ KERNEL_CACHE_DESCRIPTOR = 34
 KERNEL_CACHE_OPERATION_GRAPH = 2400
 KERNEL_CACHE_JSON_REPRESENTATION = 2402
 EXECUTION_PLAN_KERNEL_CACHE = 406
+OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED = 803
 
 
-def test_a_kernel_cache_is_engine_neutral_and_host_graphs_ignore_it(caplog):
-    caplog.set_level("INFO", logger="cudnn_graph.graph")
+def test_an_engine_without_kernel_reuse_declines_the_cache_and_says_why(caplog):
+    caplog.set_level("INFO", logger="cudnn_graph.kernel_cache")
     cache = cudnn.create_kernel_cache()
     g = cudnn.pygraph(io_data_type=F.FLOAT, device="cpu", kernel_cache=cache)
     assert g.kernel_cache is cache and g.view.kernel_cache is cache
@@ -32,7 +33,25 @@ def test_a_kernel_cache_is_engine_neutral_and_host_graphs_ignore_it(caplog):
     g.execute({x: X, y: Y})
     np.testing.assert_array_equal(Y, np.maximum(X, 0))
     assert cache.used_by == []          # the reference engine compiles nothing
-    assert "without the kernel cache: engine reference" in caplog.text
+    assert "keeps no kernels" in cache.declined_by["reference"]
+    assert "kernel_cache declined by engine reference" in caplog.text
+    assert g.is_dynamic_shape_enabled      # a kernel cache makes a dynamic-shape graph, as cudnn.pygraph
+
+
+def test_a_decline_is_logged_once_per_engine_and_reason(caplog):
+    caplog.set_level("INFO", logger="cudnn_graph.kernel_cache")
+    cache = cudnn.create_kernel_cache()
+    for _ in range(3):
+        cache.decline("some_engine", "it compiles nothing")
+    cache.decline("some_engine", "another reason")
+    assert caplog.text.count("declined by engine some_engine") == 2
+    assert cache.declined_by == {"some_engine": "another reason"}
+    assert "some_engine" in repr(cache)
+
+
+def test_dynamic_shapes_are_off_unless_asked_or_a_cache_is_given():
+    assert not cudnn.pygraph(device="cpu").is_dynamic_shape_enabled
+    assert cudnn.pygraph(device="cpu", is_dynamic_shape_enabled=True).is_dynamic_shape_enabled
 
 
 def test_kernel_cache_must_come_from_create_kernel_cache():
@@ -55,6 +74,8 @@ _TWO_GRAPHS = """
 cache = cudnn.create_kernel_cache() if USE_CACHE else None
 graphs = [make(8, cache), make(16, cache)]
 print(json.dumps({"used_by": cache.used_by if cache else None,
+                  "declined_by": cache.declined_by if cache else None,
+                  "dynamic": [g.is_dynamic_shape_enabled for g in graphs],
                   "plan_type": __import__("cudnn_graph._cudnn_names", fromlist=["x"]).DESCRIPTOR_TYPES[
                       "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"]}))
 """
@@ -88,12 +109,29 @@ def test_graphs_without_a_cache_attach_none(tmp_path_factory, tmp_path):
     _, records = _run(tmp_path_factory, tmp_path, False)
     assert not [r for r in records if r[0] == "create" and int(r[1]) == KERNEL_CACHE_DESCRIPTOR]
     assert not [r for r in records if r[0] == "set" and int(r[2]) == EXECUTION_PLAN_KERNEL_CACHE]
+    assert not [r for r in records if r[0] == "set" and int(r[2]) == OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED]
+
+
+def test_graphs_with_a_cache_are_dynamic_shape_operation_graphs(tmp_path_factory, tmp_path):
+    """cuDNN reuses a cached kernel only for a dynamic-shape operation graph: each graph's operation
+    graph is finalized with IS_DYNAMIC_SHAPE_ENABLED, before the cache is bound to the first one."""
+    out, records = _run(tmp_path_factory, tmp_path, True)
+    assert out["dynamic"] == [True, True] and out["declined_by"] == {}
+    dynamic = [i for i, r in enumerate(records)
+               if r[0] == "set" and int(r[2]) == OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED]
+    assert len(dynamic) == 2                # one operation graph per shape
+    bound = next(i for i, r in enumerate(records) if r[0] == "set" and int(r[1]) == KERNEL_CACHE_DESCRIPTOR
+                 and int(r[2]) == KERNEL_CACHE_OPERATION_GRAPH)
+    assert dynamic[0] < bound
 
 
 def test_a_cudnn_without_kernel_caches_builds_plans_without_one(tmp_path_factory, tmp_path):
     out, records = _run(tmp_path_factory, tmp_path, True, version=90300)
     assert out["used_by"] == []
+    assert "9.4" in out["declined_by"]["cudnn_backend"]       # declined, and it says why
     assert not [r for r in records if r[0] == "set" and int(r[2]) == EXECUTION_PLAN_KERNEL_CACHE]
+    # No dynamic-shape attribute either: that cuDNN does not know it (the graph is built for its shape).
+    assert not [r for r in records if r[0] == "set" and int(r[2]) == OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED]
 
 
 _SAVED_JSON = '{"kernels": ["fake"]}'
@@ -193,3 +231,54 @@ def test_a_serialized_kernel_cache_builds_a_new_graph_from_its_kernels(prefer_cu
     # of another shape is finalized afresh, against the loaded cache.
     g = build(loaded, n=16)
     assert g.compiled_plan() is not None and loaded.used_by == ["cudnn_backend"]
+
+
+def _timed_dynamic_matmul(cache, m, n, k, relu, pin=None):
+    """(build seconds, graph) of a dynamic-shape fp16 matmul (+ relu) graph built with ``cache``: on a plan
+    cuDNN compiles at runtime (behavior note RUNTIME_COMPILATION, the plans a kernel cache serves) that
+    its heuristics choose, or on ``pin`` = (engine_id, knobs), so that every shape builds the same
+    engine config (the kernel cache's entries are per engine config)."""
+    import time
+    g = cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                      device="cuda:0", kernel_cache=cache)
+    a = g.tensor(name="A", dim=[1, m, k], stride=[m * k, k, 1])
+    b = g.tensor(name="B", dim=[1, k, n], stride=[k * n, n, 1])
+    c = g.matmul(name="mm", A=a, B=b)
+    out = g.relu(c) if relu else c
+    out.set_output(True)
+    start = time.perf_counter()
+    if pin is None:
+        g.select_behavior_notes([cudnn.behavior_note.RUNTIME_COMPILATION])
+        g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    else:
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plan(*pin)
+        g.build_plans()
+    return time.perf_counter() - start, g
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("relu", [False, True], ids=["matmul", "matmul_relu"])
+def test_a_second_shape_of_a_dynamic_graph_builds_from_the_cached_kernel(prefer_cudnn, relu):
+    """Two shapes of one dynamic-shape graph, one kernel cache, one engine config: the second build binds
+    the kernel the first compiled, so it is much faster than the same build with a new cache (which
+    compiles)."""
+    if cudnn.backend_version() < 90500:
+        pytest.skip("the kernel cache bound to an operation graph needs cuDNN 9.5")
+    shared = cudnn.create_kernel_cache()
+    try:
+        first_s, first = _timed_dynamic_matmul(shared, 64, 64, 64, relu)
+    except cudnn.GraphNotSupportedError as exc:
+        pytest.skip(f"cuDNN offers no runtime-compiled plan for this dynamic graph here: {exc}")
+    chosen = next(i for i, entry in enumerate(first.plans) if entry is first.selected_plan)
+    pin = first.get_engine_and_knobs_at_index(chosen)          # the same engine config for every shape
+    second_s, second = _timed_dynamic_matmul(shared, 128, 192, 64, relu, pin)
+    cold_s, cold = _timed_dynamic_matmul(cudnn.create_kernel_cache(), 96, 160, 64, relu, pin)
+    print(f"{'matmul+relu' if relu else 'matmul'} on {first.selected_plan.label}: first {first_s * 1e3:.1f} ms, "
+          f"second shape with the cache {second_s * 1e3:.1f} ms, a third shape with a new cache "
+          f"{cold_s * 1e3:.1f} ms")
+    assert shared.used_by == ["cudnn_backend"] and shared.declined_by == {}
+    assert first.is_dynamic_shape_enabled and second.is_dynamic_shape_enabled
+    assert second.selected_plan.label == cold.selected_plan.label
+    assert second_s < 0.5 * cold_s         # reused, not compiled again
