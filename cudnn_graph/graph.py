@@ -94,7 +94,11 @@ def _decline_summary(declines: Sequence[tuple[str, str]]) -> str:
 @dataclass
 class _PlanState:
     planned: bool = False
-    entries: list = field(default_factory=list)        # ranked PlanConfig list (graph.plans)
+    ranked: list = field(default_factory=list)          # the ranked PlanConfig list known so far
+    # Proposals not asked for yet: (engine, thunk) of engines whose every plan ranks below every plan
+    # already in ``ranked`` (see create_execution_plans). ``entries`` asks them on first read.
+    deferred: list = field(default_factory=list)
+    materialize: Optional[Callable] = None              # the graph's hook that asks the deferred engines
     declines: list = field(default_factory=list)       # (engine, reason) gathered while planning/building
     compiled: dict = field(default_factory=dict)        # index -> CompiledPlan
     selected: int = 0
@@ -106,6 +110,26 @@ class _PlanState:
     started: Optional[float] = None                     # perf_counter() when build() / build_plans() began
     planning_ms: float = 0.0                            # create_execution_plans()' time
     counts_before: dict = field(default_factory=dict)   # engine name -> cache_counts() before planning
+    support_checked: bool = False                       # check_support() ran: deferred entries get it too
+
+    @property
+    def entries(self) -> list:
+        """The whole ranked plan list (graph.plans): deferred proposals are asked for here, once."""
+        if self.deferred:
+            self.materialize()
+        return self.ranked
+
+    @entries.setter
+    def entries(self, value: list) -> None:
+        self.ranked = value
+
+
+def _adopt(entries: list, proposed, engine) -> None:
+    """Append an engine's proposals to ``entries``, each entry naming the engine that builds it."""
+    for p in proposed:
+        if p.engine is None:
+            object.__setattr__(p, "engine", engine)
+        entries.append(p)
 
 
 def _already_planned(action: str, st: _PlanState) -> AlreadyPlannedError:
@@ -419,20 +443,37 @@ class pygraph(_GraphCore):
         all_engines = manifest.engines()
         if _progress.wanted():
             st.counts_before = {engine.name: engine.cache_counts() for engine in all_engines}
+        router = self.router if self.router is not None else get_default_router()
+        # Under the default ranking (priorities alone), an engine that can defer its proposals
+        # (``deferred_proposals``: cuDNN's heuristics queries, most of a new shape's build time) and whose
+        # plans all rank below every plan already proposed is asked only when the list is read past them:
+        # build() of a graph whose first plan builds never pays for the queries.
+        deferrable = type(router) is Router
+        pending = []
         for engine in all_engines:
             try:
+                if deferrable and hasattr(engine, "deferred_proposals"):
+                    pending.append((engine, engine.deferred_proposals(view, modes)))
+                    continue
                 proposed = engine.propose_plans(view) if modes is None or not hasattr(engine, "propose_plans_for_modes") \
                     else engine.propose_plans_for_modes(view, modes)
             except (NotImplementedError, GraphNotSupportedError) as exc:
                 declines.append((engine.name, str(exc) or type(exc).__name__))
                 self._report_decline(*declines[-1])
                 continue
-            for p in proposed:
-                if p.engine is None:
-                    object.__setattr__(p, "engine", engine)
-                entries.append(p)
-        router = self.router if self.router is not None else get_default_router()
+            _adopt(entries, proposed, engine)
+        floor = min((e.priority for e in entries), default=None)
+        for engine, thunk in pending:
+            if floor is not None and engine.max_priority < floor:
+                st.deferred.append((engine, thunk))
+                continue
+            try:
+                _adopt(entries, thunk(), engine)
+            except (NotImplementedError, GraphNotSupportedError) as exc:
+                declines.append((engine.name, str(exc) or type(exc).__name__))
+                self._report_decline(*declines[-1])
         st.entries = router.rank(view, entries)
+        st.materialize = self._ask_deferred_engines
         st.declines = declines
         st.planned = True
         st.planning_ms = (time.perf_counter() - started) * 1e3
@@ -441,9 +482,19 @@ class pygraph(_GraphCore):
     def check_support(self) -> None:
         """Raise ``GraphNotSupportedError`` (saying which engines declined and why) when no plan exists."""
         st = self._require_planned("check_support()")
+        st.support_checked = True
+        st.ranked = self._supported(st.ranked)
+        if not st.ranked and st.deferred:
+            st.materialize()
+        if not st.ranked:
+            raise PlanEntryError("no engine supports this graph", st.declines)
+
+    def _supported(self, entries: list) -> list:
+        """``entries`` without those their engine's check_support declines (each decline recorded)."""
+        st = self._plans
         kept = []
         view = self.view
-        for entry in st.entries:
+        for entry in entries:
             try:
                 entry.engine.check_support(view, entry)
             except (NotImplementedError, GraphNotSupportedError) as exc:
@@ -451,9 +502,26 @@ class pygraph(_GraphCore):
                 self._report_decline(*st.declines[-1])
                 continue
             kept.append(entry)
-        st.entries = kept
-        if not kept:
-            raise PlanEntryError("no engine supports this graph", st.declines)
+        return kept
+
+    def _ask_deferred_engines(self) -> None:
+        """Append the deferred engines' proposals to the plan list (ranked among themselves: they all
+        rank below every entry already listed, so no index changes)."""
+        st = self._plans
+        pending, st.deferred = st.deferred, []
+        new = []
+        for engine, thunk in pending:
+            try:
+                _adopt(new, thunk(), engine)
+            except (NotImplementedError, GraphNotSupportedError) as exc:
+                st.declines.append((engine.name, str(exc) or type(exc).__name__))
+                self._report_decline(*st.declines[-1])
+        router = self.router if self.router is not None else get_default_router()
+        new = router.rank(self.view, new)
+        if st.support_checked:
+            new = self._supported(new)
+        st.ranked.extend(new)
+        logger.debug("%s: %d deferred plan entries asked for", self._log_name(), len(new))
 
     def build_plans(self, policy=None, *, ctx=None) -> None:
         """Build from the selected entry on; a decline advances (a pinned one raises). ``policy`` is a
@@ -463,7 +531,9 @@ class pygraph(_GraphCore):
         st = self._require_planned("build_plans()")
         if st.started is None:
             st.started = time.perf_counter()
-        if not st.entries:
+        if not st.ranked and st.deferred:
+            st.materialize()
+        if not st.ranked:
             raise PlanEntryError("no engine supports this graph", st.declines)
         if build_all:
             for i in range(len(st.entries)):
@@ -480,8 +550,15 @@ class pygraph(_GraphCore):
                 self._hot = None
             self._report_built()
             return
-        start = st.selected
-        for i in range(start, len(st.entries)):
+        i = st.selected - 1
+        while True:
+            i += 1
+            if i >= len(st.ranked):
+                if not st.deferred:
+                    break
+                st.materialize()            # every listed plan declined: ask the deferred engines
+                i -= 1
+                continue
             if i in st.compiled:
                 st.selected = i
                 self._hot = None
@@ -556,11 +633,11 @@ class pygraph(_GraphCore):
         if not _progress.wanted():
             return
         now = time.perf_counter()
-        entry, compiled = st.entries[st.selected], st.compiled[st.selected]
+        entry, compiled = st.ranked[st.selected], st.compiled[st.selected]
         engine = getattr(entry.engine, "name", type(entry.engine).__name__)
         compile_s = getattr(compiled, "compile_seconds", None)
         detail = {"graph": self.context.name, "key": self.key()[:8], "plan": entry.label, "engine": engine,
-                  "index": st.selected, "plans": len(st.entries),
+                  "index": st.selected, "plans": len(st.ranked), "deferred_engines": len(st.deferred),
                   "build_ms": round((now - (started or now)) * 1e3, 3), "planning_ms": round(st.planning_ms, 3),
                   "compile_ms": None if compile_s is None else round(compile_s * 1e3, 3),
                   "kernel_reused": getattr(compiled, "kernel_reused", None), "declined": len(st.declines),
@@ -572,14 +649,16 @@ class pygraph(_GraphCore):
             notes.append("kernel reused")
         if detail["caches"]:
             notes.append("caches " + ", ".join(f"{k} {a}->{b}" for k, (a, b) in detail["caches"].items()))
+        if st.deferred:
+            notes.append(f"{len(st.deferred)} engine(s) not asked yet")
         logger.info("%s (key %s): built plan %d/%d '%s' (engine %s) in %.1f ms (%s)", self._log_name(),
-                    detail["key"], st.selected, len(st.entries), entry.label, engine, detail["build_ms"],
+                    detail["key"], st.selected, len(st.ranked), entry.label, engine, detail["build_ms"],
                     "; ".join(notes))
         _progress.emit("build", detail)
 
     def _build_index(self, i):
         st = self._plans
-        entry = st.entries[i]
+        entry = st.ranked[i]
         ctx = ExecutionContext(handle=self.handle, device=self.device)
         if self._kernel_cache is not None and not getattr(entry.engine, "reuses_kernel_cache", False):
             self._kernel_cache.decline(getattr(entry.engine, "name", type(entry.engine).__name__),
@@ -645,7 +724,7 @@ class pygraph(_GraphCore):
     @property
     def selected_plan(self):
         st = self._require_planned("graph.selected_plan")
-        return st.entries[st.selected] if st.entries else None
+        return st.ranked[st.selected] if st.ranked else None
 
     def get_execution_plan_count(self) -> int:
         """How many entries the plan list has; 0 before create_execution_plans() (as cudnn.pygraph)."""
@@ -752,9 +831,9 @@ class pygraph(_GraphCore):
         """The Python engine serving the selected plan; None when cuDNN's backend serves it (or nothing
         is planned)."""
         st = self._plans
-        if not st.planned or not st.entries:
+        if not st.planned or not st.ranked:
             return None
-        engine = st.entries[st.selected].engine
+        engine = st.ranked[st.selected].engine
         return None if getattr(engine, "name", "") == "cudnn_backend" else engine
 
     def get_engine_and_knobs_at_index(self, index: int) -> tuple:

@@ -103,6 +103,10 @@ class BaseEngine:
     reuses_kernel_cache: bool = False
     # Methods this engine adds to every graph: {name: function(graph, ...)} (register_graph_method).
     graph_methods: ClassVar[Mapping[str, Callable]] = {}
+    # Optional: an engine that defines ``deferred_proposals(graph, heur_modes) -> thunk`` (cheap declines
+    # raised at once, the thunk returning its PlanConfigs later) and ``max_priority`` (no proposal of it
+    # ranks higher) is asked only when the plan list is read past every entry above that priority
+    # (the cuDNN backend: its heuristics queries). See create_execution_plans.
 
     def propose_plans(self, graph: GraphView) -> list[PlanConfig]:
         raise NotImplementedError(f"{self.name} proposes no plans")

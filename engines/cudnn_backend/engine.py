@@ -446,16 +446,34 @@ class CudnnBackendEngine(BaseEngine):
 
     # -- planning --------------------------------------------------------------------------------
 
+    # Every entry this engine proposes has the default priority: under the default ranking a Python
+    # engine's plan (priority > 0) ranks first, and the heuristics queries can wait (deferred_proposals).
+    max_priority = 0.0
+
     def propose_plans(self, graph) -> list:
         return self.propose_plans_for_modes(graph, DEFAULT_HEUR_MODES)
 
-    def propose_plans_for_modes(self, graph, modes) -> list:
+    def deferred_proposals(self, graph, modes):
+        """The cheap checks now (device, libcudnn, ops the loaded cuDNN lowers: a decline here is
+        immediate), the lowering and the heuristics queries when the plan list is read past the entries
+        ranked above this engine's. Returns the thunk that proposes."""
+        self._precheck(graph)
+        modes = DEFAULT_HEUR_MODES if modes is None else modes
+        return lambda: self._propose_checked(graph, modes)
+
+    def _precheck(self, graph) -> None:
         _check_device(graph)
         if not self.available:
             raise GraphNotSupportedError(unavailable_reason())
         # Ops newer than the loaded cuDNN are declined before cuDNN sees them (it would refuse them
         # with an unhelpful status, e.g. FLOOR_MOD on 9.19 fails finalize with NOT_INITIALIZED).
         check_lowerable(graph, _loader.backend_version())
+
+    def propose_plans_for_modes(self, graph, modes) -> list:
+        self._precheck(graph)
+        return self._propose_checked(graph, modes)
+
+    def _propose_checked(self, graph, modes) -> list:
         lowered = self.lowered(graph, checked=True)
         wanted = [_mode_of(mode) for mode in modes]
         entries, seen, reasons = [], set(), []
