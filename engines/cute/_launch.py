@@ -95,6 +95,36 @@ class Launcher:
             ok = False
         return bool(ok)
 
+    def c_entry(self):
+        """(host entry address, packed-argument template, index of the result cell or -1) for a launch
+        from C (``cudnn_graph._dsl_launch.PackedLaunch``), or None when this DSL's packing is not the one
+        the probe verified (the Python call path then stays in use)."""
+        with self._lock:
+            if self._packed is None:
+                self._prepare()
+            if not self._packed:
+                return None
+            executor = self._executor
+            try:
+                entry = ctypes.cast(executor.capi_func, ctypes.c_void_p).value
+                base = list(self._packed)
+                base[-1] = 0
+                array = executor._get_invoke_packed_args(base)
+                template = [int(array[i] or 0) for i in range(len(array))]
+                result_index = len(base) if getattr(executor, "_has_cuda_result", False) else -1
+            except Exception as exc:              # another DSL version: keep the Python call path
+                logger.debug("no C launch for this kernel: %s", exc)
+                return None
+        return (entry, template, result_index) if entry else None
+
+    @property
+    def ordinal(self) -> int:
+        return self._ordinal
+
+    @property
+    def extents(self) -> tuple:
+        return tuple(self._extents)
+
     @property
     def packed(self) -> bool | None:
         """Whether launches use the prepacked arguments (None before the first launch)."""

@@ -149,6 +149,14 @@ def _prefer_compiled(problem, candidates: list, device: _Device) -> list:
     return candidates
 
 
+def _scalar_value(value):
+    """A pass-by-value tensor's value as a float (a number or a one-element array), or None."""
+    if value is None:
+        return None
+    import numpy as np
+    return float(np.asarray(value, dtype=np.float64).reshape(-1)[0])
+
+
 class CuteGemmPlan(CompiledPlan):
     """A built plan: the launcher, where each argument sits in the VariantPack, the alignment each needs."""
 
@@ -164,6 +172,25 @@ class CuteGemmPlan(CompiledPlan):
         self._scalar_readers = tuple(ctypes.c_double if t == "float64" else ctypes.c_float
                                      for t in p.scalar_types)
         self._positions = None
+        self.scalar_defaults = (None,) * len(problem.scalar_uids)
+
+    def fast_executor(self, layout):
+        """execute()'s one-call path: pack in Cython and call the compiled host entry from C
+        (``_dsl_launch.PackedLaunch``), or None where the launch must go through the DSL's Python call
+        (a device other than 0: the DSL launches on the current one; a DSL whose packing differs)."""
+        if self._launch.ordinal != 0 or layout is None:
+            return None
+        found = self._launch.c_entry()
+        if found is None:
+            return None
+        entry, template, result_index = found
+        from ..._dsl_launch import PackedLaunch
+        from ._launch import N_SCALARS
+        p = self.problem
+        launch = PackedLaunch.create(layout, entry, template, self._tensor_uids, self._align, self._names,
+                                     N_SCALARS, p.scalar_uids, [t == "float64" for t in p.scalar_types],
+                                     self.scalar_defaults, self._launch.extents, result_index, self._launch)
+        return launch.execute_mapping
 
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
         slots = variant_pack.slots
@@ -206,10 +233,11 @@ class CuteGemmEngine(ToolchainGatedEngine):
         self._require_toolchain()
         device = _device(graph.device[1])
         plans = []
+        base = -1.0 if _plans.ranks_below_cudnn(problem) else 10.0   # cuDNN's entries have priority 0
         for rank, knobs in enumerate(_prefer_compiled(problem, _plans.candidates(problem, device.sm_count),
                                                       device)):
             plans.append(PlanConfig(CUTE_BASE, knobs=knobs.as_dict(), name=f"cute_gemm_{knobs.label()}",
-                                    engine=self, priority=10.0 - 0.01 * rank, workspace_size=0,
+                                    engine=self, priority=base - 0.01 * rank, workspace_size=0,
                                     payload=problem))
         return plans
 
@@ -231,6 +259,8 @@ class CuteGemmEngine(ToolchainGatedEngine):
                             graph.device[1],
                             extents=(spec.M, spec.N, spec.K, spec.L))
         built = CuteGemmPlan(plan, problem, spec, launcher)
+        built.scalar_defaults = tuple(_scalar_value(getattr(graph.tensor_by_uid(u), "value", None))
+                                      for u in problem.scalar_uids)
         built.kernel_reused = reused                  # the graph's build log line reports these two
         built.compile_seconds = None if reused else compile_seconds.get(compiled_for)
         return built

@@ -394,6 +394,17 @@ def test_two_shapes_of_one_class_compile_one_kernel(monkeypatch):
 
 
 @needs_dsl
+def test_a_skinny_problem_ranks_its_plans_after_cudnns(sm90):
+    g, _ = gemm_graph("cuda", M=16, N=512, K=1024)
+    g.validate()
+    plans = cute_engine.CuteGemmEngine().propose_plans(g.view)
+    assert plans and all(p.priority < 0 for p in plans)
+    g, _ = gemm_graph("cuda", M=256, N=512, K=1024)
+    g.validate()
+    assert all(p.priority > 0 for p in cute_engine.CuteGemmEngine().propose_plans(g.view))
+
+
+@needs_dsl
 def test_a_close_knob_set_with_a_compiled_kernel_is_ranked_first(monkeypatch):
     problem = _matched(M=512, N=512, K=512)
     device = cute_engine._Device()
@@ -468,6 +479,8 @@ def _run_case(producer="cupy", seed=0, pin=None, **kw):
     g, t = builder("cpu")
     host = _host_inputs(g, t, seed)
     want = reference_run(builder, host, ["Y"])
+    if pin is None and kw.get("M", 200) * math.prod(kw.get("batch", ())) <= _plans.SKINNY_M:
+        pin = 0           # a skinny problem ranks cuDNN's plans first: pin the engine's best plan
     if pin is None:
         got, graph = gpu_run(builder, host, ["Y"], producer)
         assert graph.selected_plan.engine_id == CUTE_ID, graph.selected_plan

@@ -1,0 +1,33 @@
+from libc.stdint cimport int32_t, int64_t
+from cudnn_graph._variant_pack cimport PackLayout
+
+cdef enum:
+    DSL_MAX_ARGS = 32            # the DSL's packed-argument array: base arguments + result + kernels
+    DSL_MAX_POINTERS = 8
+    DSL_MAX_FLOATS = 4
+    DSL_MAX_INTS = 4
+
+# A DSL-compiled host entry: takes the packed-argument array (each entry the address of one argument's
+# value, then the result cell and the module's kernel handles).
+ctypedef void (*dsl_entry_t)(void** args) noexcept nogil
+
+
+cdef class PackedLaunch:
+    cdef PackLayout _layout
+    cdef dsl_entry_t _entry
+    cdef int _nargs                          # entries of the template
+    cdef void* _template[DSL_MAX_ARGS]
+    cdef int _n_pointers
+    cdef int64_t _pointer_uids[DSL_MAX_POINTERS]
+    cdef int64_t _pointer_align[DSL_MAX_POINTERS]
+    cdef int _n_floats                       # float arguments of the entry (the scalars' slots)
+    cdef int _n_scalars                      # of those, read from host scalar operands
+    cdef int64_t _scalar_uids[DSL_MAX_FLOATS]
+    cdef bint _scalar_is_double[DSL_MAX_FLOATS]
+    cdef bint _scalar_has_default[DSL_MAX_FLOATS]   # a pass-by-value tensor with a value: the mapping
+    cdef float _scalar_default[DSL_MAX_FLOATS]       # may leave it out
+    cdef int _n_ints
+    cdef int32_t _ints[DSL_MAX_INTS]         # fixed int32 arguments (a shape class's extents)
+    cdef int _result_index                   # where the CUDA-result cell goes, -1: none
+    cdef tuple _names                        # per pointer argument, for messages
+    cdef object _keepalive                   # the executor that owns the loaded module

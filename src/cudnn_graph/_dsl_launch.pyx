@@ -1,0 +1,156 @@
+"""A DSL-compiled kernel launched from C: ``execute()``'s one-call path for CuTe DSL plans.
+
+A CuTe DSL program compiles to a host entry (C ABI: one ``void**``, the addresses of each argument's
+value, then a cell for the CUDA result and the loaded module's kernel handles) that encodes the TMA
+descriptors and launches the kernel. The DSL's own Python call path rebuilds that array per call;
+``PackedLaunch`` takes it once, as the DSL packs it (the template), and per call only writes the operand
+addresses, the host scalars and the stream into cells on the C stack and calls the entry with the GIL
+released. Packing the caller's mapping is ``pack_into``'s (the checks of every execute); nothing here
+allocates, and two threads never share a cell.
+
+The template's layout (pointers, then f32 scalars, then int32 extents, then the stream) is checked by
+the engine against the DSL's own packing before a PackedLaunch is made (engines/cute/_launch.py).
+"""
+from libc.stdint cimport int32_t, int64_t, intptr_t, uintptr_t
+from libc.string cimport memcpy
+
+from cudnn_graph._variant_pack cimport PACK_INLINE, PackLayout, pack_into
+from cudnn_graph._stream cimport stream_handle
+
+from cudnn_graph.errors import CudaDriverError, InvalidArgumentError
+
+
+cdef class PackedLaunch:
+    """``launch.execute_mapping(mapping, handle, stream)`` runs the compiled entry on ``mapping``'s
+    buffers. Made by ``PackedLaunch.create``; ``handle`` is accepted for the executor signature (a DSL
+    plan uses no cuDNN handle).
+
+    Example (what the CuTe engine does; ``template`` from the DSL's packing of one call):
+        >>> launch = PackedLaunch.create(layout, entry_address, template, (a_uid, b_uid, c_uid),
+        ...                              (16, 16, 16), ("A", "B", "output"), 3, (), (), (), (256, 256, 256, 1),
+        ...                              14, executor)                        # doctest: +SKIP
+        >>> launch.execute_mapping({a: A, b: B, c: C}, None, stream)        # doctest: +SKIP
+    """
+
+    def __cinit__(self):
+        self._layout = None
+        self._entry = NULL
+        self._nargs = 0
+        self._n_pointers = self._n_floats = self._n_scalars = self._n_ints = 0
+        self._result_index = -1
+        self._names = ()
+        self._keepalive = None
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("PackedLaunch objects are made by PackedLaunch.create()")
+
+    @staticmethod
+    def create(PackLayout layout, uintptr_t entry, template, pointer_uids, pointer_align, names,
+               int n_floats, scalar_uids, scalar_is_double, scalar_defaults, ints, int result_index,
+               keepalive):
+        """A launch of the host entry at ``entry`` with ``template`` (the DSL's packed-argument array as
+        ints) for operands ``pointer_uids`` (each checked against its alignment in bytes), ``n_floats``
+        f32 arguments of which the first ``len(scalar_uids)`` are read from those host operands,
+        ``ints`` fixed int32 arguments, the stream, and the result cell at ``result_index`` (-1: none).
+        ``scalar_defaults``: per scalar, the value used when the mapping leaves it out, or None."""
+        cdef PackedLaunch self = PackedLaunch.__new__(PackedLaunch)
+        cdef int i
+        n_base = len(pointer_uids) + n_floats + len(ints) + 1
+        if entry == 0 or len(template) > DSL_MAX_ARGS or len(template) < n_base:
+            raise InvalidArgumentError("template", f"a packed-argument array of {n_base} to {DSL_MAX_ARGS} "
+                                       "entries and a host entry address", f"{len(template)} entries")
+        if len(pointer_uids) > DSL_MAX_POINTERS or n_floats > DSL_MAX_FLOATS or len(ints) > DSL_MAX_INTS \
+                or len(scalar_uids) > n_floats:
+            raise InvalidArgumentError("arguments", f"at most {DSL_MAX_POINTERS} pointers, {DSL_MAX_FLOATS} "
+                                       f"floats, {DSL_MAX_INTS} ints",
+                                       f"{len(pointer_uids)} / {n_floats} / {len(ints)}")
+        self._layout = layout
+        self._entry = <dsl_entry_t><void*>entry
+        self._nargs = len(template)
+        for i in range(self._nargs):
+            self._template[i] = <void*><uintptr_t>template[i]
+        self._n_pointers = len(pointer_uids)
+        for i in range(self._n_pointers):
+            self._pointer_uids[i] = pointer_uids[i]
+            self._pointer_align[i] = pointer_align[i]
+        self._n_floats = n_floats
+        self._n_scalars = len(scalar_uids)
+        for i in range(self._n_scalars):
+            self._scalar_uids[i] = scalar_uids[i]
+            self._scalar_is_double[i] = bool(scalar_is_double[i])
+            self._scalar_has_default[i] = scalar_defaults[i] is not None
+            self._scalar_default[i] = 0.0 if scalar_defaults[i] is None else float(scalar_defaults[i])
+        self._n_ints = len(ints)
+        for i in range(self._n_ints):
+            self._ints[i] = ints[i]
+        self._result_index = result_index
+        self._names = tuple(names)
+        self._keepalive = keepalive
+        return self
+
+    def execute_mapping(self, mapping, handle, stream):
+        """Pack ``mapping`` (every check of execute()), then launch with the GIL released."""
+        cdef int64_t uids[PACK_INLINE]
+        cdef void* ptrs[PACK_INLINE]
+        cdef Py_ssize_t n = 0
+        cdef void* args[DSL_MAX_ARGS]
+        cdef void* pointer_cells[DSL_MAX_POINTERS]
+        cdef float float_cells[DSL_MAX_FLOATS]
+        cdef int32_t int_cells[DSL_MAX_INTS]
+        cdef intptr_t stream_cell = 0
+        cdef int32_t result_cell = 0
+        cdef int i, j, at
+        cdef void* p
+        keepalive = pack_into(mapping, self._layout, stream, uids, ptrs, PACK_INLINE, &n)
+        for i in range(self._n_pointers):
+            p = _find(uids, ptrs, n, self._pointer_uids[i])
+            if <uintptr_t>p % <uintptr_t>self._pointer_align[i]:
+                raise ValueError(f"{self._names[i]} is at address {<uintptr_t>p:#x}, not "
+                                 f"{self._pointer_align[i]}-byte aligned; the CuTe GEMM needs it")
+            pointer_cells[i] = p
+        for i in range(self._n_floats):
+            float_cells[i] = 0.0
+        for i in range(self._n_scalars):
+            p = _find(uids, ptrs, n, self._scalar_uids[i])
+            if p == NULL:
+                if not self._scalar_has_default[i]:
+                    raise InvalidArgumentError("variant_pack", f"a buffer for scalar uid {self._scalar_uids[i]}",
+                                               "none")
+                float_cells[i] = self._scalar_default[i]
+            elif self._scalar_is_double[i]:
+                float_cells[i] = <float>(<double*>p)[0]
+            else:
+                float_cells[i] = (<float*>p)[0]
+        for i in range(self._n_ints):
+            int_cells[i] = self._ints[i]
+        if stream is not None:
+            stream_cell = stream if type(stream) is int else stream_handle(stream)
+        memcpy(args, self._template, self._nargs * sizeof(void*))
+        at = 0
+        for i in range(self._n_pointers):
+            args[at] = &pointer_cells[i]
+            at += 1
+        for i in range(self._n_floats):
+            args[at] = &float_cells[i]
+            at += 1
+        for i in range(self._n_ints):
+            args[at] = &int_cells[i]
+            at += 1
+        args[at] = &stream_cell
+        if self._result_index >= 0:
+            args[self._result_index] = &result_cell
+        with nogil:
+            self._entry(args)
+        del keepalive
+        if result_cell != 0:
+            raise CudaDriverError(f"the CuTe DSL kernel launch failed: CUDA error {result_cell}")
+
+
+cdef inline void* _find(const int64_t* uids, void** ptrs, Py_ssize_t n, int64_t uid) noexcept nogil:
+    """The address packed for ``uid`` (NULL when the pack has no such operand: the layout requires
+    every one the kernel reads, so only an empty extent gets here)."""
+    cdef Py_ssize_t k
+    for k in range(n):
+        if uids[k] == uid:
+            return ptrs[k]
+    return NULL
