@@ -53,6 +53,55 @@ def export_us(fn, n=20000):
     return (time.perf_counter() - t) / n * 1e6
 
 
+def _default_plan_rows(cudnn, torch, sync, reps, a, b, c) -> dict:
+    """The same matmul on the default plan (the CuTe GEMM where the DSL is installed): execute from raw
+    ints and from torch, against the C floor of its own launch path (the compiled host entry called from
+    a nogil loop, arguments packed once)."""
+    F = cudnn.data_type
+    g = cudnn.pygraph(io_data_type=F.BFLOAT16, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                      device="cuda:0")
+    A = g.tensor(name="A", dim=[1, M, K], stride=[M * K, K, 1])
+    B = g.tensor(name="B", dim=[1, K, N], stride=[K * N, N, 1])
+    C = g.matmul(A, B).set_output(True).set_data_type(F.BFLOAT16)
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    pack_t = {A: a, B: b, C: c}
+    g.execute(pack_t)
+    g.execute(pack_t)
+    sync()
+    out = {"plan": g.selected_plan.label, "rows": {}}
+    out["max_abs_err"] = float((c.float() - a.float() @ b.float()).abs().max())
+    ia, ib, ic = a.data_ptr(), b.data_ptr(), c.data_ptr()
+    out["rows"]["raw int (held ints, fresh dict)"] = burst_us(lambda: g.execute({A: ia, B: ib, C: ic}), sync,
+                                                              reps=reps)
+    out["rows"]["torch"] = burst_us(lambda: g.execute(pack_t), sync, reps=reps)
+    launch = getattr(g.fast_executor, "__self__", None)
+    from cudnn_graph import _bench_timing
+    if type(launch).__name__ == "PackedLaunch":
+        pack_i = {A: ia, B: ib, C: ic}
+        per = []
+        for _ in range(reps):
+            sync()
+            per.append(_bench_timing.dsl_entry_floor_ns(launch, pack_i, 100) / 1e3)
+        sync()
+        out["c_floor_us"] = statistics.median(per)
+    else:
+        out["c_floor_us"] = None
+        out["note"] = f"no C launch path for {g.selected_plan.label} (fast executor {g.fast_executor!r})"
+    return out
+
+
+def _default_plan_lines(cute: dict, cudnn_replay_us) -> list:
+    floor = cute.get("c_floor_us")
+    lines = [f"default plan {cute['plan']} (max |err| {cute['max_abs_err']:.3g}): C floor of its launch path "
+             + (f"{floor:.2f} us" if floor else cute.get("note", "n/a"))]
+    for name, us in cute["rows"].items():
+        ratio = f"{us / floor:.2f}x floor (<= 1.15)" if floor else ""
+        vs = f"; vs cuDNN raw int (graph replay) {us - cudnn_replay_us:+.2f} us (<= +0.5)" \
+            if isinstance(cudnn_replay_us, float) and name.startswith("raw int") else ""
+        lines.append(f"  default plan {name:<32}{us:>8.2f} us  {ratio}{vs}")
+    return lines
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
@@ -210,6 +259,7 @@ def main(argv=None) -> dict:
     except Exception as exc:
         fe_version = f"unavailable: {type(exc).__name__}: {str(exc)[:100]}"
 
+    cute = _default_plan_rows(cudnn, torch, sync, reps, a, b, c)
     graph_text = f"{graph_floor:.2f} us" if isinstance(graph_floor, float) else graph_floor
     lines = [f"host us per execute, 128^3 bf16 matmul, plan {g.selected_plan.label}, max |err| {err:.3g} "
              f"(graph replay {err_replay:.3g}; cuda_graph_support={graph_support}, "
@@ -260,6 +310,8 @@ def main(argv=None) -> dict:
         lines.append(f"{name:<40}{us:>9.2f}{us / floor:>8.2f}{'':>22}{'':>14}{vs_torch:>10}{vs_int:>9}")
     for name, us in fe_rows.items():
         lines.append(f"{name:<40}{us:>9.2f}{us / floor:>8.2f}")
+    lines.extend(_default_plan_lines(cute, rows.get("raw int (graph replay)")))
+    result["default_plan"] = cute
     lines.append("raw int / C floor, interleaved burst by burst (median of %d): %s" % (
         reps, ", ".join(f"{name} {ratio:.3f}x" for name, ratio in interleaved.items())))
     result["raw_int_over_floor_interleaved"] = interleaved

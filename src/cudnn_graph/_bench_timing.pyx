@@ -18,8 +18,10 @@ from cudnn_graph._graph_replay cimport (
     Operands, GRAPH_NONE, build_variant_pack, record_graph, capture_allowed, stage_name,
 )
 from cudnn_graph._plan_runner cimport PlanRunner, operands_as_executed
+from cudnn_graph._dsl_launch cimport LaunchCells, PackedLaunch, dsl_entry_t
 
 from cudnn_graph._driver import result_text as _driver_result_text
+from cudnn_graph.errors import CudaDriverError
 
 cdef extern from "<time.h>" nogil:
     ctypedef long time_t
@@ -156,4 +158,23 @@ def execute_graph_floor_ns(PlanRunner runner, VariantPack pack, int iterations, 
         raise RuntimeError(f"execute_graph_floor_ns: a CUDA graph call failed: {_driver_result_text(result)}")
     if method == GRAPH_NONE:
         raise RuntimeError("execute_graph_floor_ns: no CUDA graph could be recorded for this plan")
+    return (stop - start) / iterations
+
+
+def dsl_entry_floor_ns(PackedLaunch launch, mapping, int iterations, *, stream=None) -> float:
+    """Host nanoseconds per call of a DSL plan's compiled host entry (its TMA encodes and the kernel
+    launch) from a nogil C loop, the arguments packed once: the C floor of a CuTe plan's execute."""
+    cdef LaunchCells cells
+    cdef dsl_entry_t entry = launch.entry()
+    cdef double start, stop
+    cdef int i
+    keepalive = launch.fill(mapping, stream, &cells)
+    with nogil:
+        start = _now_ns()
+        for i in range(iterations):
+            entry(cells.args)
+        stop = _now_ns()
+    del keepalive
+    if cells.result != 0:
+        raise CudaDriverError(f"the DSL kernel launch failed: CUDA error {cells.result}")
     return (stop - start) / iterations

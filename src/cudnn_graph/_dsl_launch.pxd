@@ -1,4 +1,4 @@
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, intptr_t
 from cudnn_graph._variant_pack cimport PackLayout
 
 cdef enum:
@@ -10,6 +10,15 @@ cdef enum:
 # A DSL-compiled host entry: takes the packed-argument array (each entry the address of one argument's
 # value, then the result cell and the module's kernel handles).
 ctypedef void (*dsl_entry_t)(void** args) noexcept nogil
+
+# One call's argument values and the packed array pointing at them: on the caller's C stack.
+cdef struct LaunchCells:
+    void* pointers[DSL_MAX_POINTERS]
+    float floats[DSL_MAX_FLOATS]
+    int32_t ints[DSL_MAX_INTS]
+    intptr_t stream
+    int32_t result
+    void* args[DSL_MAX_ARGS]
 
 
 cdef class PackedLaunch:
@@ -31,3 +40,8 @@ cdef class PackedLaunch:
     cdef int _result_index                   # where the CUDA-result cell goes, -1: none
     cdef tuple _names                        # per pointer argument, for messages
     cdef object _keepalive                   # the executor that owns the loaded module
+
+    # Pack ``mapping`` into ``cells`` (every check of execute()); returns what must stay alive until the
+    # entry has been called.
+    cdef object fill(self, object mapping, object stream, LaunchCells* cells)
+    cdef dsl_entry_t entry(self) noexcept nogil

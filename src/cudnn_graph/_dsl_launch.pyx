@@ -90,16 +90,22 @@ cdef class PackedLaunch:
 
     def execute_mapping(self, mapping, handle, stream):
         """Pack ``mapping`` (every check of execute()), then launch with the GIL released."""
+        cdef LaunchCells cells
+        keepalive = self.fill(mapping, stream, &cells)
+        with nogil:
+            self._entry(cells.args)
+        del keepalive
+        if cells.result != 0:
+            raise CudaDriverError(f"the CuTe DSL kernel launch failed: CUDA error {cells.result}")
+
+    cdef dsl_entry_t entry(self) noexcept nogil:
+        return self._entry
+
+    cdef object fill(self, object mapping, object stream, LaunchCells* cells):
         cdef int64_t uids[PACK_INLINE]
         cdef void* ptrs[PACK_INLINE]
         cdef Py_ssize_t n = 0
-        cdef void* args[DSL_MAX_ARGS]
-        cdef void* pointer_cells[DSL_MAX_POINTERS]
-        cdef float float_cells[DSL_MAX_FLOATS]
-        cdef int32_t int_cells[DSL_MAX_INTS]
-        cdef intptr_t stream_cell = 0
-        cdef int32_t result_cell = 0
-        cdef int i, j, at
+        cdef int i, at
         cdef void* p
         keepalive = pack_into(mapping, self._layout, stream, uids, ptrs, PACK_INLINE, &n)
         for i in range(self._n_pointers):
@@ -107,43 +113,41 @@ cdef class PackedLaunch:
             if <uintptr_t>p % <uintptr_t>self._pointer_align[i]:
                 raise ValueError(f"{self._names[i]} is at address {<uintptr_t>p:#x}, not "
                                  f"{self._pointer_align[i]}-byte aligned; the CuTe GEMM needs it")
-            pointer_cells[i] = p
+            cells.pointers[i] = p
         for i in range(self._n_floats):
-            float_cells[i] = 0.0
+            cells.floats[i] = 0.0
         for i in range(self._n_scalars):
             p = _find(uids, ptrs, n, self._scalar_uids[i])
             if p == NULL:
                 if not self._scalar_has_default[i]:
                     raise InvalidArgumentError("variant_pack", f"a buffer for scalar uid {self._scalar_uids[i]}",
                                                "none")
-                float_cells[i] = self._scalar_default[i]
+                cells.floats[i] = self._scalar_default[i]
             elif self._scalar_is_double[i]:
-                float_cells[i] = <float>(<double*>p)[0]
+                cells.floats[i] = <float>(<double*>p)[0]
             else:
-                float_cells[i] = (<float*>p)[0]
+                cells.floats[i] = (<float*>p)[0]
         for i in range(self._n_ints):
-            int_cells[i] = self._ints[i]
+            cells.ints[i] = self._ints[i]
+        cells.stream = 0
         if stream is not None:
-            stream_cell = stream if type(stream) is int else stream_handle(stream)
-        memcpy(args, self._template, self._nargs * sizeof(void*))
+            cells.stream = stream if type(stream) is int else stream_handle(stream)
+        cells.result = 0
+        memcpy(cells.args, self._template, self._nargs * sizeof(void*))
         at = 0
         for i in range(self._n_pointers):
-            args[at] = &pointer_cells[i]
+            cells.args[at] = &cells.pointers[i]
             at += 1
         for i in range(self._n_floats):
-            args[at] = &float_cells[i]
+            cells.args[at] = &cells.floats[i]
             at += 1
         for i in range(self._n_ints):
-            args[at] = &int_cells[i]
+            cells.args[at] = &cells.ints[i]
             at += 1
-        args[at] = &stream_cell
+        cells.args[at] = &cells.stream
         if self._result_index >= 0:
-            args[self._result_index] = &result_cell
-        with nogil:
-            self._entry(args)
-        del keepalive
-        if result_cell != 0:
-            raise CudaDriverError(f"the CuTe DSL kernel launch failed: CUDA error {result_cell}")
+            cells.args[self._result_index] = &cells.result
+        return keepalive
 
 
 cdef inline void* _find(const int64_t* uids, void** ptrs, Py_ssize_t n, int64_t uid) noexcept nogil:

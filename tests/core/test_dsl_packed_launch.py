@@ -119,3 +119,10 @@ def test_direct_construction_and_a_short_template_are_refused(stand_in):
     with pytest.raises(InvalidArgumentError, match="packed-argument array"):
         PackedLaunch.create(_layout(), entry, [0] * 4, (1, 2, 3), (16, 16, 16), ("A", "B", "C"), 3, (), (), (),
                             (1, 1, 1, 1), 11, None)
+
+
+def test_the_c_floor_calls_the_entry_from_a_nogil_loop(stand_in):
+    from cudnn_graph._bench_timing import dsl_entry_floor_ns
+    before = _seen(stand_in).calls
+    ns = dsl_entry_floor_ns(_launch(stand_in, default=1.0), {1: 0x10000, 2: 0x20000, 3: 0x30000}, 50)
+    assert _seen(stand_in).calls == before + 50 and ns > 0
