@@ -192,3 +192,9 @@ from ._progress import set_progress_callback
 from . import _log_env
 _log_env.install_from_environment()
 __all__ += ["set_progress_callback"]
+
+# ---- serialized plans and the persistent plan cache (issue 22): graph.serialize() / deserialize(),
+# set_plan_cache(path) or $CUDNN_GRAPH_PLAN_CACHE (docs/prebuilt_plans.md, docs/plan_format.md).
+from .plan_cache import set_plan_cache, get_plan_cache
+from .errors import PlanBlobError, PlanVersionMismatchError
+__all__ += ["set_plan_cache", "get_plan_cache", "PlanBlobError", "PlanVersionMismatchError"]
