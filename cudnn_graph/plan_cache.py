@@ -181,8 +181,8 @@ def load_into(graph) -> bool:
         load_into_built_graph(graph, data)
     except (CudnnGraphError, NotImplementedError) as exc:
         # A stored plan that does not load here (a filter declines it, cuDNN refuses it): plan afresh.
+        # Nothing of the graph's plan state changed (a load installs only once it has the plan built).
         cache.discard(key, f"{type(exc).__name__}: {exc}")
-        graph._plans = type(graph._plans)(plan_cache_key=key, started=graph._plans.started)
         _report(graph, key, False, "", started, f"the stored plan did not load ({exc})")
         return False
     graph._plans.plan_cache_key = None       # nothing to store: it came from the cache

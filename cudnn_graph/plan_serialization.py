@@ -174,7 +174,7 @@ def _encode_graph(graph) -> dict:
         if value is not None and not isinstance(value, (bool, int, float)):
             raise PlanBlobError(f"tensor '{t.name}': its scalar value is a {type(value).__name__}", "graph")
         tensors.append({
-            "uid": t.uid, "name": t.name,
+            "uid": t.uid, "name": t.name, "uid_user": bool(t.uid_assigned_by_user),
             "dim": list(t.dim) if t.dim_set_by_user else None,
             "stride": list(t.stride) if t.stride_set_by_user else None,
             "data_type": t.get_data_type().name if t.data_type_set_by_user else None,
@@ -207,11 +207,63 @@ def _encode_graph(graph) -> dict:
             "tensors": tensors, "nodes": nodes}
 
 
-def _fill_graph(graph, data: dict, device: tuple) -> None:
-    """Rebuild the IR ``data`` describes into the empty ``graph`` (uids, names and geometry as stored)."""
-    from ._ir import Graph as GraphCore
+def _make_input(graph, r: dict):
+    from .enums import DataType
+    dtype = None if r["data_type"] is None else DataType[r["data_type"]]
+    uid = r["uid"] if r["uid_user"] else None
+    if r["value"] is not None:
+        t = graph.tensor_scalar(_decode_value(r["value"], {}), data_type=dtype, name=r["name"])
+        t.set_dim(r["dim"]).set_stride(r["stride"] if r["stride"] is not None else [1] * len(r["dim"]))
+        return t.set_uid(uid) if uid is not None else t
+    return graph.tensor(name=r["name"], dim=r["dim"], stride=r["stride"], data_type=dtype,
+                        is_virtual=r["is_virtual"], is_pass_by_value=r["is_pass_by_value"],
+                        reordering_type=r["reordering_type"] or None, uid=uid)
+
+
+def _make_node(graph, node: dict, made: dict, by_uid: dict) -> None:
     from .enums import DataType
     from .ops import SCHEMAS
+    schema = SCHEMAS.get(node["op"])
+    if schema is None:
+        raise PlanBlobError(f"the blob's graph has an op {node['op']!r} this library does not know", "graph")
+    for v in node["inputs"].values():
+        for uid in (v if isinstance(v, list) else [v]):
+            if uid is not None and uid not in made:       # an input made after the node (an adopted output)
+                made[uid] = _make_input(graph, by_uid[uid])
+    inputs = {port: None if v is None else (tuple(made[u] for u in v) if isinstance(v, list) else made[v])
+              for port, v in node["inputs"].items()}
+    params = {k: _decode_value(v, made) for k, v in node["params"].items()}
+    compute_type = node["compute_data_type"]
+    position = {uid: i for i, uid in enumerate(by_uid)}       # creation order of the original
+    names = sorted(node["outputs"], key=lambda port: position[node["outputs"][port]])
+    outs = graph._add_node(node["op"], schema, node["name"], inputs, params, names,
+                           None if compute_type == DataType.NOT_SET else DataType(compute_type))
+    for port, t in zip(names, outs):
+        r = by_uid[node["outputs"][port]]
+        t.set_name(r["name"])
+        if r["uid_user"]:
+            t.set_uid(r["uid"])
+        if r["dim"] is not None:
+            t.set_dim(r["dim"])
+        if r["stride"] is not None:
+            t.set_stride(r["stride"])
+        if r["data_type"] is not None:
+            t.set_data_type(DataType[r["data_type"]])
+        if r["virtual_user"]:
+            t.set_is_virtual(r["is_virtual"])
+        if r["is_pass_by_value"]:
+            t.set_is_pass_by_value(True)
+        if r["reordering_type"]:
+            t.set_reordering_type(r["reordering_type"])
+        made[r["uid"]] = t
+
+
+def _fill_graph(graph, data: dict, device: tuple) -> None:
+    """Rebuild the IR ``data`` describes into the empty ``graph``: tensors and nodes made in the order the
+    original made them, so auto-assigned uids come out as they were (the graph's key is the original's);
+    a uid that still differs (the original renumbered it) is set explicitly."""
+    from ._ir import Graph as GraphCore
+    from .enums import DataType
     if data.get("format") != GRAPH_FORMAT:
         raise PlanBlobError(f"the blob's graph is in format {data.get('format')!r}; this library reads "
                             f"{GRAPH_FORMAT!r}", "graph")
@@ -220,49 +272,21 @@ def _fill_graph(graph, data: dict, device: tuple) -> None:
                        device="cpu" if device[0] == "cpu" else f"cuda:{device[1]}", handle=graph.handle,
                        router=graph.router)
     graph._override_shape_enabled = bool(data["override_shapes"])
-    made: dict = {}
     records = data["tensors"]
-    for r in records:
-        if r["producer"] is not None:
-            continue
-        dtype = None if r["data_type"] is None else DataType[r["data_type"]]
-        if r["value"] is not None:
-            t = graph.tensor_scalar(_decode_value(r["value"], made), data_type=dtype, name=r["name"])
-            t.set_dim(r["dim"]).set_stride(r["stride"] if r["stride"] is not None else [1] * len(r["dim"]))
-            t.set_uid(r["uid"])
-        else:
-            t = graph.tensor(name=r["name"], dim=r["dim"], stride=r["stride"], data_type=dtype,
-                             is_virtual=r["is_virtual"], is_pass_by_value=r["is_pass_by_value"],
-                             reordering_type=r["reordering_type"] or None, uid=r["uid"])
-        made[r["uid"]] = t
     by_uid = {r["uid"]: r for r in records}
-    for node in data["nodes"]:
-        schema = SCHEMAS.get(node["op"])
-        if schema is None:
-            raise PlanBlobError(f"the blob's graph has an op {node['op']!r} this library does not know", "graph")
-        inputs = {port: None if v is None else (tuple(made[u] for u in v) if isinstance(v, list) else made[v])
-                  for port, v in node["inputs"].items()}
-        params = {k: _decode_value(v, made) for k, v in node["params"].items()}
-        compute_type = node["compute_data_type"]
-        names = list(node["outputs"])
-        outs = graph._add_node(node["op"], schema, node["name"], inputs, params, names,
-                               None if compute_type == DataType.NOT_SET else DataType(compute_type))
-        for port, t in zip(names, outs):
-            r = by_uid[node["outputs"][port]]
-            t.set_uid(r["uid"]).set_name(r["name"])
-            if r["dim"] is not None:
-                t.set_dim(r["dim"])
-            if r["stride"] is not None:
-                t.set_stride(r["stride"])
-            if r["data_type"] is not None:
-                t.set_data_type(DataType[r["data_type"]])
-            if r["virtual_user"]:
-                t.set_is_virtual(r["is_virtual"])
-            if r["is_pass_by_value"]:
-                t.set_is_pass_by_value(True)
-            if r["reordering_type"]:
-                t.set_reordering_type(r["reordering_type"])
-            made[r["uid"]] = t
+    made: dict = {}
+    for r in records:
+        if r["uid"] in made:
+            continue
+        if r["producer"] is None:
+            made[r["uid"]] = _make_input(graph, r)
+        else:
+            _make_node(graph, data["nodes"][r["producer"]], made, by_uid)
+    for _ in range(len(records) + 1):      # each pass pins one more uid; a pinned uid never moves again
+        wrong = [(uid, t) for uid, t in made.items() if t.uid != uid]
+        if not wrong:
+            break
+        wrong[0][1].set_uid(wrong[0][0])
     for r in records:
         if r["ragged_offset"] is not None:
             made[r["uid"]].set_ragged_offset(made[r["ragged_offset"]])
@@ -310,7 +334,7 @@ def serialize(graph, *, include_kernels: bool = True, index: Optional[int] = Non
     engine = entry.engine
     family = _family_code(entry.engine_id)
     is_cudnn = family == blob_format.ENGINE_FAMILY_CODES["cudnn"]
-    sections = {SECTION_GRAPH: json.dumps(_encode_graph(graph), sort_keys=True, separators=(",", ":")).encode()}
+    sections = {SECTION_GRAPH: json.dumps(_encode_graph(graph), separators=(",", ":")).encode()}
     flags = 0
     payload = compiled.export_kernels() if (is_cudnn or include_kernels) else None
     if payload is not None:
@@ -338,8 +362,7 @@ def _engine_named(name: str, engine_id: int):
 
 
 def _plan_entry(graph, engine, recipe: dict):
-    """The plan-list entry the recipe names: the engine's own proposal with that (engine id, knobs) where
-    it proposes one (it may carry what the engine builds from), else a plain PlanConfig."""
+    """The plan-list entry the recipe names (engine id, knobs), made without asking the engine to plan."""
     from .engines.base import PlanConfig
     from .enums import knob_type
     knobs = {}
@@ -351,14 +374,6 @@ def _plan_entry(graph, engine, recipe: dict):
             except ValueError:
                 pass
         knobs[key] = _decode_value(v, {})
-    if engine.name != "cudnn_backend":      # a Python engine proposes without compiling
-        try:
-            for proposed in engine.propose_plans(graph.view):
-                if proposed.engine_id == recipe["engine_id"] and dict(proposed.knobs) == knobs:
-                    return proposed if proposed.engine is not None else \
-                        PlanConfig(**{**proposed.__dict__, "engine": engine})
-        except NotImplementedError as exc:   # GraphNotSupportedError is one
-            raise PlanBlobError(f"engine {engine.name} declines the blob's graph here: {exc}", "engine") from exc
     return PlanConfig(recipe["engine_id"], knobs, name=recipe["name"], engine=engine, source="deserialized")
 
 
