@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import subprocess
 import sys
 import textwrap
-import zlib
 
 import numpy as np
 import pytest
 
 import cudnn_graph as cudnn
+from _blob_headers import with_header
 from cudnn_graph import _plan_blob, plan_cache, plan_serialization
 from cudnn_graph.engines._kernel_disk_cache import KernelDiskCache
 
@@ -146,23 +145,13 @@ def test_a_truncated_entry_is_a_miss(tmp_path):
     assert open(path, "rb").read() == data or os.path.getsize(path) > len(data) // 2
 
 
-def _with_header(blob: bytes, **fields) -> bytes:
-    names = ["magic", "format_version", "header_size", "flags", "library_version", "cudnn_version", "arch",
-             "engine_family", "reserved", "engine_id", "workspace_size", "total_size", "checksum", "section_count"]
-    values = dict(zip(names, _plan_blob.HEADER.unpack_from(blob, 0)))
-    values.update(fields, checksum=0)
-    data = bytearray(_plan_blob.HEADER.pack(*[values[n] for n in names]) + blob[_plan_blob.HEADER.size:])
-    struct.pack_into("<I", data, 56, zlib.crc32(data))
-    return bytes(data)
-
-
 @pytest.mark.parametrize("field", ["library_version", "format_version", "arch"])
 def test_an_entry_holding_a_blob_of_another_version_is_discarded_and_the_graph_planned(tmp_path, field, caplog):
     g = _built(make(), str(tmp_path))
     key = plan_cache.plan_key(g)
     other = {"library_version": _plan_blob.pack_version(0, 0, 1), "format_version": 99, "arch": 90}[field]
     cache = KernelDiskCache(str(tmp_path), max_bytes=None)
-    cache.store(key, _with_header(g.serialize(as_bytes=True), **{field: other}), {"plan": "stale"})
+    cache.store(key, with_header(g.serialize(as_bytes=True), **{field: other}), {"plan": "stale"})
     with caplog.at_level(logging.INFO):
         h = _built(make(), str(tmp_path))
     assert run(h).tobytes() == run(g).tobytes()

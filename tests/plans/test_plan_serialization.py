@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import cudnn_graph as cudnn
+from _blob_headers import with_header
 from cudnn_graph import _plan_blob, plan_serialization
 from cudnn_graph.data_type import numpy_dtype
 from cudnn_graph.errors import GraphStateError, PlanBlobError, PlanVersionMismatchError
@@ -239,18 +240,6 @@ def _blob():
     return g.serialize(as_bytes=True)
 
 
-def _with_header(blob: bytes, **fields) -> bytes:
-    """``blob`` with header ``fields`` replaced and its checksum made right again (a well-formed blob of
-    another version / arch, not a corrupt one)."""
-    names = ["magic", "format_version", "header_size", "flags", "library_version", "cudnn_version", "arch",
-             "engine_family", "reserved", "engine_id", "workspace_size", "total_size", "checksum", "section_count"]
-    values = dict(zip(names, _plan_blob.HEADER.unpack_from(blob, 0)))
-    values.update(fields, checksum=0)
-    data = bytearray(_plan_blob.HEADER.pack(*[values[n] for n in names]) + blob[_plan_blob.HEADER.size:])
-    struct.pack_into("<I", data, 56, zlib.crc32(data))
-    return bytes(data)
-
-
 def _load(blob):
     cudnn.pygraph().deserialize(blob)
 
@@ -285,7 +274,7 @@ def test_another_magic_is_refused():
 
 def test_another_format_version_is_refused_saying_which():
     with pytest.raises(PlanVersionMismatchError) as info:
-        _load(_with_header(_blob(), format_version=_plan_blob.FORMAT_VERSION + 1))
+        _load(with_header(_blob(), format_version=_plan_blob.FORMAT_VERSION + 1))
     err = info.value
     assert err.field == "format version" and err.blob_value == _plan_blob.FORMAT_VERSION + 1
     assert err.process_value == _plan_blob.FORMAT_VERSION
@@ -293,7 +282,7 @@ def test_another_format_version_is_refused_saying_which():
 
 def test_another_library_version_is_refused_saying_which():
     with pytest.raises(PlanVersionMismatchError, match="cudnn_graph version is 9.9.9") as info:
-        _load(_with_header(_blob(), library_version=_plan_blob.pack_version(9, 9, 9)))
+        _load(with_header(_blob(), library_version=_plan_blob.pack_version(9, 9, 9)))
     assert info.value.field == "cudnn_graph version"
     assert info.value.process_value == plan_serialization._version_text(plan_serialization.library_version())
 
@@ -301,23 +290,23 @@ def test_another_library_version_is_refused_saying_which():
 def test_another_cudnn_version_is_refused_saying_which(monkeypatch):
     monkeypatch.setattr(plan_serialization, "_cudnn_version", lambda: 92100)
     with pytest.raises(PlanVersionMismatchError, match="cuDNN version is 8.9.7") as info:
-        _load(_with_header(_blob(), cudnn_version=_plan_blob.pack_version(8, 9, 7)))
+        _load(with_header(_blob(), cudnn_version=_plan_blob.pack_version(8, 9, 7)))
     assert (info.value.field, info.value.blob_value, info.value.process_value) == ("cuDNN version", "8.9.7", "9.21.0")
     # Another patch release of the same major.minor is the same cuDNN for a plan.
-    _load(_with_header(_blob(), cudnn_version=_plan_blob.pack_version(9, 21, 3)))
+    _load(with_header(_blob(), cudnn_version=_plan_blob.pack_version(9, 21, 3)))
 
 
 def test_another_gpu_architecture_is_refused_saying_which(monkeypatch):
     monkeypatch.setattr(plan_serialization, "device_arch", lambda device: 90)
     with pytest.raises(PlanVersionMismatchError, match="GPU architecture is sm_100") as info:
-        _load(_with_header(_blob(), arch=100))
+        _load(with_header(_blob(), arch=100))
     assert (info.value.blob_value, info.value.process_value) == ("sm_100", "sm_90")
 
 
 def test_a_gpu_blob_on_a_host_without_that_gpu_is_refused(monkeypatch):
     monkeypatch.setattr(plan_serialization, "device_arch", lambda device: 0)
     with pytest.raises(PlanVersionMismatchError, match="host"):
-        _load(_with_header(_blob(), arch=90))
+        _load(with_header(_blob(), arch=90))
 
 
 def test_a_blob_naming_an_engine_this_process_lacks_is_refused():
