@@ -418,9 +418,9 @@ def deserialize(graph, data, handle=None) -> None:
     kind, ordinal = stored["device"]
     if handle is not None:
         graph.handle = handle
-    handle_device = getattr(graph.handle, "device", None)
-    if kind == "cuda" and handle_device is not None:
-        ordinal = handle_device[1] if isinstance(handle_device, tuple) else str(handle_device).rsplit(":", 1)[-1]
+    handle_device = getattr(graph.handle, "device", None)     # a cuDNN Handle's is its CUDA ordinal
+    if kind == "cuda" and isinstance(handle_device, int) and not isinstance(handle_device, bool):
+        ordinal = handle_device
     device = (kind, int(ordinal))
     check_compatible(unpacked.header, device)
     try:
