@@ -356,3 +356,72 @@ def test_the_header_is_64_little_endian_bytes_a_c_reader_can_parse():
     assert kinds[0] == _plan_blob.SECTION_TENSORS and _plan_blob.SECTION_GRAPH in kinds
     header = plan_serialization.blob_header(blob)
     assert header.arch == 0 and header.cudnn_version == 0 and header.engine_family == 3
+
+
+# ---- a Python engine's kernels (the export_kernels / load_plan hooks) -------------------------------
+
+def _kernel_engine():
+    """A toy out-of-tree engine: the reference engine's plans, with 'compiled kernels' it can hand over."""
+    from cudnn_graph.engines.base import PlanConfig
+    from cudnn_graph.engines.reference.engine import ReferenceEngine, ReferencePlan
+
+    class KernelPlan(ReferencePlan):
+        def export_kernels(self):
+            return b"\x7fELF-kernels-of-" + str(self.plan.knobs["tile"]).encode()
+
+    class KernelEngine(ReferenceEngine):
+        name, engine_id = "kernel_toy", 30_001
+        loads: list = []
+
+        def propose_plans(self, graph):
+            return [PlanConfig(30_001, {"tile": 64}, name="toy_t64", engine=self, priority=10.0)]
+
+        def build_plan(self, graph, plan, ctx):
+            return KernelPlan(plan, graph)
+
+        def load_plan(self, graph, plan, ctx, kernels):
+            self.loads.append((dict(plan.knobs), kernels))
+            return KernelPlan(plan, graph)
+    return KernelEngine()
+
+
+@pytest.fixture
+def kernel_engine():
+    from cudnn_graph.engines import manifest
+    engine = _kernel_engine()
+    manifest.register_engine(engine)
+    yield engine
+    manifest.unregister_engine(engine)
+
+
+@pytest.mark.parametrize("include_kernels", [True, False])
+def test_a_python_engine_gets_its_kernels_back_only_when_they_were_included(kernel_engine, include_kernels):
+    g, _ = matmul_bias_relu()
+    g.build()
+    assert g.selected_plan.engine_id == 30_001
+    feeds = _inputs(g, {})
+    want = _run(g, feeds)
+    blob = g.serialize(as_bytes=True, include_kernels=include_kernels)
+    header = plan_serialization.blob_header(blob)
+    assert (header.engine_family, header.engine_id) == (4, 30_001)
+    assert bool(header.flags & _plan_blob.FLAG_KERNELS) == include_kernels
+    loaded = cudnn.pygraph()
+    loaded.deserialize(blob)
+    assert kernel_engine.loads[-1] == ({"tile": 64}, b"\x7fELF-kernels-of-64" if include_kernels else None)
+    got = _run(loaded, feeds)
+    assert all(got[name].tobytes() == want[name].tobytes() for name in want)
+
+
+def test_an_engine_without_the_hook_rebuilds_from_its_engine_id_and_knobs(kernel_engine, monkeypatch):
+    g, _ = matmul_bias_relu()
+    g.build()
+    blob = g.serialize(as_bytes=True)
+    built = []
+    from cudnn_graph.engines.base import BaseEngine
+    monkeypatch.setattr(type(kernel_engine), "load_plan", BaseEngine.load_plan)
+    original = type(kernel_engine).build_plan
+    monkeypatch.setattr(type(kernel_engine), "build_plan",
+                        lambda self, graph, plan, ctx: built.append(dict(plan.knobs)) or original(self, graph, plan, ctx))
+    loaded = cudnn.pygraph()
+    loaded.deserialize(blob)
+    assert built == [{"tile": 64}] and loaded.selected_plan.label == "toy_t64"
