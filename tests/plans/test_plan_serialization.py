@@ -15,6 +15,7 @@ from _blob_headers import with_header
 from cudnn_graph import _plan_blob, plan_serialization
 from cudnn_graph.data_type import numpy_dtype
 from cudnn_graph.errors import GraphStateError, PlanBlobError, PlanVersionMismatchError
+from _helpers import registered
 
 F = cudnn.data_type
 EPS = 1e-5
@@ -387,11 +388,7 @@ def _kernel_engine():
 
 @pytest.fixture
 def kernel_engine():
-    from cudnn_graph.engines import manifest
-    engine = _kernel_engine()
-    manifest.register_engine(engine)
-    yield engine
-    manifest.unregister_engine(engine)
+    yield from registered(_kernel_engine())
 
 
 @pytest.mark.parametrize("include_kernels", [True, False])
