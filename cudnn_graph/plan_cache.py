@@ -43,7 +43,7 @@ import threading
 import time
 from typing import Optional, Union
 
-from .errors import CudnnGraphError, InvalidArgumentTypeError
+from .errors import CudnnGraphError, GraphNotSupportedError, InvalidArgumentTypeError
 from . import _progress
 
 logger = logging.getLogger(__name__)
@@ -179,6 +179,11 @@ def load_into(graph) -> bool:
         return False
     try:
         load_into_built_graph(graph, data)
+    except GraphNotSupportedError as exc:
+        # This graph's own filters (deselect_engines, ...) decline the stored plan: it plans afresh and
+        # the entry stays for the graphs it suits.
+        _report(graph, key, False, "", started, f"the stored plan is declined here ({exc})")
+        return False
     except (CudnnGraphError, NotImplementedError) as exc:
         # A stored plan that does not load here (a filter declines it, cuDNN refuses it): plan afresh.
         # Nothing of the graph's plan state changed (a load installs only once it has the plan built).

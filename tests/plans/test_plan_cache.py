@@ -253,3 +253,17 @@ print("ok")
     entries = [n for d in os.listdir(tmp_path) for n in os.listdir(tmp_path / d)]
     assert [n for n in entries if n.endswith(".kernel")] and not [n for n in entries if n.startswith(".tmp-")]
     assert plan_cache.lookup(make())["plan"] == "reference"
+
+
+def test_a_stored_plan_this_graphs_filters_decline_is_a_miss_that_keeps_the_entry(tmp_path, monkeypatch):
+    _built(make(), str(tmp_path))
+    from cudnn_graph.engines import manifest
+
+    def decline(self, graph, plan):
+        raise cudnn.GraphNotSupportedError("deselected here")
+    reference = next(e for e in manifest.engines() if e.name == "reference")
+    monkeypatch.setattr(type(reference), "check_support", decline)
+    g = make().use_plan_cache(str(tmp_path))
+    with pytest.raises(cudnn.GraphNotSupportedError, match="deselected here"):
+        g.build()                       # planned afresh: the filter declines the fresh plan too
+    assert plan_cache.lookup(make().use_plan_cache(str(tmp_path))) is not None
