@@ -196,3 +196,9 @@ __all__ += ["set_progress_callback"]
 # ---- plans that last (issue 22): autotune's and the CUDA-graph calls' errors ----
 from .errors import AutotuneError, CudaGraphError
 __all__ += ["AutotuneError", "CudaGraphError"]
+
+# ---- serialized plans and the persistent plan cache (issue 22): graph.serialize() / deserialize(),
+# set_plan_cache(path) or $CUDNN_GRAPH_PLAN_CACHE (docs/prebuilt_plans.md, docs/plan_format.md).
+from .plan_cache import set_plan_cache, get_plan_cache
+from .errors import PlanBlobError, PlanVersionMismatchError
+__all__ += ["set_plan_cache", "get_plan_cache", "PlanBlobError", "PlanVersionMismatchError"]

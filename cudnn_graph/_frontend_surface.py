@@ -341,8 +341,11 @@ PYGRAPH_METHODS: dict[str, tuple[str, ...]] = {
 
 # pygraph methods whose status is not "same": name -> (status, why).
 PYGRAPH_STATUS: dict[str, tuple[str, str]] = {
-    "deserialize": (NOT_IMPLEMENTED, "plan serialization is not implemented: build the graph again"),
-    "serialize": (NOT_IMPLEMENTED, "plan serialization is not implemented: build the graph again"),
+    "deserialize": (DIFFERS, "reads cudnn_graph's plan blob (docs/plan_format.md), not the frontend's; a JSON "
+                             "string is refused; key the loaded graph's buffers by uid or name (a tensor of "
+                             "the graph that was serialized is another graph's)"),
+    "serialize": (DIFFERS, "writes cudnn_graph's plan blob (docs/plan_format.md): the graph, the plan's recipe "
+                           "and cuDNN's serialized execution plan or a Python engine's kernels"),
     "get_cuda_graph_retention": (NOT_IMPLEMENTED, _OWN_REPLAY),
     "populate_cuda_graph": (DIFFERS, "the variant pack takes any buffers execute() takes (not only int "
                                      "pointers); a plan cuDNN cannot populate, and a Python-engine plan, is "

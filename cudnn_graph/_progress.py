@@ -13,6 +13,8 @@ Each event goes to the ``cudnn_graph`` loggers (nothing is printed unless the ap
   ``"running"`` every ``HEARTBEAT_S`` seconds, then ``"done"``, and ``elapsed_s``);
 - ``"run"``: a reference-engine run that takes longer than ``LONG_RUN_S`` (``state`` = ``"running"``
   every ``HEARTBEAT_S`` seconds, then ``"done"``; ``engine``, ``what``, ``elapsed_s``).
+- ``"plan_cache"``: a graph that uses the plan cache looked its plan up (detail: ``graph``, ``key``,
+  ``hit``, ``plan`` (the loaded plan's name on a hit), ``ms``; ``cudnn_graph.plan_cache``).
 
 The ``"running"`` events come from one daemon thread (started at the first watched step, gone when
 nothing has been watched for a while); the others come from the thread doing the work. A callback that

@@ -341,3 +341,29 @@ class CudaGraphError(CudnnGraphError, ValueError):
 
 
 __all__ += ["AutotuneError", "CudaGraphError"]
+
+# ---- serialized plans and the plan cache (cudnn_graph/_plan_blob.py, plan_serialization.py) ---------
+
+class PlanBlobError(CudnnGraphError, ValueError):
+    """A serialized plan cannot be read or written: not a cudnn_graph plan blob (wrong magic), truncated,
+    corrupt (its checksum does not match), or holding what this process cannot rebuild; ``field`` names
+    the part that is wrong (None where the whole blob is)."""
+
+    def __init__(self, message: str, field=None):
+        self.field = field
+        super().__init__(message)
+
+
+class PlanVersionMismatchError(PlanBlobError):
+    """A serialized plan was made for another format, library, cuDNN version or GPU architecture than
+    this process has: ``field`` says which, ``blob_value`` what the blob holds, ``process_value`` what
+    this process has. Build the graph again (and serialize it again) where it will run."""
+
+    def __init__(self, field: str, blob_value, process_value, hint: str = "build the graph again here"):
+        self.blob_value = blob_value
+        self.process_value = process_value
+        super().__init__(f"the plan blob's {field} is {blob_value}, this process has {process_value}: "
+                         f"it cannot be loaded ({hint})", field)
+
+
+__all__ += ["PlanBlobError", "PlanVersionMismatchError"]

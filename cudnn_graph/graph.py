@@ -110,6 +110,7 @@ class _PlanState:
     started: Optional[float] = None                     # perf_counter() when build() / build_plans() began
     planning_ms: float = 0.0                            # create_execution_plans()' time
     counts_before: dict = field(default_factory=dict)   # engine name -> cache_counts() before planning
+    plan_cache_key: Any = None                          # the plan-cache key of a miss: store what gets built
     support_checked: bool = False                       # check_support() ran: deferred entries get it too
 
     @property
@@ -437,6 +438,8 @@ class pygraph(_GraphCore):
         started = time.perf_counter()
         if not self.frozen:
             self.build_operation_graph()
+        if self._load_from_plan_cache(started):
+            return      # the plan cache held this graph's plan: no heuristics, no compile
         from .engines import manifest
         entries, declines = [], []
         view = self.view
@@ -629,6 +632,7 @@ class pygraph(_GraphCore):
         """One INFO line (and a ``"build"`` progress event) for the plan just built: the graph's key, the
         plan and its engine, the build's time and its parts, what the engine compiled or reused."""
         st = self._plans
+        self._store_in_plan_cache()
         started, st.started = st.started, None      # a later build_plans() (another plan) times itself
         if not _progress.wanted():
             return
@@ -1016,6 +1020,66 @@ class pygraph(_GraphCore):
         """
         from ._cuda_graphs import update_cuda_graph
         update_cuda_graph(self, handle, variant_pack, workspace, cuda_graph)
+
+    # -- serialized plans and the plan cache (cudnn_graph.plan_serialization, cudnn_graph.plan_cache) ----
+
+    def serialize(self, *, as_bytes: bool = False, include_kernels: bool = True):
+        """The selected, built plan as a blob (docs/plan_format.md): a list of byte values, or ``bytes``
+        with ``as_bytes=True`` (cudnn.pygraph's two forms); ``include_kernels`` adds a Python engine's
+        compiled kernels. ``pygraph().deserialize(blob)`` loads it, in this process or another.
+
+        >>> blob = g.serialize(as_bytes=True)                 # doctest: +SKIP
+        """
+        from . import plan_serialization
+        blob = plan_serialization.serialize(self, include_kernels=include_kernels)
+        return blob if as_bytes else list(blob)
+
+    def deserialize(self, *args, handle_=None, pyobj=None, enforce_precompiled: bool = False) -> None:
+        """Fill this empty graph from ``serialize()``'s blob and install its plan, built: ``deserialize(data)``
+        or cudnn.pygraph's ``deserialize(handle, data)`` (keywords ``handle_`` / ``pyobj``). The loaded graph
+        executes without planning; key its buffers by uid or name (or ``find_tensor``). Raises
+        PlanVersionMismatchError for a blob of another library, cuDNN version or GPU, PlanBlobError for a
+        truncated or corrupt one. ``enforce_precompiled`` is accepted: a blob without kernels rebuilds them.
+
+        >>> h = cudnn.pygraph(); h.deserialize(handle, blob)   # doctest: +SKIP
+        """
+        from . import plan_serialization
+        if len(args) > 2 or (len(args) == 2 and pyobj is not None):
+            raise TypeError("deserialize() takes (data) or (handle, data)")
+        handle, data = (args if len(args) == 2 else (handle_, args[0] if args else pyobj))
+        if data is None:
+            raise TypeError("deserialize() needs the blob serialize() returned")
+        plan_serialization.deserialize(self, data, handle=handle)
+
+    def use_plan_cache(self, cache=True) -> "pygraph":
+        """Opt this graph in to (or out of) the persistent plan cache (``cudnn_graph.plan_cache``): True
+        uses the process's cache (``set_plan_cache`` / ``$CUDNN_GRAPH_PLAN_CACHE``, else the default
+        folder), a path or a ``KernelDiskCache`` names one, False keeps this graph out of any. Returns the graph.
+
+        >>> g.use_plan_cache("/var/cache/my_app/plans")        # doctest: +SKIP
+        """
+        from . import plan_cache
+        self._plan_cache_choice = plan_cache.resolve_choice(cache)
+        return self
+
+    def _load_from_plan_cache(self, started: float) -> bool:
+        from . import plan_cache
+        if not plan_cache.load_into(self):
+            return False
+        self._plans.planning_ms = (time.perf_counter() - started) * 1e3
+        return True
+
+    def _store_in_plan_cache(self) -> None:
+        from . import plan_cache
+        plan_cache.store_built(self)
+
+    def _install_loaded_plan(self, entry, load) -> None:
+        """Make ``entry`` (built by ``load(view, ctx)``) the whole plan list, selected and built."""
+        st = self._plans
+        compiled = load(self.view, ExecutionContext(handle=self.handle, device=self.device))
+        compiled.layout = self._layout_for(entry.engine)
+        st.entries, st.declines, st.compiled, st.selected, st.planned = [entry], [], {0: compiled}, 0, True
+        self._hot = None
 
     # -- as a context manager ----------------------------------------------------------------------
     # cudnn-frontend's pygraph is no context manager; ``with pygraph(...) as g:`` here scopes the

@@ -162,13 +162,19 @@ def default_root() -> Optional[str]:
         if override.strip().lower() in DISABLING_VALUES:
             return None
         return os.path.abspath(os.path.expanduser(override))
+    return user_cache_folder("kernels")
+
+
+def user_cache_folder(leaf: str) -> Optional[str]:
+    """``$XDG_CACHE_HOME/cudnn_graph/<leaf>``, else ``~/.cache/cudnn_graph/<leaf>``; None without a home
+    (the kernel cache keeps ``kernels``, the plan cache ``plans``)."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):            # the XDG rule: a relative value is ignored
         home = os.path.expanduser("~")
         if home == "~" or not os.path.isabs(home):
             return None                    # no home to cache in
         base = os.path.join(home, ".cache")
-    return os.path.join(base, "cudnn_graph", "kernels")
+    return os.path.join(base, "cudnn_graph", leaf)
 
 
 class KernelDiskCache:

@@ -86,6 +86,12 @@ class CompiledPlan:
         used by execute() when no workspace or overrides are given. None: use ``execute``."""
         return None
 
+    def export_kernels(self) -> Optional[bytes]:
+        """Optional: what ``serialize()`` stores of this built plan so that its engine's ``load_plan`` makes
+        it again without compiling (a DSL plan's compiled kernels, cuDNN's serialized execution plan).
+        None (the default): nothing; a load rebuilds the plan from its (engine id, knobs)."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.plan.label}, workspace={self.workspace_size})"
 
@@ -113,6 +119,13 @@ class BaseEngine:
 
     def build_plan(self, graph: GraphView, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
         raise NotImplementedError(f"{self.name} builds no plans")
+
+    def load_plan(self, graph: GraphView, plan: PlanConfig, ctx: ExecutionContext,
+                  kernels: Optional[bytes]) -> CompiledPlan:
+        """The plan of a deserialized blob: ``kernels`` is what ``CompiledPlan.export_kernels`` gave when it
+        was serialized (None where the blob holds none). Default: ``build_plan`` (rebuilt from the plan's
+        engine id and knobs); an engine that can reload its kernels overrides this."""
+        return self.build_plan(graph, plan, ctx)
 
     def cache_counts(self) -> dict:
         """How many entries each of this engine's bounded caches holds (``{name: count}``), for leak

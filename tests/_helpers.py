@@ -24,3 +24,13 @@ def host_address(a):
     from cudnn_graph import Slot
     return Slot.from_address(a.ctypes.data, a.shape, [s // a.itemsize for s in a.strides], dtype=a.dtype,
                              device="cpu")
+
+
+def registered(engine):
+    """A fixture body: ``engine`` in every plan list while the test runs (``yield from registered(e)``)."""
+    from cudnn_graph.engines import manifest
+    manifest.register_engine(engine)
+    try:
+        yield engine
+    finally:
+        manifest.unregister_engine(engine)

@@ -120,11 +120,7 @@ class _Lowered:
                 raise GraphNotSupportedError(f"cuDNN refused the operation graph: {exc}") from exc
             raise
         self.op_graph = self.descriptors[program.op_graph]
-        self.constants = _constant_arrays(program.constants)
-        self.fixed = [(uid, array.ctypes.data, array) for uid, array in _constant_arrays(program.plan_constants)]
-        self.fixed += _filled_scratch(program.scratch, device)
-        self.scratch = [(uid, nbytes, fill == 0) for uid, nbytes, fill in program.scratch
-                        if fill is None or fill == 0]
+        self.constants, self.fixed, self.scratch = _plan_operands(program, device)
         self.lock = threading.Lock()
         self.heuristics: dict = {}      # heur_mode -> (configs, reason)
         self.runners: dict = {}         # (engine_id, knobs) -> PlanRunner
@@ -378,6 +374,15 @@ def _numpy_dtype(dtype: DataType):
     return numpy_dtype(dtype)
 
 
+def _plan_operands(program: Program, device: int) -> tuple:
+    """(constants, fixed, scratch) of a PlanRunner for ``program``: the operands every plan of it supplies."""
+    constants = _constant_arrays(program.constants)
+    fixed = [(uid, array.ctypes.data, array) for uid, array in _constant_arrays(program.plan_constants)]
+    fixed += _filled_scratch(program.scratch, device)
+    scratch = [(uid, nbytes, fill == 0) for uid, nbytes, fill in program.scratch if fill is None or fill == 0]
+    return constants, fixed, scratch
+
+
 def _constant_arrays(constants) -> list:
     import numpy as np
     return [(uid, np.array([value], dtype=_numpy_dtype(dtype))) for uid, dtype, value in constants]
@@ -420,6 +425,29 @@ class CudnnBackendPlan(CompiledPlan):
         """(mapping, handle, stream) -> None: pack and run in Cython; the plan supplies fixed scalars."""
         self.runner.bind_layout(layout)
         return self.runner.execute_mapping
+
+    def export_kernels(self) -> Optional[bytes]:
+        """cuDNN's serialized execution plan (CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION), or None where
+        cuDNN cannot serialize this engine's plans (a load then finalizes it from (engine id, knobs))."""
+        from ..._cudnn_errors import CudnnStatusError
+        plan = self.runner.plan
+        try:
+            size = int(plan.count("CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION", "CUDNN_TYPE_CHAR"))
+            text = plan.get_text("CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION", max(size, 1))
+        except CudnnStatusError as exc:
+            logger.info("cuDNN cannot serialize %s (%s): the blob keeps its engine id and knobs", self.plan.label, exc)
+            return None
+        return text.encode("utf-8") if text else None
+
+
+class _LoadedProgram:
+    """What a plan loaded from cuDNN's serialized form keeps alive: the lowering's program and operands
+    (no operation graph: cuDNN's execution plan carries its own)."""
+
+    def __init__(self, program: Program, device: int):
+        self.program = program
+        self.device = device
+        self.constants, self.fixed, self.scratch = _plan_operands(program, device)
 
 
 # ---- the engine -------------------------------------------------------------------------------------
@@ -529,6 +557,37 @@ class CudnnBackendEngine(BaseEngine):
                     self._lowerings.popitem(last=False)
         state.lowered = lowered
         return lowered
+
+    def load_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext, kernels: Optional[bytes]) -> CompiledPlan:
+        """A deserialized plan: cuDNN's serialized execution plan ``kernels`` set on a new execution-plan
+        descriptor with this thread's handle and finalized (no operation graph, no heuristics, no
+        compile); without one, or where cuDNN refuses it, the plan is finalized from (engine id, knobs)."""
+        from ... import _cudnn_handle, _cudnn_descriptor, _plan_runner
+        from ..._cudnn_errors import CudnnStatusError
+        _check_device(graph)
+        if not self.available:
+            raise GraphNotSupportedError(unavailable_reason())
+        if kernels:
+            device = graph.device[1]
+            loaded = _LoadedProgram(lower_program(graph, _loader.backend_version()), device)
+            try:
+                descriptor = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR")
+                descriptor.set("CUDNN_ATTR_EXECUTION_PLAN_HANDLE", "CUDNN_TYPE_HANDLE",
+                               _cudnn_handle.thread_handle(device))
+                descriptor.set("CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION", "CUDNN_TYPE_CHAR",
+                               _as_chars(bytes(kernels).decode("utf-8")))
+                descriptor.finalize()
+                workspace = descriptor.get_int64("CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE")
+            except CudnnStatusError as exc:
+                logger.warning("cuDNN did not load the serialized plan %s (%s); finalizing it from its engine "
+                               "id and knobs", plan.label, exc)
+            else:
+                program = loaded.program
+                runner = _plan_runner.PlanRunner(descriptor, workspace, device, plan.label, loaded.constants, loaded,
+                                                 aliases=program.aliases, fixed=loaded.fixed, scratch=loaded.scratch,
+                                                 omit=program.unused_uids)
+                return CudnnBackendPlan(plan, runner)
+        return self.build_plan(graph, plan, ctx)
 
     def check_support(self, graph, plan: PlanConfig) -> None:
         reason = _filtered_out(graph_state(graph).filters, plan)

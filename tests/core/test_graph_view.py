@@ -10,6 +10,7 @@ from cudnn_graph import _ir
 from cudnn_graph.engines import manifest
 from cudnn_graph.engines.base import BaseEngine, CompiledPlan, GraphView, PlanConfig
 from cudnn_graph.graph import register_graph_method
+from _helpers import registered
 
 F = cudnn.data_type
 VIEW_ID = 30_777
@@ -55,10 +56,7 @@ class _SeeingEngine(BaseEngine):
 
 @pytest.fixture
 def seeing():
-    engine = _SeeingEngine()
-    manifest.register_engine(engine)
-    yield engine
-    manifest.unregister_engine(engine)
+    yield from registered(_SeeingEngine())
 
 
 def test_the_view_reads_structure_and_resolved_data_types():

@@ -1,0 +1,217 @@
+"""The plan blob container: a versioned, little-endian binary layout that a C reader can parse.
+
+This module only packs and checks bytes (docs/plan_format.md is the specification); what goes into
+the sections (the graph, the engine's payload) is ``cudnn_graph.plan_serialization``'s business.
+
+Layout: a fixed 64-byte header, a section directory (one 24-byte entry per section), then the
+sections, each starting at an 8-byte aligned offset. The header's CRC-32 covers the whole blob (with
+the checksum field read as zero), so a truncated or altered blob is refused before anything in it
+is trusted.
+
+Example:
+    >>> from cudnn_graph._plan_blob import PlanHeader, TensorRecord, pack_blob, unpack_blob, SECTION_GRAPH
+    >>> header = PlanHeader(library_version=100, cudnn_version=0, arch=0, engine_family=3,
+    ...                     engine_id=20000, workspace_size=0)
+    >>> blob = pack_blob(header, [TensorRecord(1, "x", 0, (2, 3), (3, 1), False, False, 0)],
+    ...                  {SECTION_GRAPH: b"{}"})
+    >>> read = unpack_blob(blob)
+    >>> read.header.engine_id, read.tensors[0].name, read.sections[SECTION_GRAPH]
+    (20000, 'x', b'{}')
+"""
+from __future__ import annotations
+
+import dataclasses
+import struct
+import zlib
+from typing import Mapping, Sequence
+
+from .errors import PlanBlobError, PlanVersionMismatchError
+
+__all__ = ["MAGIC", "FORMAT_VERSION", "HEADER", "SECTION_ENTRY", "PlanHeader", "TensorRecord", "UnpackedBlob",
+           "pack_blob", "unpack_blob", "is_plan_blob", "pack_version", "ENGINE_FAMILY_CODES",
+           "SECTION_TENSORS", "SECTION_GRAPH", "SECTION_PLAN", "SECTION_CUDNN_PLAN", "SECTION_KERNELS",
+           "FLAG_KERNELS"]
+
+MAGIC = b"CDNGPLAN"
+FORMAT_VERSION = 1
+
+# magic, format version, header size, flags, library version, cuDNN version, arch, engine family,
+# reserved, engine id, workspace size, total size, checksum, section count
+HEADER = struct.Struct("<8sHHIIIIHHqQQII")
+SECTION_ENTRY = struct.Struct("<IIQQ")           # kind, reserved, offset, size
+_TABLE_HEAD = struct.Struct("<II")               # tensor count, reserved
+_TENSOR_HEAD = struct.Struct("<qiBBHII")         # uid, data type, is_virtual, pass-by-value, name length, alignment, rank
+_CHECKSUM_AT = 56                                # byte offset of the checksum field in the header
+assert HEADER.size == 64 and SECTION_ENTRY.size == 24 and _TENSOR_HEAD.size == 24
+
+SECTION_TENSORS = 1      # the tensor table (binary, below)
+SECTION_GRAPH = 2        # the graph IR, UTF-8 JSON
+SECTION_PLAN = 3         # the selected plan's recipe (engine name, id, knobs), UTF-8 JSON
+SECTION_CUDNN_PLAN = 4   # cuDNN's serialized execution plan (CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION)
+SECTION_KERNELS = 5      # a Python engine's compiled kernels (the engine's own bytes)
+
+FLAG_KERNELS = 1         # the blob carries compiled kernels (SECTION_KERNELS)
+
+# ids.family_of(engine_id) -> the header's engine-family code
+ENGINE_FAMILY_CODES = {"cudnn": 1, "native": 2, "python": 3, "external": 4}
+
+_MAX_SECTIONS = 64
+_MAX_RANK = 64
+
+
+def pack_version(major: int, minor: int, patch: int) -> int:
+    """A version as the header stores it: ``major * 10000 + minor * 100 + patch`` (cuDNN's own scheme).
+
+    >>> pack_version(9, 21, 0)
+    92100
+    """
+    return int(major) * 10000 + int(minor) * 100 + int(patch)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanHeader:
+    """The fixed header's fields (magic, header size, total size, checksum and section count are the
+    container's and filled in by ``pack_blob``)."""
+    library_version: int          # cudnn_graph's version, pack_version()
+    cudnn_version: int            # cuDNN's version the plan was built with (0: the plan uses no cuDNN)
+    arch: int                     # the GPU's sm_XY as XY (90 for sm_90); 0 for a host plan
+    engine_family: int            # ENGINE_FAMILY_CODES
+    engine_id: int                # the selected plan's engine id (engines/ids.py)
+    workspace_size: int           # bytes of workspace the plan needs
+    flags: int = 0
+    format_version: int = FORMAT_VERSION
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorRecord:
+    """One row of the tensor table: a non-virtual or virtual tensor of the graph as the plan binds it."""
+    uid: int
+    name: str
+    data_type: int                # cuDNN's cudnnDataType_t code (cudnn_graph.DataType)
+    dims: tuple
+    strides: tuple
+    is_virtual: bool
+    is_pass_by_value: bool
+    alignment: int                # bytes the plan requires of the buffer's address (0: none)
+
+
+@dataclasses.dataclass(frozen=True)
+class UnpackedBlob:
+    header: PlanHeader
+    tensors: tuple
+    sections: dict                # kind -> bytes
+
+
+def is_plan_blob(data) -> bool:
+    """Whether ``data`` (bytes-like) starts with this format's magic."""
+    try:
+        return bytes(data[:len(MAGIC)]) == MAGIC
+    except (TypeError, ValueError):
+        return False
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def _pack_tensors(tensors: Sequence[TensorRecord]) -> bytes:
+    out = bytearray(_TABLE_HEAD.pack(len(tensors), 0))
+    for t in tensors:
+        name = t.name.encode("utf-8")
+        if len(t.dims) != len(t.strides):
+            raise PlanBlobError(f"tensor '{t.name}' (uid {t.uid}): {len(t.strides)} strides for "
+                                f"{len(t.dims)} dims", "tensors")
+        out += _TENSOR_HEAD.pack(int(t.uid), int(t.data_type), bool(t.is_virtual), bool(t.is_pass_by_value),
+                                 len(name), int(t.alignment), len(t.dims))
+        out += struct.pack(f"<{len(t.dims)}q", *t.dims) + struct.pack(f"<{len(t.strides)}q", *t.strides)
+        out += name + b"\0" * (_pad8(len(name)) - len(name))
+    return bytes(out)
+
+
+def _unpack_tensors(data: bytes) -> tuple:
+    def need(end):
+        if end > len(data):
+            raise PlanBlobError("the tensor table is cut short", "tensors")
+
+    need(_TABLE_HEAD.size)
+    count, _ = _TABLE_HEAD.unpack_from(data, 0)
+    at = _TABLE_HEAD.size
+    out = []
+    for _ in range(count):
+        need(at + _TENSOR_HEAD.size)
+        uid, dtype, virtual, by_value, name_len, alignment, rank = _TENSOR_HEAD.unpack_from(data, at)
+        if rank > _MAX_RANK:
+            raise PlanBlobError(f"a tensor of rank {rank} in the tensor table (corrupt)", "tensors")
+        at += _TENSOR_HEAD.size
+        need(at + 16 * rank + _pad8(name_len))
+        dims = struct.unpack_from(f"<{rank}q", data, at)
+        strides = struct.unpack_from(f"<{rank}q", data, at + 8 * rank)
+        at += 16 * rank
+        try:
+            name = data[at:at + name_len].decode("utf-8")
+        except UnicodeDecodeError:
+            raise PlanBlobError(f"tensor uid {uid}: its name is not UTF-8 (corrupt)", "tensors") from None
+        at += _pad8(name_len)
+        out.append(TensorRecord(uid, name, dtype, dims, strides, bool(virtual), bool(by_value), alignment))
+    return tuple(out)
+
+
+def pack_blob(header: PlanHeader, tensors: Sequence[TensorRecord], sections: Mapping[int, bytes]) -> bytes:
+    """The blob of ``header``, the tensor table ``tensors`` and ``sections`` ({kind: bytes})."""
+    parts = [(SECTION_TENSORS, _pack_tensors(tensors))]
+    parts += [(kind, bytes(body)) for kind, body in sorted(sections.items()) if kind != SECTION_TENSORS]
+    offset = HEADER.size + SECTION_ENTRY.size * len(parts)
+    directory, bodies = bytearray(), bytearray()
+    for kind, body in parts:
+        at = _pad8(offset)
+        bodies += b"\0" * (at - offset) + body
+        directory += SECTION_ENTRY.pack(kind, 0, at, len(body))
+        offset = at + len(body)
+    total = HEADER.size + len(directory) + len(bodies)
+    head = HEADER.pack(MAGIC, header.format_version, HEADER.size, header.flags, header.library_version,
+                       header.cudnn_version, header.arch, header.engine_family, 0, header.engine_id,
+                       header.workspace_size, total, 0, len(parts))
+    blob = bytearray(head + directory + bodies)
+    struct.pack_into("<I", blob, _CHECKSUM_AT, zlib.crc32(blob))
+    return bytes(blob)
+
+
+def unpack_blob(data) -> UnpackedBlob:
+    """The header, tensor table and sections of ``data``; ``PlanBlobError`` for bytes that are not a
+    whole, intact blob of this format (``PlanVersionMismatchError`` for another format version)."""
+    try:
+        data = bytes(data)
+    except (TypeError, ValueError) as exc:
+        raise PlanBlobError(f"a plan blob is bytes (or a list of byte values); got {type(data).__name__} "
+                            f"({exc})") from None
+    if len(data) < len(MAGIC) or not data.startswith(MAGIC):
+        raise PlanBlobError(f"not a cudnn_graph plan blob: it starts with {data[:len(MAGIC)]!r}, a blob with "
+                            f"{MAGIC!r}", "magic")
+    if len(data) < HEADER.size:
+        raise PlanBlobError(f"the plan blob is truncated: {len(data)} bytes, shorter than its "
+                            f"{HEADER.size}-byte header", "total_size")
+    (_, version, header_size, flags, library, cudnn, arch, family, _, engine_id, workspace, total, checksum,
+     count) = HEADER.unpack_from(data, 0)
+    if version != FORMAT_VERSION:
+        raise PlanVersionMismatchError("format version", version, FORMAT_VERSION,
+                                       "this library reads only its own format: serialize the plan again")
+    if total != len(data):
+        raise PlanBlobError(f"the plan blob is {len(data)} bytes, its header says {total} (truncated or "
+                            f"padded)", "total_size")
+    check = bytearray(data)
+    struct.pack_into("<I", check, _CHECKSUM_AT, 0)
+    if zlib.crc32(check) != checksum:
+        raise PlanBlobError("the plan blob's checksum does not match its contents (corrupt)", "checksum")
+    if header_size != HEADER.size or count > _MAX_SECTIONS or header_size + SECTION_ENTRY.size * count > total:
+        raise PlanBlobError(f"the plan blob's header is malformed ({header_size}-byte header, {count} sections)",
+                            "header_size")
+    sections = {}
+    for i in range(count):
+        kind, _, offset, size = SECTION_ENTRY.unpack_from(data, header_size + SECTION_ENTRY.size * i)
+        if offset + size > total:
+            raise PlanBlobError(f"section {kind} runs past the end of the blob", "sections")
+        sections[kind] = data[offset:offset + size]
+    if SECTION_TENSORS not in sections:
+        raise PlanBlobError("the plan blob has no tensor table", "tensors")
+    header = PlanHeader(library, cudnn, arch, family, engine_id, workspace, flags, version)
+    return UnpackedBlob(header, _unpack_tensors(sections.pop(SECTION_TENSORS)), sections)
