@@ -13,6 +13,8 @@ cdef int stream_device(intptr_t stream) except -2
 cdef uintptr_t device_alloc(size_t nbytes, int device) except 0
 cdef int device_free(uintptr_t address, int device) noexcept
 cdef int zero_async(uintptr_t address, size_t nbytes, intptr_t stream) except -1
+# zero_async for callers without the GIL: returns 0 or the CUresult (-1: no driver or no cuMemsetD8Async).
+cdef int zero_async_nogil(uintptr_t address, size_t nbytes, intptr_t stream) noexcept nogil
 
 # CUDA graphs. Each returns 0 or the CUresult of the failed driver call (-1: no driver or no such
 # entry point); the destroys accept NULL and do nothing at interpreter exit.

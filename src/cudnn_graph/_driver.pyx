@@ -368,6 +368,13 @@ cdef int zero_async(uintptr_t address, size_t nbytes, intptr_t stream) except -1
     return 0
 
 
+cdef int zero_async_nogil(uintptr_t address, size_t nbytes, intptr_t stream) noexcept nogil:
+    """zero_async without the GIL (the XLA FFI handler): 0 or the failed CUresult, -1 without the entry."""
+    if _load() != 1 or _memset_async == NULL:
+        return -1
+    return _memset_async(address, 0, nbytes, <void*>stream)
+
+
 # ---- CUDA graphs (the cuDNN backend replays a plan's populated graph when its operands repeat) ----------
 
 cdef bint graphs_available() noexcept nogil:
