@@ -151,7 +151,11 @@ def _device_of(arrays, device) -> str:
             found = next(iter(ds))
             break
     if found is None:
-        found = jax.devices()[0]
+        # jax.default_device(...) sets this; traced arrays land there.
+        default = getattr(jax.config, "jax_default_device", None)
+        if isinstance(default, str):
+            default = jax.devices(default)[0]
+        found = default if default is not None else jax.devices()[0]
     return "cpu" if found.platform == "cpu" else f"cuda:{found.id}"
 
 
