@@ -419,7 +419,7 @@ class _PythonPlan:
 
     def __init__(self, graph, tensors, workspace_size, device):
         self.graph = weakref.ref(graph)
-        self.tensors = tensors          # [(uid, shape, numpy dtype name)], inputs then outputs (uids: a
+        self.tensors = tensors          # [(uid, dims, strides, numpy dtype name)], inputs then outputs (uids: a
                                         # Tensor would keep its graph alive, and the entry goes with it)
         self.workspace_size = workspace_size
         self.device = device
@@ -428,10 +428,10 @@ class _PythonPlan:
         from cudnn_graph._slot import Slot
         addresses = list(arguments) + list(results)
         if self.device < 0:
-            mapping = {t: Slot.from_address(a, shape, dtype=dtype, device="cpu")
-                       for (t, shape, dtype), a in zip(self.tensors, addresses)}
+            mapping = {uid: Slot.from_address(a, dims, strides, dtype=dtype, device="cpu")
+                       for (uid, dims, strides, dtype), a in zip(self.tensors, addresses)}
         else:
-            mapping = {t: a for (t, _, _), a in zip(self.tensors, addresses)}
+            mapping = {uid: a for (uid, _, _, _), a in zip(self.tensors, addresses)}
         workspace = results[len(self.tensors) - len(arguments)] if self.workspace_size > 0 else None
         if workspace is not None and self.device < 0:
             workspace = Slot.from_address(workspace, (self.workspace_size,), dtype="uint8", device="cpu")
@@ -490,7 +490,7 @@ def _row_major(shape) -> tuple:
 
 
 def _tensor_entry(tensor, role: str, position: int):
-    """(name, uid, shape, XLA dtype code, numpy dtype name) of a graph tensor the call passes."""
+    """(name, uid, buffer shape, XLA dtype code, numpy dtype name, dims, strides) of a tensor the call passes."""
     from cudnn_graph.data_type import numpy_dtype
     name = tensor.name or f"uid {tensor.uid}"
     if tensor.is_virtual:
@@ -504,16 +504,20 @@ def _tensor_entry(tensor, role: str, position: int):
         raise FfiRegistrationError(f"{role} {position} (tensor '{name}') has rank {len(shape)}; at most "
                                    f"{FFI_MAX_RANK}")
     strides = tuple(int(s) for s in tensor.get_stride())
-    packed = _row_major(shape)
-    if any(d != 1 and s != p for d, s, p in zip(shape, strides, packed)):
-        raise FfiRegistrationError(f"{role} {position} (tensor '{name}') has strides {strides}; XLA buffers are "
-                                   f"dense row-major: expected {packed} for dims {shape}")
+    # XLA buffers are dense row-major: the buffer of a tensor is its memory, its dims ordered by stride
+    # (outermost first), e.g. an (N, C, H, W) tensor with channels-last strides is an (N, H, W, C) buffer.
+    order = sorted(range(len(shape)), key=lambda i: (-strides[i], i))
+    memory_shape = tuple(shape[i] for i in order)
+    packed = _row_major(memory_shape)
+    if any(shape[i] != 1 and strides[i] != p for i, p in zip(order, packed)):
+        raise FfiRegistrationError(f"{role} {position} (tensor '{name}') has dims {shape} and strides {strides}, "
+                                   f"which are not a dense buffer: XLA passes dense row-major buffers")
     dtype = numpy_dtype(tensor.get_data_type()).name
     code = XLA_DTYPE_CODES.get(dtype)
     if code is None:
         raise FfiRegistrationError(f"{role} {position} (tensor '{name}') has data type {dtype}, which the XLA "
                                    f"FFI handler does not map")
-    return name, int(tensor.uid), shape, code, dtype
+    return name, int(tensor.uid), memory_shape, code, dtype, shape, strides
 
 
 class PlanRegistration:
@@ -528,7 +532,7 @@ class PlanRegistration:
         self.workspace_size = workspace_size
         self.device = device
         self.command_buffer_compatible = command_buffer_compatible
-        self.tensors = tensors      # [(name, uid, shape, numpy dtype name)], inputs then outputs
+        self.tensors = tensors      # [(name, uid, buffer shape, numpy dtype name)], inputs then outputs
 
     def __repr__(self):
         return (f"PlanRegistration(plan_id={self.plan_id}, kind={self.kind!r}, workspace={self.workspace_size}, "
@@ -579,7 +583,7 @@ def register_graph(graph, inputs, outputs, *, command_buffer: bool = True) -> Pl
         plan.n_inputs = len(inputs)
         plan.n_outputs = len(outputs)
         plan.workspace_size = workspace_size
-        for i, (name, uid, shape, code, _) in enumerate(entries):
+        for i, (name, uid, shape, code, *_) in enumerate(entries):
             if uid not in specs:
                 raise FfiRegistrationError(f"tensor '{name}' (uid {uid}) is not an operand of the built plan")
             plan.tensors[i].uid = uid
@@ -616,7 +620,8 @@ def register_graph(graph, inputs, outputs, *, command_buffer: bool = True) -> Pl
     if kind == "cudnn":
         _keepalive[plan_id] = keep
     else:
-        _python_plans[plan_id] = _PythonPlan(graph, [(e[1], e[2], e[4]) for e in entries], workspace_size, device)
+        _python_plans[plan_id] = _PythonPlan(graph, [(e[1], e[5], e[6], e[4]) for e in entries], workspace_size,
+                                             device)
     weakref.finalize(graph, _release, plan_id)
     _logger.debug("registered plan %d (%s, workspace %d bytes, device %d) for the XLA FFI handler", plan_id,
                   kind, workspace_size, device)

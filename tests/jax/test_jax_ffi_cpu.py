@@ -140,10 +140,19 @@ def test_an_exception_in_the_python_engine_becomes_the_ffi_error(monkeypatch):
 
 # ---- registration checks -------------------------------------------------------------------------------------
 
-def test_strides_that_are_not_row_major_are_refused_naming_the_tensor():
-    g, a, b, y = _host_matmul(stride_a=[12, 1, 4])
-    with pytest.raises(FfiRegistrationError, match=r"input 0 \(tensor 'a'\) has strides \(12, 1, 4\)"):
+def test_strides_that_are_no_dense_buffer_are_refused_naming_the_tensor():
+    g, a, b, y = _host_matmul(stride_a=[24, 6, 1])
+    with pytest.raises(FfiRegistrationError, match=r"input 0 \(tensor 'a'\) has dims \(1, 4, 3\) and strides \(24, 6, 1\)"):
         cgjax.wrap(g, [a, b], [y])
+
+
+def test_a_transposed_tensor_takes_its_memory_order_as_the_buffer_shape():
+    g, a, b, y = _host_matmul(stride_a=[12, 1, 4])        # a (1, 4, 3) stored as (1, 3, 4)
+    f = cgjax.wrap(g, [a, b], [y])
+    assert f.inputs[0][2] == (1, 3, 4)
+    A, B = _rand(1, 4, 3, seed=1), _rand(1, 3, 2, seed=2)
+    got = jax.jit(f)(jnp.asarray(A.transpose(0, 2, 1)), jnp.asarray(B))
+    np.testing.assert_allclose(np.asarray(got), np.maximum(A @ B, 0), rtol=1e-5, atol=1e-6)
 
 
 def test_an_operand_the_call_does_not_pass_is_refused():
