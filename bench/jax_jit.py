@@ -70,11 +70,11 @@ def sdpa_cases(jax, jnp, cgjax, iters, repeats):
 
 def _matmul_build(a, b, device):
     import cudnn_graph as cudnn
-    from cudnn_graph.jax import _row_major
+    from cudnn_graph.jax import row_major_strides
     F = cudnn.data_type
     g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device=device, name="mm128")
-    ta = g.tensor(name="a", dim=list(a.shape), stride=_row_major(a.shape), data_type=F.BFLOAT16)
-    tb = g.tensor(name="b", dim=list(b.shape), stride=_row_major(b.shape), data_type=F.BFLOAT16)
+    ta = g.tensor(name="a", dim=list(a.shape), stride=row_major_strides(a.shape), data_type=F.BFLOAT16)
+    tb = g.tensor(name="b", dim=list(b.shape), stride=row_major_strides(b.shape), data_type=F.BFLOAT16)
     y = g.matmul(ta, tb).set_output(True).set_name("y").set_data_type(F.BFLOAT16)
     return g, [ta, tb], [y]
 

@@ -41,12 +41,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _xla_ffi
+from ._layout import row_major_strides   # re-exported: the strides of a tensor an XLA buffer feeds
 from .errors import DataTypeMismatchError, FfiRegistrationError, InvalidArgumentError, ShapeMismatchError
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["function", "wrap", "GraphFunction", "matmul_bias_relu", "layernorm", "sdpa", "gdn", "kda",
-           "register_targets", "TARGET", "TARGET_COMMAND_BUFFER"]
+           "register_targets", "row_major_strides", "TARGET", "TARGET_COMMAND_BUFFER"]
 
 TARGET = "cudnn_graph_plan"                                  # the handler without traits
 TARGET_COMMAND_BUFFER = "cudnn_graph_plan_command_buffer"   # the same handler, command-buffer compatible
@@ -139,9 +140,10 @@ def _device_of(arrays, device) -> str:
     if device is not None:
         return device
     found = None
+    tracer = getattr(getattr(jax, "core", None), "Tracer", ())
     for a in arrays:
         devices = getattr(a, "devices", None)
-        if devices is None or isinstance(a, jax.core.Tracer):
+        if devices is None or (tracer and isinstance(a, tracer)):
             continue
         try:
             ds = devices()
@@ -247,18 +249,10 @@ def wrap(graph, inputs: Sequence, outputs: Sequence, *, command_buffer: bool = T
 
 # ---- tensors for avals ------------------------------------------------------------------------------------
 
-def _row_major(shape) -> list:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.insert(0, acc)
-        acc *= d
-    return strides
-
-
 def _tensor(g, name: str, aval, data_type=None):
     from .data_type import data_type_of
     shape = [int(d) for d in aval.shape]
-    return g.tensor(name=name, dim=shape, stride=_row_major(shape),
+    return g.tensor(name=name, dim=shape, stride=row_major_strides(shape),
                     data_type=data_type if data_type is not None else data_type_of(aval.dtype.name))
 
 
@@ -382,7 +376,7 @@ def _sdpa_fwd_build(causal, scale):
         tq, tk, tv = _tensor(g, "q", q), _tensor(g, "k", k), _tensor(g, "v", v)
         o, stats = g.sdpa(tq, tk, tv, generate_stats=True, **_sdpa_kw(causal, scale, q.shape[-1]))
         o.set_output(True).set_name("o").set_dim(list(q.shape[:-1]) + [v.shape[-1]])
-        o.set_stride(_row_major(list(q.shape[:-1]) + [v.shape[-1]]))
+        o.set_stride(row_major_strides(list(q.shape[:-1]) + [v.shape[-1]]))
         stats.set_output(True).set_name("stats").set_data_type(data_type.FLOAT)
         return g, [tq, tk, tv], [o, stats]
     return build
@@ -394,7 +388,7 @@ def _sdpa_bwd_build(causal, scale):
         t = [_tensor(g, n, a) for n, a in (("q", q), ("k", k), ("v", v), ("o", o), ("dO", do), ("stats", stats))]
         dq, dk, dv = g.sdpa_backward(*t, **_sdpa_kw(causal, scale, q.shape[-1]))
         for name, out, like in (("dQ", dq, q), ("dK", dk, k), ("dV", dv, v)):
-            out.set_output(True).set_name(name).set_dim(list(like.shape)).set_stride(_row_major(like.shape))
+            out.set_output(True).set_name(name).set_dim(list(like.shape)).set_stride(row_major_strides(like.shape))
         return g, t, [dq, dk, dv]
     return build
 

@@ -43,6 +43,7 @@ import logging
 import threading
 import weakref
 
+from cudnn_graph._layout import row_major_strides
 from cudnn_graph.errors import FfiRegistrationError
 
 _logger = logging.getLogger(__name__)
@@ -322,10 +323,9 @@ cdef XLA_FFI_Error_Code _run_cudnn(FfiPlan* plan, XLA_FFI_CallFrame* frame, char
             uids[n] = plan.tensors[i].uid
             ptrs[n] = _buffer_data(frame, plan, i)
             n += 1
-    for i in range(plan.n_fixed):
-        uids[n] = plan.fixed_uids[i]
-        ptrs[n] = plan.fixed_ptrs[i]
-        n += 1
+    memcpy(uids + n, plan.fixed_uids, plan.n_fixed * sizeof(int64_t))
+    memcpy(ptrs + n, plan.fixed_ptrs, plan.n_fixed * sizeof(void*))
+    n += plan.n_fixed
     for i in range(plan.n_aliases):
         uids[n] = plan.alias_uids[i]
         ptrs[n] = <void*>(<char*>_buffer_data(frame, plan, plan.alias_sources[i]) + plan.alias_offsets[i])
@@ -481,14 +481,6 @@ def registered_plans() -> tuple:
     return tuple(sorted(int(i) for i in range(1, _table_size) if _table[i] != NULL))
 
 
-def _row_major(shape) -> tuple:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.insert(0, acc)
-        acc *= d
-    return tuple(strides)
-
-
 def _tensor_entry(tensor, role: str, position: int):
     """(name, uid, buffer shape, XLA dtype code, numpy dtype name, dims, strides) of a tensor the call passes."""
     from cudnn_graph.data_type import numpy_dtype
@@ -508,7 +500,7 @@ def _tensor_entry(tensor, role: str, position: int):
     # (outermost first), e.g. an (N, C, H, W) tensor with channels-last strides is an (N, H, W, C) buffer.
     order = sorted(range(len(shape)), key=lambda i: (-strides[i], i))
     memory_shape = tuple(shape[i] for i in order)
-    packed = _row_major(memory_shape)
+    packed = row_major_strides(memory_shape)
     if any(shape[i] != 1 and strides[i] != p for i, p in zip(order, packed)):
         raise FfiRegistrationError(f"{role} {position} (tensor '{name}') has dims {shape} and strides {strides}, "
                                    f"which are not a dense buffer: XLA passes dense row-major buffers")

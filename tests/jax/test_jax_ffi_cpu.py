@@ -179,8 +179,8 @@ def _counting_add():
         built.append((x.shape, x.dtype.name, device))
         g = cudnn.pygraph(io_data_type=data_type_of(x.dtype.name), compute_data_type=F.FLOAT,
                           device=device)
-        tx = g.tensor(name="x", dim=list(x.shape), stride=cgjax._row_major(x.shape), data_type=g_type(x))
-        ty = g.tensor(name="y", dim=list(y.shape), stride=cgjax._row_major(y.shape), data_type=g_type(y))
+        tx = g.tensor(name="x", dim=list(x.shape), stride=cgjax.row_major_strides(x.shape), data_type=g_type(x))
+        ty = g.tensor(name="y", dim=list(y.shape), stride=cgjax.row_major_strides(y.shape), data_type=g_type(y))
         out = g.add(tx, ty).set_output(True).set_name("sum").set_data_type(g_type(x))
         return g, [tx, ty], [out]
 
