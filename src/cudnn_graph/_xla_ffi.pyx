@@ -38,6 +38,7 @@ from cudnn_graph._loader cimport CudnnApi, loaded_api, cudnn_api
 from cudnn_graph._plan_runner cimport PlanRunner
 from cudnn_graph._graph_replay cimport build_variant_pack, stage_name
 from cudnn_graph._driver cimport zero_async_nogil
+from cudnn_graph._cudnn_handle cimport interpreter_finalizing
 
 import logging
 import threading
@@ -717,7 +718,8 @@ def _release(int64_t plan_id) -> None:
             _table[plan_id] = NULL
         pthread_mutex_unlock(&_lock)
     if plan != NULL:
-        if plan.cached_pack != NULL and api != NULL:
+        # At interpreter exit descriptors are left to the OS, as everywhere in the package.
+        if plan.cached_pack != NULL and api != NULL and not interpreter_finalizing:
             api.cudnnBackendDestroyDescriptor(plan.cached_pack)
         free(plan)
     _python_plans.pop(plan_id, None)

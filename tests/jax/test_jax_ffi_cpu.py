@@ -7,26 +7,32 @@ means the same on a GPU machine.
 from __future__ import annotations
 
 import gc
+import importlib
+import importlib.util
 
 import numpy as np
 import pytest
 
-jax = pytest.importorskip("jax")
-jnp = pytest.importorskip("jax.numpy")
+import cudnn_graph as cudnn
+from cudnn_graph import _xla_ffi
+from cudnn_graph.data_type import data_type_of
+from cudnn_graph.errors import DataTypeMismatchError, FfiRegistrationError, ShapeMismatchError
 
-import cudnn_graph as cudnn  # noqa: E402
-import cudnn_graph.jax as cgjax  # noqa: E402
-from cudnn_graph.data_type import data_type_of  # noqa: E402
-from cudnn_graph import _xla_ffi  # noqa: E402
-from cudnn_graph.errors import DataTypeMismatchError, FfiRegistrationError, ShapeMismatchError  # noqa: E402
-
+# jax is imported when the first test here runs, not at collection: a process that imported jax must not
+# fork (other tests' multiprocessing would warn of deadlocks).
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+jax = jnp = cgjax = None
 F = cudnn.data_type
-CPU = jax.devices("cpu")[0]
 
 
 @pytest.fixture(autouse=True)
 def on_cpu():
-    with jax.default_device(CPU):
+    global jax, jnp, cgjax
+    if jax is None:
+        jax = importlib.import_module("jax")
+        jnp = importlib.import_module("jax.numpy")
+        cgjax = importlib.import_module("cudnn_graph.jax")
+    with jax.default_device(jax.devices("cpu")[0]):
         yield
 
 
