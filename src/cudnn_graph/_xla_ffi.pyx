@@ -37,7 +37,7 @@ from libc.string cimport memcmp, memcpy, strncpy
 from cudnn_graph._loader cimport CudnnApi, loaded_api, cudnn_api
 from cudnn_graph._plan_runner cimport PlanRunner
 from cudnn_graph._graph_replay cimport build_variant_pack, stage_name
-from cudnn_graph._driver cimport zero_async_nogil
+from cudnn_graph._driver cimport zero_async_nogil, enter_device, leave_device, enter_device_nogil, leave_device_nogil
 from cudnn_graph._cudnn_handle cimport interpreter_finalizing
 
 import logging
@@ -274,7 +274,21 @@ cdef inline void* _buffer_data(XLA_FFI_CallFrame* frame, FfiPlan* plan, int i) n
 
 
 cdef XLA_FFI_Error_Code _run_cudnn(FfiPlan* plan, XLA_FFI_CallFrame* frame, char* message) noexcept nogil:
-    """cudnnBackendExecute of a registered plan on XLA's stream (the table lock is held)."""
+    """cudnnBackendExecute of a registered plan on XLA's stream (the table lock is held), with the plan's
+    device's primary context current (cuDNN launches on the current context; XLA's is the primary one)."""
+    cdef bint pushed = False
+    cdef int result = enter_device_nogil(plan.device, &pushed)
+    cdef XLA_FFI_Error_Code code
+    if result != 0:
+        snprintf(message, _MESSAGE_BYTES, b"cudnn_graph plan %lld: making cuda:%d's primary context current "
+                 b"failed (CUresult %d)", <long long>plan.plan_id, plan.device, result)
+        return XLA_FFI_Error_Code_INTERNAL
+    code = _execute_cudnn(plan, frame, message)
+    leave_device_nogil(pushed)
+    return code
+
+
+cdef XLA_FFI_Error_Code _execute_cudnn(FfiPlan* plan, XLA_FFI_CallFrame* frame, char* message) noexcept nogil:
     cdef const XLA_FFI_Api* api = frame.api
     cdef CudnnApi* cudnn = loaded_api()
     cdef XLA_FFI_Stream_Get_Args stream_args
@@ -599,6 +613,7 @@ def register_graph(graph, inputs, outputs, *, command_buffer: bool = True) -> Pl
                 _handles[device] = create_handle(device)
             keep.append(_handles[device])
             _device_handles[device] = <void*><uintptr_t>int(_handles[device])
+            _retain_primary_context(device)
             plan.handle = _device_handles[device]
             command_buffer_ok = bool(command_buffer) and runner.cuda_graph_support is not False
         else:
@@ -620,6 +635,14 @@ def register_graph(graph, inputs, outputs, *, command_buffer: bool = True) -> Pl
                   kind, workspace_size, device)
     return PlanRegistration(plan_id, kind, workspace_size, device, command_buffer_ok,
                             [(e[0], e[1], e[2], e[4]) for e in entries])
+
+
+cdef int _retain_primary_context(int device) except -1:
+    """Have the driver module retain ``device``'s primary context, so the handler can make it current."""
+    cdef bint pushed = False
+    enter_device(device, &pushed)
+    leave_device(pushed)
+    return 0
 
 
 cdef int _fill_cudnn(FfiPlan* plan, PlanRunner runner, graph, list entries, dict specs, set given,
