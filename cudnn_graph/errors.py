@@ -367,3 +367,13 @@ class PlanVersionMismatchError(PlanBlobError):
 
 
 __all__ += ["PlanBlobError", "PlanVersionMismatchError"]
+
+# ---- the XLA FFI custom call (src/cudnn_graph/_xla_ffi.pyx, cudnn_graph/jax.py) ------------------------
+
+class FfiRegistrationError(InvalidArgumentError):
+    """A graph cannot run as an XLA custom call as declared (a virtual or pass-by-value operand, strides that
+    are not dense row-major, a data type XLA has no code for, an operand the call does not pass, an
+    XLA FFI API version the handler was not written for); the message names the tensor."""
+
+
+__all__ += ["FfiRegistrationError"]

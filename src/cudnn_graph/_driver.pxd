@@ -6,6 +6,10 @@ cdef int pointer_device(intptr_t ptr, int32_t* device_type, int32_t* ordinal) ex
 # pass the flag back to leave_device).
 cdef int enter_device(int device, bint* pushed) except -1
 cdef int leave_device(bint pushed) except -1
+# The same without the GIL, for a device whose primary context enter_device retained already: 0, the
+# failed CUresult, or -1 when that context is not known yet. A thread with none current keeps it.
+cdef int enter_device_nogil(int device, bint* pushed) noexcept nogil
+cdef void leave_device_nogil(bint pushed) noexcept nogil
 
 # The device ordinal a stream belongs to; -1 for the special handles (0, legacy 1, per-thread 2).
 cdef int stream_device(intptr_t stream) except -2
@@ -13,6 +17,8 @@ cdef int stream_device(intptr_t stream) except -2
 cdef uintptr_t device_alloc(size_t nbytes, int device) except 0
 cdef int device_free(uintptr_t address, int device) noexcept
 cdef int zero_async(uintptr_t address, size_t nbytes, intptr_t stream) except -1
+# zero_async for callers without the GIL: returns 0 or the CUresult (-1: no driver or no cuMemsetD8Async).
+cdef int zero_async_nogil(uintptr_t address, size_t nbytes, intptr_t stream) noexcept nogil
 
 # CUDA graphs. Each returns 0 or the CUresult of the failed driver call (-1: no driver or no such
 # entry point); the destroys accept NULL and do nothing at interpreter exit.

@@ -299,6 +299,31 @@ cdef int leave_device(bint pushed) except -1:
     return 0
 
 
+cdef int enter_device_nogil(int device, bint* pushed) noexcept nogil:
+    """enter_device for callers without the GIL (the XLA FFI handler); see the declaration."""
+    cdef void* current = NULL
+    cdef int result
+    pushed[0] = False
+    if (_load_state != 1 or not 0 <= device < _MAX_PRIMARY_CONTEXTS or _primary_contexts[device] == NULL
+            or _ctx_get_current == NULL):
+        return -1
+    if _ctx_get_current(&current) != 0:
+        current = NULL
+    if current == _primary_contexts[device]:
+        return 0
+    if current == NULL:
+        return _ctx_set_current(_primary_contexts[device])
+    result = _ctx_push(_primary_contexts[device])
+    pushed[0] = result == 0
+    return result
+
+
+cdef void leave_device_nogil(bint pushed) noexcept nogil:
+    cdef void* popped = NULL
+    if pushed:
+        _ctx_pop(&popped)
+
+
 cdef int stream_device(intptr_t stream) except -2:
     """The ordinal of the device whose context owns ``stream`` (-1: a special handle, or unknown)."""
     cdef void* context = NULL
@@ -367,6 +392,13 @@ cdef int zero_async(uintptr_t address, size_t nbytes, intptr_t stream) except -1
     if result != 0:
         raise CudaDriverError(f"cuMemsetD8Async({nbytes} bytes) failed: {_result_text(result)}")
     return 0
+
+
+cdef int zero_async_nogil(uintptr_t address, size_t nbytes, intptr_t stream) noexcept nogil:
+    """zero_async without the GIL (the XLA FFI handler): 0 or the failed CUresult, -1 without the entry."""
+    if _load() != 1 or _memset_async == NULL:
+        return -1
+    return _memset_async(address, 0, nbytes, <void*>stream)
 
 
 # ---- CUDA graphs (the cuDNN backend replays a plan's populated graph when its operands repeat) ----------

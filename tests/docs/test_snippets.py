@@ -12,11 +12,14 @@ is one of these HTML comments, which Markdown renders as nothing:
                                           collected as a `gpu`-marked test, skipped where none is visible
     <!-- snippet: skip (why) -->          the block is not a program (a fragment, a side-by-side listing):
                                           reported as skipped with the reason in the parentheses
+    <!-- snippet: needs (module) -->      a CPU block that imports an optional module (e.g. jax): skipped
+                                          where that module is not installed, run where it is
 
 Other fences (```bash, ```text, ```) are not run.
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -28,7 +31,7 @@ from _helpers import REPO_ROOT
 
 DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 TIMEOUT_S = 120
-_MARKER = re.compile(r"^<!--\s*snippet:\s*(gpu|skip)\s*(?:\((.*)\))?\s*-->$")
+_MARKER = re.compile(r"^<!--\s*snippet:\s*(gpu|skip|needs)\s*(?:\((.*)\))?\s*-->$")
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class Snippet:
     path: Path
     line: int           # 1-based line of the opening fence
     code: str
-    kind: str           # "cpu", "gpu" or "skip"
+    kind: str           # "cpu", "gpu", "skip" or "needs"
     reason: str = ""
 
     @property
@@ -87,6 +90,8 @@ def _param(snippet: Snippet):
         marks.append(pytest.mark.gpu)
     elif snippet.kind == "skip":
         marks.append(pytest.mark.skip(reason=f"{snippet.where}: {snippet.reason or 'marked skip'}"))
+    elif snippet.kind == "needs" and importlib.util.find_spec(snippet.reason) is None:
+        marks.append(pytest.mark.skip(reason=f"{snippet.where}: needs {snippet.reason}, not installed"))
     return pytest.param(snippet, id=snippet.where, marks=marks)
 
 
