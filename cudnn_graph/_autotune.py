@@ -161,12 +161,15 @@ def _checked_count(value, name: str, minimum: int = 1) -> int:
 def _record_choice(graph, entry) -> None:
     """Record autotune's choice for ``graph``: ``entry`` (a PlanConfig) is the plan it selected.
 
-    Logs it at INFO; the persistent plan cache stores it here, so that a later build of the same
-    graph starts with it.
+    The plan cache (``cudnn_graph.plan_cache``, where one is in use for the graph) stores it, so that a
+    later build of the same graph, here or in another process, starts with it; logged at INFO.
     """
-    logger.info("autotune: graph %r (key %s) runs plan '%s' (engine %s, id %d, knobs %s)", graph.context.name,
+    from . import plan_cache
+    stored = plan_cache.record_choice(graph, entry)
+    logger.info("autotune: graph %r (key %s) runs plan '%s' (engine %s, id %d, knobs %s)%s", graph.context.name,
                 graph.key()[:8], entry.label, getattr(entry.engine, "name", entry.engine), entry.engine_id,
-                dict(entry.knobs))
+                dict(entry.knobs), "; stored in the plan cache" if stored else
+                " (no plan cache for this graph: set_plan_cache() or use_plan_cache() keeps the choice)")
 
 
 def _shared_workspace(graph, workspace, built):

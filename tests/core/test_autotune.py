@@ -242,3 +242,12 @@ print(json.dumps({"times": result.times_ms, "best": result.best_index, "start": 
     assert kinds.count("capture") == 4 * timed          # recorded into the graph ...
     assert kinds.count("execute") == 1 * timed          # ... only the warm-up ran on its own
     assert kinds.count("launch") == 2 * timed and kinds.count("begin_capture") == timed
+
+
+def test_the_chosen_plan_is_what_the_plan_cache_gives_the_next_build(tuned, tmp_path):
+    from cudnn_graph import plan_cache
+    g, engine, pack = tuned([{}, {}, {}])
+    g.use_plan_cache(str(tmp_path))
+    _autotune.autotune(g, pack, timer=FakeTimer([3.0, 1.0, 2.0]))
+    found = plan_cache.lookup(g)
+    assert found is not None and found["plan"] == "tuned-1"
