@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -62,6 +63,30 @@ def key_for(spec) -> KernelKey:
                      driver_version=_driver_version(), arch=_arch(), kernel_class=dataclasses.asdict(spec))
 
 
+def export_bytes(compiled) -> bytes | None:
+    """The DSL's ahead-of-time export of ``compiled`` (a relocatable object), or None (logged) if the
+    export failed: the kernel in memory is unaffected."""
+    folder = tempfile.mkdtemp(dir=_scratch_dir())
+    try:
+        compiled.export_to_c(file_path=folder, file_name="gemm", function_prefix=FUNCTION_PREFIX)
+        with open(os.path.join(folder, "gemm.o"), "rb") as f:
+            return f.read()
+    except Exception as exc:
+        logger.warning("CuTe GEMM kernel export failed (%s: %s)", type(exc).__name__, exc)
+        return None
+    finally:
+        shutil.rmtree(folder, True)
+
+
+def load_bytes(data: bytes, function_prefix: str = FUNCTION_PREFIX):
+    """The compiled kernel an ``export_bytes`` object holds (raises what the DSL's loader raises)."""
+    import cutlass.cute as cute
+    fd, path = tempfile.mkstemp(suffix=".o", dir=_scratch_dir())
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return getattr(cute.runtime.load_module(path), function_prefix)
+
+
 def load(spec, cache: KernelDiskCache | None = None):
     """The compiled kernel of ``spec`` from the disk cache, or None (a miss, or an entry that did not load)."""
     cache = cache or KernelDiskCache.default()
@@ -72,11 +97,7 @@ def load(spec, cache: KernelDiskCache | None = None):
     if entry is None:
         return None
     try:
-        import cutlass.cute as cute
-        fd, path = tempfile.mkstemp(suffix=".o", dir=_scratch_dir())
-        with os.fdopen(fd, "wb") as f:
-            f.write(entry.data)
-        return getattr(cute.runtime.load_module(path), entry.meta.get("function_prefix", FUNCTION_PREFIX))
+        return load_bytes(entry.data, entry.meta.get("function_prefix", FUNCTION_PREFIX))
     except Exception as exc:
         cache.discard(key, f"the DSL could not load it ({type(exc).__name__}: {exc})")
         return None
@@ -84,19 +105,37 @@ def load(spec, cache: KernelDiskCache | None = None):
 
 def store(spec, compiled, cache: KernelDiskCache | None = None) -> bool:
     """Export ``compiled`` and keep it for later processes; False when the cache is off or the export
-    failed (logged: the kernel in memory is unaffected)."""
+    failed."""
     cache = cache or KernelDiskCache.default()
     if not cache.enabled:
         return False
-    folder = tempfile.mkdtemp(dir=_scratch_dir())
+    data = export_bytes(compiled)
+    return data is not None and cache.store(key_for(spec), data, {"function_prefix": FUNCTION_PREFIX})
+
+
+def plan_kernels(spec, compiled) -> bytes | None:
+    """What a serialized CuTe plan carries: a one-line JSON record (the kernel's disk key: DSL version,
+    architecture, spec) then the exported object; None if the export failed."""
+    data = export_bytes(compiled)
+    if data is None:
+        return None
+    return json.dumps(key_for(spec).as_json(), sort_keys=True).encode() + b"\n" + data
+
+
+def kernel_from_plan(spec, payload: bytes):
+    """The compiled kernel of ``spec`` from ``plan_kernels``' bytes, or None (logged) when they were made
+    for another DSL, architecture or spec, or do not load: the caller then compiles."""
+    record, _, data = payload.partition(b"\n")
     try:
-        compiled.export_to_c(file_path=folder, file_name="gemm", function_prefix=FUNCTION_PREFIX)
-        with open(os.path.join(folder, "gemm.o"), "rb") as f:
-            data = f.read()
+        same = json.loads(record) == json.loads(json.dumps(key_for(spec).as_json(), sort_keys=True))
+    except ValueError:
+        same = False
+    if not same:
+        logger.info("CuTe GEMM: the serialized plan's kernel was built for another DSL, GPU or spec; compiling")
+        return None
+    try:
+        return load_bytes(data)
     except Exception as exc:
-        logger.warning("CuTe GEMM kernel not stored in the disk cache: export failed (%s: %s)",
+        logger.warning("CuTe GEMM: the serialized plan's kernel did not load (%s: %s); compiling",
                        type(exc).__name__, exc)
-        return False
-    finally:
-        shutil.rmtree(folder, True)
-    return cache.store(key_for(spec), data, {"function_prefix": FUNCTION_PREFIX})
+        return None

@@ -174,6 +174,12 @@ class CuteGemmPlan(CompiledPlan):
         self._positions = None
         self.scalar_defaults = (None,) * len(problem.scalar_uids)
 
+    def export_kernels(self) -> bytes | None:
+        """The compiled kernel (the DSL's exported object, with its key) for ``serialize()``."""
+        compiled_for = kernel_spec(self.spec)
+        found = _cache.get(compiled_for)
+        return None if found is None else _disk.plan_kernels(compiled_for, found)
+
     def fast_executor(self, layout):
         """execute()'s one-call path: pack in Cython and call the compiled host entry from C
         (``_dsl_launch.PackedLaunch``), or None where the launch must go through the DSL's Python call
@@ -240,6 +246,19 @@ class CuteGemmEngine(ToolchainGatedEngine):
                                     engine=self, priority=base - 0.01 * rank, workspace_size=0,
                                     payload=problem))
         return plans
+
+    def load_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext, kernels) -> CompiledPlan:
+        """A deserialized plan: its kernel from the blob where it was built for this DSL and GPU (no
+        compile), else as build_plan."""
+        if kernels:
+            problem = match(graph)
+            spec = kernel_spec(spec_for(problem, _plans.knobs_from(plan.knobs), _device(graph.device[1])))
+            if spec not in _cache:
+                loaded = _disk.kernel_from_plan(spec, bytes(kernels))
+                if loaded is not None:
+                    with _cache_lock:
+                        _cache.setdefault(spec, loaded)
+        return self.build_plan(graph, plan, ctx)
 
     def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
         problem = plan.payload if plan.payload is not None else match(graph)
