@@ -231,11 +231,13 @@ def autotune(graph, variant_pack, workspace=None, *, iterations: int = DEFAULT_I
     allocation = workspace = _shared_workspace(graph, workspace, built)   # (kept alive while timing)
     if type(allocation) is not int and hasattr(allocation, "ptr"):
         workspace = allocation.ptr
+    from ._cuda_graphs import imported_operands
     for i in built:
         label = result.labels[i]
+        operands = imported_operands(graph, i, variant_pack)    # the timer may capture the executes
 
-        def run(on_stream, i=i):
-            graph.execute_plan_at_index(variant_pack, workspace, index=i, stream=on_stream)
+        def run(on_stream, i=i, operands=operands):
+            graph.execute_plan_at_index(operands, workspace, index=i, stream=on_stream)
 
         try:
             result.times_ms[i] = float(timer.time_ms(run, warmup, iterations, raw_stream))

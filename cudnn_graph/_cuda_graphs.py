@@ -131,9 +131,22 @@ def _populated_child(graph, compiled, variant_pack, workspace, child: int, updat
     _cuda_graph_populate.record_plan_graph(compiled.runner, pack, ws, child, update)
 
 
+def imported_operands(graph, index: int, variant_pack) -> dict:
+    """The caller's buffers imported once, outside any capture, as ``{uid: Slot}``. An execute that is
+    captured must not import them itself: a DLPack export given the consumer's stream records an event on
+    the producer's stream for that stream to wait on (CuPy does), which joins uncaptured work to the
+    capture (cudaErrorStreamCaptureIsolation). Slots are taken as they are, with no handshake."""
+    graph.build_plan_at_index(index)
+    pack = graph._plans.compiled[index].layout.pack(variant_pack)
+    return dict(zip(pack.uids, pack.slots))
+
+
 def _captured_child(graph, variant_pack, workspace, index: int) -> int:
     """One execute of plan ``index`` captured from a private stream: the recorded graph (to free)."""
     from . import _driver
+    variant_pack = imported_operands(graph, index, variant_pack)
+    if workspace is not None and type(workspace) is not int:
+        workspace = graph._workspace_slot(workspace, graph._plans.compiled[index], None)
     stream = _driver.capture_start()
     try:
         graph.execute_plan_at_index(variant_pack, workspace, index=index, stream=stream)
