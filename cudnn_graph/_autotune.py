@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
+from ._slot import Slot
+
 from .errors import AutotuneError, CudnnGraphError, GraphNotSupportedError, InvalidArgumentError, \
     InvalidArgumentTypeError
 
@@ -232,6 +234,8 @@ def autotune(graph, variant_pack, workspace=None, *, iterations: int = DEFAULT_I
     if type(allocation) is not int and hasattr(allocation, "ptr"):
         workspace = allocation.ptr
     from ._cuda_graphs import imported_operands
+    if workspace is not None and type(workspace) is not int and type(workspace) is not Slot:
+        workspace = Slot.from_object(workspace)      # imported once, before any capture (see below)
     for i in built:
         label = result.labels[i]
         operands = imported_operands(graph, i, variant_pack)    # the timer may capture the executes

@@ -594,7 +594,7 @@ def test_large_square_problem_with_every_plan_knob_set_of_the_list():
 
 
 @pytest.mark.gpu
-def test_repeated_executes_launch_from_c_and_match_the_first():
+def test_repeated_executes_match_the_first():
     """The second execute() runs the plan's one-call path (PackedLaunch: packed in Cython, the compiled
     host entry called from C); its output is bitwise the first's, from CuPy arrays and from raw ints,
     with a by-value scalar left to the graph's value."""
@@ -619,8 +619,8 @@ def test_repeated_executes_launch_from_c_and_match_the_first():
 
     g.execute(pack(outs[0]))                         # the first call: the Python path, finds the executor
     launch = getattr(g.fast_executor, "__self__", None)
-    assert type(launch).__name__ == "PackedLaunch", g.fast_executor
-    g.execute(pack(outs[1]))                         # from C
+    assert type(launch).__name__ == "PackedLaunch" or not cute_engine.C_LAUNCH, g.fast_executor
+    g.execute(pack(outs[1]))                         # from C where the C launch path is on
     g.execute({t["A"]: a.data.ptr, t["B"]: b.data.ptr, t["bias0"]: bias.data.ptr, t["Y"]: outs[2].data.ptr})
     cp.cuda.Device().synchronize()
     assert int(cp.count_nonzero(outs[0])) > 0
