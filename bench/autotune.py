@@ -37,10 +37,16 @@ def matmul_graph(cudnn, m: int, n: int, k: int):
 def measure(graph, variant_pack, workspace, index: int, iterations: int) -> float:
     """Milliseconds per execute of plan ``index``, timed as autotune times it (CUDA events around a graph
     of ``iterations`` captured executes, after one warm-up)."""
+    from cudnn_graph import Slot
     from cudnn_graph._autotune import CudaEventTimer
+    from cudnn_graph._cuda_graphs import imported_operands
+    # Imported before the capture begins, as autotune does: a DLPack export inside it would join CuPy's
+    # stream to the capture.
+    operands = imported_operands(graph, index, variant_pack)
+    workspace = Slot.from_object(workspace) if workspace is not None and type(workspace) is not int else workspace
 
     def run(stream):
-        graph.execute_plan_at_index(variant_pack, workspace, index=index, stream=stream)
+        graph.execute_plan_at_index(operands, workspace, index=index, stream=stream)
     return CudaEventTimer().time_ms(run, 1, iterations, 0)
 
 
