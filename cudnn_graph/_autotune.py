@@ -101,17 +101,12 @@ class CudaEventTimer:
     @staticmethod
     def _captured_ms(run, iterations: int, stream: int, events) -> float:
         from . import _driver
-        private = _driver.capture_start()
-        try:
+        from ._cuda_graphs import captured_graph
+
+        def record(private):
             for _ in range(iterations):
                 run(private)
-        except BaseException:
-            try:
-                _driver.graph_free(_driver.capture_finish(private))
-            except Exception:      # noqa: BLE001  (the execute's error is the one to report)
-                pass
-            raise
-        graph = _driver.capture_finish(private)
+        graph = captured_graph(record)
         graph_exec = 0
         try:
             graph_exec = _driver.graph_exec_new(graph)

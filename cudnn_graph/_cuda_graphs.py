@@ -147,13 +147,21 @@ def _captured_child(graph, variant_pack, workspace, index: int) -> int:
     variant_pack = imported_operands(graph, index, variant_pack)
     if workspace is not None and type(workspace) is not int:
         workspace = graph._workspace_slot(workspace, graph._plans.compiled[index], None)
+    return captured_graph(lambda stream: graph.execute_plan_at_index(variant_pack, workspace, index=index,
+                                                                     stream=stream))
+
+
+def captured_graph(record) -> int:
+    """The CUDA graph ``record(stream)`` issues on a private capturing stream (the caller frees it); a
+    failure ends the capture, frees what was recorded and raises the record's error."""
+    from . import _driver
     stream = _driver.capture_start()
     try:
-        graph.execute_plan_at_index(variant_pack, workspace, index=index, stream=stream)
+        record(stream)
     except BaseException:
         try:
             _driver.graph_free(_driver.capture_finish(stream))
-        except Exception:      # noqa: BLE001  (the execute's error is the one to report)
+        except Exception:      # noqa: BLE001  (the record's error is the one to report)
             pass
         raise
     return _driver.capture_finish(stream)

@@ -18,6 +18,17 @@ def c_compiler_or_skip(what: str) -> str:
     return cc
 
 
+def build_shared_library(source: str, folder, name: str, libs=()) -> Path:
+    """Compile C ``source`` into ``folder/name`` (a shared library), or skip where no compiler is."""
+    import subprocess
+    cc = c_compiler_or_skip(name)
+    folder = Path(folder)
+    (folder / (name + ".c")).write_text(source)
+    lib = folder / name
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", str(folder / (name + ".c")), "-o", str(lib), *libs], check=True)
+    return lib
+
+
 def host_address(a):
     """An explicit host Slot over a NumPy array's memory: a bare int is refused on a host graph, since the
     process would dereference memory it cannot prove is there."""

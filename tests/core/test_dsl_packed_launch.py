@@ -10,12 +10,11 @@ entry runs, and a non-zero result is a typed error.
 from __future__ import annotations
 
 import ctypes
-import subprocess
 
 import numpy as np
 import pytest
 
-from _helpers import c_compiler_or_skip, host_address
+from _helpers import build_shared_library, host_address
 from cudnn_graph.errors import CudaDriverError, InvalidArgumentError
 from cudnn_graph._dsl_launch import PackedLaunch
 from cudnn_graph._variant_pack import PackLayout, TensorSpec
@@ -44,12 +43,7 @@ class Seen(ctypes.Structure):
 
 @pytest.fixture(scope="module")
 def stand_in(tmp_path_factory):
-    cc = c_compiler_or_skip("a stand-in DSL host entry")
-    folder = tmp_path_factory.mktemp("dsl_entry")
-    (folder / "entry.c").write_text(SOURCE)
-    lib = folder / "libentry.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(folder / "entry.c")], check=True)
-    return ctypes.CDLL(str(lib))
+    return ctypes.CDLL(str(build_shared_library(SOURCE, tmp_path_factory.mktemp("dsl_entry"), "libentry.so")))
 
 
 def _layout():

@@ -592,13 +592,10 @@ int cudnnBackendExecute(void *h, void *p, void *v) {
 
 @pytest.fixture(scope="module")
 def recording_libcudnn(tmp_path_factory):
-    from _helpers import c_compiler_or_skip
-    cc = c_compiler_or_skip("a stand-in libcudnn")
-    folder = tmp_path_factory.mktemp("recording_cudnn")
-    (folder / "fake.c").write_text(RECORDING_LIBCUDNN)
-    lib = folder / "libcudnn.so.9"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", str(folder / "fake.c"), "-o", str(lib), "-lpthread"], check=True)
-    return str(lib), folder
+    from _helpers import build_shared_library
+    lib = build_shared_library(RECORDING_LIBCUDNN, tmp_path_factory.mktemp("recording_cudnn"), "libcudnn.so.9",
+                               libs=("-lpthread",))
+    return str(lib), lib.parent
 
 
 def _read_log(path):

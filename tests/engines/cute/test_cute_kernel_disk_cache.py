@@ -19,14 +19,14 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")    # the compile target when no
 
 from cudnn_graph.engines._kernel_disk_cache import KernelDiskCache  # noqa: E402
 
-try:
-    from cudnn_graph.engines.cute import _disk, _spec
-    from cudnn_graph.engines.cute import engine as cute_engine
-    HAVE_DSL = True
-except ImportError:
-    HAVE_DSL = False
+# Without the DSL the engine package raises ImportError: every test here needs it.
+cute_engine = pytest.importorskip("cudnn_graph.engines.cute.engine", reason="nvidia-cutlass-dsl is not installed",
+                                 exc_type=ImportError)
+from cudnn_graph.engines.cute import _disk, _spec  # noqa: E402
 
-needs_dsl = pytest.mark.skipif(not HAVE_DSL, reason="nvidia-cutlass-dsl is not installed")
+
+def needs_dsl(test):        # (kept: the tests say what they need)
+    return test
 
 
 def _class_spec():
