@@ -25,10 +25,6 @@ cute_engine = pytest.importorskip("cudnn_graph.engines.cute.engine", reason="nvi
 from cudnn_graph.engines.cute import _disk, _spec  # noqa: E402
 
 
-def needs_dsl(test):        # (kept: the tests say what they need)
-    return test
-
-
 def _class_spec():
     spec = _spec.GemmSpec(ab_dtype="bfloat16", c_dtype="bfloat16", M=256, N=128, K=64, L=1,
                           a_stride=(64, 1, 256 * 64), b_stride=(64, 1, 128 * 64), c_stride=(128, 1, 256 * 128),
@@ -36,7 +32,6 @@ def _class_spec():
     return _spec.shape_class(spec)
 
 
-@needs_dsl
 def test_a_first_compile_stores_its_kernel_in_the_disk_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDNN_GRAPH_KERNEL_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cute_engine, "_cache", {})
@@ -47,7 +42,6 @@ def test_a_first_compile_stores_its_kernel_in_the_disk_cache(tmp_path, monkeypat
     assert entry.meta["function_prefix"] == _disk.FUNCTION_PREFIX
 
 
-@needs_dsl
 def test_with_the_cache_off_nothing_is_written(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDNN_GRAPH_KERNEL_CACHE_DIR", "off")
     monkeypatch.setattr(cute_engine, "_cache", {})
@@ -98,7 +92,6 @@ def _child(shape, env):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@needs_dsl
 @pytest.mark.gpu
 def test_a_second_process_builds_a_known_class_from_the_disk_without_compiling(tmp_path):
     env = dict(os.environ, CUDNN_GRAPH_KERNEL_CACHE_DIR=str(tmp_path))
