@@ -137,6 +137,14 @@ def cases(program, blobs, standin, tmp_path_factory):
     return lines, records
 
 
+def assert_refused(lines: dict, case: str, status: str, words) -> None:
+    """The case ``case`` ended with ``status`` and a message holding each of ``words``."""
+    got, message = lines[case]
+    assert got == status, message
+    for word in words:
+        assert word in message, (case, message)
+
+
 def test_the_header_reports_its_api_version(cases):
     lines, _ = cases
     assert lines["api_version"][0] == "100"
@@ -163,10 +171,7 @@ def test_the_header_reports_its_api_version(cases):
 ])
 def test_a_bad_blob_or_device_is_refused_at_load_with_a_status_and_message(cases, case, status, words):
     lines, _ = cases
-    got, message = lines[f"load_{case}"]
-    assert got == status, message
-    for word in words:
-        assert word in message
+    assert_refused(lines, f"load_{case}", status, words)
     assert f"load_{case}_out_not_null" not in lines      # *out is NULL after a failed load
 
 
@@ -242,10 +247,7 @@ def test_execute_binds_the_callers_uids_and_pointers_and_reuses_its_variant_pack
 ])
 def test_a_bad_pointer_or_uid_is_refused_per_call_with_a_status_and_message(cases, case, status, words):
     lines, _ = cases
-    got, message = lines[f"execute_{case}"]
-    assert got == status, message
-    for word in words:
-        assert word in message
+    assert_refused(lines, f"execute_{case}", status, words)
 
 
 def test_no_cudnn_call_is_made_for_a_refused_execute(cases):
