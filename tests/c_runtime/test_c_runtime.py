@@ -275,3 +275,29 @@ def test_the_runtime_leaks_nothing_on_any_path_under_valgrind(program, blobs, st
                                          "--errors-for-leak-kinds=definite,indirect,possible"))
     assert result.returncode == 0, result.stderr[-6000:]
     assert lines["execute_good"][0] == "CG_STATUS_SUCCESS"
+
+
+def test_a_blob_from_pythons_serialize_is_read_by_the_c_runtime(standin, tmp_path):
+    """graph.serialize() of a cuDNN plan built on the stand-in: the C reader agrees with Python's on the
+    whole blob; without cuDNN's serialized plan (the stand-in gives none) it is refused for that reason,
+    and with one added its operands are the graph's."""
+    from _standin import CHILD_PROLOGUE, run_child
+    probe = build_program(os.path.join(HERE, "load_probe.c"), tmp_path / "load_probe")
+    path = tmp_path / "relu.blob"
+    run_child(CHILD_PROLOGUE + f"""
+g = make(8)
+open({str(path)!r}, "wb").write(g.serialize(as_bytes=True))
+print(json.dumps({{}}))
+""", standin, tmp_path / "child.log")
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDNN_GRAPH_LIBCUDNN", "LD_LIBRARY_PATH")}
+    env.update(standin, FAKE_CUDNN_LOG=str(tmp_path / "probe.log"))
+    out = subprocess.run([probe, str(path)], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.startswith("CG_STATUS_NOT_SUPPORTED") and "section 4" in out
+    unpacked = blob_format.unpack_blob(path.read_bytes())
+    sections = {**unpacked.sections, SECTION_CUDNN_PLAN: FAKE_PLAN}
+    path.write_bytes(pack_blob(unpacked.header, unpacked.tensors, sections))
+    out = subprocess.run([probe, str(path)], capture_output=True, text=True, env=env, check=True).stdout
+    lines = out.splitlines()
+    assert lines[0].strip() == "CG_STATUS_SUCCESS"
+    want = [f"{t.uid} {t.name} {','.join(str(d) for d in t.dims)}" for t in unpacked.tensors if not t.is_virtual]
+    assert lines[1:] == want and len(want) == 2
