@@ -1,0 +1,98 @@
+"""Build a graph in Python, serialize its cuDNN plan and write it (with inputs) for run_plan.c.
+
+    python make_plan.py matmul plan_dir     # or conv, sdpa
+    make && ./run_plan plan_dir
+
+Writes plan_dir/plan.blob and plan_dir/<uid>.in for every input operand: the raw bytes of its whole
+strided span (a pass-by-value scalar: its one value). Needs a GPU and libcudnn; uses NumPy only.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+import cudnn_graph as cudnn
+from cudnn_graph.router import PreferFamily
+
+F = cudnn.data_type
+HOST_TYPES = {F.HALF: np.float16, F.FLOAT: np.float32, F.INT32: np.int32, F.INT64: np.int64}
+
+
+def row_major(dims):
+    strides, step = [], 1
+    for d in reversed(dims):
+        strides.append(step)
+        step *= d
+    return list(reversed(strides))
+
+
+def nhwc(dims):
+    n, c, h, w = dims
+    return [h * w * c, 1, w * c, c]
+
+
+def new_graph():
+    return cudnn.pygraph(io_data_type=F.HALF, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                         device="cuda", router=PreferFamily("cudnn"))
+
+
+def matmul():
+    g = new_graph()
+    a = g.tensor(name="A", dim=[2, 64, 32], stride=row_major([2, 64, 32]))
+    b = g.tensor(name="B", dim=[2, 32, 48], stride=row_major([2, 32, 48]))
+    g.matmul(a, b).set_output(True).set_name("C")
+    return g
+
+
+def conv():
+    g = new_graph()
+    x = g.tensor(name="X", dim=[4, 32, 16, 16], stride=nhwc([4, 32, 16, 16]))
+    w = g.tensor(name="W", dim=[64, 32, 3, 3], stride=nhwc([64, 32, 3, 3]))
+    y = g.conv_fprop(x, w, padding=[1, 1], stride=[1, 1], dilation=[1, 1])
+    y.set_output(True).set_name("Y").set_stride(nhwc([4, 64, 16, 16]))
+    return g
+
+
+def sdpa():
+    g = new_graph()
+    dims = [2, 4, 128, 64]
+    q, k, v = (g.tensor(name=n, dim=dims, stride=row_major(dims)) for n in ("Q", "K", "V"))
+    o, _ = g.sdpa(q, k, v, generate_stats=False, attn_scale=0.125, use_causal_mask=True)
+    o.set_output(True).set_name("O").set_dim(dims).set_stride(row_major(dims))
+    return g
+
+
+GRAPHS = {"matmul": matmul, "conv": conv, "sdpa": sdpa}
+
+
+def input_bytes(t, rng) -> bytes:
+    """The bytes run_plan.c copies for input ``t``: its strided span, or a scalar's value."""
+    np_type = HOST_TYPES[t.data_type]
+    if t.is_pass_by_value:
+        return np.asarray([t.value], np_type).tobytes()
+    span = 1 + sum((d - 1) * s for d, s in zip(t.dim, t.stride))
+    return (rng.standard_normal(span) * 0.5).astype(np_type).tobytes()
+
+
+def write_plan(name: str, folder: str, seed: int = 0):
+    """Build graph ``name``, write its blob and inputs under ``folder``; returns the built graph."""
+    g = GRAPHS[name]()
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "plan.blob"), "wb") as f:
+        f.write(g.serialize(as_bytes=True))
+    rng = np.random.default_rng(seed)
+    for t in g.get_inputs():
+        with open(os.path.join(folder, f"{t.uid}.in"), "wb") as f:
+            f.write(input_bytes(t, rng))
+    return g
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("graph", choices=sorted(GRAPHS))
+    parser.add_argument("folder")
+    args = parser.parse_args()
+    write_plan(args.graph, args.folder)

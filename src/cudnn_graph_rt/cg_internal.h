@@ -1,0 +1,120 @@
+/* libcudnn_graph_rt internals: the parsed blob, the dlopen'ed libraries, the plan object and the
+ * thread-local error. Nothing here is public; include/cudnn_graph/cudnn_graph.h is the API. */
+#ifndef CUDNN_GRAPH_RT_INTERNAL_H
+#define CUDNN_GRAPH_RT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cudnn_graph/cudnn_graph.h"
+#include "cudnn_graph/cudnn_backend.h"
+
+#ifndef CG_LIBRARY_VERSION
+#error "meson.build defines CG_LIBRARY_VERSION (the package version, major*10000 + minor*100 + patch)"
+#endif
+
+#define CG_HIDDEN __attribute__((visibility("hidden")))
+
+/* docs/plan_format.md, format version 1 */
+#define CG_BLOB_FORMAT_VERSION 1
+#define CG_BLOB_HEADER_SIZE 64
+#define CG_BLOB_SECTION_ENTRY_SIZE 24
+#define CG_BLOB_MAX_SECTIONS 64      /* the Python reader's bounds, so both refuse the same blobs */
+#define CG_BLOB_MAX_RANK 64
+#define CG_SECTION_TENSORS 1
+#define CG_SECTION_GRAPH 2
+#define CG_SECTION_PLAN 3
+#define CG_SECTION_CUDNN_PLAN 4
+#define CG_SECTION_KERNELS 5
+
+/* The flat engine-id space of engines/ids.py (names for refusals only). */
+#define CG_ENGINE_ID_REFERENCE 20000
+#define CG_ENGINE_ID_CUTE 20100
+#define CG_ENGINE_ID_CUTILE 20200
+
+#define CG_MAX_DEVICES 64
+#define CG_MAX_OPERANDS 1024
+
+/* ---- errors (cg_error.c) ---- */
+CG_HIDDEN cg_status_t cg_fail(cg_status_t status, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- the blob (cg_blob.c) ---- */
+typedef struct cg_record {
+    int64_t uid;
+    int32_t data_type;
+    uint8_t is_virtual;
+    uint8_t is_pass_by_value;
+    uint32_t alignment;
+    uint32_t rank;
+    int64_t *dims;          /* rank entries, then rank strides, in one allocation */
+    int64_t *strides;
+    char *name;             /* NUL-terminated copy */
+} cg_record_t;
+
+typedef struct cg_blob {
+    uint32_t flags;
+    uint32_t library_version;
+    uint32_t cudnn_version;
+    uint32_t arch;
+    uint16_t engine_family;
+    int64_t engine_id;
+    uint64_t workspace_size;
+    uint32_t n_records;
+    cg_record_t *records;
+    const uint8_t *recipe;          /* section 3 (inside the caller's bytes; NULL when absent) */
+    size_t recipe_size;
+    const uint8_t *cudnn_plan;      /* section 4 */
+    size_t cudnn_plan_size;
+} cg_blob_t;
+
+CG_HIDDEN uint32_t cg_crc32(const uint8_t *data, size_t size, size_t skip_at);
+/* Parse and check data[0..size): CG_STATUS_BAD_BLOB / CG_STATUS_VERSION_MISMATCH with the message set.
+ * On success *blob owns its records (cg_blob_release) and points into data for the sections. */
+CG_HIDDEN cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob);
+CG_HIDDEN void cg_blob_release(cg_blob_t *blob);
+/* The recipe's "engine" name into out (empty when absent). */
+CG_HIDDEN void cg_blob_engine_name(const cg_blob_t *blob, char *out, size_t capacity);
+
+/* ---- the libraries (cg_libs.c) ---- */
+typedef int (*cg_cuInit_t)(unsigned int);
+typedef int (*cg_cuDeviceGetCount_t)(int *);
+typedef int (*cg_cuDeviceGet_t)(int *, int);
+typedef int (*cg_cuDeviceGetAttribute_t)(int *, int, int);
+typedef int (*cg_cuDevicePrimaryCtxRetain_t)(void **, int);
+typedef int (*cg_cuDevicePrimaryCtxRelease_t)(int);
+typedef int (*cg_cuCtxGetCurrent_t)(void **);
+typedef int (*cg_cuCtxPushCurrent_t)(void *);
+typedef int (*cg_cuCtxPopCurrent_t)(void **);
+
+typedef struct cg_libs {
+    cg_cudnnGetVersion_t cudnnGetVersion;
+    cg_cudnnGetErrorString_t cudnnGetErrorString;
+    cg_cudnnGetLastErrorString_t cudnnGetLastErrorString;      /* optional */
+    cg_cudnnCreate_t cudnnCreate;
+    cg_cudnnDestroy_t cudnnDestroy;
+    cg_cudnnSetStream_t cudnnSetStream;
+    cg_cudnnBackendCreateDescriptor_t cudnnBackendCreateDescriptor;
+    cg_cudnnBackendDestroyDescriptor_t cudnnBackendDestroyDescriptor;
+    cg_cudnnBackendSetAttribute_t cudnnBackendSetAttribute;
+    cg_cudnnBackendGetAttribute_t cudnnBackendGetAttribute;
+    cg_cudnnBackendFinalize_t cudnnBackendFinalize;
+    cg_cudnnBackendExecute_t cudnnBackendExecute;
+    cg_cuInit_t cuInit;
+    cg_cuDeviceGetCount_t cuDeviceGetCount;
+    cg_cuDeviceGet_t cuDeviceGet;
+    cg_cuDeviceGetAttribute_t cuDeviceGetAttribute;
+    cg_cuDevicePrimaryCtxRetain_t cuDevicePrimaryCtxRetain;
+    cg_cuDevicePrimaryCtxRelease_t cuDevicePrimaryCtxRelease;  /* optional */
+    cg_cuCtxGetCurrent_t cuCtxGetCurrent;
+    cg_cuCtxPushCurrent_t cuCtxPushCurrent;
+    cg_cuCtxPopCurrent_t cuCtxPopCurrent;
+    size_t cudnn_version;
+} cg_libs_t;
+
+/* The libraries, loaded once per process; NULL with the message set when they cannot be. */
+CG_HIDDEN const cg_libs_t *cg_libs(void);
+/* cuDNN's failure as a CG_STATUS_CUDNN_ERROR with its status name and last error. */
+CG_HIDDEN cg_status_t cg_cudnn_failure(const cg_libs_t *libs, int status, const char *what);
+
+#endif /* CUDNN_GRAPH_RT_INTERNAL_H */

@@ -1,0 +1,30 @@
+"""Building C programs against the installed C runtime (header and libcudnn_graph_rt), for the tests."""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def runtime_or_skip() -> None:
+    from cudnn_graph import _c_runtime
+    if not os.path.exists(_c_runtime.library_path()):
+        pytest.skip(f"libcudnn_graph_rt is not installed at {_c_runtime.library_path()} (build the package)")
+
+
+def build_program(source: str, output, extra=()) -> str:
+    """Compile ``source`` (C99, warnings as errors) against the runtime with the flags
+    ``python -m cudnn_graph --c-flags --libs`` prints; returns the program's path."""
+    from _helpers import c_compiler_or_skip
+    from cudnn_graph import _c_runtime
+    cc = c_compiler_or_skip("a C runtime test program")
+    runtime_or_skip()
+    flags = shlex.split(_c_runtime.c_flags()) + shlex.split(_c_runtime.libs())
+    command = [cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O0", str(source), "-o", str(output),
+               *flags, "-lpthread", *extra]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    return str(output)
