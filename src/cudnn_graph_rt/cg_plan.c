@@ -1,0 +1,477 @@
+/* Plans: load (check the blob, rebuild cuDNN's execution plan from its serialized form), query,
+ * execute (a variant pack from the caller's uid / pointer arrays), free; and the per-thread state
+ * (a cuDNN handle per device, a small cache of finalized variant packs). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cg_internal.h"
+
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+#define CG_PACK_CACHE 8          /* finalized variant packs kept per thread (round robin) */
+
+struct cg_plan {
+    uint64_t id;                 /* unique for the process: a freed plan's address may come back */
+    int device;
+    void *context;               /* the device's primary context (retained) */
+    void *plan;                  /* cudnnBackendDescriptor_t, finalized */
+    size_t workspace_size;
+    cg_engine_family_t family;
+    int64_t engine_id;
+    int n_operands;
+    cg_tensor_info_t *operands;  /* the non-virtual rows; names / dims point into blob.records */
+    uint8_t *nonempty;           /* per operand: 1 when it has elements (a NULL pointer is then an error) */
+    cg_blob_t blob;
+};
+
+/* ---- per-thread state ---------------------------------------------------------------------- */
+
+typedef struct {
+    void *handle;                /* cudnnHandle_t for that device, made on first use */
+    void *stream;                /* the stream last bound to it */
+} thread_handle_t;
+
+typedef struct {
+    uint64_t plan_id;            /* 0: empty */
+    void *workspace;
+    int n;
+    int64_t *uids;               /* n uids, then n pointers, one allocation */
+    void **pointers;
+    void *pack;                  /* finalized variant pack descriptor */
+} pack_entry_t;
+
+static __thread thread_handle_t thread_handles[CG_MAX_DEVICES];
+static __thread pack_entry_t thread_packs[CG_PACK_CACHE];
+static __thread int thread_pack_next;
+static __thread int thread_registered;
+static pthread_key_t thread_key;
+static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t id_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t next_plan_id = 1;
+
+static void drop_pack(const cg_libs_t *libs, pack_entry_t *entry) {
+    if (entry->pack && libs) libs->cudnnBackendDestroyDescriptor(entry->pack);
+    free(entry->uids);
+    memset(entry, 0, sizeof *entry);
+}
+
+static void release_thread_state(void) {
+    const cg_libs_t *libs = cg_libs();
+    for (int i = 0; i < CG_PACK_CACHE; i++) drop_pack(libs, &thread_packs[i]);
+    for (int d = 0; d < CG_MAX_DEVICES; d++) {
+        if (thread_handles[d].handle && libs) libs->cudnnDestroy(thread_handles[d].handle);
+        thread_handles[d].handle = NULL;
+        thread_handles[d].stream = NULL;
+    }
+}
+
+static void on_thread_exit(void *unused) {
+    (void)unused;
+    release_thread_state();      /* glibc runs key destructors while this thread's TLS still exists */
+}
+
+static void make_thread_key(void) { pthread_key_create(&thread_key, on_thread_exit); }
+
+void cg_thread_release(void) {
+    if (thread_registered) release_thread_state();
+}
+
+/* This thread's handle for `device` (the device's context is current). */
+static cg_status_t thread_handle(const cg_libs_t *libs, int device, thread_handle_t **out) {
+    thread_handle_t *h = &thread_handles[device];
+    if (h->handle == NULL) {
+        if (!thread_registered) {
+            pthread_once(&thread_key_once, make_thread_key);
+            pthread_setspecific(thread_key, (void *)1);     /* non-NULL: the destructor runs at exit */
+            thread_registered = 1;
+        }
+        int status = libs->cudnnCreate(&h->handle);
+        if (status != CUDNN_STATUS_SUCCESS) {
+            h->handle = NULL;
+            return cg_cudnn_failure(libs, status, "cudnnCreate");
+        }
+        h->stream = NULL;        /* a new handle runs on the legacy default stream */
+    }
+    *out = h;
+    return CG_STATUS_SUCCESS;
+}
+
+/* Make the plan's device context current; *pushed says whether cg_leave must pop it. */
+static cg_status_t enter_device(const cg_libs_t *libs, void *context, int *pushed) {
+    void *current = NULL;
+    *pushed = 0;
+    if (libs->cuCtxGetCurrent(&current) == 0 && current == context) return CG_STATUS_SUCCESS;
+    int status = libs->cuCtxPushCurrent(context);
+    if (status != 0) return cg_fail(CG_STATUS_CUDA_ERROR, "cuCtxPushCurrent: CUDA error %d", status);
+    *pushed = 1;
+    return CG_STATUS_SUCCESS;
+}
+
+static void leave_device(const cg_libs_t *libs, int pushed) {
+    void *popped;
+    if (pushed) libs->cuCtxPopCurrent(&popped);
+}
+
+/* ---- load -------------------------------------------------------------------------------------- */
+
+static cg_status_t refuse_engine(const cg_blob_t *blob) {
+    char name[128];
+    cg_blob_engine_name(blob, name, sizeof name);
+    long long id = (long long)blob->engine_id;
+    if (blob->engine_family == CG_ENGINE_PYTHON) {
+        const char *what = id == CG_ENGINE_ID_REFERENCE ? "the reference engine's, which runs only in Python"
+                           : (id >= CG_ENGINE_ID_CUTILE ? "a cuTile plan, whose kernels this runtime cannot launch yet"
+                           : (id >= CG_ENGINE_ID_CUTE ? "a CuTe plan, whose kernels this runtime cannot launch yet"
+                                                      : "a Python engine's, which this runtime cannot run"));
+        return cg_fail(CG_STATUS_NOT_SUPPORTED, "the plan is engine '%s' (id %lld): %s; execute it from Python, "
+                       "or serialize a cuDNN plan", name, id, what);
+    }
+    return cg_fail(CG_STATUS_NOT_SUPPORTED, "the plan is engine '%s' (id %lld, engine family %u): this runtime "
+                   "runs cuDNN plans (family 1) only", name, id, blob->engine_family);
+}
+
+static cg_status_t check_blob(const cg_blob_t *blob) {
+    if (blob->library_version != CG_LIBRARY_VERSION)
+        return cg_fail(CG_STATUS_VERSION_MISMATCH, "the plan blob was made by cudnn_graph %u.%u.%u, this runtime "
+                       "is %u.%u.%u (field cudnn_graph version): serialize the plan again with this version",
+                       blob->library_version / 10000, blob->library_version / 100 % 100, blob->library_version % 100,
+                       CG_LIBRARY_VERSION / 10000, CG_LIBRARY_VERSION / 100 % 100, CG_LIBRARY_VERSION % 100);
+    if (blob->engine_family != CG_ENGINE_CUDNN) return refuse_engine(blob);
+    if (!blob->cudnn_plan || blob->cudnn_plan_size == 0)
+        return cg_fail(CG_STATUS_NOT_SUPPORTED, "the plan blob holds no cuDNN serialized execution plan (section "
+                       "4): cuDNN could not serialize engine %lld, and rebuilding it from its engine id and knobs "
+                       "needs the operation graph, which only the Python package lowers", (long long)blob->engine_id);
+    return CG_STATUS_SUCCESS;
+}
+
+static cg_status_t check_device(const cg_libs_t *libs, const cg_blob_t *blob, int device) {
+    int count = 0;
+    int status = libs->cuDeviceGetCount(&count);
+    if (status != 0) return cg_fail(CG_STATUS_CUDA_ERROR, "cuDeviceGetCount: CUDA error %d", status);
+    if (device < 0 || device >= count || device >= CG_MAX_DEVICES)
+        return cg_fail(CG_STATUS_INVALID_DEVICE, "device %d: this process sees %d CUDA device(s)", device, count);
+    if (blob->cudnn_version / 100 != libs->cudnn_version / 100)
+        return cg_fail(CG_STATUS_VERSION_MISMATCH, "the plan was built with cuDNN %u.%u, the loaded libcudnn is "
+                       "%zu.%zu (field cuDNN version): cuDNN plans load only on the major.minor that built them",
+                       blob->cudnn_version / 10000, blob->cudnn_version / 100 % 100, libs->cudnn_version / 10000,
+                       libs->cudnn_version / 100 % 100);
+    if (blob->arch) {
+        int major = 0, minor = 0, ordinal = 0;
+        status = libs->cuDeviceGet(&ordinal, device);
+        if (status == 0) status = libs->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ordinal);
+        if (status == 0) status = libs->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ordinal);
+        if (status != 0) return cg_fail(CG_STATUS_CUDA_ERROR, "device %d: its compute capability: CUDA error %d",
+                                        device, status);
+        if ((uint32_t)(major * 10 + minor) != blob->arch)
+            return cg_fail(CG_STATUS_VERSION_MISMATCH, "the plan was built for sm_%u, device %d is sm_%d%d (field "
+                           "GPU architecture): build the graph again on this GPU", blob->arch, device, major, minor);
+    }
+    return CG_STATUS_SUCCESS;
+}
+
+static cg_status_t make_operands(cg_plan_t plan) {
+    const cg_blob_t *blob = &plan->blob;
+    int n = 0;
+    for (uint32_t i = 0; i < blob->n_records; i++) n += !blob->records[i].is_virtual;
+    plan->operands = calloc(n ? n : 1, sizeof *plan->operands);
+    plan->nonempty = calloc(n ? n : 1, 1);
+    if (!plan->operands || !plan->nonempty) return cg_fail(CG_STATUS_OUT_OF_MEMORY, "cg_plan_load: no memory");
+    int k = 0;
+    for (uint32_t i = 0; i < blob->n_records; i++) {
+        const cg_record_t *r = &blob->records[i];
+        if (r->is_virtual) continue;
+        cg_tensor_info_t *t = &plan->operands[k];
+        t->uid = r->uid;
+        t->name = r->name;
+        t->data_type = r->data_type;
+        t->rank = (int32_t)r->rank;
+        t->dims = r->dims;
+        t->strides = r->strides;
+        t->alignment = r->alignment;
+        t->is_pass_by_value = r->is_pass_by_value;
+        int has_elements = 1;
+        for (uint32_t d = 0; d < r->rank; d++) has_elements &= r->dims[d] > 0;
+        plan->nonempty[k] = (uint8_t)has_elements;
+        k++;
+    }
+    plan->n_operands = n;
+    return CG_STATUS_SUCCESS;
+}
+
+static cg_status_t finalize_plan(const cg_libs_t *libs, cg_plan_t plan) {
+    int pushed;
+    cg_status_t result = enter_device(libs, plan->context, &pushed);
+    if (result != CG_STATUS_SUCCESS) return result;
+    thread_handle_t *h;
+    result = thread_handle(libs, plan->device, &h);
+    if (result == CG_STATUS_SUCCESS) {
+        int status = libs->cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan->plan);
+        const char *what = "cudnnBackendCreateDescriptor(EXECUTION_PLAN)";
+        if (status == CUDNN_STATUS_SUCCESS) {
+            what = "set CUDNN_ATTR_EXECUTION_PLAN_HANDLE";
+            status = libs->cudnnBackendSetAttribute(plan->plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE,
+                                                    1, &h->handle);
+        }
+        if (status == CUDNN_STATUS_SUCCESS) {
+            what = "set CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION (the blob's serialized plan)";
+            status = libs->cudnnBackendSetAttribute(plan->plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                                                    CUDNN_TYPE_CHAR, (int64_t)plan->blob.cudnn_plan_size,
+                                                    plan->blob.cudnn_plan);
+        }
+        if (status == CUDNN_STATUS_SUCCESS) {
+            what = "finalize the execution plan";
+            status = libs->cudnnBackendFinalize(plan->plan);
+        }
+        int64_t workspace = 0, got = 0;
+        if (status == CUDNN_STATUS_SUCCESS) {
+            what = "get CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE";
+            status = libs->cudnnBackendGetAttribute(plan->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                    CUDNN_TYPE_INT64, 1, &got, &workspace);
+        }
+        if (status != CUDNN_STATUS_SUCCESS) result = cg_cudnn_failure(libs, status, what);
+        else plan->workspace_size = workspace > 0 ? (size_t)workspace : 0;
+    }
+    leave_device(libs, pushed);
+    return result;
+}
+
+cg_status_t cg_plan_load(const void *blob, size_t size, int device, cg_plan_t *out) {
+    if (out == NULL) return cg_fail(CG_STATUS_INVALID_ARGUMENT, "cg_plan_load: out is NULL");
+    *out = NULL;
+    if (blob == NULL && size != 0) return cg_fail(CG_STATUS_INVALID_ARGUMENT, "cg_plan_load: blob is NULL");
+    cg_plan_t plan = calloc(1, sizeof *plan);
+    uint8_t *copy = malloc(size ? size : 1);
+    if (!plan || !copy) {
+        free(plan);
+        free(copy);
+        return cg_fail(CG_STATUS_OUT_OF_MEMORY, "cg_plan_load: no memory for a %zu-byte blob", size);
+    }
+    if (size) memcpy(copy, blob, size);
+    plan->device = device;
+    cg_status_t result = cg_blob_parse(copy, size, &plan->blob);
+    if (result == CG_STATUS_SUCCESS) result = check_blob(&plan->blob);
+    const cg_libs_t *libs = NULL;
+    if (result == CG_STATUS_SUCCESS) {
+        libs = cg_libs();
+        if (libs == NULL) result = CG_STATUS_LIBRARY_NOT_FOUND;
+    }
+    if (result == CG_STATUS_SUCCESS) result = check_device(libs, &plan->blob, device);
+    if (result == CG_STATUS_SUCCESS) {
+        int ordinal = 0, status = libs->cuDeviceGet(&ordinal, device);
+        if (status == 0) status = libs->cuDevicePrimaryCtxRetain(&plan->context, ordinal);
+        if (status != 0) result = cg_fail(CG_STATUS_CUDA_ERROR, "device %d: its primary context: CUDA error %d",
+                                          device, status);
+    }
+    if (result == CG_STATUS_SUCCESS) result = make_operands(plan);
+    if (result == CG_STATUS_SUCCESS) result = finalize_plan(libs, plan);
+    /* Only the records outlive the load; the section bytes were needed by finalize alone. */
+    plan->blob.recipe = plan->blob.cudnn_plan = NULL;
+    free(copy);
+    if (result != CG_STATUS_SUCCESS) {
+        cg_plan_free(plan);
+        return result;
+    }
+    plan->family = (cg_engine_family_t)plan->blob.engine_family;
+    plan->engine_id = plan->blob.engine_id;
+    pthread_mutex_lock(&id_lock);
+    plan->id = next_plan_id++;
+    pthread_mutex_unlock(&id_lock);
+    *out = plan;
+    return CG_STATUS_SUCCESS;
+}
+
+void cg_plan_free(cg_plan_t plan) {
+    if (plan == NULL) return;
+    const cg_libs_t *libs = plan->plan || plan->context ? cg_libs() : NULL;
+    if (libs) {
+        for (int i = 0; i < CG_PACK_CACHE; i++)
+            if (plan->id && thread_packs[i].plan_id == plan->id) drop_pack(libs, &thread_packs[i]);
+        if (plan->plan) libs->cudnnBackendDestroyDescriptor(plan->plan);
+        if (plan->context && libs->cuDevicePrimaryCtxRelease) libs->cuDevicePrimaryCtxRelease(plan->device);
+    }
+    cg_blob_release(&plan->blob);
+    free(plan->operands);
+    free(plan->nonempty);
+    free(plan);
+}
+
+/* ---- queries ----------------------------------------------------------------------------------- */
+
+#define CHECK_QUERY(plan, out, what)                                                                     \
+    do {                                                                                                 \
+        if ((plan) == NULL) return cg_fail(CG_STATUS_INVALID_ARGUMENT, "%s: the plan is NULL", what);   \
+        if ((out) == NULL) return cg_fail(CG_STATUS_INVALID_ARGUMENT, "%s: the result pointer is NULL", what); \
+    } while (0)
+
+cg_status_t cg_plan_tensor_count(cg_plan_t plan, int *count) {
+    CHECK_QUERY(plan, count, "cg_plan_tensor_count");
+    *count = plan->n_operands;
+    return CG_STATUS_SUCCESS;
+}
+
+cg_status_t cg_plan_tensor(cg_plan_t plan, int index, cg_tensor_info_t *info) {
+    CHECK_QUERY(plan, info, "cg_plan_tensor");
+    if (index < 0 || index >= plan->n_operands)
+        return cg_fail(CG_STATUS_INVALID_ARGUMENT, "cg_plan_tensor: index %d, the plan has %d operands", index,
+                       plan->n_operands);
+    *info = plan->operands[index];
+    return CG_STATUS_SUCCESS;
+}
+
+static int operand_index(cg_plan_t plan, int64_t uid) {
+    for (int i = 0; i < plan->n_operands; i++)
+        if (plan->operands[i].uid == uid) return i;
+    return -1;
+}
+
+cg_status_t cg_plan_tensor_index(cg_plan_t plan, int64_t uid, int *index) {
+    CHECK_QUERY(plan, index, "cg_plan_tensor_index");
+    *index = operand_index(plan, uid);
+    if (*index < 0) return cg_fail(CG_STATUS_UNKNOWN_UID, "cg_plan_tensor_index: the plan has no operand uid %lld",
+                                   (long long)uid);
+    return CG_STATUS_SUCCESS;
+}
+
+cg_status_t cg_plan_workspace_size(cg_plan_t plan, size_t *bytes) {
+    CHECK_QUERY(plan, bytes, "cg_plan_workspace_size");
+    *bytes = plan->workspace_size;
+    return CG_STATUS_SUCCESS;
+}
+
+cg_status_t cg_plan_engine_family(cg_plan_t plan, cg_engine_family_t *family) {
+    CHECK_QUERY(plan, family, "cg_plan_engine_family");
+    *family = plan->family;
+    return CG_STATUS_SUCCESS;
+}
+
+cg_status_t cg_plan_engine_id(cg_plan_t plan, int64_t *engine_id) {
+    CHECK_QUERY(plan, engine_id, "cg_plan_engine_id");
+    *engine_id = plan->engine_id;
+    return CG_STATUS_SUCCESS;
+}
+
+cg_status_t cg_plan_device(cg_plan_t plan, int *device) {
+    CHECK_QUERY(plan, device, "cg_plan_device");
+    *device = plan->device;
+    return CG_STATUS_SUCCESS;
+}
+
+/* ---- execute ----------------------------------------------------------------------------------- */
+
+static cg_status_t check_operands(cg_plan_t plan, int count, const int64_t *uids, void *const *pointers,
+                                  void *workspace) {
+    unsigned char seen[CG_MAX_OPERANDS];
+    if (count < 0) return cg_fail(CG_STATUS_INVALID_ARGUMENT, "cg_execute: count is %d", count);
+    if (count > 0 && (uids == NULL || pointers == NULL))
+        return cg_fail(CG_STATUS_INVALID_ARGUMENT, "cg_execute: %d operands but uids or pointers is NULL", count);
+    memset(seen, 0, (size_t)plan->n_operands);
+    for (int i = 0; i < count; i++) {
+        int at = operand_index(plan, uids[i]);
+        if (at < 0)
+            return cg_fail(CG_STATUS_UNKNOWN_UID, "cg_execute: uids[%d] = %lld is not an operand of the plan", i,
+                           (long long)uids[i]);
+        const cg_tensor_info_t *t = &plan->operands[at];
+        if (seen[at])
+            return cg_fail(CG_STATUS_DUPLICATE_UID, "cg_execute: uid %lld ('%s') is passed twice", (long long)t->uid,
+                           t->name);
+        seen[at] = 1;
+        uintptr_t address = (uintptr_t)pointers[i];
+        if (address == 0 && (plan->nonempty[at] || t->is_pass_by_value))
+            return cg_fail(CG_STATUS_NULL_POINTER, "cg_execute: tensor '%s' (uid %lld) has a NULL pointer",
+                           t->name, (long long)t->uid);
+        if (t->alignment && !t->is_pass_by_value && (address & (t->alignment - 1)) != 0)
+            return cg_fail(CG_STATUS_MISALIGNED, "cg_execute: tensor '%s' (uid %lld) at %p is not %u-byte aligned",
+                           t->name, (long long)t->uid, pointers[i], t->alignment);
+    }
+    if (count != plan->n_operands)
+        for (int k = 0; k < plan->n_operands; k++)
+            if (!seen[k])
+                return cg_fail(CG_STATUS_MISSING_TENSOR, "cg_execute: tensor '%s' (uid %lld) is not passed (%d of "
+                               "the plan's %d operands were)", plan->operands[k].name,
+                               (long long)plan->operands[k].uid, count, plan->n_operands);
+    if (workspace == NULL && plan->workspace_size > 0)
+        return cg_fail(CG_STATUS_NULL_POINTER, "cg_execute: the plan needs %zu bytes of workspace and workspace "
+                       "is NULL", plan->workspace_size);
+    return CG_STATUS_SUCCESS;
+}
+
+/* A finalized variant pack for these operands: this thread's cached one, or a new one (cached). */
+static cg_status_t variant_pack(const cg_libs_t *libs, cg_plan_t plan, int count, const int64_t *uids,
+                                void *const *pointers, void *workspace, void **out) {
+    for (int i = 0; i < CG_PACK_CACHE; i++) {
+        pack_entry_t *e = &thread_packs[i];
+        if (e->plan_id == plan->id && e->workspace == workspace && e->n == count &&
+            memcmp(e->uids, uids, (size_t)count * sizeof *uids) == 0 &&
+            memcmp(e->pointers, pointers, (size_t)count * sizeof *pointers) == 0) {
+            *out = e->pack;
+            return CG_STATUS_SUCCESS;
+        }
+    }
+    pack_entry_t *e = &thread_packs[thread_pack_next];
+    thread_pack_next = (thread_pack_next + 1) % CG_PACK_CACHE;
+    drop_pack(libs, e);
+    e->uids = malloc((size_t)(count ? count : 1) * (sizeof(int64_t) + sizeof(void *)));
+    if (!e->uids) return cg_fail(CG_STATUS_OUT_OF_MEMORY, "cg_execute: no memory for a variant pack");
+    e->pointers = (void **)(e->uids + (count ? count : 1));
+    memcpy(e->uids, uids, (size_t)count * sizeof *uids);
+    memcpy(e->pointers, pointers, (size_t)count * sizeof *pointers);
+    const char *what = "cudnnBackendCreateDescriptor(VARIANT_PACK)";
+    int status = libs->cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &e->pack);
+    if (status == CUDNN_STATUS_SUCCESS) {
+        what = "set CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS";
+        status = libs->cudnnBackendSetAttribute(e->pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count,
+                                                e->uids);
+    }
+    if (status == CUDNN_STATUS_SUCCESS) {
+        what = "set CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS";
+        status = libs->cudnnBackendSetAttribute(e->pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+                                                count, e->pointers);
+    }
+    if (status == CUDNN_STATUS_SUCCESS) {
+        what = "set CUDNN_ATTR_VARIANT_PACK_WORKSPACE";
+        status = libs->cudnnBackendSetAttribute(e->pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
+                                                &workspace);
+    }
+    if (status == CUDNN_STATUS_SUCCESS) {
+        what = "finalize the variant pack";
+        status = libs->cudnnBackendFinalize(e->pack);
+    }
+    if (status != CUDNN_STATUS_SUCCESS) {
+        cg_status_t failed = cg_cudnn_failure(libs, status, what);
+        drop_pack(libs, e);
+        return failed;
+    }
+    e->plan_id = plan->id;
+    e->workspace = workspace;
+    e->n = count;
+    *out = e->pack;
+    return CG_STATUS_SUCCESS;
+}
+
+cg_status_t cg_execute(cg_plan_t plan, void *stream, int count, const int64_t *uids, void *const *pointers,
+                       void *workspace) {
+    if (plan == NULL) return cg_fail(CG_STATUS_INVALID_ARGUMENT, "cg_execute: the plan is NULL");
+    cg_status_t result = check_operands(plan, count, uids, pointers, workspace);
+    if (result != CG_STATUS_SUCCESS) return result;
+    const cg_libs_t *libs = cg_libs();      /* loaded: the plan's load needed them */
+    int pushed;
+    result = enter_device(libs, plan->context, &pushed);
+    if (result != CG_STATUS_SUCCESS) return result;
+    thread_handle_t *h;
+    result = thread_handle(libs, plan->device, &h);
+    if (result == CG_STATUS_SUCCESS && h->stream != stream) {
+        int status = libs->cudnnSetStream(h->handle, stream);
+        if (status != CUDNN_STATUS_SUCCESS) result = cg_cudnn_failure(libs, status, "cudnnSetStream");
+        else h->stream = stream;
+    }
+    void *pack = NULL;
+    if (result == CG_STATUS_SUCCESS) result = variant_pack(libs, plan, count, uids, pointers, workspace, &pack);
+    if (result == CG_STATUS_SUCCESS) {
+        int status = libs->cudnnBackendExecute(h->handle, plan->plan, pack);
+        if (status != CUDNN_STATUS_SUCCESS) result = cg_cudnn_failure(libs, status, "cudnnBackendExecute");
+    }
+    leave_device(libs, pushed);
+    return result;
+}
