@@ -20,17 +20,7 @@ static double now_ns(void) {
     return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
-static void *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *data = malloc(n > 0 ? (size_t)n : 1);
-    *size = fread(data, 1, (size_t)n, f);
-    fclose(f);
-    return data;
-}
+#include "../examples/c/read_file.h"
 
 int main(int argc, char **argv) {
     if (argc != 4) return 2;

@@ -42,17 +42,7 @@ static size_t span_bytes(const cg_tensor_info_t *t) {
     return span * element_bytes(t->data_type);
 }
 
-static void *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *data = malloc(n > 0 ? (size_t)n : 1);
-    *size = fread(data, 1, (size_t)n, f);
-    fclose(f);
-    return data;
-}
+#include "read_file.h"
 
 #define CHECK(call)                                                                              \
     do {                                                                                         \

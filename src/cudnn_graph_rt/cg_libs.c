@@ -44,13 +44,19 @@ static int bind(void *handle, const char *name, void **slot, const char *place) 
 
 #define BIND(handle, field, place) bind(handle, #field, (void **)&libs.field, place)
 
-static int try_cudnn(const char *path, const char *place) {
+/* dlopen(path), or NULL with the loader's reason noted for the error message. */
+static void *open_noted(const char *path, const char *place) {
     void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (handle == NULL) {
         const char *why = dlerror();
         note("%s: %s; ", place, why ? why : "dlopen failed");
-        return 0;
     }
+    return handle;
+}
+
+static int try_cudnn(const char *path, const char *place) {
+    void *handle = open_noted(path, place);
+    if (handle == NULL) return 0;
     int ok = BIND(handle, cudnnGetVersion, place) & BIND(handle, cudnnGetErrorString, place) &
              BIND(handle, cudnnCreate, place) & BIND(handle, cudnnDestroy, place) &
              BIND(handle, cudnnSetStream, place) & BIND(handle, cudnnBackendCreateDescriptor, place) &
@@ -95,12 +101,8 @@ static int load_cudnn(void) {
 
 static int load_cuda(void) {
     const char *place = "dlopen(" CG_LIBCUDA_NAME ")";
-    void *handle = dlopen(CG_LIBCUDA_NAME, RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL) {
-        const char *why = dlerror();
-        note("%s: %s; ", place, why ? why : "dlopen failed");
-        return 0;
-    }
+    void *handle = open_noted(CG_LIBCUDA_NAME, place);
+    if (handle == NULL) return 0;
     int ok = BIND(handle, cuInit, place) & BIND(handle, cuDeviceGetCount, place) &
              BIND(handle, cuDeviceGet, place) & BIND(handle, cuDeviceGetAttribute, place) &
              BIND(handle, cuDevicePrimaryCtxRetain, place) & BIND(handle, cuCtxGetCurrent, place);

@@ -334,29 +334,21 @@ cg_status_t cg_plan_tensor_index(cg_plan_t plan, int64_t uid, int *index) {
     return CG_STATUS_SUCCESS;
 }
 
-cg_status_t cg_plan_workspace_size(cg_plan_t plan, size_t *bytes) {
-    CHECK_QUERY(plan, bytes, "cg_plan_workspace_size");
-    *bytes = plan->workspace_size;
-    return CG_STATUS_SUCCESS;
-}
+/* The plain field queries: a checked plan and out pointer, then the field. */
+#define PLAN_FIELD_GETTER(name, type, field)                                   \
+    cg_status_t name(cg_plan_t plan, type *out) {                             \
+        CHECK_QUERY(plan, out, #name);                                         \
+        *out = plan->field;                                                    \
+        return CG_STATUS_SUCCESS;                                              \
+    }
 
-cg_status_t cg_plan_engine_family(cg_plan_t plan, cg_engine_family_t *family) {
-    CHECK_QUERY(plan, family, "cg_plan_engine_family");
-    *family = plan->family;
-    return CG_STATUS_SUCCESS;
-}
+PLAN_FIELD_GETTER(cg_plan_workspace_size, size_t, workspace_size)
 
-cg_status_t cg_plan_engine_id(cg_plan_t plan, int64_t *engine_id) {
-    CHECK_QUERY(plan, engine_id, "cg_plan_engine_id");
-    *engine_id = plan->engine_id;
-    return CG_STATUS_SUCCESS;
-}
+PLAN_FIELD_GETTER(cg_plan_engine_family, cg_engine_family_t, family)
 
-cg_status_t cg_plan_device(cg_plan_t plan, int *device) {
-    CHECK_QUERY(plan, device, "cg_plan_device");
-    *device = plan->device;
-    return CG_STATUS_SUCCESS;
-}
+PLAN_FIELD_GETTER(cg_plan_engine_id, int64_t, engine_id)
+
+PLAN_FIELD_GETTER(cg_plan_device, int, device)
 
 /* ---- execute ----------------------------------------------------------------------------------- */
 
