@@ -130,10 +130,10 @@ def compiled_launcher(spec: GemmSpec, problem_label: str | None = None):
     return found
 
 
-# The C launch path (PackedLaunch) is off: its first run on the H200 (session 10) crashed in the DSL's
-# host entry on the second execute of a plan, while its stand-in tests pass on the CPU; the argument
-# convention it assumes of the entry needs checking against the DSL before it is turned on again.
-C_LAUNCH = False
+# execute() launches CuTe plans from C (PackedLaunch). Its first H200 run (session 10) crashed: the entry
+# takes N_POINTERS pointer slots whatever the epilogue binds, and the scalars were packed right after the
+# bound ones, so the stream cell was left NULL. The slot count is now passed (pointer_slots).
+C_LAUNCH = True
 
 # A knob set whose kernel this process has already compiled goes first when the model rates it at least
 # this fraction of the best set: a compile costs about half a second, a slightly worse tiling of one problem
@@ -196,11 +196,12 @@ class CuteGemmPlan(CompiledPlan):
             return None
         entry, template, result_index = found
         from ..._dsl_launch import PackedLaunch
-        from ._launch import N_SCALARS
+        from ._launch import N_POINTERS, N_SCALARS
         p = self.problem
         launch = PackedLaunch.create(layout, entry, template, self._tensor_uids, self._align, self._names,
                                      N_SCALARS, p.scalar_uids, [t == "float64" for t in p.scalar_types],
-                                     self.scalar_defaults, self._launch.extents, result_index, self._launch)
+                                     self.scalar_defaults, self._launch.extents, result_index, self._launch,
+                                     pointer_slots=N_POINTERS)
         return launch.execute_mapping
 
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:

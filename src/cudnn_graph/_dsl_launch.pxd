@@ -26,7 +26,8 @@ cdef class PackedLaunch:
     cdef dsl_entry_t _entry
     cdef int _nargs                          # entries of the template
     cdef void* _template[DSL_MAX_ARGS]
-    cdef int _n_pointers
+    cdef int _n_pointers                     # operands the plan binds, in the first pointer slots
+    cdef int _pointer_slots                  # pointer arguments of the entry (>= _n_pointers)
     cdef int64_t _pointer_uids[DSL_MAX_POINTERS]
     cdef int64_t _pointer_align[DSL_MAX_POINTERS]
     cdef int _n_floats                       # float arguments of the entry (the scalars' slots)

@@ -36,7 +36,7 @@ cdef class PackedLaunch:
         self._layout = None
         self._entry = NULL
         self._nargs = 0
-        self._n_pointers = self._n_floats = self._n_scalars = self._n_ints = 0
+        self._n_pointers = self._pointer_slots = self._n_floats = self._n_scalars = self._n_ints = 0
         self._result_index = -1
         self._names = ()
         self._keepalive = None
@@ -47,15 +47,23 @@ cdef class PackedLaunch:
     @staticmethod
     def create(PackLayout layout, uintptr_t entry, template, pointer_uids, pointer_align, names,
                int n_floats, scalar_uids, scalar_is_double, scalar_defaults, ints, int result_index,
-               keepalive):
+               keepalive, int pointer_slots=-1):
         """A launch of the host entry at ``entry`` with ``template`` (the DSL's packed-argument array as
         ints) for operands ``pointer_uids`` (each checked against its alignment in bytes), ``n_floats``
         f32 arguments of which the first ``len(scalar_uids)`` are read from those host operands,
         ``ints`` fixed int32 arguments, the stream, and the result cell at ``result_index`` (-1: none).
-        ``scalar_defaults``: per scalar, the value used when the mapping leaves it out, or None."""
+        ``scalar_defaults``: per scalar, the value used when the mapping leaves it out, or None.
+        ``pointer_slots``: how many pointer arguments the entry takes (default: one per operand); the
+        slots past ``pointer_uids`` keep the template's cells (a kernel compiled with room for more
+        epilogue operands than this plan has), and the scalars start after all of them."""
         cdef PackedLaunch self = PackedLaunch.__new__(PackedLaunch)
         cdef int i
-        n_base = len(pointer_uids) + n_floats + len(ints) + 1
+        if pointer_slots < 0:
+            pointer_slots = len(pointer_uids)
+        if pointer_slots < len(pointer_uids) or pointer_slots > DSL_MAX_POINTERS:
+            raise InvalidArgumentError("pointer_slots", f"{len(pointer_uids)} to {DSL_MAX_POINTERS} pointer "
+                                       "arguments", str(pointer_slots))
+        n_base = pointer_slots + n_floats + len(ints) + 1
         if entry == 0 or len(template) > DSL_MAX_ARGS or len(template) < n_base:
             raise InvalidArgumentError("template", f"a packed-argument array of {n_base} to {DSL_MAX_ARGS} "
                                        "entries and a host entry address", f"{len(template)} entries")
@@ -70,6 +78,7 @@ cdef class PackedLaunch:
         for i in range(self._nargs):
             self._template[i] = <void*><uintptr_t>template[i]
         self._n_pointers = len(pointer_uids)
+        self._pointer_slots = pointer_slots
         for i in range(self._n_pointers):
             self._pointer_uids[i] = pointer_uids[i]
             self._pointer_align[i] = pointer_align[i]
@@ -138,6 +147,7 @@ cdef class PackedLaunch:
         for i in range(self._n_pointers):
             cells.args[at] = &cells.pointers[i]
             at += 1
+        at = self._pointer_slots             # unused pointer slots keep the template's cells
         for i in range(self._n_floats):
             cells.args[at] = &cells.floats[i]
             at += 1

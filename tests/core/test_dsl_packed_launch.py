@@ -120,3 +120,47 @@ def test_the_c_floor_calls_the_entry_from_a_nogil_loop(stand_in):
     before = _seen(stand_in).calls
     ns = dsl_entry_floor_ns(_launch(stand_in, default=1.0), {1: 0x10000, 2: 0x20000, 3: 0x30000}, 50)
     assert _seen(stand_in).calls == before + 50 and ns > 0
+
+
+# The CuTe GEMM's entry takes six pointers whatever the plan's epilogue uses (a, b, c and three epilogue
+# operands); the slots a plan leaves unused keep the cells the DSL packed for them.
+SIX_SLOT_SOURCE = r"""
+#include <stdint.h>
+struct seen6 { void* ptrs[6]; float floats[3]; int32_t ints[4]; intptr_t stream; int calls; };
+struct seen6 seen6;
+void entry6(void** args) {
+    for (int i = 0; i < 6; i++) seen6.ptrs[i] = *(void**)args[i];
+    for (int i = 0; i < 3; i++) seen6.floats[i] = *(float*)args[6 + i];
+    for (int i = 0; i < 4; i++) seen6.ints[i] = *(int32_t*)args[9 + i];
+    seen6.stream = *(intptr_t*)args[13];
+    *(int32_t*)args[14] = 0;
+    seen6.calls++;
+}
+"""
+
+
+class Seen6(ctypes.Structure):
+    _fields_ = [("ptrs", ctypes.c_void_p * 6), ("floats", ctypes.c_float * 3), ("ints", ctypes.c_int32 * 4),
+                ("stream", ctypes.c_ssize_t), ("calls", ctypes.c_int)]
+
+
+def test_a_plan_binding_fewer_operands_than_the_entrys_pointer_slots_keeps_the_rest(tmp_path):
+    lib = ctypes.CDLL(str(build_shared_library(SIX_SLOT_SOURCE, tmp_path, "libentry6.so")))
+    placeholder = (ctypes.c_void_p * 3)(0x100, 0x100, 0x100)     # the DSL's cells for the unused slots
+    template = [0] * 3 + [ctypes.addressof(placeholder) + 8 * i for i in range(3)] + [0] * 9
+    entry = ctypes.cast(lib.entry6, ctypes.c_void_p).value
+    launch = PackedLaunch.create(_layout(), entry, template, (1, 2, 3), (16, 16, 16), ("A", "B", "output"), 3,
+                                 (4,), (False,), (1.5,), (64, 32, 16, 1), 14, placeholder, pointer_slots=6)
+    launch.execute_mapping({1: 0x10000, 2: 0x20000, 3: 0x30000}, None, 99)
+    seen = Seen6.in_dll(lib, "seen6")
+    assert [seen.ptrs[i] for i in range(6)] == [0x10000, 0x20000, 0x30000, 0x100, 0x100, 0x100]
+    assert list(seen.floats) == [1.5, 0.0, 0.0]
+    assert list(seen.ints) == [64, 32, 16, 1]
+    assert seen.stream == 99 and seen.calls == 1
+
+
+def test_more_operands_than_pointer_slots_is_refused(stand_in):
+    entry = ctypes.cast(stand_in.entry, ctypes.c_void_p).value
+    with pytest.raises(InvalidArgumentError, match="pointer_slots"):
+        PackedLaunch.create(_layout(), entry, [0] * 13, (1, 2, 3), (16, 16, 16), ("A", "B", "C"), 3, (), (), (),
+                            (1, 1, 1, 1), 11, None, pointer_slots=2)
