@@ -20,12 +20,9 @@ import cuda.bindings.driver as cuda
 from cutlass.cute.runtime import make_ptr
 
 from ._kernel import cute_dtype
+from ._spec import N_EXTENTS, N_POINTERS, N_SCALARS
 
 logger = logging.getLogger(__name__)
-
-N_POINTERS = 6
-N_SCALARS = 3
-N_EXTENTS = 4
 
 
 def _address(entry) -> int:

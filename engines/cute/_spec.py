@@ -16,6 +16,13 @@ from dataclasses import dataclass, field
 
 from ..._layout import ALIGNMENT_BYTES
 
+# The compiled host entry's arguments (engines/cute/_kernel.py's signature): six operand pointers (A, B, C
+# and up to three epilogue tensors, unused ones at a placeholder), three f32 epilogue scalars, the extents
+# M, N, K, L (read by a shape-class kernel, ignored by a static one), then the stream.
+N_POINTERS = 6
+N_SCALARS = 3
+N_EXTENTS = 4
+
 # Element sizes (bytes) of the types the kernel reads or writes.
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 TMA_ALIGN = ALIGNMENT_BYTES   # TMA: global address and every non-unit stride a multiple of 16 bytes

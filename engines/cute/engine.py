@@ -68,19 +68,33 @@ _devices: dict = {}
 
 
 def _device(ordinal: int) -> _Device:
-    """SM count and co-resident clusters of a device, asked once (the persistent grid's size)."""
+    """SM count and co-resident clusters of a device (the persistent grid's size): asked once per process,
+    of the disk (kept per GPU model and driver, so a warm process needs no DSL), else of the DSL's
+    HardwareInfo, whose answer is then kept."""
     found = _devices.get(ordinal)
     if found is not None:
         return found
     dev = _Device()
     try:
-        from cutlass.utils import HardwareInfo
-        info = HardwareInfo(ordinal)
-        dev.sm_count = int(info.get_device_multiprocessor_count())
-        for size in (1, 2):
-            dev.clusters[size] = int(info.get_max_active_clusters(size))
-    except Exception as exc:                  # no GPU (export tests) or an old driver: one cluster per SM group
-        logger.debug("hardware info unavailable (%s); assuming %d SMs", exc, dev.sm_count)
+        from ..._driver import device_info
+        info = device_info(ordinal)
+        name, cc = info["name"], tuple(info["compute_capability"])
+    except Exception:                         # no GPU (the export tests): the DSL's answer or the default
+        name = cc = None
+    facts = _disk.load_device_facts(name, cc) if name else None
+    if facts is not None:
+        dev.sm_count, dev.clusters = facts["sm_count"], facts["clusters"]
+    else:
+        try:
+            from cutlass.utils import HardwareInfo
+            hardware = HardwareInfo(ordinal)
+            dev.sm_count = int(hardware.get_device_multiprocessor_count())
+            for size in (1, 2):
+                dev.clusters[size] = int(hardware.get_max_active_clusters(size))
+            if name:
+                _disk.store_device_facts(name, cc, dev.sm_count, dev.clusters)
+        except Exception as exc:              # no GPU (export tests) or an old driver: one cluster per SM group
+            logger.debug("hardware info unavailable (%s); assuming %d SMs", exc, dev.sm_count)
     _devices[ordinal] = dev
     return dev
 
@@ -103,9 +117,11 @@ def kernel_spec(spec: GemmSpec) -> GemmSpec:
     return shape_class(spec) or spec
 
 
-def compiled_launcher(spec: GemmSpec, problem_label: str | None = None):
-    """The compiled kernel of ``spec`` (a kernel spec): compiled at the first request in the process, then
-    cached. ``problem_label`` names the problem that asked first (the log line of a shape class's compile)."""
+def compiled_launcher(spec: GemmSpec, problem_label: str | None = None, require_toolchain=None):
+    """The compiled kernel of ``spec`` (a kernel spec): from the disk cache or compiled at the first
+    request in the process, then cached. ``problem_label`` names the problem that asked first (the log line
+    of a shape class's compile); ``require_toolchain`` is called before compiling (it declines the graph
+    when the DSL cannot compile here)."""
     found = _cache.get(spec)
     if found is not None:
         return found
@@ -117,6 +133,8 @@ def compiled_launcher(spec: GemmSpec, problem_label: str | None = None):
                 disk_hits.add(spec)
                 logger.info("cute_gemm: kernel %s loaded from the disk cache", spec.knobs.label())
         if found is None:
+            if require_toolchain is not None:
+                require_toolchain()
             from ._kernel import compile_spec
             shape = problem_label or ("any MxNxK" if spec.dynamic else f"{spec.M}x{spec.N}x{spec.K}")
             what = f"GEMM {shape} {spec.ab_dtype} {spec.knobs.label()}"
@@ -141,13 +159,40 @@ C_LAUNCH = True
 COMPILED_PREFERENCE = 0.8
 
 
+def make_launcher(kernel, spec: GemmSpec, ordinal: int, extents):
+    """The launcher of a compiled kernel: a shared object's (no DSL) or the DSL's."""
+    from ._shared_object import SharedKernel
+    if isinstance(kernel, SharedKernel):
+        from ._shared_launch import SharedLauncher
+        return SharedLauncher(kernel, spec, ordinal, extents=extents)
+    from ._launch import Launcher
+    return Launcher(kernel, spec, ordinal, extents=extents)
+
+
+_on_disk: dict = {}               # GemmSpec -> whether the disk held its kernel when first asked
+
+
+def _ready(spec: GemmSpec) -> bool:
+    """Whether ``spec``'s kernel needs no compile: in this process's cache, or on the disk (asked once per
+    spec and process: a spec this process compiles is in ``_cache`` from then on)."""
+    if spec in _cache:
+        return True
+    found = _on_disk.get(spec)
+    if found is None:
+        found = _on_disk[spec] = _disk.available(spec)
+    return found
+
+
 def _prefer_compiled(problem, candidates: list, device: _Device) -> list:
-    """``candidates`` with the best already-compiled knob set moved first, if the model rates it close."""
-    if not candidates or not _cache:
+    """``candidates`` with the best ready knob set (compiled in this process or on the disk) moved first,
+    if the model rates it close."""
+    if not candidates:
         return candidates
     best = _plans.score(problem, candidates[0], device.sm_count)
+    if _ready(kernel_spec(spec_for(problem, candidates[0], device))):
+        return candidates
     for i, knobs in enumerate(candidates[1:], start=1):
-        if kernel_spec(spec_for(problem, knobs, device)) in _cache:
+        if _ready(kernel_spec(spec_for(problem, knobs, device))):
             if _plans.score(problem, knobs, device.sm_count) >= COMPILED_PREFERENCE * best:
                 return [knobs] + candidates[:i] + candidates[i + 1:]
             break
@@ -196,7 +241,7 @@ class CuteGemmPlan(CompiledPlan):
             return None
         entry, template, result_index = found
         from ..._dsl_launch import PackedLaunch
-        from ._launch import N_POINTERS, N_SCALARS
+        from ._spec import N_POINTERS, N_SCALARS
         p = self.problem
         launch = PackedLaunch.create(layout, entry, template, self._tensor_uids, self._align, self._names,
                                      N_SCALARS, p.scalar_uids, [t == "float64" for t in p.scalar_types],
@@ -242,12 +287,13 @@ class CuteGemmEngine(ToolchainGatedEngine):
         reason = _device_reason(graph)
         if reason is not None:
             raise GraphNotSupportedError(reason)
-        self._require_toolchain()
         device = _device(graph.device[1])
+        candidates = _prefer_compiled(problem, _plans.candidates(problem, device.sm_count), device)
+        if not (candidates and _ready(kernel_spec(spec_for(problem, candidates[0], device)))):
+            self._require_toolchain()      # a compile is ahead: the DSL must import (the first call imports it)
         plans = []
         base = -1.0 if _plans.ranks_below_cudnn(problem) else 10.0   # cuDNN's entries have priority 0
-        for rank, knobs in enumerate(_prefer_compiled(problem, _plans.candidates(problem, device.sm_count),
-                                                      device)):
+        for rank, knobs in enumerate(candidates):
             plans.append(PlanConfig(CUTE_BASE, knobs=knobs.as_dict(), name=f"cute_gemm_{knobs.label()}",
                                     engine=self, priority=base - 0.01 * rank, workspace_size=0,
                                     payload=problem))
@@ -271,18 +317,15 @@ class CuteGemmEngine(ToolchainGatedEngine):
         reason = _device_reason(graph)
         if reason is not None:
             raise GraphNotSupportedError(reason)
-        self._require_toolchain()
         try:
             knobs = _plans.knobs_from(plan.knobs)
         except ValueError as exc:
             raise GraphNotSupportedError(f"plan {plan.label}: {exc}") from None
         spec = spec_for(problem, knobs, _device(graph.device[1]))
         compiled_for = kernel_spec(spec)
-        from ._launch import Launcher
         reused = compiled_for in _cache           # in memory already (a disk load counts as a compile below)
-        launcher = Launcher(compiled_launcher(compiled_for, f"{spec.M}x{spec.N}x{spec.K}"), compiled_for,
-                            graph.device[1],
-                            extents=(spec.M, spec.N, spec.K, spec.L))
+        kernel = compiled_launcher(compiled_for, f"{spec.M}x{spec.N}x{spec.K}", self._require_toolchain)
+        launcher = make_launcher(kernel, compiled_for, graph.device[1], (spec.M, spec.N, spec.K, spec.L))
         built = CuteGemmPlan(plan, problem, spec, launcher)
         built.scalar_defaults = tuple(_scalar_value(getattr(graph.tensor_by_uid(u), "value", None))
                                       for u in problem.scalar_uids)

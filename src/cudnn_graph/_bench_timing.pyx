@@ -166,13 +166,14 @@ def dsl_entry_floor_ns(PackedLaunch launch, mapping, int iterations, *, stream=N
     launch) from a nogil C loop, the arguments packed once: the C floor of a CuTe plan's execute."""
     cdef LaunchCells cells
     cdef dsl_entry_t entry = launch.entry()
+    cdef int nargs = launch.nargs()
     cdef double start, stop
     cdef int i
     keepalive = launch.fill(mapping, stream, &cells)
     with nogil:
         start = _now_ns()
         for i in range(iterations):
-            entry(cells.args)
+            entry(cells.args, nargs)
         stop = _now_ns()
     del keepalive
     if cells.result != 0:

@@ -8,8 +8,10 @@ cdef enum:
     DSL_MAX_INTS = 4
 
 # A DSL-compiled host entry: takes the packed-argument array (each entry the address of one argument's
-# value, then the result cell and the module's kernel handles).
-ctypedef void (*dsl_entry_t)(void** args) noexcept nogil
+# value, then the result cell and, in the DSL's JIT, the module's kernel handles) and its length. The
+# JIT's entry reads only the array (the length, an extra register argument, is ignored by the C calling
+# convention); an exported entry (``export_to_c``) takes both.
+ctypedef int32_t (*dsl_entry_t)(void** args, int32_t num_args) noexcept nogil
 
 # One call's argument values and the packed array pointing at them: on the caller's C stack.
 cdef struct LaunchCells:
@@ -46,3 +48,4 @@ cdef class PackedLaunch:
     # entry has been called.
     cdef object fill(self, object mapping, object stream, LaunchCells* cells)
     cdef dsl_entry_t entry(self) noexcept nogil
+    cdef int nargs(self) noexcept nogil

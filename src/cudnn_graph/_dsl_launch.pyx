@@ -102,13 +102,16 @@ cdef class PackedLaunch:
         cdef LaunchCells cells
         keepalive = self.fill(mapping, stream, &cells)
         with nogil:
-            self._entry(cells.args)
+            self._entry(cells.args, self._nargs)
         del keepalive
         if cells.result != 0:
             raise CudaDriverError(f"the CuTe DSL kernel launch failed: CUDA error {cells.result}")
 
     cdef dsl_entry_t entry(self) noexcept nogil:
         return self._entry
+
+    cdef int nargs(self) noexcept nogil:
+        return self._nargs
 
     cdef object fill(self, object mapping, object stream, LaunchCells* cells):
         cdef int64_t uids[PACK_INLINE]
