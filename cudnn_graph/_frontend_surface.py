@@ -364,7 +364,7 @@ PYGRAPH_STATUS: dict[str, tuple[str, str]] = {
     "selected_engine": (DIFFERS, "the Python engine serving the selected plan, None when cuDNN's backend "
                                  "serves it (the frontend's meaning), as cudnn_graph engine objects"),
 }
-for _op in ("gdn2_bwd", "gdn2_summary", "gdn2_summary_bwd", "gdn_summary", "gdn_summary_bwd", "gdp", "gdp_bwd",
+for _op in ("gdn2_summary", "gdn2_summary_bwd", "gdn_summary", "gdn_summary_bwd", "gdp", "gdp_bwd",
             "gdp_summary", "gdp_summary_bwd", "kda_summary", "kda_summary_bwd", "mamba2", "mamba2_bwd",
             "mamba2_summary", "mamba2_summary_bwd", "moe_grouped_matmul", "moe_grouped_matmul_bwd", "rope",
             "rope_backward", "sdpa_fp8", "sdpa_fp8_backward", "sdpa_mxfp8", "sdpa_mxfp8_backward"):
@@ -403,22 +403,21 @@ KEYWORD_STATUS: dict[tuple[str, str], tuple[str, str]] = {
 for _method in ("get_workspace_size", "get_workspace_size_plan_at_index"):
     for _keyword in ("override_uids", "override_shapes", "override_strides"):
         KEYWORD_STATUS[(_method, _keyword)] = (NOT_IMPLEMENTED, _FIXED_WORKSPACE)
+_COMMON_LA_EXTRAS = ("checkpoint_every_n_tokens", "gate_domain", "batch_invariant", "overwrite_initial_state")
 for _op, _keywords in (
-        ("gdn", ("a_log", "dt_bias", "state_indices", "checkpoint_every_n_tokens", "use_beta_sigmoid",
-                 "allow_neg_eigval", "safe_gate", "gate_domain", "batch_invariant", "overwrite_initial_state")),
-        ("gdn2", ("a_log", "dt_bias", "state_indices", "checkpoint_every_n_tokens", "use_beta_sigmoid",
-                  "allow_neg_eigval", "beta_guard", "safe_gate", "gate_domain", "gate_lower_bound",
-                  "batch_invariant", "overwrite_initial_state")),
-        ("gdn_bwd", ("state_checkpoints", "a_log", "dt_bias", "checkpoint_every_n_tokens", "use_beta_sigmoid",
-                     "allow_neg_eigval", "safe_gate", "gate_domain", "batch_invariant", "overwrite_initial_state")),
-        ("kda", ("a_log", "dt_bias", "state_indices", "checkpoint_every_n_tokens", "use_beta_sigmoid",
-                 "allow_neg_eigval", "safe_gate", "gate_domain", "gate_lower_bound", "batch_invariant",
-                 "overwrite_initial_state")),
-        ("kda_bwd", ("state_checkpoints", "a_log", "dt_bias", "checkpoint_every_n_tokens", "use_beta_sigmoid",
-                     "allow_neg_eigval", "safe_gate", "gate_domain", "gate_lower_bound", "batch_invariant",
-                     "overwrite_initial_state"))):
+        ("gdn", ("state_indices",) + _COMMON_LA_EXTRAS),
+        ("gdn2", ("state_indices", "beta_guard") + _COMMON_LA_EXTRAS),
+        ("gdn_bwd", ("state_checkpoints",) + _COMMON_LA_EXTRAS),
+        ("gdn2_bwd", ("state_checkpoints", "beta_guard") + _COMMON_LA_EXTRAS),
+        ("kda", ("state_indices",) + _COMMON_LA_EXTRAS),
+        ("kda_bwd", ("state_checkpoints",) + _COMMON_LA_EXTRAS)):
     for _keyword in _keywords:
         KEYWORD_STATUS[(_op, _keyword)] = (NOT_IMPLEMENTED, _LINEAR_ATTENTION_EXTRA)
+_SOFTPLUS_WITHOUT_BOUND = ("without gate_lower_bound the gate is -exp(a_log) * softplus(g + dt_bias) (fla's "
+                           "in-kernel gate; the frontend's kda / gdn2 then take the bounded form at -5); with "
+                           "gate_lower_bound, the frontend's gate_lower_bound * sigmoid(exp(a_log) * (g + dt_bias))")
+for _op in ("kda", "kda_bwd", "gdn2", "gdn2_bwd"):
+    KEYWORD_STATUS[(_op, "safe_gate")] = (DIFFERS, _SOFTPLUS_WITHOUT_BOUND)
 
 
 # ---- what the table installs ----------------------------------------------------------------------

@@ -1,35 +1,58 @@
-"""Linear-attention (delta-rule) op schemas: ``gdn``, ``gdn_bwd``, ``kda``, ``kda_bwd`` and ``gdn2``.
+"""Linear-attention (delta-rule) op schemas: ``gdn``, ``gdn_bwd``, ``kda``, ``kda_bwd``, ``gdn2`` and ``gdn2_bwd``.
 
 These are python-only ops: cuDNN has no equivalent, so only python engines (the cuTile chunked kernels)
-run them and pygraph has no keywords to copy. The names below follow the tensors' usual names in the
-gated-delta-net literature.
+run them. Method, port and attribute names follow cudnn-frontend's pygraph methods of the same names;
+the tensors' layouts follow flash-linear-attention's (fla) varlen convention.
 
 Layout is varlen ("packed"): every sequence of a batch is concatenated along one token axis ``T`` and
 ``cu_seqlens`` (int32, ``N + 1`` entries, ``cu_seqlens[0] == 0``, non-decreasing, ``cu_seqlens[N] == T``)
-marks where sequence ``n`` starts and ends. ``H`` heads, key width ``K``, value width ``V``::
+marks where sequence ``n`` starts and ends. ``H`` query/key heads, ``HV`` value heads (grouped value heads:
+``HV`` a multiple of ``H``; value head ``j`` reads query/key head ``j // (HV // H)``, fla's GVA; ``HV == H``
+is the plain case), key width ``K``, value width ``V``::
 
     o, final_state = graph.gdn(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, output_final_state=True)
 
     q, k         (T, H, K)      bf16 / fp16 / fp32 (all three of q, k, v share one type)
-    v            (T, H, V)
-    g            (T, H)         fp32, log-space decay per token and head (``kda``, ``gdn2``: (T, H, K),
-                                one decay per key channel)
-    beta         (T, H)         write strength (``gdn2``: (T, H, K)); bf16 / fp16 / fp32
-    w            (T, H, V)      ``gdn2`` only: write gate on the value channels; bf16 / fp16 / fp32
-    initial_state (N, H, K, V)  fp32, optional; zeros when absent
-    o            (T, H, V)      type of v
-    final_state  (N, H, K, V)   fp32, only with ``output_final_state=True``
+    v            (T, HV, V)
+    g            (T, HV)        fp32, log-space decay per token and value head (``kda``, ``gdn2``: (T, HV, K),
+                                one decay per key channel); with ``safe_gate`` the raw gate input, any I/O type
+    beta         (T, HV)        write strength (``gdn2``: (T, HV, K)); bf16 / fp16 / fp32; with
+                                ``use_beta_sigmoid`` its logits
+    w            (T, HV, V)     ``gdn2`` only: write gate on the value channels; bf16 / fp16 / fp32
+    initial_state (N, HV, K, V) fp32, optional; zeros when absent
+    a_log        (HV,)          ``safe_gate`` only, optional (zeros when absent): per-head log decay rate
+    dt_bias      (HV,)          ``safe_gate`` only, optional (zeros): bias of the raw gate (``kda``, ``gdn2``:
+                                (HV, K)); a_log and dt_bias bf16 / fp16 / fp32
+    o            (T, HV, V)     type of v
+    final_state  (N, HV, K, V)  fp32, only with ``output_final_state=True``
 
 Per token the state ``S`` (K x V) decays by ``exp(g)``, takes a delta-rule write
 ``S += beta * k (v - S^T k)^T`` and the output is ``o = scale * S^T q``. ``scale`` defaults to
 ``1 / sqrt(K)`` (``resolved_scale``); ``use_qk_l2norm`` normalises q and k per head first.
 
-Backward ops take the forward inputs plus ``dO`` (T, H, V) and, optionally, ``d_final_state``
-(N, H, K, V) fp32, and return ``[dq, dk, dv, dg, dbeta, d_initial_state]``; ``d_initial_state`` exists only
-when ``initial_state`` was given. ``dg`` is fp32 (shape of g); the others have their input's type.
+Gate options (attributes; the transforms run in the engines' kernels, see ``gate_transform``):
+
+- ``safe_gate``: ``g`` is the raw gate; the log decay is ``-exp(a_log) * softplus(g + dt_bias)`` (fla's
+  ``use_gate_in_kernel``; Qwen3-Next's and Kimi's gate). ``kda`` / ``gdn2`` with ``gate_lower_bound=lb``
+  (negative) use fla's bounded form ``lb * sigmoid(exp(a_log) * (g + dt_bias))`` instead.
+- ``use_beta_sigmoid``: ``beta`` holds logits; the write strength is ``sigmoid(beta)``, or
+  ``2 * sigmoid(beta)`` with ``allow_neg_eigval``.
+
+Backward ops take the forward inputs plus ``dO`` (T, HV, V) and, optionally, ``d_final_state``
+(N, HV, K, V) fp32, and return ``[dq, dk, dv, dg, dbeta, d_initial_state, d_a_log, d_dt_bias]``
+(``gdn2_bwd``: ``[dq, dk, dv, dg, dbeta, dw, d_initial_state, d_a_log, d_dt_bias]``); ``d_initial_state``
+exists only when ``initial_state`` was given, ``d_a_log`` / ``d_dt_bias`` only when ``a_log`` / ``dt_bias``
+were. ``dg`` is fp32 (shape of g); the others have their input's type. The gradients are those of the
+inputs as given: of the raw gate with ``safe_gate``, of the logits with ``use_beta_sigmoid``; dq and dk
+sum over the value heads that share a query/key head.
 
 ``cu_seqlens`` values are data, not geometry: whether they are monotone and end at ``T`` is checked by the
 engine at execute time, not here.
+
+Example:
+    >>> from cudnn_graph.ops._linear_attention import gate_transform
+    >>> gate_transform("gdn", {"safe_gate": True})
+    'softplus'
 """
 from __future__ import annotations
 
@@ -41,7 +64,7 @@ from .._layout import row_major_strides as _packed_stride
 from ..data_type import DataType
 from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, register
 
-__all__ = ["resolved_scale"]
+__all__ = ["resolved_scale", "gate_transform", "beta_transform", "PER_CHANNEL_GATE_OPS"]
 
 _IO_TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT)
 
@@ -61,6 +84,37 @@ def _to_opt_scale(value: Any) -> Optional[float]:
     if not (math.isfinite(value) and value > 0.0):
         raise ValueError(f"scale must be positive and finite; got {value}")
     return value
+
+
+def _to_opt_lower_bound(value: Any) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"gate_lower_bound must be a float (or None); got {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and value < 0.0):
+        raise ValueError(f"gate_lower_bound must be negative and finite (a log decay); got {value}")
+    return value
+
+
+PER_CHANNEL_GATE_OPS = frozenset({"kda", "kda_bwd", "gdn2", "gdn2_bwd"})
+
+
+def gate_transform(op: str, attrs: Mapping[str, Any]) -> str:
+    """How an engine turns the ``g`` port into the log decay: ``"none"`` (g is the log decay),
+    ``"softplus"`` (``-exp(a_log) * softplus(g + dt_bias)``) or ``"sigmoid"``
+    (``gate_lower_bound * sigmoid(exp(a_log) * (g + dt_bias))``, kda / gdn2 with a lower bound)."""
+    if not attrs.get("safe_gate"):
+        return "none"
+    return "sigmoid" if op in PER_CHANNEL_GATE_OPS and attrs.get("gate_lower_bound") is not None else "softplus"
+
+
+def beta_transform(attrs: Mapping[str, Any]) -> float:
+    """The factor of ``sigmoid(beta)`` an engine applies to the ``beta`` port: 0.0 when beta is used as
+    given, 1.0 with ``use_beta_sigmoid``, 2.0 with ``allow_neg_eigval`` as well."""
+    if not attrs.get("use_beta_sigmoid"):
+        return 0.0
+    return 2.0 if attrs.get("allow_neg_eigval") else 1.0
 
 
 def resolved_scale(attrs: Mapping[str, Any], key_dim: int) -> float:
@@ -83,39 +137,69 @@ def _check_type(ctx: InferContext, port: str, t: TensorInfo, allowed: tuple) -> 
         ctx.fail(port, f"data type must be {' or '.join(x.name for x in allowed)}; got {t.data_type.name}")
 
 
+
 class _Shapes:
-    """T, H, K, V, N read off q, v and cu_seqlens after the basic checks."""
+    """T, H (query/key heads), HV (value heads), K, V, N read off q, v and cu_seqlens after the checks."""
 
-    def __init__(self, T: int, H: int, K: int, V: int, N: int):
-        self.T, self.H, self.K, self.V, self.N = T, H, K, V, N
+    def __init__(self, T: int, H: int, HV: int, K: int, V: int, N: int):
+        self.T, self.H, self.HV, self.K, self.V, self.N = T, H, HV, K, V, N
 
 
-def _check_forward_inputs(ctx: InferContext, *, per_channel_gate: bool, per_channel_beta: bool,
-                          write_gate: bool) -> _Shapes:
+class _Features:
+    """Which optional parts an op schema has: per-channel gate and beta, the write gate w."""
+
+    def __init__(self, per_channel_gate: bool, per_channel_beta: bool, write_gate: bool):
+        self.per_channel_gate, self.per_channel_beta, self.write_gate = per_channel_gate, per_channel_beta, write_gate
+
+
+def _check_gate_options(ctx: InferContext, s: _Shapes, f: _Features) -> None:
+    """a_log / dt_bias exist only with safe_gate; gate_lower_bound needs safe_gate; allow_neg_eigval needs
+    use_beta_sigmoid."""
+    safe = bool(ctx.attrs.get("safe_gate"))
+    for port, dims, names in (("a_log", (s.HV,), "(HV,)"),
+                              ("dt_bias", (s.HV, s.K) if f.per_channel_gate else (s.HV,),
+                               "(HV, K)" if f.per_channel_gate else "(HV,)")):
+        t = ctx.inputs.get(port)
+        if t is None:
+            continue
+        if not safe:
+            ctx.fail(port, "is an input of the gate transform: it needs safe_gate=True")
+        _check_dims(ctx, port, t, dims, names)
+        _check_type(ctx, port, t, _IO_TYPES)
+    if ctx.attrs.get("gate_lower_bound") is not None and not safe:
+        ctx.fail("g", "gate_lower_bound bounds the gate transform: it needs safe_gate=True")
+    if ctx.attrs.get("allow_neg_eigval") and not ctx.attrs.get("use_beta_sigmoid"):
+        ctx.fail("beta", "allow_neg_eigval doubles the in-kernel sigmoid: it needs use_beta_sigmoid=True")
+
+
+def _check_forward_inputs(ctx: InferContext, f: _Features) -> _Shapes:
     q, k, v = ctx.need("q"), ctx.need("k"), ctx.need("v")
     if len(q.dim) != 3 or any(d <= 0 for d in q.dim):
         ctx.fail("q", f"must have rank 3 (T, H, K) with positive dims; got {list(q.dim)}")
     T, H, K = q.dim
     _check_type(ctx, "q", q, _IO_TYPES)
     _check_dims(ctx, "k", k, (T, H, K), "(T, H, K) like q")
-    if len(v.dim) != 3 or tuple(v.dim[:2]) != (T, H) or v.dim[2] <= 0:
-        ctx.fail("v", f"dims must be (T, H, V) with T={T}, H={H} (from q); got {list(v.dim)}")
-    V = v.dim[2]
+    if len(v.dim) != 3 or v.dim[0] != T or v.dim[1] <= 0 or v.dim[2] <= 0:
+        ctx.fail("v", f"dims must be (T, HV, V) with T={T} (from q); got {list(v.dim)}")
+    HV, V = v.dim[1], v.dim[2]
+    if HV % H:
+        ctx.fail("v", f"has HV={HV} value heads; grouped value heads need a multiple of the H={H} query/key "
+                      "heads (value head j reads query/key head j // (HV // H))")
     for port, t in (("k", k), ("v", v)):
         if t.data_type != q.data_type:
             ctx.fail(port, f"data type {t.data_type.name} differs from q's {q.data_type.name}")
 
     g = ctx.need("g")
-    g_dim, g_names = ((T, H, K), "(T, H, K)") if per_channel_gate else ((T, H), "(T, H)")
+    g_dim, g_names = ((T, HV, K), "(T, HV, K)") if f.per_channel_gate else ((T, HV), "(T, HV)")
     _check_dims(ctx, "g", g, g_dim, g_names)
-    _check_type(ctx, "g", g, (DataType.FLOAT,))
+    _check_type(ctx, "g", g, _IO_TYPES if ctx.attrs.get("safe_gate") else (DataType.FLOAT,))
     beta = ctx.need("beta")
-    b_dim, b_names = ((T, H, K), "(T, H, K)") if per_channel_beta else ((T, H), "(T, H)")
+    b_dim, b_names = ((T, HV, K), "(T, HV, K)") if f.per_channel_beta else ((T, HV), "(T, HV)")
     _check_dims(ctx, "beta", beta, b_dim, b_names)
     _check_type(ctx, "beta", beta, _IO_TYPES)
-    if write_gate:
+    if f.write_gate:
         w = ctx.need("w")
-        _check_dims(ctx, "w", w, (T, H, V), "(T, H, V)")
+        _check_dims(ctx, "w", w, (T, HV, V), "(T, HV, V)")
         _check_type(ctx, "w", w, _IO_TYPES)
 
     cu = ctx.need("cu_seqlens")
@@ -127,44 +211,51 @@ def _check_forward_inputs(ctx: InferContext, *, per_channel_gate: bool, per_chan
 
     h0 = ctx.inputs.get("initial_state")
     if h0 is not None:
-        if len(h0.dim) == 4 and h0.dim[0] != N and tuple(h0.dim[1:]) == (H, K, V):
+        if len(h0.dim) == 4 and h0.dim[0] != N and tuple(h0.dim[1:]) == (HV, K, V):
             ctx.fail("initial_state", f"holds {h0.dim[0]} states but cu_seqlens describes N={N} sequences")
-        _check_dims(ctx, "initial_state", h0, (N, H, K, V), "(N, H, K, V)")
+        _check_dims(ctx, "initial_state", h0, (N, HV, K, V), "(N, HV, K, V)")
         _check_type(ctx, "initial_state", h0, (DataType.FLOAT,))
-    return _Shapes(T, H, K, V, N)
+    s = _Shapes(T, H, HV, K, V, N)
+    _check_gate_options(ctx, s, f)
+    return s
 
 
-def _forward_infer(per_channel_gate: bool, per_channel_beta: bool, write_gate: bool):
+def _forward_infer(f: _Features):
     def infer(ctx: InferContext) -> dict:
-        s = _check_forward_inputs(ctx, per_channel_gate=per_channel_gate, per_channel_beta=per_channel_beta,
-                                  write_gate=write_gate)
-        out = {"o": _out((s.T, s.H, s.V), ctx.inputs["v"].data_type)}
+        s = _check_forward_inputs(ctx, f)
+        out = {"o": _out((s.T, s.HV, s.V), ctx.inputs["v"].data_type)}
         if ctx.attrs.get("output_final_state"):
-            out["final_state"] = _out((s.N, s.H, s.K, s.V), DataType.FLOAT)
+            out["final_state"] = _out((s.N, s.HV, s.K, s.V), DataType.FLOAT)
         return out
     return infer
 
 
-def _backward_infer(per_channel_gate: bool):
+def _backward_infer(f: _Features):
     def infer(ctx: InferContext) -> dict:
-        s = _check_forward_inputs(ctx, per_channel_gate=per_channel_gate, per_channel_beta=False,
-                                  write_gate=False)
+        s = _check_forward_inputs(ctx, f)
         v = ctx.inputs["v"]
         d_o = ctx.need("dO")
-        _check_dims(ctx, "dO", d_o, (s.T, s.H, s.V), "(T, H, V) like o")
+        _check_dims(ctx, "dO", d_o, (s.T, s.HV, s.V), "(T, HV, V) like o")
         if d_o.data_type != v.data_type:
             ctx.fail("dO", f"data type {d_o.data_type.name} differs from v's {v.data_type.name}")
         dht = ctx.inputs.get("d_final_state")
         if dht is not None:
-            _check_dims(ctx, "d_final_state", dht, (s.N, s.H, s.K, s.V), "(N, H, K, V)")
+            _check_dims(ctx, "d_final_state", dht, (s.N, s.HV, s.K, s.V), "(N, HV, K, V)")
             _check_type(ctx, "d_final_state", dht, (DataType.FLOAT,))
         q, k, beta, g = ctx.inputs["q"], ctx.inputs["k"], ctx.inputs["beta"], ctx.inputs["g"]
         out = {
             "dq": _out(q.dim, q.data_type), "dk": _out(k.dim, k.data_type), "dv": _out(v.dim, v.data_type),
             "dg": _out(g.dim, DataType.FLOAT), "dbeta": _out(beta.dim, beta.data_type),
         }
+        if f.write_gate:
+            w = ctx.inputs["w"]
+            out["dw"] = _out(w.dim, w.data_type)
         if ctx.inputs.get("initial_state") is not None:
-            out["d_initial_state"] = _out((s.N, s.H, s.K, s.V), DataType.FLOAT)
+            out["d_initial_state"] = _out((s.N, s.HV, s.K, s.V), DataType.FLOAT)
+        for port in ("a_log", "dt_bias"):
+            t = ctx.inputs.get(port)
+            if t is not None:
+                out["d_" + port] = _out(t.dim, t.data_type)
         return out
     return infer
 
@@ -173,69 +264,89 @@ def _final_state_wanted(attrs, _given) -> bool:
     return bool(attrs.get("output_final_state"))
 
 
-def _has_initial_state(_attrs, given) -> bool:
-    return "initial_state" in given
+def _given(port: str):
+    def when(_attrs, given) -> bool:
+        return port in given
+    when.__name__ = f"has_{port}"
+    return when
 
 
 _SCALE = Attr("scale", None, _to_opt_scale, "query scale; None means 1 / sqrt(K)")
 _L2 = Attr("use_qk_l2norm", False, _to_bool, "L2-normalise q and k per token and head before use")
-_FINAL = Attr("output_final_state", False, _to_bool, "also return each sequence's final state (N, H, K, V)")
+_FINAL = Attr("output_final_state", False, _to_bool, "also return each sequence's final state (N, HV, K, V)")
+_SAFE_GATE = Attr("safe_gate", False, _to_bool,
+                  "g is the raw gate: the log decay is -exp(a_log) * softplus(g + dt_bias) (with gate_lower_bound: "
+                  "gate_lower_bound * sigmoid(exp(a_log) * (g + dt_bias)))")
+_LOWER_BOUND = Attr("gate_lower_bound", None, _to_opt_lower_bound,
+                    "kda / gdn2 with safe_gate: the bounded gate form's lower bound (negative); None: softplus")
+_BETA_SIGMOID = Attr("use_beta_sigmoid", False, _to_bool, "beta holds logits: the write strength is sigmoid(beta)")
+_NEG_EIGVAL = Attr("allow_neg_eigval", False, _to_bool, "with use_beta_sigmoid: the write strength is 2 sigmoid(beta)")
 
 
-def _forward_ports(g_doc: str, beta_doc: str, with_w: bool) -> tuple:
-    ports = [Port("q", doc="(T, H, K)"), Port("k", doc="(T, H, K)"), Port("v", doc="(T, H, V)"),
-             Port("g", doc=g_doc), Port("beta", doc=beta_doc)]
-    if with_w:
-        ports.append(Port("w", doc="(T, H, V) write gate on the value channels"))
+def _forward_ports(f: _Features) -> tuple:
+    g_doc = "(T, HV, K) log decay per key channel" if f.per_channel_gate else "(T, HV) log decay"
+    beta_doc = "(T, HV, K) write strength per key channel" if f.per_channel_beta else "(T, HV) write strength"
+    ports = [Port("q", doc="(T, H, K)"), Port("k", doc="(T, H, K)"), Port("v", doc="(T, HV, V)"),
+             Port("g", doc=g_doc + " (the raw gate with safe_gate)"),
+             Port("beta", doc=beta_doc + " (its logits with use_beta_sigmoid)")]
+    if f.write_gate:
+        ports.append(Port("w", doc="(T, HV, V) write gate on the value channels"))
     ports += [Port("cu_seqlens", doc="(N + 1,) INT32 sequence boundaries in T"),
-              Port("initial_state", optional=True, doc="(N, H, K, V) FLOAT; zeros when absent")]
+              Port("initial_state", optional=True, doc="(N, HV, K, V) FLOAT; zeros when absent"),
+              Port("a_log", optional=True, doc="(HV,) safe_gate's per-head log decay rate; zeros when absent"),
+              Port("dt_bias", optional=True, doc=("(HV, K)" if f.per_channel_gate else "(HV,)")
+                   + " safe_gate's bias of the raw gate; zeros when absent")]
     return tuple(ports)
 
 
-def _backward_ports(g_doc: str) -> tuple:
-    return _forward_ports(g_doc, "(T, H)", False) + (
-        Port("dO", doc="(T, H, V) gradient of o"),
-        Port("d_final_state", optional=True, doc="(N, H, K, V) FLOAT gradient of final_state"),
+def _backward_ports(f: _Features) -> tuple:
+    return _forward_ports(f) + (
+        Port("dO", doc="(T, HV, V) gradient of o"),
+        Port("d_final_state", optional=True, doc="(N, HV, K, V) FLOAT gradient of final_state"),
     )
+
+
+def _gate_attrs(f: _Features) -> tuple:
+    return (_SAFE_GATE,) + ((_LOWER_BOUND,) if f.per_channel_gate else ()) + (_BETA_SIGMOID, _NEG_EIGVAL)
 
 
 _FWD_OUTPUTS = (Output("o"), Output("final_state", _final_state_wanted))
-_BWD_OUTPUTS = (Output("dq"), Output("dk"), Output("dv"), Output("dg"), Output("dbeta"),
-                Output("d_initial_state", _has_initial_state))
+_PARAMETER_GRADIENTS = (Output("d_initial_state", _given("initial_state")), Output("d_a_log", _given("a_log")),
+                        Output("d_dt_bias", _given("dt_bias")))
 
 
-def _fwd(name: str, doc: str, g_doc: str, beta_doc: str, *, per_channel_gate: bool, per_channel_beta: bool,
-         with_w: bool) -> OpSchema:
-    positional = ("q", "k", "v", "g", "beta") + (("w",) if with_w else ())
+def _fwd(name: str, doc: str, f: _Features) -> OpSchema:
+    positional = ("q", "k", "v", "g", "beta") + (("w",) if f.write_gate else ())
     return OpSchema(
         name=name, family="linear_attention", python_only=True, returns="list", doc=doc,
-        inputs=_forward_ports(g_doc, beta_doc, with_w), outputs=_FWD_OUTPUTS,
-        infer=_forward_infer(per_channel_gate, per_channel_beta, with_w),
-        attrs=(_SCALE, _L2, _FINAL), positional=positional,
+        inputs=_forward_ports(f), outputs=_FWD_OUTPUTS, infer=_forward_infer(f),
+        attrs=(_SCALE, _L2, _FINAL) + _gate_attrs(f), positional=positional,
     )
 
 
-def _bwd(name: str, doc: str, g_doc: str, *, per_channel_gate: bool) -> OpSchema:
+def _bwd(name: str, doc: str, f: _Features) -> OpSchema:
+    outputs = (Output("dq"), Output("dk"), Output("dv"), Output("dg"), Output("dbeta")) \
+        + ((Output("dw"),) if f.write_gate else ()) + _PARAMETER_GRADIENTS
+    positional = ("q", "k", "v", "g", "beta") + (("w",) if f.write_gate else ()) + ("dO",)
     return OpSchema(
         name=name, family="linear_attention", python_only=True, returns="list", doc=doc,
-        inputs=_backward_ports(g_doc), outputs=_BWD_OUTPUTS, infer=_backward_infer(per_channel_gate),
-        attrs=(_SCALE, _L2), positional=("q", "k", "v", "g", "beta", "dO"),
+        inputs=_backward_ports(f), outputs=outputs, infer=_backward_infer(f),
+        attrs=(_SCALE, _L2) + _gate_attrs(f), positional=positional,
     )
 
+
+_GDN = _Features(per_channel_gate=False, per_channel_beta=False, write_gate=False)
+_KDA = _Features(per_channel_gate=True, per_channel_beta=False, write_gate=False)
+_GDN2 = _Features(per_channel_gate=True, per_channel_beta=True, write_gate=True)
+_BWD_RETURNS = "[dq, dk, dv, dg, dbeta, d_initial_state, d_a_log, d_dt_bias]"
 
 register(
-    _fwd("gdn", "Gated delta net forward (one scalar decay per token and head); returns [o, final_state].",
-         "(T, H) FLOAT log decay", "(T, H) write strength",
-         per_channel_gate=False, per_channel_beta=False, with_w=False),
-    _bwd("gdn_bwd", "Gated delta net backward; returns [dq, dk, dv, dg, dbeta, d_initial_state].",
-         "(T, H) FLOAT log decay", per_channel_gate=False),
-    _fwd("kda", "Kimi delta attention forward (per-key-channel decay); returns [o, final_state].",
-         "(T, H, K) FLOAT log decay per key channel", "(T, H) write strength",
-         per_channel_gate=True, per_channel_beta=False, with_w=False),
-    _bwd("kda_bwd", "Kimi delta attention backward; returns [dq, dk, dv, dg, dbeta, d_initial_state].",
-         "(T, H, K) FLOAT log decay per key channel", per_channel_gate=True),
+    _fwd("gdn", "Gated delta net forward (one scalar decay per token and head); returns [o, final_state].", _GDN),
+    _bwd("gdn_bwd", f"Gated delta net backward; returns {_BWD_RETURNS}.", _GDN),
+    _fwd("kda", "Kimi delta attention forward (per-key-channel decay); returns [o, final_state].", _KDA),
+    _bwd("kda_bwd", f"Kimi delta attention backward; returns {_BWD_RETURNS}.", _KDA),
     _fwd("gdn2", "Gated delta net 2 forward (per-channel decay and write strength, value write gate); "
-                 "returns [o, final_state].",
-         "(T, H, K) FLOAT log decay per key channel", "(T, H, K) write strength per key channel",
-         per_channel_gate=True, per_channel_beta=True, with_w=True),
+                 "returns [o, final_state].", _GDN2),
+    _bwd("gdn2_bwd", "Gated delta net 2 backward; returns "
+                     "[dq, dk, dv, dg, dbeta, dw, d_initial_state, d_a_log, d_dt_bias].", _GDN2),
 )

@@ -227,13 +227,13 @@ def _locate_chunk(cu, c, NSEQ: ConstInt, NP: ConstInt):
 
 
 @ct.function
-def _keys_and_gates(k, g, beta, g_sums, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool,
+def _keys_and_gates(k, g, beta, g_sums, hk, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool,
                     BETA_PER_CHANNEL: ConstBool, USE_L2: ConstBool):
     """A chunk's keys (L2-normalised with USE_L2), beta, and gates: gc, gc - gc[mid] (per channel; gc itself
     for a scalar gate, which needs no split) and gc[last] - gc. Per-channel sums are read back from g_sums
     (chunk_gates wrote them: forming them here took more shared memory than an H200 has at K = 128)."""
     count = stop - start
-    kt = _rows(k, h, start, stop, K, 0)
+    kt = _rows(k, hk, start, stop, K, 0)
     if USE_L2:
         kt = _l2_normalise(kt)
     if PER_CHANNEL:
@@ -278,11 +278,11 @@ def _write_w_u_kd(inv, kt, bt, gc, to_last, v, wgate, h, start, stop, c, w_out, 
 
 
 @ct.function
-def _ut_operands(k, g, beta, g_sums, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool,
+def _ut_operands(k, g, beta, g_sums, hk, h, start, stop, K: ConstInt, PER_CHANNEL: ConstBool,
                  BETA_PER_CHANNEL: ConstBool, USE_L2: ConstBool):
     """What chunk_prepare and the backward's recompute both form from a chunk: keys, beta, gc, gc[last] - gc
     (``_keys_and_gates``) and the UT transform T (``_ut_inverse``)."""
-    kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_sums, h, start, stop, K, PER_CHANNEL,
+    kt, bt, gc, from_mid, to_last = _keys_and_gates(k, g, beta, g_sums, hk, h, start, stop, K, PER_CHANNEL,
                                                     BETA_PER_CHANNEL, USE_L2)
     return kt, bt, gc, to_last, _ut_inverse(kt, bt, from_mid, PER_CHANNEL)
 
@@ -291,7 +291,7 @@ def _ut_operands(k, g, beta, g_sums, h, start, stop, K: ConstInt, PER_CHANNEL: C
 def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
                   NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt,
                   PER_CHANNEL: ConstBool, BETA_PER_CHANNEL: ConstBool, HAS_W: ConstBool, USE_L2: ConstBool,
-                  LOW: ConstBool):
+                  LOW: ConstBool, GROUP: ConstInt):
     """Per (chunk, head): gc (per-token gates; per-channel ones come from chunk_gates), w = T (C * exp(gc)),
     u = T X and the state-write keys kd = k * exp(gc_last - gc) into the scratch arrays. T itself is formed
     in TF32; with LOW its products with C and X take BF16 inputs (fla's choice: T in the input type)."""
@@ -299,7 +299,7 @@ def chunk_prepare(k, v, g, beta, wgate, cu, w_out, u_out, g_out, kd_out,
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
-        kt, bt, gc, to_last, inv = _ut_operands(k, g, beta, g_out, h, start, stop, K, PER_CHANNEL,
+        kt, bt, gc, to_last, inv = _ut_operands(k, g, beta, g_out, h // GROUP, h, start, stop, K, PER_CHANNEL,
                                                 BETA_PER_CHANNEL, USE_L2)
         _write_w_u_kd(inv, kt, bt, gc, to_last, v, wgate, h, start, stop, c, w_out, u_out, kd_out, V, HAS_W, LOW)
         if not PER_CHANNEL:
@@ -386,12 +386,12 @@ def chunk_state_pass(kd_in, w_in, u_in, g_in, cu, h0, hs, ht, d_out,
 
 
 @ct.function
-def _output_operands(q, k, g_in, h, start, stop, scale: ConstFloat, K: ConstInt, PER_CHANNEL: ConstBool,
+def _output_operands(q, k, g_in, hk, h, start, stop, scale: ConstFloat, K: ConstInt, PER_CHANNEL: ConstBool,
                      USE_L2: ConstBool, LOW: ConstBool):
     """What maps a chunk's start state and deltas to its outputs, o = qs S0 + attn D: qs = scale q e^gc
     (CHUNK, K) and attn = scale (q k^T masked by e^(gc_t - gc_j), j <= t) (CHUNK, CHUNK)."""
-    qt = _rows(q, h, start, stop, K, 0)
-    kt = _rows(k, h, start, stop, K, 0)
+    qt = _rows(q, hk, start, stop, K, 0)
+    kt = _rows(k, hk, start, stop, K, 0)
     if USE_L2:
         qt = _l2_normalise(qt)
         kt = _l2_normalise(kt)
@@ -411,14 +411,14 @@ def _output_operands(q, k, g_in, h, start, stop, scale: ConstFloat, K: ConstInt,
 @ct.kernel
 def chunk_output(q, k, d_in, g_in, cu, hs, o, scale: ConstFloat,
                  NSEQ: ConstInt, NP: ConstInt, K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
-                 USE_L2: ConstBool, LOW: ConstBool):
+                 USE_L2: ConstBool, LOW: ConstBool, GROUP: ConstInt):
     """Per (chunk, head, value block), in parallel: o from the chunk's start state and deltas."""
     c = ct.bid(0)
     h = ct.bid(1)
     vb = ct.bid(2)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
-        qs, attn = _output_operands(q, k, g_in, h, start, stop, scale, K, PER_CHANNEL, USE_L2, LOW)
+        qs, attn = _output_operands(q, k, g_in, h // GROUP, h, start, stop, scale, K, PER_CHANNEL, USE_L2, LOW)
         # state and deltas stay in the scratch type: the products convert them (an f32 copy of a 128 x 128
         # state alone would take 128 registers a thread)
         state = ct.reshape(ct.load(hs, (c, h, 0, vb), shape=(1, 1, K, BV)), (K, BV))
@@ -438,7 +438,7 @@ def chunk_output(q, k, d_in, g_in, cu, hs, o, scale: ConstFloat,
 @ct.kernel(num_worker_warps=_EIGHT_ON_SM90)
 def chunk_bwd_intra(q, k, do, g_in, cu, p_out, qg_out, scale: ConstFloat,
                     NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, PER_CHANNEL: ConstBool,
-                    USE_L2: ConstBool):
+                    USE_L2: ConstBool, GROUP: ConstInt):
     """Per (chunk, head), in parallel: the parts of the reverse state pass that need no dS, so its
     sequential loop is three small products: P = attn^T dO (p_out; the state pass adds kd dS to it in place)
     and qg = scale q e^gc (qg_out), both by chunk."""
@@ -446,7 +446,7 @@ def chunk_bwd_intra(q, k, do, g_in, cu, p_out, qg_out, scale: ConstFloat,
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
-        qs, attn = _output_operands(q, k, g_in, h, start, stop, scale, K, PER_CHANNEL, USE_L2, False)
+        qs, attn = _output_operands(q, k, g_in, h // GROUP, h, start, stop, scale, K, PER_CHANNEL, USE_L2, False)
         dot = _rows(do, h, start, stop, V, 0)
         _store_chunk_tile(p_out, c, h, 0, _mm(ct.transpose(attn), dot, ct.zeros((CHUNK, V), dtype=ct.float32)), V)
         _store_chunk_tile(qg_out, c, h, 0, qs, K)
@@ -488,7 +488,7 @@ def _at_gate_width(x, PER_CHANNEL: ConstBool):
 @ct.kernel(num_worker_warps=_EIGHT_ON_SM90)
 def chunk_bwd_values(k, v, g, beta, cu, hs, dd_in, w_in, u_in, g_sums, dv, dcg_out, da_out, dbeta_out,
                      NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
-                     USE_L2: ConstBool):
+                     USE_L2: ConstBool, GROUP: ConstInt):
     """Per (chunk, head), in parallel, the gradients through the UT transform: dX = T^T dD (dv = beta dX),
     dW = -dD S0^T, and from them dCg = T^T dW (dcg_out), dA = -strict_tril(dX U^T + dCg W^T) (da_out) and
     the v part of dbeta (dbeta_out), for chunk_bwd_grads; T is recomputed as chunk_prepare forms it, W and U
@@ -497,7 +497,8 @@ def chunk_bwd_values(k, v, g, beta, cu, hs, dd_in, w_in, u_in, g_sums, dv, dcg_o
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
-        kt, bt, _, _, inv = _ut_operands(k, g, beta, g_sums, h, start, stop, K, PER_CHANNEL, False, USE_L2)
+        kt, bt, _, _, inv = _ut_operands(k, g, beta, g_sums, h // GROUP, h, start, stop, K, PER_CHANNEL, False,
+                                         USE_L2)
         inv_t = ct.transpose(inv)
         dw = ct.zeros((CHUNK, K), dtype=ct.float32)       # -dD S0^T
         dxu = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)  # dX U^T
@@ -534,14 +535,16 @@ def _inverse_norm(x):
 @ct.kernel(num_worker_warps=8)
 def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_in, dq_pre, dk_pre,
                     dq, dk, dg, dbeta, scale: ConstFloat, NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt,
-                    BV: ConstInt, PER_CHANNEL: ConstBool, USE_L2: ConstBool):
+                    BV: ConstInt, PER_CHANNEL: ConstBool, USE_L2: ConstBool, GROUP: ConstInt):
     """Per (chunk, head), in parallel: dq, dk, dg and dbeta from the chunk's start state (hs), end gradient
     (dhs), deltas (d_in) and chunk_bwd_values' dCg, dA and dbeta part, in blocks of CHUNK key columns (every
     product and the in-chunk cumsum are column-separable; a (CHUNK, K) f32 tile a term spilled at K = 128).
     With L2 norm, dq and dk before the norm's backward go to f32 scratch (dq_pre, dk_pre) until the rows'
-    sums over all of K are known."""
+    sums over all of K are known. With grouped value heads (GROUP > 1) h is the value head, q and k are
+    read at h // GROUP and dq / dk are this value head's shares (f32 scratch, summed by group_sum)."""
     c = ct.bid(0)
     h = ct.bid(1)
+    hk = h // GROUP
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
         count = stop - start
@@ -549,8 +552,8 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
         cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
         zk = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)
         if USE_L2:
-            q_inv = _inverse_norm(_rows(q, h, start, stop, K, 0))
-            k_inv = _inverse_norm(_rows(k, h, start, stop, K, 0))
+            q_inv = _inverse_norm(_rows(q, hk, start, stop, K, 0))
+            k_inv = _inverse_norm(_rows(k, hk, start, stop, K, 0))
         else:
             q_inv = ct.ones((CHUNK, 1), dtype=ct.float32)
             k_inv = ct.ones((CHUNK, 1), dtype=ct.float32)
@@ -570,8 +573,8 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
         q_dot = ct.zeros((CHUNK, 1), dtype=ct.float32)               # rowsum(qn * dqn) over K, for the L2 norm
         k_dot = ct.zeros((CHUNK, 1), dtype=ct.float32)
         for kb in range(K // CHUNK):
-            qt = _rows(q, h, start, stop, CHUNK, kb) * q_inv
-            kt = _rows(k, h, start, stop, CHUNK, kb) * k_inv
+            qt = _rows(q, hk, start, stop, CHUNK, kb) * q_inv
+            kt = _rows(k, hk, start, stop, CHUNK, kb) * k_inv
             if PER_CHANNEL:
                 gc = _cumsum_rows(_rows(g, h, start, stop, CHUNK, kb))
             else:
@@ -638,10 +641,156 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
         if USE_L2:
             # through x / ||x||: dx = (dxn - xn rowsum(xn dxn)) / ||x||
             for kb in range(K // CHUNK):
-                qt = _rows(q, h, start, stop, CHUNK, kb) * q_inv
-                kt = _rows(k, h, start, stop, CHUNK, kb) * k_inv
+                qt = _rows(q, hk, start, stop, CHUNK, kb) * q_inv
+                kt = _rows(k, hk, start, stop, CHUNK, kb) * k_inv
                 _store_rows(dq, h, start, stop, kb, (_chunk_tile(dq_pre, c, h, CHUNK, kb) - qt * q_dot) * q_inv, CHUNK)
                 _store_rows(dk, h, start, stop, kb, (_chunk_tile(dk_pre, c, h, CHUNK, kb) - kt * k_dot) * k_inv, CHUNK)
+
+
+# ------------------------------------------- grouped value heads and the gate options: the kernels around
+#
+# group_sum adds the value heads' shares of dq / dk (chunk_bwd_grads writes one per value head) into the
+# query/key heads. gate_activation maps the raw gate and beta logits to the log decay and the write strength
+# (f32 scratch the chunked kernels read as their g and beta) before the forward or the backward's
+# recompute; gate_activation_bwd carries the chunked backward's dg / dbeta (scratch) back to the raw inputs
+# and reduces d_a_log / d_dt_bias over the tokens, one CTA per value head.
+
+@ct.kernel
+def group_sum(x, out, K: ConstInt, GROUP: ConstInt):
+    """Per (token block, query/key head h): out[t, h] = sum over j < GROUP of x[t, h * GROUP + j], for
+    (T, HV, K) f32 shares and a (T, H, K) result."""
+    tb = ct.bid(0)
+    h = ct.bid(1)
+    acc = ct.zeros((CHUNK, 1, K), dtype=ct.float32)
+    for j in range(GROUP):
+        acc = acc + ct.load(x, (tb, h * GROUP + j, 0), shape=(CHUNK, 1, K), padding_mode=_ZERO)
+    ct.store(out, (tb, h, 0), acc.astype(out.dtype))
+
+
+@ct.function
+def _head_rows(x, tb, h, K: ConstInt, PER_CHANNEL: ConstBool):
+    """Token block tb of head h of a (T, HV, K) (PER_CHANNEL) or (T, HV) array: a zero-padded (CHUNK, K) or
+    (CHUNK, 1) f32 tile."""
+    if PER_CHANNEL:
+        tile = ct.load(x, (tb, h, 0), shape=(CHUNK, 1, K), padding_mode=_ZERO)
+        return ct.reshape(tile, (CHUNK, K)).astype(ct.float32)
+    else:
+        return ct.load(x, (tb, h), shape=(CHUNK, 1), padding_mode=_ZERO).astype(ct.float32)
+
+
+@ct.function
+def _store_head_rows(x, tb, h, tile, K: ConstInt, PER_CHANNEL: ConstBool):
+    if PER_CHANNEL:
+        ct.store(x, (tb, h, 0), ct.reshape(tile, (CHUNK, 1, K)).astype(x.dtype))
+    else:
+        ct.store(x, (tb, h), tile.astype(x.dtype))
+
+
+@ct.function
+def _token_blocks(x, K: ConstInt, PER_CHANNEL: ConstBool):
+    """How many CHUNK-token blocks cover the T rows of a (T, HV, K) (PER_CHANNEL) or (T, HV) array."""
+    if PER_CHANNEL:
+        return ct.num_tiles(x, 0, shape=(CHUNK, 1, K))
+    else:
+        return ct.num_tiles(x, 0, shape=(CHUNK, 1))
+
+
+@ct.function
+def _gate_parameters(a_log, dt_bias, h, K: ConstInt, PER_CHANNEL: ConstBool, HAS_A: ConstBool,
+                     HAS_BIAS: ConstBool):
+    """exp(a_log[h]) as (1, 1) (1 without a_log) and dt_bias[h] as (1, K) per channel, (1, 1) per head
+    (0 without dt_bias)."""
+    if HAS_A:
+        rate = ct.exp(ct.reshape(ct.load(a_log, (h,), shape=(1,)), (1, 1)).astype(ct.float32))
+    else:
+        rate = ct.ones((1, 1), dtype=ct.float32)
+    if HAS_BIAS:
+        if PER_CHANNEL:
+            bias = ct.load(dt_bias, (h, 0), shape=(1, K)).astype(ct.float32)
+        else:
+            bias = ct.reshape(ct.load(dt_bias, (h,), shape=(1,)), (1, 1)).astype(ct.float32)
+    else:
+        bias = ct.zeros((1, 1), dtype=ct.float32)
+    return rate, bias
+
+
+@ct.function
+def _sigmoid(x):
+    return 1.0 / (1.0 + ct.exp(-x))
+
+
+@ct.function
+def _softplus(x):
+    """log(1 + e^x), x itself above 20 (fla's threshold: the f32 difference is below its resolution)."""
+    return ct.where(x > 20.0, x, ct.log(1.0 + ct.exp(ct.minimum(x, 20.0))))
+
+
+@ct.kernel
+def gate_activation(g_raw, a_log, dt_bias, beta_raw, g_out, beta_out, K: ConstInt, GATE_FORM: ConstInt,
+                    LOWER_BOUND: ConstFloat, HAS_A: ConstBool, HAS_BIAS: ConstBool, PER_CHANNEL: ConstBool,
+                    BETA_FACTOR: ConstFloat, BETA_PER_CHANNEL: ConstBool):
+    """Per (token block, value head), GATE_FORM as _variants.GATE_FORMS numbers the forms: the log decay
+    -exp(a_log) softplus(g + dt_bias) (GATE_FORM 1) or
+    LOWER_BOUND sigmoid(exp(a_log) (g + dt_bias)) (2) into g_out, and BETA_FACTOR sigmoid(beta) into beta_out
+    (BETA_FACTOR 0: beta is used as given; GATE_FORM 0: so is g)."""
+    tb = ct.bid(0)
+    h = ct.bid(1)
+    if GATE_FORM != 0:
+        rate, bias = _gate_parameters(a_log, dt_bias, h, K, PER_CHANNEL, HAS_A, HAS_BIAS)
+        x = _head_rows(g_raw, tb, h, K, PER_CHANNEL) + bias
+        if GATE_FORM == 1:
+            gate = -rate * _softplus(x)
+        else:
+            gate = LOWER_BOUND * _sigmoid(rate * x)
+        _store_head_rows(g_out, tb, h, gate, K, PER_CHANNEL)
+    if BETA_FACTOR != 0.0:
+        b = _head_rows(beta_raw, tb, h, K, BETA_PER_CHANNEL)
+        _store_head_rows(beta_out, tb, h, BETA_FACTOR * _sigmoid(b), K, BETA_PER_CHANNEL)
+
+
+@ct.kernel
+def gate_activation_bwd(g_raw, a_log, dt_bias, beta_raw, dg_act, dbeta_act, dg, dbeta, d_a_log, d_dt_bias,
+                        K: ConstInt, GATE_FORM: ConstInt, LOWER_BOUND: ConstFloat, HAS_A: ConstBool,
+                        HAS_BIAS: ConstBool, PER_CHANNEL: ConstBool, BETA_FACTOR: ConstFloat,
+                        BETA_PER_CHANNEL: ConstBool):
+    """Per value head, over every token block: dg of the raw gate from dg_act (the log decay's gradient),
+    d_a_log and d_dt_bias (sums over the tokens), and dbeta of the logits from dbeta_act."""
+    h = ct.bid(0)
+    if GATE_FORM != 0:
+        blocks = _token_blocks(dg_act, K, PER_CHANNEL)
+        rate, bias = _gate_parameters(a_log, dt_bias, h, K, PER_CHANNEL, HAS_A, HAS_BIAS)
+        acc_a = ct.zeros((1, 1), dtype=ct.float32)
+        if PER_CHANNEL:
+            acc_b = ct.zeros((1, K), dtype=ct.float32)
+        else:
+            acc_b = ct.zeros((1, 1), dtype=ct.float32)
+        for tb in range(blocks):
+            x = _head_rows(g_raw, tb, h, K, PER_CHANNEL) + bias
+            d_gate = _head_rows(dg_act, tb, h, K, PER_CHANNEL)       # zero past T: adds nothing
+            if GATE_FORM == 1:
+                dx = -d_gate * rate * _sigmoid(x)
+                d_rate_log = -d_gate * rate * _softplus(x)          # d gate / d a_log = gate
+            else:
+                z = rate * x
+                s = _sigmoid(z)
+                dz = d_gate * (LOWER_BOUND * s * (1.0 - s))
+                dx = dz * rate
+                d_rate_log = dz * z
+            _store_head_rows(dg, tb, h, dx, K, PER_CHANNEL)
+            acc_b = acc_b + ct.sum(dx, axis=0, keepdims=True)
+            acc_a = acc_a + ct.sum(ct.sum(d_rate_log, axis=1, keepdims=True), axis=0, keepdims=True)
+        if HAS_A:
+            ct.store(d_a_log, (h,), ct.reshape(acc_a, (1,)).astype(d_a_log.dtype))
+        if HAS_BIAS:
+            if PER_CHANNEL:
+                ct.store(d_dt_bias, (h, 0), acc_b.astype(d_dt_bias.dtype))
+            else:
+                ct.store(d_dt_bias, (h,), ct.reshape(acc_b, (1,)).astype(d_dt_bias.dtype))
+    if BETA_FACTOR != 0.0:
+        for tb in range(_token_blocks(dbeta_act, K, BETA_PER_CHANNEL)):
+            b = _sigmoid(_head_rows(beta_raw, tb, h, K, BETA_PER_CHANNEL))
+            d_b = _head_rows(dbeta_act, tb, h, K, BETA_PER_CHANNEL) * (BETA_FACTOR * b * (1.0 - b))
+            _store_head_rows(dbeta, tb, h, d_b, K, BETA_PER_CHANNEL)
 
 
 _chunk_prepare_8 = chunk_prepare.replace_hints(num_worker_warps=_EIGHT_ON_SM90)

@@ -1,8 +1,8 @@
 """Which kernel instances a plan needs, and their export signatures (for the compile-only CI check).
 
 A ``Variant`` is everything that specialises the kernels: the op's gate/beta/write-gate shapes, the
-input type, K, V, the value block, the number of sequences (it sizes the chunk-locating tile) and the
-optional inputs/outputs. ``signatures(variant)`` gives one ``(kernel, KernelSignature)`` per kernel, with
+input type, K, V, the value block, the number of sequences (it sizes the chunk-locating tile), the value
+heads per query/key head (``group``), the gate options (``GateOptions``) and the optional inputs/outputs. ``signatures(variant)`` gives one ``(kernel, KernelSignature)`` per kernel, with
 the array constraints the engine's launches satisfy (row-major, no aliasing between outputs and inputs).
 """
 from __future__ import annotations
@@ -17,6 +17,31 @@ OP_FEATURES = {
     "kda": (True, False, False),
     "gdn2": (True, True, True),
 }
+
+
+# cudnn_graph.ops._linear_attention.gate_transform's forms as the gate kernels' GATE_FORM constant
+GATE_FORMS = {"none": 0, "softplus": 1, "sigmoid": 2}
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """The in-kernel gate and beta transforms (cudnn_graph.ops._linear_attention: gate_transform,
+    beta_transform) and the raw inputs' types; a type of None is an absent input."""
+    form: str = "none"               # none | softplus | sigmoid
+    lower_bound: float = 0.0         # the sigmoid form's bound
+    beta_factor: float = 0.0         # 0: beta as given; else beta_factor * sigmoid(beta)
+    g_dtype: str = "float32"         # the raw gate's type
+    beta_dtype: str = "float32"      # the beta logits' type
+    a_log_dtype: str | None = None
+    dt_bias_dtype: str | None = None
+
+    @property
+    def on_gate(self) -> bool:
+        return self.form != "none"
+
+    @property
+    def on_beta(self) -> bool:
+        return self.beta_factor != 0.0
 
 
 def next_pow2(n: int) -> int:
@@ -41,6 +66,8 @@ class Variant:
     has_dht: bool = False   # backward: d_final_state is given
     output_block_v: int = 0  # value columns per CTA of the output kernel (0: block_v)
     scratch_dtype: str = "float32"   # w, u, kd, the deltas and the chunk-start states of the forward
+    group: int = 1          # value heads per query/key head (HV // H)
+    gates: GateOptions = GateOptions()
 
     @property
     def per_channel(self) -> bool:
@@ -70,25 +97,26 @@ class Variant:
 
     def prepare_constants(self) -> tuple:
         return (self.n_seq, self.seq_tile, self.K, self.V, self.per_channel, self.beta_per_channel,
-                self.has_w, self.use_l2, self.low_mma)
+                self.has_w, self.use_l2, self.low_mma, self.group)
 
     def state_pass_constants(self) -> tuple:
         return (self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.has_h0, self.store_ht,
                 self.low_mma)
 
     def bwd_intra_constants(self) -> tuple:
-        return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.V, self.per_channel, self.use_l2)
+        return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.V, self.per_channel, self.use_l2,
+                self.group)
 
     def bwd_state_pass_constants(self) -> tuple:
         return (self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.has_dht, self.has_h0,
                 self.low_mma)
 
     def bwd_values_constants(self) -> tuple:
-        return (self.n_seq, self.seq_tile, self.K, self.V, self.block_v, self.per_channel, self.use_l2)
+        return (self.n_seq, self.seq_tile, self.K, self.V, self.block_v, self.per_channel, self.use_l2, self.group)
 
     def bwd_grads_constants(self) -> tuple:
         return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.V, self.block_v, self.per_channel,
-                self.use_l2)
+                self.use_l2, self.group)
 
     @property
     def out_block_v(self) -> int:
@@ -96,7 +124,15 @@ class Variant:
 
     def output_constants(self) -> tuple:
         return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.out_block_v, self.per_channel,
-                self.use_l2, self.low_mma)
+                self.use_l2, self.low_mma, self.group)
+
+    def group_sum_constants(self) -> tuple:
+        return (self.K, self.group)
+
+    def gate_activation_constants(self) -> tuple:
+        o = self.gates
+        return (self.K, GATE_FORMS[o.form], float(o.lower_bound), o.a_log_dtype is not None,
+                o.dt_bias_dtype is not None, self.per_channel, float(o.beta_factor), self.beta_per_channel)
 
 
 def array(dtype, ndim: int):
@@ -116,9 +152,30 @@ def array(dtype, ndim: int):
                            stride_divisible_by=(per_16_bytes,) * (ndim - 1) + (1,), base_addr_divisible_by=16)
 
 
+def _gate_parameter_arrays(v: Variant) -> list:
+    """a_log and dt_bias as the gate kernels take them (an f32 stand-in where one is absent)."""
+    o = v.gates
+    return [array(o.a_log_dtype or "float32", 1), array(o.dt_bias_dtype or "float32", 2 if v.per_channel else 1)]
+
+
+def gate_activation_signature(v: Variant):
+    """(gate_activation, KernelSignature): raw g, a_log, dt_bias, raw beta -> the f32 log decay and beta."""
+    from cuda.tile.compilation import CallingConvention, KernelSignature
+
+    from . import _kernels
+
+    gate_ndim = 3 if v.per_channel else 2
+    beta_ndim = 3 if v.beta_per_channel else 2
+    params = [array(v.gates.g_dtype, gate_ndim), *_gate_parameter_arrays(v), array(v.gates.beta_dtype, beta_ndim),
+              array("float32", gate_ndim), array("float32", beta_ndim), *v.gate_activation_constants()]
+    return (_kernels.gate_activation, KernelSignature(params, CallingConvention.cutile_python_v1())
+            .with_mangled_symbol("gate_activation"))
+
+
 def signatures(variant: Variant) -> list:
-    """[(kernel, KernelSignature)] for the forward kernels of ``variant`` in launch order: chunk_gates
-    (per-channel gates only), chunk_prepare, chunk_state_pass and chunk_output."""
+    """[(kernel, KernelSignature)] for the forward kernels of ``variant`` in launch order: gate_activation
+    (with a gate option only), chunk_gates (per-channel gates only), chunk_prepare, chunk_state_pass and
+    chunk_output."""
     import cuda.tile as ct
     from cuda.tile.compilation import CallingConvention, KernelSignature
 
@@ -142,6 +199,8 @@ def signatures(variant: Variant) -> list:
                   array(f32, 4), array(sc, 4), array(f32, 4), array(sc, 4), *v.state_pass_constants()]
     output = [array(v.io_dtype, 3), array(v.io_dtype, 3), array(sc, 4), array(f32, gate_ndim),
               array(ct.int32, 1), array(sc, 4), array(v.io_dtype, 3), *v.output_constants()]
+    if v.gates.on_gate or v.gates.on_beta:
+        prepared.insert(0, gate_activation_signature(v))
     return [*prepared,
             (state_pass_kernel, KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_state_pass")),
             (output_kernel, KernelSignature(output, cconv).with_mangled_symbol("chunk_output"))]
@@ -149,8 +208,9 @@ def signatures(variant: Variant) -> list:
 
 def backward_signatures(variant: Variant) -> list:
     """[(kernel, KernelSignature)] for the backward of ``variant`` (op gdn or kda, store_ht=False):
-    the forward recompute (gates, prepare, state pass), then chunk_bwd_intra, the reverse state pass,
-    chunk_bwd_values and chunk_bwd_grads."""
+    the forward recompute (gate options, gates, prepare, state pass), then chunk_bwd_intra, the reverse
+    state pass, chunk_bwd_values and chunk_bwd_grads; then group_sum with grouped value heads (chunk_bwd_grads
+    writes each value head's dq / dk share to f32 scratch) and gate_activation_bwd with a gate option."""
     import cuda.tile as ct
     from cuda.tile.compilation import CallingConvention, KernelSignature
 
@@ -168,11 +228,24 @@ def backward_signatures(variant: Variant) -> list:
     values = [array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2), array(ct.int32, 1),
               array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, gate_ndim), array(io, 3),
               array(f32, 4), array(f32, 4), array(f32, 4), *v.bwd_values_constants()]
+    dqk = f32 if v.group > 1 else io
     grads = [array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2), array(io, 3),
              array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4),
-             array(f32, 4), array(f32, 4), array(f32, 4), array(io, 3), array(io, 3), array(f32, gate_ndim),
+             array(f32, 4), array(f32, 4), array(f32, 4), array(dqk, 3), array(dqk, 3), array(f32, gate_ndim),
              array(v.beta_dtype, 2),
              *v.bwd_grads_constants()]
+    after = []
+    if v.group > 1:
+        params = [array(f32, 3), array(io, 3), *v.group_sum_constants()]
+        after.append((_kernels.group_sum, KernelSignature(params, cconv).with_mangled_symbol("group_sum")))
+    o = v.gates
+    if o.on_gate or o.on_beta:
+        beta_ndim = 3 if v.beta_per_channel else 2
+        params = [array(o.g_dtype, gate_ndim), *_gate_parameter_arrays(v), array(o.beta_dtype, beta_ndim),
+                  array(f32, gate_ndim), array(f32, beta_ndim), array(f32, gate_ndim), array(o.beta_dtype, beta_ndim),
+                  *_gate_parameter_arrays(v), *v.gate_activation_constants()]
+        after.append((_kernels.gate_activation_bwd,
+                      KernelSignature(params, cconv).with_mangled_symbol("gate_activation_bwd")))
     forward = signatures(v)
     return forward[:len(forward) - 1] + [
         (_kernels.chunk_bwd_intra, KernelSignature(intra, cconv).with_mangled_symbol("chunk_bwd_intra")),
@@ -180,4 +253,4 @@ def backward_signatures(variant: Variant) -> list:
          KernelSignature(state_pass, cconv).with_mangled_symbol("chunk_bwd_state_pass")),
         (_kernels.chunk_bwd_values, KernelSignature(values, cconv).with_mangled_symbol("chunk_bwd_values")),
         (_kernels.chunk_bwd_grads, KernelSignature(grads, cconv).with_mangled_symbol("chunk_bwd_grads")),
-    ]
+    ] + after

@@ -1,11 +1,18 @@
-"""CutileLinearAttentionEngine: cuTile chunked kernels for the delta-rule forward ops (gdn, kda, gdn2).
+"""CutileLinearAttentionEngine: cuTile chunked kernels for the delta-rule ops (gdn, kda, gdn2 forward; gdn_bwd,
+kda_bwd), with grouped value heads and the gate options.
 
 A forward plan runs three launches on the caller's stream (see ``_kernels``; four for per-channel gates):
 ``chunk_prepare`` over every (chunk, head), ``chunk_state_pass`` over every (sequence, head, value block) and
 ``chunk_output`` over every (chunk, head, value block). Their scratch (w, u, kd, the deltas and the
 chunk-start states, laid out by chunk; the cumulative gates) is carved from the workspace at plan-time
 offsets. The kernels read
-``cu_seqlens`` on the device, so execute never synchronises with the host. Kernels are compiled by cuTile
+``cu_seqlens`` on the device, so execute never synchronises with the host.
+
+Grouped value heads (HV = group * H): every kernel runs per value head and reads q / k at head
+``h // group``; the backward's dq / dk shares per value head go to f32 scratch and ``group_sum`` adds them.
+The gate options (safe_gate, use_beta_sigmoid) add ``gate_activation`` before the chunked kernels (the
+log decay and the write strength into f32 scratch they read as g and beta) and, in the backward,
+``gate_activation_bwd`` after them (the raw inputs' gradients, d_a_log and d_dt_bias). Kernels are compiled by cuTile
 at the first launch of a plan's specialisation and cached by cuTile (in memory and on disk) afterwards.
 """
 from __future__ import annotations
@@ -24,7 +31,7 @@ from ...data_type import DataType
 from ...errors import GraphNotSupportedError
 from ... import _progress
 from . import _toolchain
-from ._variants import CHUNK, OP_FEATURES, Variant
+from ._variants import CHUNK, OP_FEATURES, GateOptions, Variant
 
 logger = logging.getLogger(__name__)
 
@@ -68,15 +75,19 @@ MMA_TYPES = ("auto", "tf32", "bf16")
 
 
 class _Geometry:
-    """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built."""
+    """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built. ``H`` counts
+    the value heads (the kernels' heads), ``HQ`` the query/key heads."""
 
     def __init__(self, node, backward: bool = False, io_scratch: str = ""):
         """``io_scratch``: the input type ("bfloat16", "float16") in which the forward keeps w, u, kd, the
         deltas and the chunk-start states ("": float32, as everything else). Per-chunk scratch is laid out
         (chunk, head, CHUNK rows, width), by global chunk."""
+        from cudnn_graph.ops._linear_attention import beta_transform, gate_transform
         q, v = node.inputs["q"], node.inputs["v"]
-        self.T, self.H, self.K = q.dim
-        self.V = v.dim[2]
+        self.T, self.HQ, self.K = q.dim
+        self.H, self.V = v.dim[1], v.dim[2]
+        self.group = self.H // self.HQ
+        self.gate_options = gate_transform(node.op, node.params) != "none" or beta_transform(node.params) != 0.0
         self.N = node.inputs["cu_seqlens"].dim[0] - 1
         self.chunks = _cdiv(self.T, CHUNK) + self.N       # bound on the chunks of all sequences
         gate_width = self.K if OP_FEATURES[BACKWARD_OPS.get(node.op, node.op)][0] else 1
@@ -93,6 +104,14 @@ class _Geometry:
             # qg: scale q e^gc for the reverse state pass, then chunk_bwd_values' dCg in the same place
             regions += [("dhs", (self.chunks, self.H, self.K, self.V)), ("dd", (*by_chunk, self.V)),
                         ("qg", (*by_chunk, self.K)), ("da", (*by_chunk, CHUNK)), ("dbeta_v", (*by_chunk, 1))]
+            if self.group > 1:
+                regions += [("dq_hv", (self.T, self.H, self.K)), ("dk_hv", (self.T, self.H, self.K))]
+        if self.gate_options:
+            g_shape, beta_shape = tuple(node.inputs["g"].dim), tuple(node.inputs["beta"].dim)
+            regions += [("g_act", g_shape), ("beta_act", beta_shape), ("a_log_dummy", (1,)),
+                        ("dt_bias_dummy", (1, self.K) if gate_width > 1 else (1,))]
+            if backward:
+                regions += [("dg_act", g_shape), ("dbeta_act", beta_shape)]
         for name, shape in regions:
             count = 1
             for d in shape:
@@ -116,7 +135,7 @@ def _support_reason(graph, node) -> str | None:
     if io not in _IO_TYPES:
         return (f"q/k/v are {DataType(io).name}; the cuTile kernels take BFLOAT16 or HALF (their products run "
                 "in TF32 on the tensor cores, short of FLOAT accuracy)")
-    for port in ("beta", "w"):
+    for port in ("g", "beta", "w", "a_log", "dt_bias"):
         t = node.inputs.get(port)
         if t is not None and resolve(t) not in _GATE_TYPES:
             return f"{port} is {DataType(resolve(t)).name}; expected BFLOAT16, HALF or FLOAT"
@@ -126,9 +145,9 @@ def _support_reason(graph, node) -> str | None:
     N = node.inputs["cu_seqlens"].dim[0] - 1
     if N > MAX_SEQUENCES:
         return f"{N} sequences; the cuTile kernels take at most {MAX_SEQUENCES}"
-    T, H = q.dim[0], q.dim[1]
-    if T * H * max(K, V) >= 2 ** 31:
-        return f"T*H*max(K, V) = {T * H * max(K, V)} elements exceeds 32-bit indexing"
+    T, HV = q.dim[0], v.dim[1]
+    if T * HV * max(K, V) >= 2 ** 31:
+        return f"T*HV*max(K, V) = {T * HV * max(K, V)} elements exceeds 32-bit indexing"
     try:
         cc = _compute_capability(ordinal)
     except RuntimeError as exc:
@@ -145,6 +164,7 @@ class CutileForwardPlan(CompiledPlan):
         super().__init__(plan, geometry.workspace_size)
         from . import _kernels
         self._gates, self._prepare, self._state_pass, self._output = _kernels.forward_kernels(variant.per_channel)
+        self._gate_activation = _kernels.gate_activation
         self.variant = variant
         self._geometry = geometry
         self._device = graph.device_code
@@ -160,6 +180,7 @@ class CutileForwardPlan(CompiledPlan):
         self._prepare_grid = (g.chunks, g.H, 1)
         self._state_pass_grid = (g.N, g.H, g.V // variant.block_v)
         self._output_grid = (g.chunks, g.H, g.V // variant.out_block_v)
+        self._token_grid = (_cdiv(g.T, CHUNK), g.H, 1)            # gate_activation: per token block and head
         # bench/linear_attention.py --breakdown sets this to time each launch: hook(name, launch).
         self.launch_hook = None
         self._first_launch = True
@@ -189,6 +210,24 @@ class CutileForwardPlan(CompiledPlan):
             return []
         grid = (self._geometry.chunks, self._geometry.H, self._geometry.K // v.gate_block)
         return [("gates", grid, self._gates, (g, cu, scratch["g"], *v.gates_constants()))]
+
+    def _gate_inputs(self, slot, scratch) -> tuple:
+        """(launches, g, beta): the gate_activation launch where a gate option is on, and the g / beta the
+        chunked kernels read (its f32 outputs, or the ports as given)."""
+        o = self.variant.gates
+        g, beta = slot("g"), slot("beta")
+        if not (o.on_gate or o.on_beta):
+            return [], g, beta
+        launch = ("gate_activation", self._token_grid, self._gate_activation,
+                  (g, *self._gate_parameters(slot, scratch), beta, scratch["g_act"], scratch["beta_act"],
+                   *self.variant.gate_activation_constants()))
+        return [launch], (scratch["g_act"] if o.on_gate else g), (scratch["beta_act"] if o.on_beta else beta)
+
+    def _gate_parameters(self, slot, scratch) -> tuple:
+        """a_log and dt_bias, or the f32 stand-ins the kernels never read where one is absent."""
+        o = self.variant.gates
+        return (slot("a_log") if o.a_log_dtype else scratch["a_log_dummy"],
+                slot("dt_bias") if o.dt_bias_dtype else scratch["dt_bias_dummy"])
 
     def _slot_reader(self, variant_pack):
         """A function from a port name to that port's slot in ``variant_pack`` (the uid -> position map is
@@ -231,11 +270,12 @@ class CutileForwardPlan(CompiledPlan):
         stream = 0 if ctx.stream is None else int(ctx.stream)
         scratch = self._regions(self._workspace_base(ctx, stream))
         v = self.variant
-        q, k, val, g, beta, cu = (slot(p) for p in ("q", "k", "v", "g", "beta", "cu_seqlens"))
+        q, k, val, cu = (slot(p) for p in ("q", "k", "v", "cu_seqlens"))
+        launches, g, beta = self._gate_inputs(slot, scratch)
         wgate = slot("w") if v.has_w else val
         h0 = slot("initial_state") if v.has_h0 else scratch["state_dummy"]
         ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
-        launches = self._gate_launches(g, cu, scratch)
+        launches += self._gate_launches(g, cu, scratch)
         launches.append(("prepare", self._prepare_grid, self._prepare,
                          (k, val, g, beta, wgate, cu, scratch["w"], scratch["u"], scratch["g"], scratch["kd"],
                           *v.prepare_constants())))
@@ -261,18 +301,49 @@ class CutileBackwardPlan(CutileForwardPlan):
         self._bwd_values = _kernels.chunk_bwd_values
         self._bwd_grads = _kernels.chunk_bwd_grads
         self._grads_grid = (geometry.chunks, geometry.H, 1)
+        self._group_sum = _kernels.group_sum
+        self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
+        self._gate_activation_bwd = _kernels.gate_activation_bwd
+
+    def _gradient_targets(self, slot, sc) -> dict:
+        """Where chunk_bwd_grads writes dq, dk, dg and dbeta: the ports, or scratch that group_sum /
+        gate_activation_bwd read back (grouped value heads, the gate options)."""
+        v, o = self.variant, self.variant.gates
+        grouped = v.group > 1
+        return {"dq": sc["dq_hv"] if grouped else slot("dq"), "dk": sc["dk_hv"] if grouped else slot("dk"),
+                "dg": sc["dg_act"] if o.on_gate else slot("dg"),
+                "dbeta": sc["dbeta_act"] if o.on_beta else slot("dbeta")}
+
+    def _after_launches(self, slot, sc) -> list:
+        """group_sum into dq and dk, then gate_activation_bwd, where the variant needs them."""
+        v, o = self.variant, self.variant.gates
+        launches = []
+        if v.group > 1:
+            for name in ("dq", "dk"):
+                launches.append(("group_sum", self._group_sum_grid, self._group_sum,
+                                 (sc[name + "_hv"], slot(name), *v.group_sum_constants())))
+        if o.on_gate or o.on_beta:
+            a_log, dt_bias = self._gate_parameters(slot, sc)
+            d_a_log = slot("d_a_log") if o.a_log_dtype else sc["a_log_dummy"]
+            d_dt_bias = slot("d_dt_bias") if o.dt_bias_dtype else sc["dt_bias_dummy"]
+            launches.append(("gate_activation_bwd", (self._geometry.H, 1, 1), self._gate_activation_bwd,
+                             (slot("g"), a_log, dt_bias, slot("beta"), sc["dg_act"], sc["dbeta_act"], slot("dg"),
+                              slot("dbeta"), d_a_log, d_dt_bias, *v.gate_activation_constants())))
+        return launches
 
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
         slot = self._slot_reader(variant_pack)
         stream = 0 if ctx.stream is None else int(ctx.stream)
         sc = self._regions(self._workspace_base(ctx, stream))
         v = self.variant
-        q, k, val, g, beta, cu, do = (slot(p) for p in ("q", "k", "v", "g", "beta", "cu_seqlens", "dO"))
+        q, k, val, cu, do = (slot(p) for p in ("q", "k", "v", "cu_seqlens", "dO"))
+        launches, g, beta = self._gate_inputs(slot, sc)
+        out = self._gradient_targets(slot, sc)
         dummy = sc["state_dummy"]
         h0 = slot("initial_state") if v.has_h0 else dummy
         dht = slot("d_final_state") if v.has_dht else dummy
         dh0 = slot("d_initial_state") if v.has_h0 else dummy
-        launches = [
+        launches += [
             *self._gate_launches(g, cu, sc),
             ("prepare", self._prepare_grid, self._prepare,
              (k, val, g, beta, val, cu, sc["w"], sc["u"], sc["g"], sc["kd"], *v.prepare_constants())),
@@ -288,7 +359,8 @@ class CutileBackwardPlan(CutileForwardPlan):
               sc["dbeta_v"], *v.bwd_values_constants())),
             ("bwd_grads", self._grads_grid, self._bwd_grads,
              (q, k, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["qg"], sc["da"], sc["dbeta_v"], sc["kd"],
-              sc["w"], slot("dq"), slot("dk"), slot("dg"), slot("dbeta"), *v.bwd_grads_constants())),
+              sc["w"], out["dq"], out["dk"], out["dg"], out["dbeta"], *v.bwd_grads_constants())),
+            *self._after_launches(slot, sc),
         ]
         self._launch_all(stream, launches)
 
@@ -381,21 +453,31 @@ def _io_scratch(graph, node, knobs) -> str:
 
 
 def variant_of(graph, node, block_v: int, low_mma: Optional[bool] = False) -> Variant:
-    """The kernel specialisation a forward node needs (``low_mma=None``: BF16 products for BF16 inputs)."""
-    from cudnn_graph.ops._linear_attention import resolved_scale
+    """The kernel specialisation a node needs (``low_mma=None``: BF16 products for BF16 inputs)."""
+    from cudnn_graph.ops._linear_attention import beta_transform, gate_transform, resolved_scale
     resolve = GraphView.of(graph).data_type
     q, v = node.inputs["q"], node.inputs["v"]
     io = _IO_TYPES[resolve(q)]
-    beta = _GATE_TYPES[resolve(node.inputs["beta"])]
+
+    def type_of(port):
+        t = node.inputs.get(port)
+        return None if t is None else _GATE_TYPES[resolve(t)]
+
     w = node.inputs.get("w")
     params = node.params
     backward = node.op in BACKWARD_OPS
+    gates = GateOptions(form=gate_transform(node.op, params), lower_bound=float(params.get("gate_lower_bound") or 0.0),
+                        beta_factor=beta_transform(params), g_dtype=type_of("g"), beta_dtype=type_of("beta"),
+                        a_log_dtype=type_of("a_log"), dt_bias_dtype=type_of("dt_bias"))
     return Variant(
-        op=BACKWARD_OPS.get(node.op, node.op), io_dtype=io, beta_dtype=beta,
+        # the chunked kernels read beta through gate_activation's f32 output when it is given as logits
+        op=BACKWARD_OPS.get(node.op, node.op), io_dtype=io,
+        beta_dtype="float32" if gates.on_beta else type_of("beta"),
         w_dtype=_GATE_TYPES[resolve(w)] if w is not None else io,
         K=q.dim[2], V=v.dim[2], block_v=block_v, n_seq=node.inputs["cu_seqlens"].dim[0] - 1,
         scale=resolved_scale(params, q.dim[2]), use_l2=bool(params.get("use_qk_l2norm", False)),
         has_h0=node.inputs.get("initial_state") is not None,
         store_ht="final_state" in node.outputs and not backward,
         low_mma=(io == "bfloat16") if low_mma is None else low_mma,
-        has_dht=backward and node.inputs.get("d_final_state") is not None)
+        has_dht=backward and node.inputs.get("d_final_state") is not None,
+        group=v.dim[1] // q.dim[1], gates=gates)

@@ -1,5 +1,5 @@
 """Reference (NumPy, CPU) kernels for the delta-rule linear-attention ops: ``gdn``, ``kda``, ``gdn2`` and the
-backward ops ``gdn_bwd`` and ``kda_bwd``.
+backward ops ``gdn_bwd``, ``kda_bwd`` and ``gdn2_bwd``.
 
 They are the numerical oracle for the chunked GPU engines, so they run the recurrence one token at a time,
 per sequence (``cu_seqlens``), all heads at once, in float64, and cast to the output types the graph asks for.
@@ -25,6 +25,13 @@ at a time from its checkpoint. ``dg`` is the gradient with respect to the log ga
 (``d alpha * alpha``); ``d_final_state`` (zeros when absent) seeds the gradient of each sequence's last
 state, and ``d_initial_state`` is the gradient that reaches ``S_0``.
 
+Grouped value heads (HV = G * H value heads, q and k with H): q and k are repeated G times along the head
+axis (value head j reads query/key head j // G), the recurrence runs per value head, and dq / dk are the
+sums of the repeated copies' gradients. The gate options (``cudnn_graph.ops._linear_attention``:
+``safe_gate``, ``use_beta_sigmoid``) map the raw ``g`` / ``beta`` ports to the log decay and the write
+strength first (``_GateInputs``); the backward carries the gradients back through those maps to the raw
+inputs and to ``a_log`` / ``dt_bias``.
+
 ``cu_seqlens`` is data: it must start at 0, be non-decreasing and end at T, which is checked here (a
 ``ValueError`` at execute time). An empty sequence passes its initial state (and its gradient) through.
 """
@@ -34,7 +41,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from cudnn_graph.ops._linear_attention import resolved_scale
+from cudnn_graph.ops._linear_attention import beta_transform, gate_transform, resolved_scale
 
 __all__ = ["KERNELS", "linear_attention_forward", "linear_attention_backward"]
 
@@ -74,13 +81,80 @@ def _l2norm_backward(xn: np.ndarray, norm: np.ndarray, dxn: np.ndarray) -> np.nd
     return (dxn - xn * np.sum(xn * dxn, axis=-1, keepdims=True)) / norm
 
 
-class _Problem:
-    """Float64 copies of the inputs, broadcast to the per-channel form the update uses."""
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.exp(-np.logaddexp(0.0, -x))
 
-    def __init__(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any]):
+
+class _GateInputs:
+    """The log decay ``g`` and the write strength ``beta`` the recurrence uses, from the ports as given
+    (``gate_transform`` / ``beta_transform``), and the backward through those maps."""
+
+    def __init__(self, op: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any]):
+        g_raw = _f64(inputs["g"])
+        beta_raw = _f64(inputs["beta"])
+        HV = g_raw.shape[1]
+        self.form = gate_transform(op, attrs)
+        self.beta_factor = beta_transform(attrs)
+        if self.form == "none":
+            self.g = g_raw
+        else:
+            a_log = inputs.get("a_log")
+            a_log = np.zeros(HV) if a_log is None else _f64(a_log).reshape(HV)
+            dt_bias = inputs.get("dt_bias")
+            dt_bias = np.zeros(g_raw.shape[1:]) if dt_bias is None else _f64(dt_bias).reshape(g_raw.shape[1:])
+            # a_log per head, broadcast over the key channels of a per-channel gate
+            self.rate = np.exp(a_log).reshape((1, HV) + (1,) * (g_raw.ndim - 2))
+            self.x = g_raw + dt_bias[None]
+            if self.form == "softplus":
+                self.g = -self.rate * np.logaddexp(0.0, self.x)
+            else:
+                self.lower_bound = float(attrs["gate_lower_bound"])
+                self.z = self.rate * self.x
+                self.g = self.lower_bound * _sigmoid(self.z)
+        if self.beta_factor:
+            self.beta_sig = _sigmoid(beta_raw)
+            self.beta = self.beta_factor * self.beta_sig
+        else:
+            self.beta = beta_raw
+
+    def backward(self, dg: np.ndarray, dbeta: np.ndarray) -> dict[str, np.ndarray]:
+        """{dg, dbeta, d_a_log, d_dt_bias} of the raw inputs from the gradients of g and beta."""
+        out = {}
+        if self.form == "none":
+            out["dg"] = dg
+        else:
+            if self.form == "softplus":
+                dx = -dg * self.rate * _sigmoid(self.x)
+                d_rate_log = dg * self.g                         # d(-e^a sp) / da = g
+            else:
+                s = _sigmoid(self.z)
+                dz = dg * self.lower_bound * s * (1.0 - s)
+                dx = dz * self.rate
+                d_rate_log = dz * self.z                         # d(e^a x) / da = z
+            out["dg"] = dx
+            out["d_dt_bias"] = np.sum(dx, axis=0)
+            out["d_a_log"] = np.sum(d_rate_log.reshape(d_rate_log.shape[0], d_rate_log.shape[1], -1), axis=(0, 2))
+        if self.beta_factor:
+            out["dbeta"] = dbeta * self.beta_factor * self.beta_sig * (1.0 - self.beta_sig)
+        else:
+            out["dbeta"] = dbeta
+        return out
+
+
+class _Problem:
+    """Float64 copies of the inputs, q and k repeated to the value heads, broadcast to the per-channel form
+    the update uses. ``H`` here counts value heads (the recurrence's heads); ``group`` value heads share one
+    query/key head."""
+
+    def __init__(self, op: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any]):
         q, k, v = _f64(inputs["q"]), _f64(inputs["k"]), _f64(inputs["v"])
-        self.T, self.H, self.K = q.shape
-        self.V = v.shape[2]
+        self.T, self.HQ, self.K = q.shape
+        self.H, self.V = v.shape[1], v.shape[2]
+        if self.H % self.HQ:
+            raise ValueError(f"v has {self.H} heads; a multiple of q's {self.HQ} was expected")
+        self.group = self.H // self.HQ
+        if self.group > 1:
+            q, k = np.repeat(q, self.group, axis=1), np.repeat(k, self.group, axis=1)
         self.scale = resolved_scale(attrs, self.K)
         self.l2 = bool(attrs.get("use_qk_l2norm", False))
         if self.l2:
@@ -88,11 +162,12 @@ class _Problem:
             self.kn, self.k_norm = _l2norm(k)
         else:
             self.qn, self.kn = q, k
-        g = _f64(inputs["g"])
+        self.gates = _GateInputs(op, inputs, attrs)
+        g = self.gates.g
         self.scalar_gate = g.ndim == 2
         self.alpha = np.broadcast_to(np.exp(g)[..., None] if self.scalar_gate else np.exp(g),
                                      (self.T, self.H, self.K))
-        beta = _f64(inputs["beta"])
+        beta = self.gates.beta
         self.scalar_beta = beta.ndim == 2
         self.beta = np.broadcast_to(beta[..., None] if self.scalar_beta else beta, (self.T, self.H, self.K))
         self.v = v
@@ -117,9 +192,18 @@ class _Problem:
         return D + self.kn[t][:, :, None] * (self.x[t] - u)[:, None, :]
 
 
-def linear_attention_forward(inputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(o (T, H, V), final_state (N, H, K, V)) in float64."""
-    p = _Problem(inputs, attrs)
+    def group_sum(self, x: np.ndarray) -> np.ndarray:
+        """A (T, HV, K) gradient of the repeated q or k, summed over each group: (T, H, K)."""
+        if self.group == 1:
+            return x
+        return x.reshape(self.T, self.HQ, self.group, x.shape[2]).sum(axis=2)
+
+
+def linear_attention_forward(inputs: Mapping[str, Any], attrs: Mapping[str, Any],
+                             op: str = "gdn") -> tuple[np.ndarray, np.ndarray]:
+    """(o (T, HV, V), final_state (N, HV, K, V)) in float64. ``op`` matters only for the gate transform
+    (``gate_lower_bound`` is a kda / gdn2 attribute)."""
+    p = _Problem(op, inputs, attrs)
     o = np.zeros((p.T, p.H, p.V), _F)
     final = np.empty((p.N, p.H, p.K, p.V), _F)
     for n, (bos, eos) in enumerate(p.bounds):
@@ -131,9 +215,11 @@ def linear_attention_forward(inputs: Mapping[str, Any], attrs: Mapping[str, Any]
     return o, final
 
 
-def linear_attention_backward(inputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Float64 gradients: dq, dk, dv, dg, dbeta, d_initial_state (and dw when w is given)."""
-    p = _Problem(inputs, attrs)
+def linear_attention_backward(inputs: Mapping[str, Any], attrs: Mapping[str, Any],
+                              op: str = "gdn_bwd") -> dict[str, np.ndarray]:
+    """Float64 gradients: dq, dk, dv, dg, dbeta, d_initial_state (and dw when w is given; d_a_log and
+    d_dt_bias with safe_gate)."""
+    p = _Problem(op, inputs, attrs)
     d_o = _f64(inputs["dO"])
     dht = inputs.get("d_final_state")
     dht = _f64(dht) if dht is not None else np.zeros((p.N, p.H, p.K, p.V), _F)
@@ -195,27 +281,29 @@ def linear_attention_backward(inputs: Mapping[str, Any], attrs: Mapping[str, Any
         dk = _l2norm_backward(p.kn, p.k_norm, dkn)
     else:
         dq, dk = dqn, dkn
-    out.update(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta, d_initial_state=dh0)
+    out.update(dq=p.group_sum(dq), dk=p.group_sum(dk), dv=dv, d_initial_state=dh0)
+    out.update(p.gates.backward(dg, dbeta))
     return out
 
 
-def linear_attention_forward_kernel(inputs, attrs, outputs, compute_dtype=np.float32):
-    o, final = linear_attention_forward(inputs, attrs)
-    result = {"o": o}
-    if "final_state" in outputs:
-        result["final_state"] = final
-    return result
+def _forward_kernel(op: str):
+    def kernel(inputs, attrs, outputs, compute_dtype=np.float32):
+        o, final = linear_attention_forward(inputs, attrs, op)
+        result = {"o": o}
+        if "final_state" in outputs:
+            result["final_state"] = final
+        return result
+    kernel.__name__ = f"{op}_forward_kernel"
+    return kernel
 
 
-def linear_attention_backward_kernel(inputs, attrs, outputs, compute_dtype=np.float32):
-    grads = linear_attention_backward(inputs, attrs)
-    return {name: grads[name] for name in outputs}
+def _backward_kernel(op: str):
+    def kernel(inputs, attrs, outputs, compute_dtype=np.float32):
+        grads = linear_attention_backward(inputs, attrs, op)
+        return {name: grads[name] for name in outputs}
+    kernel.__name__ = f"{op}_kernel"
+    return kernel
 
 
-KERNELS = {
-    "gdn": linear_attention_forward_kernel,
-    "kda": linear_attention_forward_kernel,
-    "gdn2": linear_attention_forward_kernel,
-    "gdn_bwd": linear_attention_backward_kernel,
-    "kda_bwd": linear_attention_backward_kernel,
-}
+KERNELS = {op: _forward_kernel(op) for op in ("gdn", "kda", "gdn2")}
+KERNELS.update({op: _backward_kernel(op) for op in ("gdn_bwd", "kda_bwd", "gdn2_bwd")})

@@ -108,6 +108,53 @@ def test_backward_kernels_export_a_cubin_for_sm90(op, head_dim):
         assert buffer.getvalue()[:4] == b"\x7fELF", f"{signature.symbol} for sm_90 is not an ELF cubin"
 
 
+# Grouped value heads (group = HV // H = 2: q / k read at h // 2; the backward's dq / dk shares summed by
+# group_sum) and the gate options (gate_activation before the chunked kernels, gate_activation_bwd after the
+# backward's), K = V = 64 for sm_90: every kernel they change or add.
+def gated_variant(op, form, beta_factor, backward=False):
+    gates = _variants.GateOptions(form, -5.0 if form == "sigmoid" else 0.0, beta_factor, "bfloat16", "bfloat16",
+                                  "float32", "bfloat16")
+    extra = {"has_dht": True} if backward else {"low_mma": True, "output_block_v": 64, "scratch_dtype": "bfloat16"}
+    return _variants.Variant(op, "bfloat16", "float32" if beta_factor else "bfloat16", "bfloat16", 64, 64, 32, 4,
+                             0.125, True, True, not backward, group=2, gates=gates, **extra)
+
+
+def _export_sm90(kernel, signature):
+    from cuda.tile.compilation import export_kernel
+    buffer = io.BytesIO()
+    export_kernel(kernel, [signature], buffer, gpu_code="sm_90", output_format="cubin")
+    assert buffer.getvalue()[:4] == b"\x7fELF", f"{signature.symbol} for sm_90 is not an ELF cubin"
+
+
+@needs_cutile
+@pytest.mark.parametrize("op, form, beta_factor", [("gdn", "softplus", 1.0), ("kda", "sigmoid", 2.0),
+                                                   ("gdn2", "none", 1.0)])
+def test_grouped_heads_and_gate_options_forward_kernels_export_for_sm90(op, form, beta_factor):
+    signatures = _variants.signatures(gated_variant(op, form, beta_factor))
+    assert signatures[0][1].symbol.startswith("gate_activation")
+    for kernel, signature in signatures:
+        _export_sm90(kernel, signature)
+
+
+@needs_cutile
+@pytest.mark.parametrize("op, form, beta_factor", [("gdn", "softplus", 1.0), ("kda", "sigmoid", 0.0)])
+def test_grouped_heads_and_gate_options_backward_kernels_export_for_sm90(op, form, beta_factor):
+    """The backward's kernels past the forward recompute, then group_sum and gate_activation_bwd."""
+    signatures = _variants.backward_signatures(gated_variant(op, form, beta_factor, backward=True))
+    symbols = [sig.symbol.split("_Kt")[0] for _, sig in signatures]
+    assert symbols[-6:] == ["chunk_bwd_intra", "chunk_bwd_state_pass", "chunk_bwd_values", "chunk_bwd_grads",
+                            "group_sum", "gate_activation_bwd"]
+    for kernel, signature in signatures[-6:]:
+        _export_sm90(kernel, signature)
+
+
+def test_a_variant_without_options_launches_no_gate_or_group_kernels():
+    pytest.importorskip("cuda.tile")
+    base = export_variants()[0]
+    symbols = [sig.symbol for _, sig in _variants.signatures(base)]
+    assert not any(s.startswith(("gate_activation", "group_sum")) for s in symbols)
+
+
 # ----------------------------------------------------------------- the chunked algorithm, in NumPy
 
 C = _variants.CHUNK
@@ -519,3 +566,58 @@ def test_state_pass_and_output_kernels_number_chunks_alike(cu):
             seen.add(first + j)
     assert seen == set(range(int(np.sum(count))))
     assert _locate(cu, int(np.sum(count)))[0] == len(cu) - 1                  # past the last chunk
+
+
+def _grouped_gated_graph(cg, op, H=2, HV=4, K=64):
+    F = cg.data_type
+    g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
+    T, V = 100, 64
+    per_channel = op.startswith(("kda", "gdn2"))
+
+    def tensor(name, dims, dt=F.BFLOAT16):
+        strides = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
+        return g.tensor(name=name, dim=list(dims), stride=strides, data_type=dt)
+
+    args = [tensor("q", (T, H, K)), tensor("k", (T, H, K)), tensor("v", (T, HV, V)),
+            tensor("g", (T, HV, K) if per_channel else (T, HV)),
+            tensor("beta", (T, HV, K) if op.startswith("gdn2") else (T, HV))]
+    if op.startswith("gdn2"):
+        args.append(tensor("w", (T, HV, V)))
+    keywords = dict(cu_seqlens=tensor("cu", (3,), F.INT32), a_log=tensor("a_log", (HV,), F.FLOAT),
+                    dt_bias=tensor("dt_bias", (HV, K) if per_channel else (HV,)), safe_gate=True,
+                    use_beta_sigmoid=True)
+    if op.endswith("_bwd"):
+        args.append(tensor("dO", (T, HV, V)))
+    outs = getattr(g, op)(*args, **keywords)
+    for out in outs:
+        if out is not None:
+            out.set_output(True)
+    g.validate()
+    return g
+
+
+def test_gdn2_bwd_is_declined_with_the_reason():
+    cg = _package()
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    g = _grouped_gated_graph(cg, "gdn2_bwd")
+    reason = cutile_engine._support_reason(g, g.nodes[0])
+    assert reason is not None and "gdn2_bwd has no cuTile kernel" in reason, reason
+
+
+@pytest.mark.parametrize("op", ["gdn", "kda_bwd"])
+def test_grouped_heads_and_gate_options_give_their_variant_and_scratch(op, monkeypatch):
+    cg = _package()
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    g = _grouped_gated_graph(cg, op)
+    node = g.nodes[0]
+    monkeypatch.setattr(cutile_engine, "_compute_capability", lambda ordinal: (9, 0))   # no GPU here
+    assert cutile_engine._support_reason(g, node) is None
+    variant = cutile_engine.variant_of(g, node, 32)
+    assert variant.group == 2 and variant.gates.form == "softplus" and variant.gates.beta_factor == 1.0
+    assert variant.beta_dtype == "float32" and variant.gates.beta_dtype == "bfloat16"
+    assert variant.gates.a_log_dtype == "float32" and variant.gates.dt_bias_dtype == "bfloat16"
+    geometry = cutile_engine._Geometry(node, backward=op.endswith("_bwd"))
+    assert (geometry.HQ, geometry.H) == (2, 4)
+    assert {"g_act", "beta_act"} <= set(geometry.regions)
+    assert ({"dq_hv", "dk_hv", "dg_act", "dbeta_act"} <= set(geometry.regions)) == op.endswith("_bwd")
+    assert geometry.regions["dq_hv" if op.endswith("_bwd") else "g_act"][1][:2] == (100, 4)

@@ -898,7 +898,8 @@ def test_linear_attention_valid_graph_infers_outputs(op):
     g, outs = _la_build(op, h0=(LA_N, LA_H, LA_K, LA_V), final=True)
     g.validate()
     if op.endswith("_bwd"):
-        dq, dk, dv, dg, dbeta, dh0 = outs
+        dq, dk, dv, dg, dbeta, dh0, d_a_log, d_dt_bias = outs
+        assert d_a_log is None and d_dt_bias is None        # only with a_log / dt_bias (safe_gate)
         assert (dq.dim, dk.dim, dv.dim) == ((LA_T, LA_H, LA_K),) * 2 + ((LA_T, LA_H, LA_V),)
         assert dg.data_type == FLOAT and dq.data_type == BF16
         assert dh0.dim == (LA_N, LA_H, LA_K, LA_V) and dh0.data_type == FLOAT
@@ -917,7 +918,7 @@ def test_linear_attention_valid_graph_infers_outputs(op):
     (dict(q_dt=INT32), "q", "data type"),
     (dict(h0=(LA_N + 1, LA_H, LA_K, LA_V)), "initial_state", "N=2"),
     (dict(h0=(LA_N, LA_H, LA_K, LA_V + 1)), "initial_state", "dims"),
-    (dict(v_heads=LA_H + 1), "v", "T, H, V"),
+    (dict(v_heads=LA_H + 1), "v", "multiple of the H=2"),
 ])
 def test_linear_attention_invalid_graphs(op, bad, port, match):
     g, _ = _la_build(op, **bad)
@@ -930,7 +931,7 @@ def test_linear_attention_conditional_outputs():
     _, (o, final) = _la_build("gdn")
     assert final is None
     _, outs = _la_build("kda_bwd")
-    assert outs[-1] is None                            # d_initial_state only with initial_state
+    assert outs[5] is None                             # d_initial_state only with initial_state
 
 
 @pytest.mark.parametrize("op", LA_OPS)
