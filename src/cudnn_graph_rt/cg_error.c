@@ -37,6 +37,8 @@ const char *cg_status_name(cg_status_t status) {
     case CG_STATUS_CUDNN_ERROR: return "CG_STATUS_CUDNN_ERROR";
     case CG_STATUS_CUDA_ERROR: return "CG_STATUS_CUDA_ERROR";
     case CG_STATUS_OUT_OF_MEMORY: return "CG_STATUS_OUT_OF_MEMORY";
+    case CG_STATUS_NOT_BUILT: return "CG_STATUS_NOT_BUILT";
+    case CG_STATUS_PYTHON_ERROR: return "CG_STATUS_PYTHON_ERROR";
     }
     return "CG_STATUS_UNKNOWN";
 }
