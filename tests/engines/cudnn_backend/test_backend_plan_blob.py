@@ -39,8 +39,8 @@ class _FakeRunner:
         self.plan = plan
 
 
-def _program(**operands) -> Program:
-    return Program(steps=[], tensor_steps={}, geometry={}, operations=[], **operands)
+def _program(constants=(), **operands) -> Program:
+    return Program(steps=[], tensor_steps={}, geometry={}, operations=[], constants=list(constants), **operands)
 
 
 def _plan(descriptor):
