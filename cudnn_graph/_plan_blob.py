@@ -327,9 +327,9 @@ def unpack_blob(data) -> UnpackedBlob:
     (_, version, header_size, flags, library, cudnn, arch, family, _, engine_id, workspace, total, checksum,
      count) = HEADER.unpack_from(data, 0)
     if version not in READABLE_FORMAT_VERSIONS:
+        readable = ", ".join(map(str, READABLE_FORMAT_VERSIONS))
         raise PlanVersionMismatchError("format version", version, FORMAT_VERSION,
-                                       f"this library reads format versions {', '.join(map(str, READABLE_FORMAT_VERSIONS))}: "
-                                       "serialize the plan again")
+                                       f"this library reads format versions {readable}: serialize the plan again")
     if total != len(data):
         raise PlanBlobError(f"the plan blob is {len(data)} bytes, its header says {total} (truncated or "
                             f"padded)", "total_size")

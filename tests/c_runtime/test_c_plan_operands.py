@@ -28,7 +28,8 @@ from _plan_operand_blobs import (CUDNN_WORKSPACE, SCRATCH_OFFSETS, WORKSPACE_SIZ
 HOST_TO_DEVICE = r"""
 int cuMemcpyHtoD_v2(unsigned long long d, const void *h, size_t n) {
     char b[512]; int k = snprintf(b, sizeof b, "htod 0x%llx ", d);
-    for (size_t i = 0; i < n && k < 500; i++) k += snprintf(b + k, sizeof b - k, "%02x", ((const unsigned char *)h)[i]);
+    for (size_t i = 0; i < n && k < 500; i++)
+        k += snprintf(b + k, sizeof b - k, "%02x", ((const unsigned char *)h)[i]);
     emit(b); return 0;
 }
 """
@@ -61,7 +62,8 @@ EDITS = [
      "    if (e && r >= 1 && name == 402) *(int64_t *)e = (int64_t)(intptr_t)((desc_t *)d)->ws;"),
     ('for (int i = 0; i < x->n; i++) k += sprintf(b + k, " %lld=%p", (long long)x->uids[i], x->ptrs[i]);',
      'for (int i = 0; i < x->n; i++) { k += sprintf(b + k, " %lld=%p", (long long)x->uids[i], x->ptrs[i]);\n'
-     '        if (fake_is_host(x->uids[i])) { unsigned v; memcpy(&v, x->ptrs[i], 4); k += sprintf(b + k, ":%08x", v); } }'),
+     '        if (fake_is_host(x->uids[i])) {\n'
+     '            unsigned v; memcpy(&v, x->ptrs[i], 4); k += sprintf(b + k, ":%08x", v); } }'),
 ]
 HOST_UIDS = "5,1001"
 
@@ -158,7 +160,8 @@ def test_execute_binds_the_plans_own_operands_beside_the_callers(cases):
         assert operands["6"] == hex(0x200000 + 128)      # the view: x's pointer plus 128 bytes
         for uid, offset in SCRATCH_OFFSETS.items():
             assert operands[str(uid)] == hex(ws + offset)
-        assert list(operands) == ["4", "2", "5", "1001", "1002", "1003", "1004", "6"]   # the caller's order, then the plan's
+        # the caller's order, then the plan's
+        assert list(operands) == ["4", "2", "5", "1001", "1002", "1003", "1004", "6"]
     packs = [r for r in records if r == "create 16"]
     assert len(packs) == 2                               # the repeat reuses its variant pack
 

@@ -78,7 +78,8 @@ def test_a_built_graph_describes_its_callers_operands(probe):
     operands, workspace, family, engine_id, device = probe.describe(scaled_relu_graph())
     # the scalar the graph fixed (uid 2) is bound by the plan: no caller operand
     # (uid, name, type, dims, strides, alignment: a float's 4 bytes on the host, by value, index)
-    assert operands == [(1, "x", int(F.FLOAT), (2, 3), (3, 1), 4, 0, 0), (3, "y", int(F.FLOAT), (2, 3), (3, 1), 4, 0, 1)]
+    assert operands == [(1, "x", int(F.FLOAT), (2, 3), (3, 1), 4, 0, 0),
+                        (3, "y", int(F.FLOAT), (2, 3), (3, 1), 4, 0, 1)]
     assert (workspace, family, engine_id, device) == (0, 3, 20000, -1)
 
 
@@ -202,3 +203,44 @@ def test_a_cudnn_matmul_through_the_table_equals_execute(probe):
     assert status == ("CG_STATUS_SUCCESS", ""), status
     cp.cuda.Device().synchronize()
     assert cp.asnumpy(got).tobytes() == cp.asnumpy(want).tobytes()
+
+
+CYTHON_USER = """
+from cpython.object cimport PyObject
+from cudnn_graph.capi cimport cg_capi_t, cg_capi_import, cg_graph_plan_t, CG_STATUS_SUCCESS
+
+def operand_count(graph):
+    cdef const cg_capi_t* api = cg_capi_import()
+    cdef cg_graph_plan_t plan
+    cdef int n = -1
+    if api.plan_from_graph(<PyObject*>graph, &plan) != CG_STATUS_SUCCESS:
+        raise RuntimeError(api.last_error().decode())
+    with nogil:
+        api.plan_tensor_count(plan, &n)
+        api.plan_free(plan)
+    return n
+"""
+
+
+def test_a_cython_extension_cimports_the_table_from_the_installed_pxd(tmp_path):
+    """cudnn_graph/capi.pxd is installed with the package: Cython finds it on sys.path."""
+    import shlex
+    import subprocess
+    import sysconfig
+    pytest.importorskip("Cython")
+    from _helpers import c_compiler_or_skip
+    from cudnn_graph import _c_runtime
+    cc = c_compiler_or_skip("a Cython extension test module")
+    (tmp_path / "capi_cython_user.pyx").write_text(CYTHON_USER)
+    subprocess.run([sys.executable, "-m", "cython", "-3", "capi_cython_user.pyx"], cwd=tmp_path, check=True,
+                   capture_output=True, text=True)
+    output = tmp_path / ("capi_cython_user" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run([cc, "-shared", "-fPIC", "-O0", f"-I{sysconfig.get_paths()['include']}",
+                    *shlex.split(_c_runtime.c_flags()), str(tmp_path / "capi_cython_user.c"), "-o", str(output)],
+                   check=True, capture_output=True, text=True)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("capi_cython_user")
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert module.operand_count(scaled_relu_graph()) == 2
