@@ -202,3 +202,8 @@ __all__ += ["AutotuneError", "CudaGraphError"]
 from .plan_cache import set_plan_cache, get_plan_cache
 from .errors import PlanBlobError, PlanVersionMismatchError
 __all__ += ["set_plan_cache", "get_plan_cache", "PlanBlobError", "PlanVersionMismatchError"]
+
+# ---- the in-process C API for extension modules (issue 24): PyCapsule_Import("cudnn_graph._C_API", 0)
+# finds this attribute (include/cudnn_graph/cudnn_graph_capi.h, docs/c_api.md); making it loads no cuDNN
+# or GPU library.
+from ._capi import _C_API  # noqa: E402

@@ -6,7 +6,9 @@ the sections (the graph, the engine's payload) is ``cudnn_graph.plan_serializati
 Layout: a fixed 64-byte header, a section directory (one 24-byte entry per section), then the
 sections, each starting at an 8-byte aligned offset. The header's CRC-32 covers the whole blob (with
 the checksum field read as zero), so a truncated or altered blob is refused before anything in it
-is trusted.
+is trusted. Format version 2 is version 1 plus the plan-operand section (6: the operands a plan binds
+itself, which a reader must understand to execute it); a blob without that section is written as
+version 1, so readers of version 1 keep reading it.
 
 Example:
     >>> from cudnn_graph._plan_blob import PlanHeader, TensorRecord, pack_blob, unpack_blob, SECTION_GRAPH
@@ -23,17 +25,22 @@ from __future__ import annotations
 import dataclasses
 import struct
 import zlib
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from .errors import PlanBlobError, PlanVersionMismatchError
 
 __all__ = ["MAGIC", "FORMAT_VERSION", "HEADER", "SECTION_ENTRY", "PlanHeader", "TensorRecord", "UnpackedBlob",
            "pack_blob", "unpack_blob", "is_plan_blob", "pack_version", "ENGINE_FAMILY_CODES",
            "SECTION_TENSORS", "SECTION_GRAPH", "SECTION_PLAN", "SECTION_CUDNN_PLAN", "SECTION_KERNELS",
-           "FLAG_KERNELS"]
+           "FLAG_KERNELS", "SECTION_PLAN_OPERANDS", "PlanOperand", "READABLE_FORMAT_VERSIONS",
+           "PLAN_OPERANDS_FORMAT_VERSION", "OPERAND_HOST_CONSTANT", "OPERAND_DEVICE_CONSTANT", "OPERAND_ALIAS",
+           "OPERAND_SCRATCH", "OPERAND_WITHHELD", "BASE_FORMAT_VERSION", "SCRATCH_ALIGNMENT"]
 
 MAGIC = b"CDNGPLAN"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2                   # the newest format this library reads and writes
+BASE_FORMAT_VERSION = 1              # a blob without a plan-operand section
+PLAN_OPERANDS_FORMAT_VERSION = 2     # the first version with section 6
+READABLE_FORMAT_VERSIONS = (1, 2)
 
 # magic, format version, header size, flags, library version, cuDNN version, arch, engine family,
 # reserved, engine id, workspace size, total size, checksum, section count
@@ -41,14 +48,31 @@ HEADER = struct.Struct("<8sHHIIIIHHqQQII")
 SECTION_ENTRY = struct.Struct("<IIQQ")           # kind, reserved, offset, size
 _TABLE_HEAD = struct.Struct("<II")               # tensor count, reserved
 _TENSOR_HEAD = struct.Struct("<qiBBHII")         # uid, data type, is_virtual, pass-by-value, name length, alignment, rank
+_OPERAND_HEAD = struct.Struct("<HHiqqqQ")        # kind, flags, data type, uid, a, b, data length
 _CHECKSUM_AT = 56                                # byte offset of the checksum field in the header
-assert HEADER.size == 64 and SECTION_ENTRY.size == 24 and _TENSOR_HEAD.size == 24
+assert HEADER.size == 64 and SECTION_ENTRY.size == 24 and _TENSOR_HEAD.size == 24 and _OPERAND_HEAD.size == 40
 
 SECTION_TENSORS = 1      # the tensor table (binary, below)
 SECTION_GRAPH = 2        # the graph IR, UTF-8 JSON
 SECTION_PLAN = 3         # the selected plan's recipe (engine name, id, knobs), UTF-8 JSON
 SECTION_CUDNN_PLAN = 4   # cuDNN's serialized execution plan (CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION)
 SECTION_KERNELS = 5      # a Python engine's compiled kernels (the engine's own bytes)
+SECTION_PLAN_OPERANDS = 6   # the operands the plan binds itself (binary, PlanOperand; format version 2)
+
+# PlanOperand.kind: what the plan passes for a uid the caller never does
+OPERAND_HOST_CONSTANT = 1    # a pass-by-value scalar: the plan's bytes, passed as a host pointer
+OPERAND_DEVICE_CONSTANT = 2  # constant device data: the plan's bytes, copied to the device once at load
+OPERAND_ALIAS = 3            # a view: the source operand's pointer plus a byte offset
+OPERAND_SCRATCH = 4          # plan-owned device memory carved from the caller's workspace
+OPERAND_WITHHELD = 5         # a caller operand no cuDNN operation reads: kept out of the variant pack
+_OPERAND_KINDS = {OPERAND_HOST_CONSTANT: "host constant", OPERAND_DEVICE_CONSTANT: "device constant",
+                  OPERAND_ALIAS: "alias", OPERAND_SCRATCH: "scratch", OPERAND_WITHHELD: "withheld"}
+_FLAG_GRAPH_SCALAR = 1       # host constant: a graph tensor whose value the graph fixed (not a caller operand)
+_FLAG_ZERO_FILL = 2          # scratch: zero-filled on the stream before each execute
+_MAX_PLAN_OPERANDS = 256
+_MAX_HOST_CONSTANT_BYTES = 16
+_MAX_DEVICE_BYTES = 1 << 40
+SCRATCH_ALIGNMENT = 256      # scratch regions start at multiples of this past cuDNN's workspace
 
 FLAG_KERNELS = 1         # the blob carries compiled kernels (SECTION_KERNELS)
 
@@ -79,7 +103,7 @@ class PlanHeader:
     engine_id: int                # the selected plan's engine id (engines/ids.py)
     workspace_size: int           # bytes of workspace the plan needs
     flags: int = 0
-    format_version: int = FORMAT_VERSION
+    format_version: Optional[int] = None   # None: the lowest that holds the sections (pack_blob picks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,10 +120,29 @@ class TensorRecord:
 
 
 @dataclasses.dataclass(frozen=True)
+class PlanOperand:
+    """One operand the plan binds itself at every execute (the caller never passes it): ``kind`` is an
+    ``OPERAND_*`` code. Host and device constants carry ``data`` (the value's bytes, little-endian);
+    ``nbytes`` is a device constant's or scratch region's size; an alias is ``source_uid``'s pointer
+    plus ``byte_offset``; ``zero_fill`` clears scratch before each execute; ``graph_scalar`` marks a
+    host constant that is a graph tensor with a fixed value (so it is no caller operand)."""
+    kind: int
+    uid: int
+    data_type: int = 0
+    data: bytes = b""
+    nbytes: int = 0
+    source_uid: int = 0
+    byte_offset: int = 0
+    zero_fill: bool = False
+    graph_scalar: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class UnpackedBlob:
     header: PlanHeader
     tensors: tuple
-    sections: dict                # kind -> bytes
+    sections: dict                # kind -> bytes (the tensor table and plan operands parsed out)
+    plan_operands: tuple = ()     # PlanOperand records of section 6
 
 
 def is_plan_blob(data) -> bool:
@@ -156,8 +199,99 @@ def _unpack_tensors(data: bytes) -> tuple:
     return tuple(out)
 
 
-def pack_blob(header: PlanHeader, tensors: Sequence[TensorRecord], sections: Mapping[int, bytes]) -> bytes:
-    """The blob of ``header``, the tensor table ``tensors`` and ``sections`` ({kind: bytes})."""
+def _pack_plan_operands(operands: Sequence[PlanOperand]) -> bytes:
+    out = bytearray(_TABLE_HEAD.pack(len(operands), 0))
+    for op in operands:
+        if op.kind not in _OPERAND_KINDS:
+            raise PlanBlobError(f"plan operand uid {op.uid}: unknown kind {op.kind}", "plan operands")
+        flags = (_FLAG_GRAPH_SCALAR if op.graph_scalar else 0) | (_FLAG_ZERO_FILL if op.zero_fill else 0)
+        a = op.source_uid if op.kind == OPERAND_ALIAS else op.nbytes
+        b = op.byte_offset if op.kind == OPERAND_ALIAS else 0
+        data = bytes(op.data)
+        out += _OPERAND_HEAD.pack(op.kind, flags, int(op.data_type), int(op.uid), int(a), int(b), len(data))
+        out += data + b"\0" * (_pad8(len(data)) - len(data))
+    return bytes(out)
+
+
+def _check_plan_operand(op: PlanOperand, rows: dict, flags: int) -> None:
+    """Refuse a plan operand a reader could not bind (the C runtime checks the same, in the same words)."""
+    where = f"plan operand uid {op.uid} ({_OPERAND_KINDS[op.kind]})"
+    row = rows.get(op.uid)
+    is_operand = row is not None and not row.is_virtual
+    known = _FLAG_GRAPH_SCALAR if op.kind == OPERAND_HOST_CONSTANT else (
+        _FLAG_ZERO_FILL if op.kind == OPERAND_SCRATCH else 0)
+    if flags & ~known:
+        raise PlanBlobError(f"{where}: flags 0x{flags:x} (corrupt)", "plan operands")
+    if op.kind == OPERAND_HOST_CONSTANT:
+        if not 1 <= len(op.data) <= _MAX_HOST_CONSTANT_BYTES:
+            raise PlanBlobError(f"{where}: a scalar of {len(op.data)} bytes (1 to {_MAX_HOST_CONSTANT_BYTES}; "
+                                f"corrupt)", "plan operands")
+        if op.graph_scalar and not (is_operand and row.is_pass_by_value):
+            raise PlanBlobError(f"{where}: a graph scalar whose uid is no pass-by-value tensor of the table "
+                                f"(corrupt)", "plan operands")
+    elif op.kind == OPERAND_DEVICE_CONSTANT:
+        if not 1 <= len(op.data) <= op.nbytes <= _MAX_DEVICE_BYTES:
+            raise PlanBlobError(f"{where}: {len(op.data)} bytes of data for {op.nbytes} bytes of device memory "
+                                f"(corrupt)", "plan operands")
+    elif op.kind == OPERAND_SCRATCH:
+        if not 0 <= op.nbytes <= _MAX_DEVICE_BYTES or op.data:
+            raise PlanBlobError(f"{where}: {op.nbytes} bytes (corrupt)", "plan operands")
+    elif op.kind == OPERAND_ALIAS:
+        source = rows.get(op.source_uid)
+        if source is None or source.is_virtual or source.is_pass_by_value or op.byte_offset < 0 or op.data:
+            raise PlanBlobError(f"{where}: a view of uid {op.source_uid} at byte offset {op.byte_offset}, which "
+                                f"is no device operand of the tensor table (corrupt)", "plan operands")
+    if op.kind == OPERAND_WITHHELD:
+        if not is_operand or op.data:
+            raise PlanBlobError(f"{where}: not an operand of the tensor table (corrupt)", "plan operands")
+    elif is_operand and not op.graph_scalar:
+        raise PlanBlobError(f"{where}: the uid of the caller operand '{row.name}' (corrupt)", "plan operands")
+
+
+def _unpack_plan_operands(data: bytes, tensors: Sequence[TensorRecord]) -> tuple:
+    def need(end):
+        if end > len(data):
+            raise PlanBlobError("the plan-operand section is cut short", "plan operands")
+
+    need(_TABLE_HEAD.size)
+    count, _ = _TABLE_HEAD.unpack_from(data, 0)
+    if count > _MAX_PLAN_OPERANDS:
+        raise PlanBlobError(f"the plan-operand section says {count} operands (at most {_MAX_PLAN_OPERANDS}; "
+                            f"corrupt)", "plan operands")
+    rows = {t.uid: t for t in tensors}
+    at, out, supplied, withheld = _TABLE_HEAD.size, [], set(), set()
+    for _ in range(count):
+        need(at + _OPERAND_HEAD.size)
+        kind, flags, dtype, uid, a, b, length = _OPERAND_HEAD.unpack_from(data, at)
+        at += _OPERAND_HEAD.size
+        if kind not in _OPERAND_KINDS:
+            raise PlanBlobError(f"plan operand uid {uid}: unknown kind {kind} (corrupt)", "plan operands")
+        need(at + _pad8(length))
+        payload = data[at:at + length]
+        at += _pad8(length)
+        op = PlanOperand(kind, uid, dtype, payload, nbytes=0 if kind == OPERAND_ALIAS else a,
+                         source_uid=a if kind == OPERAND_ALIAS else 0, byte_offset=b if kind == OPERAND_ALIAS else 0,
+                         zero_fill=bool(flags & _FLAG_ZERO_FILL), graph_scalar=bool(flags & _FLAG_GRAPH_SCALAR))
+        _check_plan_operand(op, rows, flags)
+        seen = withheld if kind == OPERAND_WITHHELD else supplied
+        if uid in seen:
+            raise PlanBlobError(f"plan operand uid {uid} appears twice (corrupt)", "plan operands")
+        seen.add(uid)
+        out.append(op)
+    return tuple(out)
+
+
+def pack_blob(header: PlanHeader, tensors: Sequence[TensorRecord], sections: Mapping[int, bytes],
+              plan_operands: Sequence[PlanOperand] = ()) -> bytes:
+    """The blob of ``header``, the tensor table ``tensors``, ``sections`` ({kind: bytes}) and the
+    operands the plan binds itself (``plan_operands``: section 6, which makes the blob format version 2).
+    ``header.format_version`` None writes the lowest version that holds what is given."""
+    sections = dict(sections)
+    if plan_operands:
+        sections[SECTION_PLAN_OPERANDS] = _pack_plan_operands(plan_operands)
+    version = header.format_version
+    if version is None:
+        version = PLAN_OPERANDS_FORMAT_VERSION if SECTION_PLAN_OPERANDS in sections else BASE_FORMAT_VERSION
     parts = [(SECTION_TENSORS, _pack_tensors(tensors))]
     parts += [(kind, bytes(body)) for kind, body in sorted(sections.items()) if kind != SECTION_TENSORS]
     offset = HEADER.size + SECTION_ENTRY.size * len(parts)
@@ -168,7 +302,7 @@ def pack_blob(header: PlanHeader, tensors: Sequence[TensorRecord], sections: Map
         directory += SECTION_ENTRY.pack(kind, 0, at, len(body))
         offset = at + len(body)
     total = HEADER.size + len(directory) + len(bodies)
-    head = HEADER.pack(MAGIC, header.format_version, HEADER.size, header.flags, header.library_version,
+    head = HEADER.pack(MAGIC, version, HEADER.size, header.flags, header.library_version,
                        header.cudnn_version, header.arch, header.engine_family, 0, header.engine_id,
                        header.workspace_size, total, 0, len(parts))
     blob = bytearray(head + directory + bodies)
@@ -192,9 +326,10 @@ def unpack_blob(data) -> UnpackedBlob:
                             f"{HEADER.size}-byte header", "total_size")
     (_, version, header_size, flags, library, cudnn, arch, family, _, engine_id, workspace, total, checksum,
      count) = HEADER.unpack_from(data, 0)
-    if version != FORMAT_VERSION:
+    if version not in READABLE_FORMAT_VERSIONS:
+        readable = ", ".join(map(str, READABLE_FORMAT_VERSIONS))
         raise PlanVersionMismatchError("format version", version, FORMAT_VERSION,
-                                       "this library reads only its own format: serialize the plan again")
+                                       f"this library reads format versions {readable}: serialize the plan again")
     if total != len(data):
         raise PlanBlobError(f"the plan blob is {len(data)} bytes, its header says {total} (truncated or "
                             f"padded)", "total_size")
@@ -214,4 +349,11 @@ def unpack_blob(data) -> UnpackedBlob:
     if SECTION_TENSORS not in sections:
         raise PlanBlobError("the plan blob has no tensor table", "tensors")
     header = PlanHeader(library, cudnn, arch, family, engine_id, workspace, flags, version)
-    return UnpackedBlob(header, _unpack_tensors(sections.pop(SECTION_TENSORS)), sections)
+    tensors = _unpack_tensors(sections.pop(SECTION_TENSORS))
+    operands = sections.pop(SECTION_PLAN_OPERANDS, None)
+    if operands is not None and version < PLAN_OPERANDS_FORMAT_VERSION:
+        raise PlanBlobError(f"a format-{version} blob with a plan-operand section (section "
+                            f"{SECTION_PLAN_OPERANDS} needs format version {PLAN_OPERANDS_FORMAT_VERSION}; corrupt)",
+                            "plan operands")
+    return UnpackedBlob(header, tensors, sections,
+                        () if operands is None else _unpack_plan_operands(operands, tensors))

@@ -13,6 +13,10 @@ tensor table, the selected plan's recipe (engine, engine id, knobs) and the engi
   the plan from (engine id, knobs);
 - a reference-engine plan: nothing more (the graph is the plan).
 
+A plan that binds operands of its own at execute (pass-by-value constants, views of a caller tensor,
+scratch in the workspace: ``CompiledPlan.export_plan_operands``) lists them in the blob's plan-operand
+section, which makes the blob format version 2; this library re-derives them from the graph on load.
+
 A blob made by another library version, format version, cuDNN version (major.minor) or GPU
 architecture is refused with ``PlanVersionMismatchError`` (which field, the blob's value, this
 process's); a truncated, corrupt or foreign blob with ``PlanBlobError``.
@@ -349,7 +353,9 @@ def serialize(graph, *, include_kernels: bool = True, index: Optional[int] = Non
     header = PlanHeader(library_version=library_version(), cudnn_version=_cudnn_version() if is_cudnn else 0,
                         arch=device_arch(graph.device) if uses_gpu else 0, engine_family=family,
                         engine_id=int(entry.engine_id), workspace_size=int(compiled.workspace_size), flags=flags)
-    return blob_format.pack_blob(header, _tensor_records(graph, compiled), sections)
+    # What the plan binds itself (constants, views, scratch): a reader without the engine needs them.
+    return blob_format.pack_blob(header, _tensor_records(graph, compiled), sections,
+                                 tuple(compiled.export_plan_operands()))
 
 
 def _engine_named(name: str, engine_id: int):

@@ -92,6 +92,13 @@ class CompiledPlan:
         None (the default): nothing; a load rebuilds the plan from its (engine id, knobs)."""
         return None
 
+    def export_plan_operands(self) -> tuple:
+        """Optional: the operands this plan binds itself at every execute, which the caller never passes
+        (``cudnn_graph._plan_blob.PlanOperand`` records: constants, views of a caller operand, scratch in
+        the workspace, caller operands withheld from the kernel). ``serialize()`` stores them so that a
+        reader without this engine (the C runtime) binds them too. () (the default): none."""
+        return ()
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.plan.label}, workspace={self.workspace_size})"
 

@@ -388,15 +388,20 @@ def _constant_arrays(constants) -> list:
     return [(uid, np.array([value], dtype=_numpy_dtype(dtype))) for uid, dtype, value in constants]
 
 
+def _fill_values(fill):
+    """The device bytes of a scratch tensor the lowering filled (its values, float32)."""
+    import numpy as np
+    return np.asarray(fill, np.float32)
+
+
 def _filled_scratch(scratch, device) -> list:
     """Device copies of the scratch tensors whose values the lowering fixed: (uid, address, allocation)."""
-    import numpy as np
     from ..._driver import DeviceAllocation, copy_to_device
     made = []
     for uid, nbytes, fill in scratch:
         if fill is None or fill == 0:
             continue
-        values = np.asarray(fill, np.float32)
+        values = _fill_values(fill)
         allocation = DeviceAllocation(max(nbytes, values.nbytes), device)
         copy_to_device(allocation, values)
         made.append((uid, allocation.ptr, allocation))
@@ -409,9 +414,10 @@ class CudnnBackendPlan(CompiledPlan):
     """A built cuDNN plan; ``execute`` runs its PlanRunner (the repeated call skips both: it is the
     runner's ``execute_mapping``, through ``fast_executor``)."""
 
-    def __init__(self, plan: PlanConfig, runner):
+    def __init__(self, plan: PlanConfig, runner, program: Program):
         super().__init__(plan, runner.workspace_size)
         self.runner = runner
+        self.program = program      # the lowering the runner binds its own operands from
 
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
         self.runner.execute(graph, variant_pack, ctx)
@@ -438,6 +444,29 @@ class CudnnBackendPlan(CompiledPlan):
             logger.info("cuDNN cannot serialize %s (%s): the blob keeps its engine id and knobs", self.plan.label, exc)
             return None
         return text.encode("utf-8") if text else None
+
+    def export_plan_operands(self) -> tuple:
+        """What the runner binds itself, in the order it binds it (scratch offsets follow that order):
+        the graph's fixed scalars, the lowering's constants, its scratch (filled once, zeroed per
+        execute, or written by cuDNN first), its views and the caller operands no operation reads."""
+        from ..._plan_blob import (OPERAND_ALIAS, OPERAND_DEVICE_CONSTANT, OPERAND_HOST_CONSTANT, OPERAND_SCRATCH,
+                                   OPERAND_WITHHELD, PlanOperand)
+        p = self.program
+        out = [PlanOperand(OPERAND_HOST_CONSTANT, uid, int(dtype), array.tobytes(), graph_scalar=True)
+               for (uid, dtype, _), (_, array) in zip(p.constants, _constant_arrays(p.constants))]
+        out += [PlanOperand(OPERAND_HOST_CONSTANT, uid, int(dtype), array.tobytes())
+                for (uid, dtype, _), (_, array) in zip(p.plan_constants, _constant_arrays(p.plan_constants))]
+        for uid, nbytes, fill in p.scratch:
+            if fill is None or fill == 0:
+                out.append(PlanOperand(OPERAND_SCRATCH, uid, nbytes=int(nbytes), zero_fill=fill == 0))
+            else:
+                values = _fill_values(fill).tobytes()
+                out.append(PlanOperand(OPERAND_DEVICE_CONSTANT, uid, int(DataType.FLOAT), values,
+                                       nbytes=max(int(nbytes), len(values))))
+        out += [PlanOperand(OPERAND_ALIAS, view, source_uid=source, byte_offset=offset)
+                for view, source, offset in p.aliases]
+        out += [PlanOperand(OPERAND_WITHHELD, uid) for uid in p.unused_uids]
+        return tuple(out)
 
 
 class _LoadedProgram:
@@ -586,7 +615,7 @@ class CudnnBackendEngine(BaseEngine):
                 runner = _plan_runner.PlanRunner(descriptor, workspace, device, plan.label, loaded.constants, loaded,
                                                  aliases=program.aliases, fixed=loaded.fixed, scratch=loaded.scratch,
                                                  omit=program.unused_uids)
-                return CudnnBackendPlan(plan, runner)
+                return CudnnBackendPlan(plan, runner, program)
         return self.build_plan(graph, plan, ctx)
 
     def check_support(self, graph, plan: PlanConfig) -> None:
@@ -596,8 +625,9 @@ class CudnnBackendEngine(BaseEngine):
 
     def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
         self.check_support(graph, plan)
-        runner = self.lowered(graph).build(plan, GraphView.of(graph).kernel_cache)
-        return CudnnBackendPlan(plan, runner)
+        lowered = self.lowered(graph)
+        runner = lowered.build(plan, GraphView.of(graph).kernel_cache)
+        return CudnnBackendPlan(plan, runner, lowered.program)
 
 
 def _note_static_shape(graph) -> None:

@@ -1,6 +1,6 @@
 """Build a graph in Python, serialize its cuDNN plan and write it (with inputs) for run_plan.c.
 
-    python make_plan.py matmul plan_dir     # or conv, sdpa
+    python make_plan.py matmul plan_dir     # or conv, sdpa, sdpa_alibi, slice_matmul
     make && ./run_plan plan_dir
 
 Writes plan_dir/plan.blob and plan_dir/<uid>.in for every input operand: the raw bytes of its whole
@@ -64,7 +64,29 @@ def sdpa():
     return g
 
 
-GRAPHS = {"matmul": matmul, "conv": conv, "sdpa": sdpa}
+def sdpa_alibi():
+    """SDPA with an ALiBi bias: the composite lowering adds constants (the mask fill, the scale) and a
+    constant device tensor (the slopes) that the plan binds itself (the blob's section 6)."""
+    g = new_graph()
+    dims = [1, 4, 64, 64]
+    q, k, v = (g.tensor(name=n, dim=dims, stride=row_major(dims)) for n in ("Q", "K", "V"))
+    o, _ = g.sdpa(q, k, v, generate_stats=False, attn_scale=0.125, use_causal_mask=True, use_alibi_mask=True)
+    o.set_output(True).set_name("O").set_dim(dims).set_stride(row_major(dims))
+    return g
+
+
+def slice_matmul():
+    """C = A[:, 4:12, :16] @ B: before cuDNN 9.22 the slice is A's pointer plus a byte offset, a view the
+    plan binds itself, and A is kept out of cuDNN's variant pack (the blob's section 6)."""
+    g = new_graph()
+    a = g.tensor(name="A", dim=[2, 16, 32], stride=row_major([2, 16, 32]))
+    b = g.tensor(name="B", dim=[2, 16, 8], stride=row_major([2, 16, 8]))
+    cut = g.slice(a, slices=[slice(None), slice(4, 12), slice(0, 16)])
+    g.matmul(cut, b).set_output(True).set_name("C")
+    return g
+
+
+GRAPHS = {"matmul": matmul, "conv": conv, "sdpa": sdpa, "sdpa_alibi": sdpa_alibi, "slice_matmul": slice_matmul}
 
 
 def input_bytes(t, rng) -> bytes:

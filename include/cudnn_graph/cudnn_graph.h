@@ -38,7 +38,7 @@ extern "C" {
 /* The API this header declares. A minor bump adds functions or status codes; a major bump changes
  * an existing signature. cg_api_version() says what the loaded library implements. */
 #define CG_API_VERSION_MAJOR 1
-#define CG_API_VERSION_MINOR 0
+#define CG_API_VERSION_MINOR 1
 #define CG_API_VERSION (CG_API_VERSION_MAJOR * 100 + CG_API_VERSION_MINOR)
 
 #if defined(_WIN32)
@@ -62,7 +62,9 @@ typedef enum cg_status {
     CG_STATUS_DUPLICATE_UID = 11,     /* one uid passed twice */
     CG_STATUS_CUDNN_ERROR = 12,       /* cuDNN refused (the message carries its status and last error) */
     CG_STATUS_CUDA_ERROR = 13,        /* the CUDA driver refused */
-    CG_STATUS_OUT_OF_MEMORY = 14      /* host memory */
+    CG_STATUS_OUT_OF_MEMORY = 14,     /* host memory */
+    CG_STATUS_NOT_BUILT = 15,         /* (1.1) the in-process API: a graph with no built plan */
+    CG_STATUS_PYTHON_ERROR = 16       /* (1.1) the in-process API: Python raised (the message is the exception) */
 } cg_status_t;
 
 /* cg_plan_engine_family: the blob header's engine family. */
@@ -75,8 +77,10 @@ typedef enum cg_engine_family {
 
 typedef struct cg_plan *cg_plan_t;
 
-/* One operand of a plan (a non-virtual tensor of its graph). The pointers stay valid until
- * cg_plan_free. A pass-by-value operand is passed as a host pointer to its scalar. */
+/* One operand of a plan: a non-virtual tensor of its graph that the caller passes. Operands the plan
+ * binds itself (a scalar the graph fixed, lowering constants, views of another operand, scratch in the
+ * workspace) are not listed and not passed. The pointers stay valid until cg_plan_free. A
+ * pass-by-value operand is passed as a host pointer to its scalar. */
 typedef struct cg_tensor_info {
     int64_t uid;
     const char *name;            /* UTF-8, NUL-terminated */
@@ -107,7 +111,8 @@ CG_API cg_status_t cg_plan_tensor_count(cg_plan_t plan, int *count);
 CG_API cg_status_t cg_plan_tensor(cg_plan_t plan, int index, cg_tensor_info_t *info);
 /* The index of the operand with `uid`; CG_STATUS_UNKNOWN_UID when the plan has none. */
 CG_API cg_status_t cg_plan_tensor_index(cg_plan_t plan, int64_t uid, int *index);
-/* Bytes of device workspace each cg_execute needs (cuDNN's figure for the loaded plan). */
+/* Bytes of device workspace each cg_execute needs: cuDNN's figure for the loaded plan, plus the
+ * scratch regions the plan carves past it. */
 CG_API cg_status_t cg_plan_workspace_size(cg_plan_t plan, size_t *bytes);
 CG_API cg_status_t cg_plan_engine_family(cg_plan_t plan, cg_engine_family_t *family);
 /* The plan's engine id (cuDNN's engine index for a cuDNN plan). */

@@ -1,4 +1,4 @@
-/* The C reader of the plan blob (docs/plan_format.md, version 1). It trusts nothing: every field is
+/* The C reader of the plan blob (docs/plan_format.md, versions 1 and 2). It trusts nothing: every field is
  * read with a bounds check, in the order the format prescribes (magic, format version, total size,
  * checksum, then the rest), and every finding is a status with a message, never a crash. */
 #include <stdlib.h>
@@ -33,6 +33,12 @@ uint32_t cg_crc32(const uint8_t *data, size_t size, size_t skip_at) {
 }
 
 void cg_blob_release(cg_blob_t *blob) {
+    if (blob->plan_operands) {
+        for (uint32_t i = 0; i < blob->n_plan_operands; i++) free(blob->plan_operands[i].data);
+        free(blob->plan_operands);
+    }
+    blob->plan_operands = NULL;
+    blob->n_plan_operands = 0;
     if (blob->records) {
         for (uint32_t i = 0; i < blob->n_records; i++) {
             free(blob->records[i].dims);
@@ -100,6 +106,130 @@ static cg_status_t parse_tensors(const uint8_t *data, size_t size, cg_blob_t *bl
     return CG_STATUS_SUCCESS;
 }
 
+static const char *operand_kind_name(uint16_t kind) {
+    switch (kind) {
+    case CG_OPERAND_HOST_CONSTANT: return "host constant";
+    case CG_OPERAND_DEVICE_CONSTANT: return "device constant";
+    case CG_OPERAND_ALIAS: return "alias";
+    case CG_OPERAND_SCRATCH: return "scratch";
+    case CG_OPERAND_WITHHELD: return "withheld";
+    }
+    return NULL;
+}
+
+static const cg_record_t *record_of(const cg_blob_t *blob, int64_t uid) {
+    for (uint32_t i = 0; i < blob->n_records; i++)
+        if (blob->records[i].uid == uid) return &blob->records[i];
+    return NULL;
+}
+
+/* The checks of _plan_blob._check_plan_operand, so both readers refuse the same sections. */
+static cg_status_t check_plan_operand(const cg_blob_t *blob, const cg_plan_operand_t *op) {
+    const char *kind = operand_kind_name(op->kind);
+    long long uid = (long long)op->uid;
+    const cg_record_t *row = record_of(blob, op->uid);
+    int is_operand = row != NULL && !row->is_virtual;
+    uint16_t known = op->kind == CG_OPERAND_HOST_CONSTANT ? CG_OPERAND_FLAG_GRAPH_SCALAR
+                     : (op->kind == CG_OPERAND_SCRATCH ? CG_OPERAND_FLAG_ZERO_FILL : 0);
+    if (op->flags & ~known)
+        return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: plan operand uid %lld (%s): flags 0x%x (corrupt; field "
+                       "plan operands)", uid, kind, op->flags);
+    switch (op->kind) {
+    case CG_OPERAND_HOST_CONSTANT:
+        if (op->size < 1 || op->size > CG_MAX_HOST_CONSTANT_BYTES)
+            return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: plan operand uid %lld (%s): a scalar of %zu bytes (1 to "
+                           "%d; corrupt; field plan operands)", uid, kind, op->size, CG_MAX_HOST_CONSTANT_BYTES);
+        if ((op->flags & CG_OPERAND_FLAG_GRAPH_SCALAR) && !(is_operand && row->is_pass_by_value))
+            return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: plan operand uid %lld (%s): a graph scalar whose uid is "
+                           "no pass-by-value tensor of the table (corrupt; field plan operands)", uid, kind);
+        break;
+    case CG_OPERAND_DEVICE_CONSTANT:
+        if (op->size < 1 || (int64_t)op->size > op->nbytes || op->nbytes > CG_MAX_DEVICE_BYTES)
+            return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: plan operand uid %lld (%s): %zu bytes of data for %lld "
+                           "bytes of device memory (corrupt; field plan operands)", uid, kind, op->size,
+                           (long long)op->nbytes);
+        break;
+    case CG_OPERAND_SCRATCH:
+        if (op->nbytes < 0 || op->nbytes > CG_MAX_DEVICE_BYTES || op->size)
+            return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: plan operand uid %lld (%s): %lld bytes (corrupt; field "
+                           "plan operands)", uid, kind, (long long)op->nbytes);
+        break;
+    case CG_OPERAND_ALIAS: {
+        const cg_record_t *source = record_of(blob, op->source_uid);
+        if (!source || source->is_virtual || source->is_pass_by_value || op->byte_offset < 0 || op->size)
+            return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: plan operand uid %lld (%s): a view of uid %lld at byte "
+                           "offset %lld, which is no device operand of the tensor table (corrupt; field plan "
+                           "operands)", uid, kind, (long long)op->source_uid, (long long)op->byte_offset);
+        break;
+    }
+    default: break;
+    }
+    if (op->kind == CG_OPERAND_WITHHELD) {
+        if (!is_operand || op->size)
+            return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: plan operand uid %lld (%s): not an operand of the tensor "
+                           "table (corrupt; field plan operands)", uid, kind);
+    } else if (is_operand && !(op->flags & CG_OPERAND_FLAG_GRAPH_SCALAR)) {
+        return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: plan operand uid %lld (%s): the uid of the caller operand "
+                       "'%s' (corrupt; field plan operands)", uid, kind, row->name);
+    }
+    return CG_STATUS_SUCCESS;
+}
+
+static cg_status_t parse_plan_operands(const uint8_t *data, size_t size, cg_blob_t *blob) {
+    if (size < 8)
+        return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: the plan-operand section is cut short (%zu bytes; field "
+                       "plan operands)", size);
+    uint32_t count = read_u32(data);
+    if (count > CG_MAX_PLAN_OPERANDS || (size_t)count * CG_OPERAND_HEAD_SIZE > size - 8)
+        return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: the plan-operand section says %u operands in %zu bytes "
+                       "(at most %d; corrupt; field plan operands)", count, size, CG_MAX_PLAN_OPERANDS);
+    blob->plan_operands = calloc(count ? count : 1, sizeof *blob->plan_operands);
+    if (!blob->plan_operands) return cg_fail(CG_STATUS_OUT_OF_MEMORY, "plan blob: no memory for plan operands");
+    size_t at = 8;
+    for (uint32_t i = 0; i < count; i++) {
+        if (size - at < CG_OPERAND_HEAD_SIZE)
+            return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: the plan-operand section is cut short at operand %u "
+                           "(field plan operands)", i);
+        cg_plan_operand_t *op = &blob->plan_operands[i];
+        blob->n_plan_operands = i + 1;     /* so cg_blob_release frees what this row allocates */
+        const uint8_t *p = data + at;
+        op->kind = read_u16(p);
+        op->flags = read_u16(p + 2);
+        op->data_type = (int32_t)read_u32(p + 4);
+        op->uid = read_i64(p + 8);
+        int64_t a = read_i64(p + 16), b = read_i64(p + 24);
+        uint64_t length = read_u64(p + 32);
+        at += CG_OPERAND_HEAD_SIZE;
+        if (!operand_kind_name(op->kind))
+            return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: plan operand uid %lld: unknown kind %u (corrupt; field "
+                           "plan operands)", (long long)op->uid, op->kind);
+        if (length > size - at || pad8((size_t)length) > size - at)
+            return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: the plan-operand section is cut short at operand uid "
+                           "%lld (field plan operands)", (long long)op->uid);
+        if (op->kind == CG_OPERAND_ALIAS) {
+            op->source_uid = a;
+            op->byte_offset = b;
+        } else {
+            op->nbytes = a;
+        }
+        op->size = (size_t)length;
+        op->data = malloc(op->size ? op->size : 1);
+        if (!op->data) return cg_fail(CG_STATUS_OUT_OF_MEMORY, "plan blob: no memory for a plan operand");
+        memcpy(op->data, data + at, op->size);
+        at += pad8(op->size);
+        cg_status_t status = check_plan_operand(blob, op);
+        if (status != CG_STATUS_SUCCESS) return status;
+        for (uint32_t j = 0; j < i; j++) {
+            const cg_plan_operand_t *other = &blob->plan_operands[j];
+            if (other->uid == op->uid &&
+                (other->kind == CG_OPERAND_WITHHELD) == (op->kind == CG_OPERAND_WITHHELD))
+                return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: plan operand uid %lld appears twice (corrupt; field "
+                               "plan operands)", (long long)op->uid);
+        }
+    }
+    return CG_STATUS_SUCCESS;
+}
+
 cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
     memset(blob, 0, sizeof *blob);
     if (size < sizeof blob_magic || memcmp(data, blob_magic, sizeof blob_magic) != 0)
@@ -109,10 +239,10 @@ cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
         return cg_fail(CG_STATUS_BAD_BLOB, "the plan blob is truncated: %zu bytes, shorter than its %d-byte "
                        "header (field total_size)", size, CG_BLOB_HEADER_SIZE);
     uint16_t version = read_u16(data + 8);
-    if (version != CG_BLOB_FORMAT_VERSION)
-        return cg_fail(CG_STATUS_VERSION_MISMATCH, "the plan blob is format version %u; this runtime reads only "
-                       "version %d (field format version): serialize the plan again", version,
-                       CG_BLOB_FORMAT_VERSION);
+    if (version != CG_BLOB_FORMAT_VERSION && version != CG_BLOB_FORMAT_VERSION_PLAN_OPERANDS)
+        return cg_fail(CG_STATUS_VERSION_MISMATCH, "the plan blob is format version %u; this runtime reads "
+                       "versions %d and %d (field format version): serialize the plan again", version,
+                       CG_BLOB_FORMAT_VERSION, CG_BLOB_FORMAT_VERSION_PLAN_OPERANDS);
     uint64_t total = read_u64(data + 48);
     if (total != size)
         return cg_fail(CG_STATUS_BAD_BLOB, "the plan blob is %zu bytes, its header says %llu (truncated or "
@@ -126,6 +256,7 @@ cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
         (uint64_t)header_size + (uint64_t)CG_BLOB_SECTION_ENTRY_SIZE * count > total)
         return cg_fail(CG_STATUS_BAD_BLOB, "the plan blob's header is malformed (%u-byte header, %u sections; "
                        "field header_size)", header_size, count);
+    blob->format_version = version;
     blob->flags = read_u32(data + 12);
     blob->library_version = read_u32(data + 16);
     blob->cudnn_version = read_u32(data + 20);
@@ -133,8 +264,8 @@ cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
     blob->engine_family = read_u16(data + 28);
     blob->engine_id = read_i64(data + 32);
     blob->workspace_size = read_u64(data + 40);
-    const uint8_t *tensors = NULL;
-    size_t tensors_size = 0;
+    const uint8_t *tensors = NULL, *operands = NULL;
+    size_t tensors_size = 0, operands_size = 0;
     for (uint32_t i = 0; i < count; i++) {
         const uint8_t *entry = data + header_size + (size_t)CG_BLOB_SECTION_ENTRY_SIZE * i;
         uint32_t kind = read_u32(entry);
@@ -147,11 +278,20 @@ cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
         case CG_SECTION_TENSORS: tensors = body; tensors_size = (size_t)length; break;
         case CG_SECTION_PLAN: blob->recipe = body; blob->recipe_size = (size_t)length; break;
         case CG_SECTION_CUDNN_PLAN: blob->cudnn_plan = body; blob->cudnn_plan_size = (size_t)length; break;
+        case CG_SECTION_PLAN_OPERANDS: operands = body; operands_size = (size_t)length; break;
         default: break;
         }
     }
     if (!tensors) return cg_fail(CG_STATUS_BAD_BLOB, "the plan blob has no tensor table (field tensors)");
     cg_status_t status = parse_tensors(tensors, tensors_size, blob);
+    if (status == CG_STATUS_SUCCESS && operands) {
+        if (version < CG_BLOB_FORMAT_VERSION_PLAN_OPERANDS)
+            status = cg_fail(CG_STATUS_BAD_BLOB, "plan blob: a format-%u blob with a plan-operand section (section "
+                             "%d needs format version %d; corrupt; field plan operands)", version,
+                             CG_SECTION_PLAN_OPERANDS, CG_BLOB_FORMAT_VERSION_PLAN_OPERANDS);
+        else
+            status = parse_plan_operands(operands, operands_size, blob);
+    }
     if (status != CG_STATUS_SUCCESS) cg_blob_release(blob);
     return status;
 }

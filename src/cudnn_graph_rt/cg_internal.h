@@ -15,8 +15,9 @@
 
 #define CG_HIDDEN __attribute__((visibility("hidden")))
 
-/* docs/plan_format.md, format version 1 */
+/* docs/plan_format.md: version 1, and version 2 (version 1 plus the plan-operand section) */
 #define CG_BLOB_FORMAT_VERSION 1
+#define CG_BLOB_FORMAT_VERSION_PLAN_OPERANDS 2
 #define CG_BLOB_HEADER_SIZE 64
 #define CG_BLOB_SECTION_ENTRY_SIZE 24
 #define CG_BLOB_MAX_SECTIONS 64      /* the Python reader's bounds, so both refuse the same blobs */
@@ -26,6 +27,21 @@
 #define CG_SECTION_PLAN 3
 #define CG_SECTION_CUDNN_PLAN 4
 #define CG_SECTION_KERNELS 5
+#define CG_SECTION_PLAN_OPERANDS 6
+
+/* Section 6: the operands a plan binds itself (kinds and flags as docs/plan_format.md gives them). */
+#define CG_OPERAND_HOST_CONSTANT 1
+#define CG_OPERAND_DEVICE_CONSTANT 2
+#define CG_OPERAND_ALIAS 3
+#define CG_OPERAND_SCRATCH 4
+#define CG_OPERAND_WITHHELD 5
+#define CG_OPERAND_FLAG_GRAPH_SCALAR 1
+#define CG_OPERAND_FLAG_ZERO_FILL 2
+#define CG_OPERAND_HEAD_SIZE 40
+#define CG_MAX_PLAN_OPERANDS 256       /* the Python reader's bound */
+#define CG_MAX_HOST_CONSTANT_BYTES 16
+#define CG_MAX_DEVICE_BYTES ((int64_t)1 << 40)
+#define CG_SCRATCH_ALIGNMENT 256       /* scratch starts past cuDNN's workspace at multiples of this */
 
 /* The flat engine-id space of engines/ids.py (names for refusals only). */
 #define CG_ENGINE_ID_REFERENCE 20000
@@ -52,7 +68,21 @@ typedef struct cg_record {
     char *name;             /* NUL-terminated copy */
 } cg_record_t;
 
+/* One row of section 6. */
+typedef struct cg_plan_operand {
+    uint16_t kind;          /* CG_OPERAND_* */
+    uint16_t flags;         /* CG_OPERAND_FLAG_* */
+    int32_t data_type;
+    int64_t uid;
+    int64_t source_uid;     /* an alias: the caller operand it views ... */
+    int64_t byte_offset;    /* ... at this many bytes past its pointer */
+    int64_t nbytes;         /* a device constant's or scratch region's size */
+    uint8_t *data;          /* a constant's bytes (owned copy), size bytes */
+    size_t size;
+} cg_plan_operand_t;
+
 typedef struct cg_blob {
+    uint16_t format_version;
     uint32_t flags;
     uint32_t library_version;
     uint32_t cudnn_version;
@@ -62,6 +92,8 @@ typedef struct cg_blob {
     uint64_t workspace_size;
     uint32_t n_records;
     cg_record_t *records;
+    uint32_t n_plan_operands;
+    cg_plan_operand_t *plan_operands;
     const uint8_t *recipe;          /* section 3 (inside the caller's bytes; NULL when absent) */
     size_t recipe_size;
     const uint8_t *cudnn_plan;      /* section 4 */
@@ -86,6 +118,10 @@ typedef int (*cg_cuDevicePrimaryCtxRelease_t)(int);
 typedef int (*cg_cuCtxGetCurrent_t)(void **);
 typedef int (*cg_cuCtxPushCurrent_t)(void *);
 typedef int (*cg_cuCtxPopCurrent_t)(void **);
+typedef int (*cg_cuMemAlloc_t)(unsigned long long *, size_t);
+typedef int (*cg_cuMemFree_t)(unsigned long long);
+typedef int (*cg_cuMemcpyHtoD_t)(unsigned long long, const void *, size_t);
+typedef int (*cg_cuMemsetD8Async_t)(unsigned long long, unsigned char, size_t, void *);
 
 typedef struct cg_libs {
     cg_cudnnGetVersion_t cudnnGetVersion;
@@ -109,6 +145,10 @@ typedef struct cg_libs {
     cg_cuCtxGetCurrent_t cuCtxGetCurrent;
     cg_cuCtxPushCurrent_t cuCtxPushCurrent;
     cg_cuCtxPopCurrent_t cuCtxPopCurrent;
+    cg_cuMemAlloc_t cuMemAlloc;                                /* optional: plans with device constants */
+    cg_cuMemFree_t cuMemFree;                                  /* optional: plans with device constants */
+    cg_cuMemcpyHtoD_t cuMemcpyHtoD;                            /* optional: plans with device constants */
+    cg_cuMemsetD8Async_t cuMemsetD8Async;                      /* optional: plans with zeroed scratch */
     size_t cudnn_version;
 } cg_libs_t;
 

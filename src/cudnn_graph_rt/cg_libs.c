@@ -110,6 +110,11 @@ static int load_cuda(void) {
     ok &= bind(handle, "cuCtxPopCurrent_v2", (void **)&libs.cuCtxPopCurrent, place);
     if (!ok) return 0;
     libs.cuDevicePrimaryCtxRelease = (cg_cuDevicePrimaryCtxRelease_t)dlsym(handle, "cuDevicePrimaryCtxRelease_v2");
+    /* Memory calls only plans with operands of their own need (cg_plan_load checks for them then). */
+    libs.cuMemAlloc = (cg_cuMemAlloc_t)dlsym(handle, "cuMemAlloc_v2");
+    libs.cuMemFree = (cg_cuMemFree_t)dlsym(handle, "cuMemFree_v2");
+    libs.cuMemcpyHtoD = (cg_cuMemcpyHtoD_t)dlsym(handle, "cuMemcpyHtoD_v2");
+    libs.cuMemsetD8Async = (cg_cuMemsetD8Async_t)dlsym(handle, "cuMemsetD8Async");
     int status = libs.cuInit(0);
     if (status != 0) {
         char code[32];

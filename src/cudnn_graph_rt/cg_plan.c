@@ -1,6 +1,7 @@
-/* Plans: load (check the blob, rebuild cuDNN's execution plan from its serialized form), query,
- * execute (a variant pack from the caller's uid / pointer arrays), free; and the per-thread state
- * (a cuDNN handle per device, a small cache of finalized variant packs). */
+/* Plans: load (check the blob, rebuild cuDNN's execution plan from its serialized form, prepare the
+ * operands the plan binds itself), query, execute (a variant pack from the caller's uid / pointer
+ * arrays plus the plan's own operands), free; and the per-thread state (a cuDNN handle per device, a
+ * small cache of finalized variant packs). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,17 +13,35 @@
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
 #define CG_PACK_CACHE 8          /* finalized variant packs kept per thread (round robin) */
 
+/* An operand the plan binds itself at every execute (the blob's section 6, less withheld rows). */
+typedef struct {
+    int64_t uid;
+    uint16_t kind;               /* CG_OPERAND_HOST_CONSTANT, _DEVICE_CONSTANT, _ALIAS or _SCRATCH */
+    void *host;                  /* a host constant: its bytes (in blob.plan_operands) */
+    unsigned long long device;   /* a device constant: its allocation (0: none yet) */
+    int source;                  /* an alias: the operand index of the tensor it views */
+    size_t offset;               /* an alias: bytes past its source; scratch: bytes past the workspace's start */
+    size_t nbytes;               /* scratch */
+    int zero;                    /* scratch: zero-filled on the stream before each execute */
+} supplied_t;
+
 struct cg_plan {
     uint64_t id;                 /* unique for the process: a freed plan's address may come back */
     int device;
     void *context;               /* the device's primary context (retained) */
     void *plan;                  /* cudnnBackendDescriptor_t, finalized */
-    size_t workspace_size;
+    size_t workspace_size;       /* cuDNN's, then the scratch regions past it */
+    size_t cudnn_workspace_size;
     cg_engine_family_t family;
     int64_t engine_id;
     int n_operands;
     cg_tensor_info_t *operands;  /* the non-virtual rows; names / dims point into blob.records */
     uint8_t *nonempty;           /* per operand: 1 when it has elements (a NULL pointer is then an error) */
+    uint8_t *withheld;           /* per operand: 1 when no cuDNN operation reads it (kept out of the pack) */
+    int n_withheld;
+    int n_supplied;
+    supplied_t *supplied;
+    int zero_fills;              /* some scratch is zeroed per execute */
     cg_blob_t blob;
 };
 
@@ -171,17 +190,32 @@ static cg_status_t check_device(const cg_libs_t *libs, const cg_blob_t *blob, in
     return CG_STATUS_SUCCESS;
 }
 
+static const cg_plan_operand_t *graph_scalar(const cg_blob_t *blob, int64_t uid) {
+    for (uint32_t i = 0; i < blob->n_plan_operands; i++) {
+        const cg_plan_operand_t *op = &blob->plan_operands[i];
+        if (op->uid == uid && op->kind == CG_OPERAND_HOST_CONSTANT && (op->flags & CG_OPERAND_FLAG_GRAPH_SCALAR))
+            return op;
+    }
+    return NULL;
+}
+
+static int operand_index(cg_plan_t plan, int64_t uid);
+
+/* The caller's operands: the non-virtual rows but the scalars the graph fixed (the plan binds those). */
 static cg_status_t make_operands(cg_plan_t plan) {
     const cg_blob_t *blob = &plan->blob;
     int n = 0;
-    for (uint32_t i = 0; i < blob->n_records; i++) n += !blob->records[i].is_virtual;
+    for (uint32_t i = 0; i < blob->n_records; i++)
+        n += !blob->records[i].is_virtual && !graph_scalar(blob, blob->records[i].uid);
     plan->operands = calloc(n ? n : 1, sizeof *plan->operands);
     plan->nonempty = calloc(n ? n : 1, 1);
-    if (!plan->operands || !plan->nonempty) return cg_fail(CG_STATUS_OUT_OF_MEMORY, "cg_plan_load: no memory");
+    plan->withheld = calloc(n ? n : 1, 1);
+    if (!plan->operands || !plan->nonempty || !plan->withheld)
+        return cg_fail(CG_STATUS_OUT_OF_MEMORY, "cg_plan_load: no memory");
     int k = 0;
     for (uint32_t i = 0; i < blob->n_records; i++) {
         const cg_record_t *r = &blob->records[i];
-        if (r->is_virtual) continue;
+        if (r->is_virtual || graph_scalar(blob, r->uid)) continue;
         cg_tensor_info_t *t = &plan->operands[k];
         t->uid = r->uid;
         t->name = r->name;
@@ -198,6 +232,93 @@ static cg_status_t make_operands(cg_plan_t plan) {
     }
     plan->n_operands = n;
     return CG_STATUS_SUCCESS;
+}
+
+/* The operands the plan binds itself, from section 6 (checked against the tensor table at parse). */
+static cg_status_t make_supplied(cg_plan_t plan) {
+    const cg_blob_t *blob = &plan->blob;
+    plan->supplied = calloc(blob->n_plan_operands ? blob->n_plan_operands : 1, sizeof *plan->supplied);
+    if (!plan->supplied) return cg_fail(CG_STATUS_OUT_OF_MEMORY, "cg_plan_load: no memory");
+    for (uint32_t i = 0; i < blob->n_plan_operands; i++) {
+        const cg_plan_operand_t *op = &blob->plan_operands[i];
+        if (op->kind == CG_OPERAND_WITHHELD) {
+            int at = operand_index(plan, op->uid);
+            if (at >= 0 && !plan->withheld[at]) {
+                plan->withheld[at] = 1;
+                plan->n_withheld++;
+            }
+            continue;
+        }
+        supplied_t *s = &plan->supplied[plan->n_supplied++];
+        s->uid = op->uid;
+        s->kind = op->kind;
+        if (op->kind == CG_OPERAND_HOST_CONSTANT) s->host = op->data;
+        if (op->kind == CG_OPERAND_ALIAS) {
+            s->source = operand_index(plan, op->source_uid);
+            s->offset = (size_t)op->byte_offset;
+            if (s->source < 0)
+                return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: uid %lld is a view of uid %lld, a scalar the plan "
+                               "binds itself (corrupt; field plan operands)", (long long)op->uid,
+                               (long long)op->source_uid);
+        }
+        if (op->kind == CG_OPERAND_SCRATCH) {
+            s->nbytes = (size_t)op->nbytes;
+            s->zero = (op->flags & CG_OPERAND_FLAG_ZERO_FILL) != 0;
+            plan->zero_fills |= s->zero;
+        }
+    }
+    return CG_STATUS_SUCCESS;
+}
+
+static size_t align_up(size_t n, size_t alignment) { return (n + alignment - 1) / alignment * alignment; }
+
+/* Scratch regions past cuDNN's workspace (the rule PlanRunner follows: each at a multiple of 256), and
+ * device constants copied once; the device's context is current. */
+static cg_status_t place_supplied(const cg_libs_t *libs, cg_plan_t plan) {
+    size_t offset = align_up(plan->cudnn_workspace_size, CG_SCRATCH_ALIGNMENT);
+    int scratch = 0;
+    for (int i = 0; i < plan->n_supplied; i++) {
+        supplied_t *s = &plan->supplied[i];
+        if (s->kind == CG_OPERAND_SCRATCH) {
+            s->offset = offset;
+            offset = align_up(offset + s->nbytes, CG_SCRATCH_ALIGNMENT);
+            scratch = 1;
+        }
+        if (s->kind == CG_OPERAND_DEVICE_CONSTANT) {
+            const cg_plan_operand_t *op = NULL;
+            for (uint32_t j = 0; j < plan->blob.n_plan_operands && !op; j++)
+                if (plan->blob.plan_operands[j].uid == s->uid) op = &plan->blob.plan_operands[j];
+            if (!libs->cuMemAlloc || !libs->cuMemFree || !libs->cuMemcpyHtoD)
+                return cg_fail(CG_STATUS_LIBRARY_NOT_FOUND, "libcuda lacks cuMemAlloc_v2, cuMemFree_v2 or "
+                               "cuMemcpyHtoD_v2, which the plan's constant device tensor uid %lld needs",
+                               (long long)s->uid);
+            int status = libs->cuMemAlloc(&s->device, (size_t)op->nbytes);
+            if (status != 0) {
+                s->device = 0;
+                return cg_fail(CG_STATUS_CUDA_ERROR, "cuMemAlloc_v2 (%lld bytes for the plan's constant device "
+                               "tensor uid %lld): CUDA error %d", (long long)op->nbytes, (long long)s->uid, status);
+            }
+            status = libs->cuMemcpyHtoD(s->device, op->data, op->size);
+            if (status != 0)
+                return cg_fail(CG_STATUS_CUDA_ERROR, "cuMemcpyHtoD_v2 (the plan's constant device tensor uid %lld): "
+                               "CUDA error %d", (long long)s->uid, status);
+        }
+    }
+    if (plan->zero_fills && !libs->cuMemsetD8Async)
+        return cg_fail(CG_STATUS_LIBRARY_NOT_FOUND, "libcuda lacks cuMemsetD8Async, which the plan's zeroed "
+                       "scratch needs");
+    plan->workspace_size = scratch ? offset : plan->cudnn_workspace_size;
+    return CG_STATUS_SUCCESS;
+}
+
+static void free_supplied(const cg_libs_t *libs, cg_plan_t plan) {
+    int pushed = 0, entered = 0;
+    for (int i = 0; i < plan->n_supplied; i++) {
+        if (!plan->supplied[i].device || !libs->cuMemFree) continue;
+        if (!entered) entered = enter_device(libs, plan->context, &pushed) == CG_STATUS_SUCCESS;
+        libs->cuMemFree(plan->supplied[i].device);
+    }
+    if (entered) leave_device(libs, pushed);
 }
 
 static cg_status_t finalize_plan(const cg_libs_t *libs, cg_plan_t plan) {
@@ -231,8 +352,9 @@ static cg_status_t finalize_plan(const cg_libs_t *libs, cg_plan_t plan) {
                                                     CUDNN_TYPE_INT64, 1, &got, &workspace);
         }
         if (status != CUDNN_STATUS_SUCCESS) result = cg_cudnn_failure(libs, status, what);
-        else plan->workspace_size = workspace > 0 ? (size_t)workspace : 0;
+        else plan->cudnn_workspace_size = workspace > 0 ? (size_t)workspace : 0;
     }
+    if (result == CG_STATUS_SUCCESS) result = place_supplied(libs, plan);
     leave_device(libs, pushed);
     return result;
 }
@@ -265,6 +387,7 @@ cg_status_t cg_plan_load(const void *blob, size_t size, int device, cg_plan_t *o
                                           device, status);
     }
     if (result == CG_STATUS_SUCCESS) result = make_operands(plan);
+    if (result == CG_STATUS_SUCCESS) result = make_supplied(plan);
     if (result == CG_STATUS_SUCCESS) result = finalize_plan(libs, plan);
     /* Only the records outlive the load; the section bytes were needed by finalize alone. */
     plan->blob.recipe = plan->blob.cudnn_plan = NULL;
@@ -289,11 +412,14 @@ void cg_plan_free(cg_plan_t plan) {
         for (int i = 0; i < CG_PACK_CACHE; i++)
             if (plan->id && thread_packs[i].plan_id == plan->id) drop_pack(libs, &thread_packs[i]);
         if (plan->plan) libs->cudnnBackendDestroyDescriptor(plan->plan);
+        if (plan->supplied && plan->context) free_supplied(libs, plan);
         if (plan->context && libs->cuDevicePrimaryCtxRelease) libs->cuDevicePrimaryCtxRelease(plan->device);
     }
     cg_blob_release(&plan->blob);
     free(plan->operands);
     free(plan->nonempty);
+    free(plan->withheld);
+    free(plan->supplied);
     free(plan);
 }
 
@@ -352,8 +478,24 @@ PLAN_FIELD_GETTER(cg_plan_device, int, device)
 
 /* ---- execute ----------------------------------------------------------------------------------- */
 
+static const supplied_t *supplied_of(cg_plan_t plan, int64_t uid) {
+    for (int i = 0; i < plan->n_supplied; i++)
+        if (plan->supplied[i].uid == uid) return &plan->supplied[i];
+    return NULL;
+}
+
+static const char *supplied_what(uint16_t kind) {
+    switch (kind) {
+    case CG_OPERAND_HOST_CONSTANT: return "a constant scalar";
+    case CG_OPERAND_DEVICE_CONSTANT: return "a constant device tensor";
+    case CG_OPERAND_ALIAS: return "a view of another operand";
+    default: return "scratch in the workspace";
+    }
+}
+
+/* Check the caller's operands; position[k] is where operand k is in the caller's arrays. */
 static cg_status_t check_operands(cg_plan_t plan, int count, const int64_t *uids, void *const *pointers,
-                                  void *workspace) {
+                                  void *workspace, int *position) {
     unsigned char seen[CG_MAX_OPERANDS];
     if (count < 0) return cg_fail(CG_STATUS_INVALID_ARGUMENT, "cg_execute: count is %d", count);
     if (count > 0 && (uids == NULL || pointers == NULL))
@@ -361,14 +503,27 @@ static cg_status_t check_operands(cg_plan_t plan, int count, const int64_t *uids
     memset(seen, 0, (size_t)plan->n_operands);
     for (int i = 0; i < count; i++) {
         int at = operand_index(plan, uids[i]);
-        if (at < 0)
+        if (at < 0) {
+            const supplied_t *own = supplied_of(plan, uids[i]);
+            if (own) {
+                const cg_record_t *row = NULL;
+                for (uint32_t r = 0; r < plan->blob.n_records && !row; r++)
+                    if (plan->blob.records[r].uid == uids[i]) row = &plan->blob.records[r];
+                return cg_fail(CG_STATUS_UNKNOWN_UID, "cg_execute: uids[%d] = %lld%s%s%s is %s that the plan binds "
+                               "itself%s: leave it out", i, (long long)uids[i], row ? " ('" : "",
+                               row ? row->name : "", row ? "')" : "", supplied_what(own->kind),
+                               row && own->kind == CG_OPERAND_HOST_CONSTANT ? " (its value is fixed in the graph)"
+                                                                            : "");
+            }
             return cg_fail(CG_STATUS_UNKNOWN_UID, "cg_execute: uids[%d] = %lld is not an operand of the plan", i,
                            (long long)uids[i]);
+        }
         const cg_tensor_info_t *t = &plan->operands[at];
         if (seen[at])
             return cg_fail(CG_STATUS_DUPLICATE_UID, "cg_execute: uid %lld ('%s') is passed twice", (long long)t->uid,
                            t->name);
         seen[at] = 1;
+        position[at] = i;
         uintptr_t address = (uintptr_t)pointers[i];
         if (address == 0 && (plan->nonempty[at] || t->is_pass_by_value))
             return cg_fail(CG_STATUS_NULL_POINTER, "cg_execute: tensor '%s' (uid %lld) has a NULL pointer",
@@ -389,9 +544,33 @@ static cg_status_t check_operands(cg_plan_t plan, int count, const int64_t *uids
     return CG_STATUS_SUCCESS;
 }
 
-/* A finalized variant pack for these operands: this thread's cached one, or a new one (cached). */
+/* The uids and pointers cuDNN gets: the caller's but the withheld ones, then the plan's own. */
+static int pack_operands(cg_plan_t plan, int count, const int64_t *uids, void *const *pointers, void *workspace,
+                         const int *position, int64_t *out_uids, void **out_pointers) {
+    int n = 0;
+    for (int i = 0; i < count; i++) {
+        if (plan->n_withheld && plan->withheld[operand_index(plan, uids[i])]) continue;
+        out_uids[n] = uids[i];
+        out_pointers[n++] = pointers[i];
+    }
+    for (int i = 0; i < plan->n_supplied; i++) {
+        const supplied_t *s = &plan->supplied[i];
+        out_uids[n] = s->uid;
+        switch (s->kind) {
+        case CG_OPERAND_HOST_CONSTANT: out_pointers[n] = s->host; break;
+        case CG_OPERAND_DEVICE_CONSTANT: out_pointers[n] = (void *)(uintptr_t)s->device; break;
+        case CG_OPERAND_ALIAS: out_pointers[n] = (char *)pointers[position[s->source]] + s->offset; break;
+        default: out_pointers[n] = (char *)workspace + s->offset; break;
+        }
+        n++;
+    }
+    return n;
+}
+
+/* A finalized variant pack for these operands: this thread's cached one, or a new one (cached). The
+ * cache is keyed by the caller's arrays: the plan's own operands follow from them and the workspace. */
 static cg_status_t variant_pack(const cg_libs_t *libs, cg_plan_t plan, int count, const int64_t *uids,
-                                void *const *pointers, void *workspace, void **out) {
+                                void *const *pointers, void *workspace, const int *position, void **out) {
     for (int i = 0; i < CG_PACK_CACHE; i++) {
         pack_entry_t *e = &thread_packs[i];
         if (e->plan_id == plan->id && e->workspace == workspace && e->n == count &&
@@ -404,22 +583,27 @@ static cg_status_t variant_pack(const cg_libs_t *libs, cg_plan_t plan, int count
     pack_entry_t *e = &thread_packs[thread_pack_next];
     thread_pack_next = (thread_pack_next + 1) % CG_PACK_CACHE;
     drop_pack(libs, e);
-    e->uids = malloc((size_t)(count ? count : 1) * (sizeof(int64_t) + sizeof(void *)));
+    /* The key (count uids, count pointers), then what cuDNN gets (count + n_supplied of each). */
+    size_t key = (size_t)(count ? count : 1), full = (size_t)count + (size_t)plan->n_supplied + 1;
+    e->uids = malloc((key + full) * (sizeof(int64_t) + sizeof(void *)));
     if (!e->uids) return cg_fail(CG_STATUS_OUT_OF_MEMORY, "cg_execute: no memory for a variant pack");
-    e->pointers = (void **)(e->uids + (count ? count : 1));
+    e->pointers = (void **)(e->uids + key);
+    int64_t *pack_uids = (int64_t *)(e->pointers + key);
+    void **pack_pointers = (void **)(pack_uids + full);
     memcpy(e->uids, uids, (size_t)count * sizeof *uids);
     memcpy(e->pointers, pointers, (size_t)count * sizeof *pointers);
+    int n = pack_operands(plan, count, uids, pointers, workspace, position, pack_uids, pack_pointers);
     const char *what = "cudnnBackendCreateDescriptor(VARIANT_PACK)";
     int status = libs->cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &e->pack);
     if (status == CUDNN_STATUS_SUCCESS) {
         what = "set CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS";
-        status = libs->cudnnBackendSetAttribute(e->pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count,
-                                                e->uids);
+        status = libs->cudnnBackendSetAttribute(e->pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n,
+                                                pack_uids);
     }
     if (status == CUDNN_STATUS_SUCCESS) {
         what = "set CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS";
         status = libs->cudnnBackendSetAttribute(e->pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
-                                                count, e->pointers);
+                                                n, pack_pointers);
     }
     if (status == CUDNN_STATUS_SUCCESS) {
         what = "set CUDNN_ATTR_VARIANT_PACK_WORKSPACE";
@@ -442,10 +626,24 @@ static cg_status_t variant_pack(const cg_libs_t *libs, cg_plan_t plan, int count
     return CG_STATUS_SUCCESS;
 }
 
+/* Scratch the plan zeroes before each execute, on the execute's stream. */
+static cg_status_t zero_scratch(const cg_libs_t *libs, cg_plan_t plan, void *stream, void *workspace) {
+    for (int i = 0; i < plan->n_supplied; i++) {
+        const supplied_t *s = &plan->supplied[i];
+        if (s->kind != CG_OPERAND_SCRATCH || !s->zero || s->nbytes == 0) continue;
+        int status = libs->cuMemsetD8Async((unsigned long long)(uintptr_t)workspace + s->offset, 0, s->nbytes, stream);
+        if (status != 0)
+            return cg_fail(CG_STATUS_CUDA_ERROR, "cuMemsetD8Async (zeroing the plan's scratch uid %lld, %zu bytes at "
+                           "workspace + %zu): CUDA error %d", (long long)s->uid, s->nbytes, s->offset, status);
+    }
+    return CG_STATUS_SUCCESS;
+}
+
 cg_status_t cg_execute(cg_plan_t plan, void *stream, int count, const int64_t *uids, void *const *pointers,
                        void *workspace) {
     if (plan == NULL) return cg_fail(CG_STATUS_INVALID_ARGUMENT, "cg_execute: the plan is NULL");
-    cg_status_t result = check_operands(plan, count, uids, pointers, workspace);
+    int position[CG_MAX_OPERANDS];
+    cg_status_t result = check_operands(plan, count, uids, pointers, workspace, position);
     if (result != CG_STATUS_SUCCESS) return result;
     const cg_libs_t *libs = cg_libs();      /* loaded: the plan's load needed them */
     int pushed;
@@ -459,7 +657,10 @@ cg_status_t cg_execute(cg_plan_t plan, void *stream, int count, const int64_t *u
         else h->stream = stream;
     }
     void *pack = NULL;
-    if (result == CG_STATUS_SUCCESS) result = variant_pack(libs, plan, count, uids, pointers, workspace, &pack);
+    if (result == CG_STATUS_SUCCESS)
+        result = variant_pack(libs, plan, count, uids, pointers, workspace, position, &pack);
+    /* Zero fills and the execute are ordered on the same stream. */
+    if (result == CG_STATUS_SUCCESS && plan->zero_fills) result = zero_scratch(libs, plan, stream, workspace);
     if (result == CG_STATUS_SUCCESS) {
         int status = libs->cudnnBackendExecute(h->handle, plan->plan, pack);
         if (status != CUDNN_STATUS_SUCCESS) result = cg_cudnn_failure(libs, status, "cudnnBackendExecute");

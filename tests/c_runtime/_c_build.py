@@ -28,3 +28,21 @@ def build_program(source: str, output, extra=()) -> str:
                *flags, "-lpthread", *extra]
     subprocess.run(command, check=True, capture_output=True, text=True)
     return str(output)
+
+
+def build_extension(source: str, folder, name: str) -> str:
+    """Compile ``source`` as the CPython extension module ``name`` in ``folder`` (C99, warnings as errors)
+    against Python's headers and the package's include folder; returns the folder to put on sys.path."""
+    import sysconfig
+    from _helpers import c_compiler_or_skip
+    from cudnn_graph import _c_runtime
+    cc = c_compiler_or_skip("a C extension test module")
+    header = os.path.join(_c_runtime.include_dir(), "cudnn_graph", "cudnn_graph_capi.h")
+    if not os.path.exists(header):
+        pytest.skip(f"{header} is not installed (build the package)")
+    output = os.path.join(str(folder), name + sysconfig.get_config_var("EXT_SUFFIX"))
+    command = [cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O0", "-shared", "-fPIC",
+               f"-I{sysconfig.get_paths()['include']}", *shlex.split(_c_runtime.c_flags()), str(source),
+               "-o", output, "-lpthread"]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    return str(folder)

@@ -1,6 +1,7 @@
 """examples/c: run_plan.c builds against the installed runtime on any machine; on the GPU (marked gpu) it
 executes the cuDNN matmul, conv and SDPA plans make_plan.py serializes, with outputs bitwise equal to
-Python's execute() of the same built plan on the same inputs."""
+Python's execute() of the same built plan on the same inputs, including plans that bind operands of their
+own (the SDPA composites' constants and ALiBi slopes, a slice's view: the blob's section 6)."""
 from __future__ import annotations
 
 import importlib.util
@@ -53,12 +54,16 @@ def _python_outputs(g, folder) -> dict:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("graph", ["matmul", "conv", "sdpa"])
-def test_the_example_executes_a_serialized_cudnn_plan_bitwise_as_python_does(graph, tmp_path):
-    from cudnn_graph import _loader
+@pytest.mark.parametrize("graph, plan_operands", [("matmul", False), ("conv", False), ("sdpa", True),
+                                                  ("sdpa_alibi", True), ("slice_matmul", True)])
+def test_the_example_executes_a_serialized_cudnn_plan_bitwise_as_python_does(graph, plan_operands, tmp_path):
+    from cudnn_graph import _loader, _plan_blob
     program = build_program(os.path.join(EXAMPLES, "run_plan.c"), tmp_path / "run_plan", extra=["-ldl"])
     folder = tmp_path / graph
     g = _make_plan_module().write_plan(graph, str(folder))
+    read = _plan_blob.unpack_blob((folder / "plan.blob").read_bytes())
+    assert bool(read.plan_operands) == plan_operands, read.plan_operands
+    assert read.header.format_version == (2 if plan_operands else 1)
     want = _python_outputs(g, folder)
     # The C runtime has no cuda-pathfinder: point it at the libcudnn this process loaded.
     env = {**os.environ, "CUDNN_GRAPH_LIBCUDNN": _loader.load()}

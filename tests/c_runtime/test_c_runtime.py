@@ -74,7 +74,7 @@ def write_blobs(folder) -> None:
         "bad_magic": b"NOTAPLAN" + good[8:],
         "truncated": good[:-5],
         "flipped_crc": bytes(flipped),
-        "format_v2": cudnn_blob(format_version=2),
+        "format_v3": cudnn_blob(format_version=3),
         "library_version": cudnn_blob(library=library_version() + 1),
         "cudnn_version": cudnn_blob(cudnn_version=90100),
         "arch": cudnn_blob(arch=80),
@@ -147,7 +147,7 @@ def assert_refused(lines: dict, case: str, status: str, words) -> None:
 
 def test_the_header_reports_its_api_version(cases):
     lines, _ = cases
-    assert lines["api_version"][0] == "100"
+    assert lines["api_version"][0] == "101"
 
 
 @pytest.mark.parametrize("case, status, words", [
@@ -155,7 +155,7 @@ def test_the_header_reports_its_api_version(cases):
     ("empty", "CG_STATUS_BAD_BLOB", ["magic", "0 bytes"]),
     ("truncated", "CG_STATUS_BAD_BLOB", ["total_size"]),
     ("flipped_crc", "CG_STATUS_BAD_BLOB", ["checksum"]),
-    ("format_v2", "CG_STATUS_VERSION_MISMATCH", ["format version 2"]),
+    ("format_v3", "CG_STATUS_VERSION_MISMATCH", ["format version 3", "versions 1 and 2"]),
     ("library_version", "CG_STATUS_VERSION_MISMATCH", ["cudnn_graph version"]),
     ("cudnn_version", "CG_STATUS_VERSION_MISMATCH", ["cuDNN 9.1", "9.19", "cuDNN version"]),
     ("arch", "CG_STATUS_VERSION_MISMATCH", ["sm_80", "sm_90", "GPU architecture"]),

@@ -10,6 +10,9 @@ from cudnn_graph import _cudnn_names
 from cudnn_graph._cudnn_errors import CudnnStatusError
 from cudnn_graph.engines.base import PlanConfig
 from cudnn_graph.engines.cudnn_backend.engine import CudnnBackendPlan
+from cudnn_graph.engines.cudnn_backend.lowering import Program
+from cudnn_graph import _plan_blob as blob
+from cudnn_graph.enums import DataType
 
 JSON_ATTRIBUTE = "CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION"
 
@@ -36,8 +39,12 @@ class _FakeRunner:
         self.plan = plan
 
 
+def _program(constants=(), **operands) -> Program:
+    return Program(steps=[], tensor_steps={}, geometry={}, operations=[], constants=list(constants), **operands)
+
+
 def _plan(descriptor):
-    return CudnnBackendPlan(PlanConfig(7, {}, name="eng7"), _FakeRunner(descriptor))
+    return CudnnBackendPlan(PlanConfig(7, {}, name="eng7"), _FakeRunner(descriptor), _program())
 
 
 def test_a_built_plan_exports_cudnns_serialized_plan_as_bytes():
@@ -58,3 +65,22 @@ def test_an_engine_cudnn_cannot_serialize_exports_nothing(caplog):
 def test_the_attributes_a_load_uses_are_declared(name):
     assert name in _cudnn_names.ATTRIBUTES
     assert "CUDNN_TYPE_CHAR" in _cudnn_names.ATTRIBUTE_TYPES
+
+
+def test_a_built_plan_exports_the_operands_it_binds_itself_in_binding_order():
+    import numpy as np
+    program = _program(constants=[(5, DataType.FLOAT, 0.125)], plan_constants=[(101, DataType.INT32, -3)],
+                       scratch=[(102, 64, None), (103, 24, (0.5, 0.25)), (104, 32, 0)],
+                       aliases=[(6, 1, 128)], unused_uids=[1])
+    plan = CudnnBackendPlan(PlanConfig(7, {}, name="eng7"), _FakeRunner(None), program)
+    assert plan.export_plan_operands() == (
+        blob.PlanOperand(blob.OPERAND_HOST_CONSTANT, 5, int(DataType.FLOAT), np.float32(0.125).tobytes(),
+                         graph_scalar=True),
+        blob.PlanOperand(blob.OPERAND_HOST_CONSTANT, 101, int(DataType.INT32), np.int32(-3).tobytes()),
+        blob.PlanOperand(blob.OPERAND_SCRATCH, 102, nbytes=64),
+        blob.PlanOperand(blob.OPERAND_DEVICE_CONSTANT, 103, int(DataType.FLOAT),
+                         np.array([0.5, 0.25], np.float32).tobytes(), nbytes=24),
+        blob.PlanOperand(blob.OPERAND_SCRATCH, 104, nbytes=32, zero_fill=True),
+        blob.PlanOperand(blob.OPERAND_ALIAS, 6, source_uid=1, byte_offset=128),
+        blob.PlanOperand(blob.OPERAND_WITHHELD, 1),
+    )
