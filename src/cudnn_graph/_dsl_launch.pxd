@@ -6,6 +6,7 @@ cdef enum:
     DSL_MAX_POINTERS = 8
     DSL_MAX_FLOATS = 4
     DSL_MAX_INTS = 4
+    DSL_REPLAY_GRAPHS = 16       # CUDA graphs a launch keeps (one per argument set seen twice); never evicted
 
 # A DSL-compiled host entry: takes the packed-argument array (each entry the address of one argument's
 # value, then the result cell and, in the DSL's JIT, the module's kernel handles) and its length. The
@@ -21,6 +22,13 @@ cdef struct LaunchCells:
     intptr_t stream
     int32_t result
     void* args[DSL_MAX_ARGS]
+
+
+# The arguments one CUDA graph of a launch was recorded with (operand addresses and f32 scalars: the values
+# a graph freezes; the extents and the result cell are the launch's own).
+cdef struct ReplayArgs:
+    void* pointers[DSL_MAX_POINTERS]
+    float floats[DSL_MAX_FLOATS]
 
 
 cdef class PackedLaunch:
@@ -43,9 +51,22 @@ cdef class PackedLaunch:
     cdef int _result_index                   # where the CUDA-result cell goes, -1: none
     cdef tuple _names                        # per pointer argument, for messages
     cdef object _keepalive                   # the executor that owns the loaded module
+    # CUDA-graph replay (the cuDNN path's policy, cudnn_graph._graph_replay): arguments seen a second time
+    # in a row are recorded once as a graph, later calls with them launch it.
+    cdef ReplayArgs _last                    # the arguments of the last call that ran the entry directly
+    cdef bint _has_last
+    cdef int _n_graphs
+    cdef ReplayArgs _graph_args[DSL_REPLAY_GRAPHS]
+    cdef void* _graphs[DSL_REPLAY_GRAPHS]    # CUgraphExec, launched without the GIL: destroyed only with self
+    cdef bint _replay_off                    # a recording failed: this launch runs the entry from now on
 
     # Pack ``mapping`` into ``cells`` (every check of execute()); returns what must stay alive until the
     # entry has been called.
     cdef object fill(self, object mapping, object stream, LaunchCells* cells)
     cdef dsl_entry_t entry(self) noexcept nogil
     cdef int nargs(self) noexcept nogil
+    cdef bint _same(self, const ReplayArgs* a, LaunchCells* cells) noexcept nogil
+    cdef int _find_graph(self, LaunchCells* cells) noexcept nogil
+    cdef bint _repeats_last(self, LaunchCells* cells) noexcept nogil
+    cdef void _remember(self, LaunchCells* cells) noexcept nogil
+    cdef int _record(self, LaunchCells* cells) noexcept

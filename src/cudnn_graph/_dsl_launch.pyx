@@ -8,14 +8,31 @@ addresses, the host scalars and the stream into cells on the C stack and calls t
 released. Packing the caller's mapping is ``pack_into``'s (the checks of every execute); nothing here
 allocates, and two threads never share a cell.
 
+CUDA-graph replay, as for cuDNN plans (``cudnn_graph._graph_replay``; the same switch,
+``set_cuda_graph_replay`` / ``$CUDNN_GRAPH_CUDA_GRAPHS``): when a call repeats the previous call's operand
+addresses and scalars, one entry call is recorded as a CUDA graph by a thread-local capture on a private
+stream, and from then on calls with those arguments launch the graph (one cuGraphLaunch instead of the
+entry's descriptor encodes and kernel launch). A graph freezes what the entry computed on the host (TMA
+descriptors, scalars), so it is keyed by exactly those values. Nothing is recorded while the caller's
+stream is itself being captured.
+
 The template's layout (pointers, then f32 scalars, then int32 extents, then the stream) is checked by
 the engine against the DSL's own packing before a PackedLaunch is made (engines/cute/_launch.py).
 """
 from libc.stdint cimport int32_t, int64_t, intptr_t, uintptr_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from cudnn_graph._variant_pack cimport PACK_INLINE, PackLayout, pack_into
 from cudnn_graph._stream cimport stream_handle
+from cudnn_graph._cudnn_handle cimport cuda_graph_replay_on
+from cudnn_graph._driver cimport (
+    CAPTURING_STREAM, graphs_available, capture_available, capture_begin, capture_end, graph_instantiate,
+    graph_destroy, graph_exec_destroy, graph_launch, stream_capturing,
+)
+
+import logging
+
+_logger = logging.getLogger(__name__)
 
 from cudnn_graph.errors import CudaDriverError, InvalidArgumentError
 
@@ -40,6 +57,16 @@ cdef class PackedLaunch:
         self._result_index = -1
         self._names = ()
         self._keepalive = None
+        self._has_last = False
+        self._n_graphs = 0
+        self._replay_off = False
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(self._n_graphs):
+            graph_exec_destroy(self._graphs[i])
+            self._graphs[i] = NULL
+        self._n_graphs = 0
 
     def __init__(self, *args, **kwargs):
         raise TypeError("PackedLaunch objects are made by PackedLaunch.create()")
@@ -98,14 +125,86 @@ cdef class PackedLaunch:
         return self
 
     def execute_mapping(self, mapping, handle, stream):
-        """Pack ``mapping`` (every check of execute()), then launch with the GIL released."""
+        """Pack ``mapping`` (every check of execute()), then launch with the GIL released: a recorded CUDA
+        graph of these arguments, or the entry."""
         cdef LaunchCells cells
+        cdef int at, result
         keepalive = self.fill(mapping, stream, &cells)
+        if cuda_graph_replay_on and not self._replay_off:
+            at = self._find_graph(&cells)
+            if at < 0 and self._repeats_last(&cells) and self._n_graphs < DSL_REPLAY_GRAPHS:
+                at = self._record(&cells)
+            if at >= 0:
+                with nogil:
+                    result = graph_launch(self._graphs[at], cells.stream)
+                if result == 0:
+                    return
+                if result != CAPTURING_STREAM:
+                    self._replay_off = True
+                    _logger.debug("cuGraphLaunch failed (CUresult %d): this CuTe plan launches its entry "
+                                  "from now on", result)
+            self._remember(&cells)
         with nogil:
             self._entry(cells.args, self._nargs)
         del keepalive
         if cells.result != 0:
             raise CudaDriverError(f"the CuTe DSL kernel launch failed: CUDA error {cells.result}")
+
+    @property
+    def replay_graphs(self) -> int:
+        """How many CUDA graphs this launch has recorded (one per repeated argument set)."""
+        return self._n_graphs
+
+    cdef bint _same(self, const ReplayArgs* a, LaunchCells* cells) noexcept nogil:
+        return memcmp(a.pointers, cells.pointers, self._n_pointers * sizeof(void*)) == 0 and \
+            memcmp(a.floats, cells.floats, self._n_floats * sizeof(float)) == 0
+
+    cdef int _find_graph(self, LaunchCells* cells) noexcept nogil:
+        cdef int i
+        for i in range(self._n_graphs):
+            if self._same(&self._graph_args[i], cells):
+                return i
+        return -1
+
+    cdef bint _repeats_last(self, LaunchCells* cells) noexcept nogil:
+        return self._has_last and self._same(&self._last, cells)
+
+    cdef void _remember(self, LaunchCells* cells) noexcept nogil:
+        memcpy(self._last.pointers, cells.pointers, sizeof(self._last.pointers))
+        memcpy(self._last.floats, cells.floats, sizeof(self._last.floats))
+        self._has_last = True
+
+    cdef int _record(self, LaunchCells* cells) noexcept:
+        """Record one entry call on ``cells`` as a CUDA graph (a capture on a private stream); its index,
+        or -1 (the caller runs the entry; a failure turns replay off for this launch)."""
+        cdef intptr_t caller = cells.stream, private = 0
+        cdef void* graph = NULL
+        cdef void* graph_exec = NULL
+        cdef int result
+        if not (graphs_available() and capture_available()) or stream_capturing(caller):
+            return -1
+        with nogil:
+            result = capture_begin(&private)
+            if result == 0:
+                cells.stream = private
+                cells.result = 0
+                self._entry(cells.args, self._nargs)
+                result = capture_end(private, &graph)
+                cells.stream = caller
+                if result == 0 and cells.result == 0:
+                    result = graph_instantiate(&graph_exec, graph)
+                graph_destroy(graph)
+        if result != 0 or cells.result != 0 or graph_exec == NULL:
+            self._replay_off = True
+            cells.result = 0
+            _logger.debug("recording a CuTe plan's launch as a CUDA graph failed (CUresult %d); it launches "
+                          "its entry from now on", result)
+            return -1
+        memcpy(self._graph_args[self._n_graphs].pointers, cells.pointers, sizeof(cells.pointers))
+        memcpy(self._graph_args[self._n_graphs].floats, cells.floats, sizeof(cells.floats))
+        self._graphs[self._n_graphs] = graph_exec
+        self._n_graphs += 1
+        return self._n_graphs - 1
 
     cdef dsl_entry_t entry(self) noexcept nogil:
         return self._entry
