@@ -897,12 +897,12 @@ def register_family(members, *, bint on_cuda) -> int:
                     raise FfiRegistrationError(f"device ordinal {device} is out of range [0, {FFI_MAX_DEVICES})")
                 member = _table[plan_id] if 0 < plan_id < _table_size else NULL
                 if member == NULL or member.kind == PLAN_KIND_FAMILY:
-                    raise FfiRegistrationError(f"the member for {where}{device}, id {plan_id}, is not a registered "
+                    raise FfiRegistrationError(f"the member for {where}{device} (id {plan_id}) is not a registered "
                                                f"plan")
                 wanted = device if on_cuda else -1
                 if member.device != wanted:
                     built = f"cuda:{member.device}" if member.device >= 0 else "the host"
-                    raise FfiRegistrationError(f"the member for {where}{device}, plan {plan_id}, was built for "
+                    raise FfiRegistrationError(f"the member for {where}{device} (plan {plan_id}) was built for "
                                                f"{built}: a plan runs only on its own device's buffers")
                 family.members[device] = plan_id
             family_id = _insert(family)
