@@ -16,8 +16,15 @@ The ready-made ``matmul_bias_relu``, ``layernorm``, ``sdpa``, ``gdn`` and ``kda`
 matching backward graph (layernorm_backward, sdpa_backward, gdn_bwd, kda_bwd), so ``jax.grad`` works.
 
 What runs where: a cuDNN plan runs in C inside the handler (no Python, no GIL) and reports the
-command-buffer trait (XLA may capture it in its CUDA graphs); a Python engine's plan (CuTe, cuTile,
-the reference engine of a host graph) runs through the handler's GIL fallback. See docs/jax.md.
+command-buffer trait (XLA may capture it in its CUDA graphs); a CuTe plan with a C launch is called
+from C too; any other Python engine's plan (cuTile, the reference engine of a host graph) runs through
+the handler's GIL fallback. See docs/jax.md.
+
+Devices: a plan runs only on the device it was built for. The custom call names a family of plans, one
+per device it may run on, and the handler runs the member of the device XLA runs it on. Its device is
+known only when XLA runs it (under ``shard_map`` every device of the mesh runs the one traced call),
+and the handler cannot build a plan (no GIL), so a traced call builds the plans of every local GPU (or
+the ``devices`` given to ``function``) when it is traced.
 
 Example (a host graph, run by the reference engine through XLA on the CPU):
     >>> import jax, jax.numpy as jnp, cudnn_graph.jax as cgjax
@@ -33,6 +40,7 @@ import logging
 import math
 import re
 import threading
+import weakref
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -129,17 +137,80 @@ class _Plan:
 
     def __call__(self, *arrays):
         self.check(arrays)
-        results = self._call(*arrays, plan_id=np.int64(self.registration.plan_id))
-        outs = tuple(results[:len(self.outputs)])
-        return outs[0] if len(outs) == 1 else outs
+        return _emit(self._call, arrays, self.registration.plan_id, len(self.outputs))
 
 
-def _device_of(arrays, device) -> str:
-    """'cuda:N' or 'cpu': ``device`` if given, else the one committed device of concrete arrays, else
-    jax's default device."""
-    if device is not None:
-        return device
-    found = None
+def _varying_axes(array) -> frozenset:
+    """The mesh axes a value varies over inside ``shard_map`` (empty elsewhere)."""
+    aval = jax.typeof(array) if hasattr(jax, "typeof") else jax.core.get_aval(array)
+    manual = getattr(aval, "manual_axis_type", None)        # jax >= 0.9 spelling
+    if manual is not None:
+        return frozenset(manual.varying)
+    return frozenset(getattr(aval, "vma", ()) or ())
+
+
+def _emit(call, arrays, plan_id: int, n_outputs: int):
+    """The custom call on ``arrays``, its outputs (one array or a tuple). Under ``shard_map`` the outputs
+    vary over the mesh axes the arguments vary over: each device computes its own (XLA's ffi_call
+    types its results as invariant, which a custom_vjp's cotangents would then contradict)."""
+    results = call(*arrays, plan_id=np.int64(plan_id))
+    outs = tuple(results[:n_outputs])
+    axes = frozenset().union(*(_varying_axes(a) for a in arrays)) if arrays else frozenset()
+    if axes:
+        axes = tuple(sorted(axes))
+        if hasattr(jax.lax, "pcast"):
+            outs = tuple(jax.lax.pcast(o, axes, to="varying") for o in outs)
+        else:
+            outs = tuple(jax.lax.pvary(o, axes) for o in outs)
+    return outs[0] if len(outs) == 1 else outs
+
+
+class _Family:
+    """The custom call of a GraphFunction for a set of devices: one registered plan per device, joined in
+    the handler's table as a family whose id the call carries; the handler runs the member of the
+    device XLA runs the call on (under ``shard_map``, every device of the mesh)."""
+
+    def __init__(self, plans: dict, on_cuda: bool):
+        self.plans = plans                  # {device ordinal: _Plan}
+        first = next(iter(plans.values()))
+        for ordinal, plan in plans.items():
+            if [r[2:] for r in plan.outputs] != [r[2:] for r in first.outputs]:
+                raise FfiRegistrationError(f"the graphs built for the devices disagree on their outputs: "
+                                           f"{plan.outputs} on device {ordinal}, {first.outputs} on another")
+        self.family_id = _xla_ffi.register_family({o: p.registration.plan_id for o, p in plans.items()},
+                                                  on_cuda=on_cuda)
+        weakref.finalize(self, _xla_ffi.release_plan, self.family_id)
+        self.n_inputs = first.n_inputs
+        self.inputs, self.outputs = first.inputs, first.outputs
+        results = first.results[:len(first.outputs)]
+        workspace = max(p.registration.workspace_size for p in plans.values())
+        if workspace > 0:       # one result list for all members: the largest workspace
+            results.append(jax.ShapeDtypeStruct((workspace,), jnp.uint8))
+        self.results = results
+        command_buffer = all(p.target == TARGET_COMMAND_BUFFER for p in plans.values())
+        self.target = TARGET_COMMAND_BUFFER if command_buffer else TARGET
+        register_targets(first.platform)
+        self._call = jax.ffi.ffi_call(self.target, results)
+        self.check = first.check
+
+    def __call__(self, *arrays):
+        self.check(arrays)
+        return _emit(self._call, arrays, self.family_id, len(self.outputs))
+
+
+def _ordinal(device) -> int:
+    """A jax device's ordinal on its platform: the CUDA ordinal (cudnn_graph's cuda:N, the handler's view
+    of XLA's stream) for a GPU, XLA's device ordinal for a host device."""
+    hardware = getattr(device, "local_hardware_id", None)
+    return int(device.id if hardware is None else hardware)
+
+
+def _name(device) -> str:
+    return "cpu" if device.platform == "cpu" else f"cuda:{_ordinal(device)}"
+
+
+def _committed_device(arrays):
+    """The one device of the concrete arrays among ``arrays`` (None: all traced, or several devices)."""
     tracer = getattr(getattr(jax, "core", None), "Tracer", ())
     for a in arrays:
         devices = getattr(a, "devices", None)
@@ -150,38 +221,76 @@ def _device_of(arrays, device) -> str:
         except Exception:
             continue
         if len(ds) == 1:
-            found = next(iter(ds))
-            break
-    if found is None:
-        # jax.default_device(...) sets this; traced arrays land there.
-        default = getattr(jax.config, "jax_default_device", None)
-        if isinstance(default, str):
-            default = jax.devices(default)[0]
-        found = default if default is not None else jax.devices()[0]
-    return "cpu" if found.platform == "cpu" else f"cuda:{found.id}"
+            return next(iter(ds))
+    return None
+
+
+def _default_device():
+    # jax.default_device(...) sets this; traced arrays land there.
+    default = getattr(jax.config, "jax_default_device", None)
+    if isinstance(default, str):
+        default = jax.devices(default)[0]
+    return default if default is not None else jax.devices()[0]
+
+
+def _device_of(arrays, device) -> str:
+    """'cuda:N' or 'cpu': ``device`` if given, else the one committed device of concrete arrays, else
+    jax's default device."""
+    if device is not None:
+        return device
+    found = _committed_device(arrays)
+    return _name(found if found is not None else _default_device())
+
+
+def _jax_device(spec):
+    """A jax device for ``spec``: a jax device, 'cpu' (the first host device) or 'cuda:N'."""
+    if not isinstance(spec, str):
+        return spec
+    if spec == "cpu":
+        return jax.local_devices(backend="cpu")[0]
+    match = re.fullmatch(r"cuda:(\d+)", spec)
+    if match is None:
+        raise InvalidArgumentError("device", "'cpu', 'cuda:N' or a jax device", repr(spec))
+    try:
+        gpus = jax.local_devices(backend="gpu")
+    except RuntimeError:
+        gpus = []
+    for d in gpus:
+        if _ordinal(d) == int(match.group(1)):
+            return d
+    raise InvalidArgumentError("device", f"a local GPU of jax ({[_name(d) for d in gpus] or 'none'})", spec)
 
 
 class GraphFunction:
     """``function(build)``'s result: call it with jax arrays (eagerly or traced) to run the graph
-    ``build`` describes for their shapes and dtypes. ``plans`` holds the registered graphs by key."""
+    ``build`` describes for their shapes and dtypes. ``plans`` holds the registered graphs by (avals,
+    device), ``families`` the custom calls by (avals, devices)."""
 
-    def __init__(self, build: Callable, *, device: Optional[str] = None, command_buffer: bool = True,
-                 name: Optional[str] = None):
+    def __init__(self, build: Callable, *, device: Optional[str] = None, devices: Optional[Sequence] = None,
+                 command_buffer: bool = True, name: Optional[str] = None):
         self.build = build
         self.device = device
+        self.devices = None if devices is None else tuple(devices)
         self.command_buffer = command_buffer
         self.__name__ = name or getattr(build, "__name__", "graph_function")
         self.plans: dict = {}
-        self._lock = threading.Lock()
+        self.families: dict = {}
+        self._lock = threading.RLock()
         try:
             self._pass_device = "device" in inspect.signature(build).parameters
         except (TypeError, ValueError):
             self._pass_device = False
 
-    def plan_for(self, *arrays) -> _Plan:
-        """The registered plan for arrays (or avals) like these, built on first use."""
-        device = _device_of(arrays, self.device)
-        avals = tuple(jax.ShapeDtypeStruct(tuple(int(d) for d in jnp.shape(a)), jnp.result_type(a)) for a in arrays)
+    @staticmethod
+    def _avals(arrays) -> tuple:
+        return tuple(jax.ShapeDtypeStruct(tuple(int(d) for d in jnp.shape(a)), jnp.result_type(a)) for a in arrays)
+
+    def plan_for(self, *arrays, device: Optional[str] = None) -> _Plan:
+        """The registered plan for arrays (or avals) like these on ``device`` ('cuda:N' / 'cpu'; default:
+        the function's device, the arrays' one, or jax's default device), built on first use."""
+        return self._plan(self._avals(arrays), _device_of(arrays, device or self.device))
+
+    def _plan(self, avals: tuple, device: str) -> _Plan:
         key = (tuple((a.shape, a.dtype.name) for a in avals), device)
         plan = self.plans.get(key)
         if plan is not None:
@@ -201,8 +310,46 @@ class GraphFunction:
                 logger.debug("%s: built plan %d for %s", self.__name__, plan.registration.plan_id, key)
         return plan
 
+    def members_for(self, *arrays) -> dict:
+        """{device ordinal: 'cuda:N' | 'cpu'}: the devices a call on ``arrays`` gets a plan for. The
+        ``devices`` the function was made with; else its pinned ``device``; else the concrete arrays'
+        device; else (a traced call, whose device is known only when XLA runs it: under ``shard_map``
+        each device of the mesh runs it) every local device of the platform. Host devices share one
+        plan (host memory is everyone's)."""
+        if self.devices is not None:
+            chosen = [_jax_device(d) for d in self.devices]
+        elif self.device is not None:
+            chosen = [_jax_device(self.device)]
+        else:
+            found = _committed_device(arrays)
+            chosen = [found] if found is not None else None
+            if chosen is None:
+                chosen = jax.local_devices(backend=_default_device().platform)
+        if all(d.platform == "cpu" for d in chosen):
+            chosen = jax.local_devices(backend="cpu")
+        elif any(d.platform == "cpu" for d in chosen):
+            raise InvalidArgumentError("devices", "devices of one platform", str([_name(d) for d in chosen]))
+        return {_ordinal(d): _name(d) for d in chosen}
+
+    def family_for(self, *arrays) -> _Family:
+        """The custom call for arrays (or avals) like these: a family holding the plan of every device of
+        ``members_for``, built and registered on first use (at trace time: the handler cannot build)."""
+        avals = self._avals(arrays)
+        members = self.members_for(*arrays)
+        key = (tuple((a.shape, a.dtype.name) for a in avals), tuple(sorted(members.items())))
+        family = self.families.get(key)
+        if family is not None:
+            return family
+        with self._lock:
+            family = self.families.get(key)
+            if family is None:
+                on_cuda = any(name != "cpu" for name in members.values())
+                family = _Family({o: self._plan(avals, name) for o, name in members.items()}, on_cuda)
+                self.families[key] = family
+        return family
+
     def __call__(self, *arrays):
-        return self.plan_for(*arrays)(*arrays)
+        return self.family_for(*arrays)(*arrays)
 
 
 def _ensure_built(graph) -> None:
@@ -211,15 +358,18 @@ def _ensure_built(graph) -> None:
         graph.build([heur_mode.A, heur_mode.FALLBACK])
 
 
-def function(build: Callable, *, device: Optional[str] = None, command_buffer: bool = True,
-             name: Optional[str] = None) -> GraphFunction:
+def function(build: Callable, *, device: Optional[str] = None, devices: Optional[Sequence] = None,
+             command_buffer: bool = True, name: Optional[str] = None) -> GraphFunction:
     """A jax-callable running the graph ``build(*avals)`` describes, built once per (shapes, dtypes, device).
 
     ``build`` returns ``(graph, inputs, outputs)``: the graph (built here when it is not yet) and its
     input and output Tensors in the order of the call's arguments and results; the tensors must be
-    dense row-major (XLA's layout). ``device`` ('cpu', 'cuda:N') pins the graphs' device; by default
-    it is the arrays' device, or jax's default device under tracing. ``command_buffer=False`` keeps a
-    cuDNN plan from reporting the command-buffer trait.
+    dense row-major (XLA's layout). A call's custom call carries one plan per device it may run on:
+    an eager call's arrays' device; a traced call (``jax.jit``, ``shard_map``), whose device XLA picks
+    when it runs, every local GPU (or host device), each plan built when the call is first traced.
+    ``devices`` (jax devices or 'cuda:N' strings, e.g. a mesh's ``devices.flat``) limits that set;
+    ``device`` ('cpu', 'cuda:N') pins one device (a call on another is a typed runtime error).
+    ``command_buffer=False`` keeps a cuDNN plan from reporting the command-buffer trait.
 
     Example:
         >>> import jax, jax.numpy as jnp, cudnn_graph as cudnn
@@ -233,7 +383,7 @@ def function(build: Callable, *, device: Optional[str] = None, command_buffer: b
         >>> jax.jit(add)(jnp.ones((2, 3)), jnp.ones((2, 3)))[0, 0]
         Array(2., dtype=float32)
     """
-    return GraphFunction(build, device=device, command_buffer=command_buffer, name=name)
+    return GraphFunction(build, device=device, devices=devices, command_buffer=command_buffer, name=name)
 
 
 def wrap(graph, inputs: Sequence, outputs: Sequence, *, command_buffer: bool = True) -> Callable:

@@ -13,6 +13,9 @@ cdef void leave_device_nogil(bint pushed) noexcept nogil
 
 # The device ordinal a stream belongs to; -1 for the special handles (0, legacy 1, per-thread 2).
 cdef int stream_device(intptr_t stream) except -2
+# The same without the GIL (the XLA FFI handler): a primary context enter_device retained is recognised
+# by comparison; another context is asked (pushed, queried, popped). -1: unknown.
+cdef int stream_device_nogil(intptr_t stream) noexcept nogil
 
 cdef uintptr_t device_alloc(size_t nbytes, int device) except 0
 cdef int device_free(uintptr_t address, int device) noexcept

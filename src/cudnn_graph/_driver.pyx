@@ -341,6 +341,26 @@ cdef int stream_device(intptr_t stream) except -2:
     return device
 
 
+cdef int stream_device_nogil(intptr_t stream) noexcept nogil:
+    """stream_device for callers without the GIL; see the declaration."""
+    cdef void* context = NULL
+    cdef void* popped = NULL
+    cdef int device = -1, d
+    if stream == 0 or stream == 1 or stream == 2 or _load_state != 1 or _stream_get_ctx == NULL:
+        return -1
+    if _stream_get_ctx(<void*>stream, &context) != 0 or context == NULL:
+        return -1
+    for d in range(_MAX_PRIMARY_CONTEXTS):
+        if _primary_contexts[d] == context:
+            return d
+    if _ctx_get_device == NULL or _ctx_push(context) != 0:
+        return -1
+    if _ctx_get_device(&device) != 0:
+        device = -1
+    _ctx_pop(&popped)
+    return device
+
+
 cdef uintptr_t device_alloc(size_t nbytes, int device) except 0:
     """cuMemAlloc on ``device`` (its primary context); raises DeviceMemoryError (a MemoryError) when the
     device is full."""

@@ -2,6 +2,8 @@
 # and the process-wide table of registered plans the handler runs (plan id -> operands, geometry, plan).
 from libc.stdint cimport int32_t, int64_t, intptr_t, uint32_t
 
+from cudnn_graph._dsl_launch cimport DslLaunch
+
 
 cdef extern from "cudnn_graph/xla_ffi.h" nogil:
     int CG_XLA_FFI_API_MAJOR
@@ -150,9 +152,12 @@ cdef enum:
     FFI_MAX_TENSORS = 32                # arguments + results of one plan (the workspace not counted)
     FFI_MAX_EXTRA = 64                  # operands a cuDNN plan supplies itself (PlanRunner's PLAN_MAX_EXTRA)
     FFI_NAME_BYTES = 48                 # a tensor's name, as error messages quote it (truncated)
+    FFI_MAX_DEVICES = 64                # device ordinals a plan family covers
 
     PLAN_KIND_CUDNN = 1                 # run here, in C: cudnnBackendExecute with no GIL
     PLAN_KIND_PYTHON = 2                # a Python engine's plan: the GIL is taken, execute() called
+    PLAN_KIND_DSL = 3                   # a DSL plan with a C launch (CuTe): dsl_fill + its entry, no GIL
+    PLAN_KIND_FAMILY = 4                # no plan: one registered plan per device; the call's device's runs
 
 
 # One argument or result as the plan declares it (the XLA buffer must match it exactly).
@@ -168,11 +173,19 @@ ctypedef struct FfiTensor:
 ctypedef struct FfiPlan:
     int64_t plan_id
     int kind                            # PLAN_KIND_*
-    int device                          # CUDA ordinal, -1 for a host graph
+    int device                          # CUDA ordinal, -1 for a host graph (and for a family)
+    # Families only: the member plan id per device ordinal (0: none), and whether the ordinals are CUDA
+    # devices (the call's device is the stream's) or the framework's host devices (its device ordinal).
+    bint on_cuda
+    int64_t members[FFI_MAX_DEVICES]
     int n_inputs                        # tensors[:n_inputs] are the call's arguments ...
     int n_outputs                       # ... tensors[n_inputs:] its results (then the workspace, if any)
     FfiTensor tensors[FFI_MAX_TENSORS]
-    int64_t workspace_size              # bytes of the uint8 result that follows the outputs (0: none)
+    int64_t workspace_size              # bytes of the uint8 result that follows the outputs (0: none; a
+                                        # uint8 result there is then tolerated: a family's members share
+                                        # one result list, sized for the largest workspace)
+    # DSL plans only: the launch, owned by the PackedLaunch the table's keepalive holds.
+    const DslLaunch* launch
     # cuDNN plans only.
     void* plan                          # the finalized execution plan (PlanRunner keeps it alive)
     void* handle                        # this device's FFI handle (see _device_handles)

@@ -14,10 +14,20 @@ error naming the tensor on a mismatch) and runs it:
   operands the plan supplies itself (its constants, views, scratch carved from the workspace) go into
   a variant pack (cudnn_graph._graph_replay.build_variant_pack, the one execute() uses; reused while
   the addresses repeat) and cudnnBackendExecute runs on XLA's stream;
-- a Python engine's plan (CuTe, cuTile; the reference engine of a host graph) has no C launch path
-  yet: the handler takes the GIL and calls the graph's execute() with the buffers as raw-pointer
-  operands (host graphs: ``Slot.from_address``), on XLA's stream. This is the fallback until those
-  engines have a C launch entry.
+- a DSL plan with a C launch (the CuTe GEMM's PackedLaunch) runs here too: dsl_fill packs the buffers'
+  addresses and the stream, and its compiled host entry is called with no GIL;
+- any other Python engine's plan (cuTile; the reference engine of a host graph; a CuTe plan without a C
+  launch) has no C launch path: the handler takes the GIL and calls the graph's execute() with the
+  buffers as raw-pointer operands (host graphs: ``Slot.from_address``), on XLA's stream.
+
+Devices. Every plan is built for one device and never runs on another device's buffers: the handler
+finds the device a call runs on (CUDA: the device whose context owns XLA's stream, asked of the
+driver; else, and on the host, XLA_FFI_DeviceOrdinal_Get) and refuses a plan of another device with an
+INVALID_ARGUMENT error naming both. Under ``shard_map`` one custom call (one ``plan_id``, fixed when it
+is traced) runs on every device of the mesh, so the id may name a *family* (``register_family``): one
+registered plan per device ordinal, of which the handler runs the call's device's. Nothing can be
+built here (that needs the GIL and seconds): cudnn_graph.jax registers every device's plan before the
+call is emitted.
 
 Plans are registered from Python (``register_graph``) and removed when their graph is released. One
 lock serialises the table and the cuDNN launches (they share one cuDNN handle per device).
@@ -37,14 +47,17 @@ from libc.string cimport memcmp, memcpy, strncpy
 from cudnn_graph._loader cimport CudnnApi, loaded_api, cudnn_api
 from cudnn_graph._plan_runner cimport PlanRunner
 from cudnn_graph._graph_replay cimport build_variant_pack, stage_name
-from cudnn_graph._driver cimport zero_async_nogil, enter_device, leave_device, enter_device_nogil, leave_device_nogil
+from cudnn_graph._driver cimport (zero_async_nogil, enter_device, leave_device, enter_device_nogil,
+                                  leave_device_nogil, stream_device_nogil)
+from cudnn_graph._dsl_launch cimport (DSL_FILL_OK, DSL_FILL_MISALIGNED, DslFillFailure, LaunchCells, PackedLaunch,
+                                      dsl_fill)
 from cudnn_graph._cudnn_handle cimport interpreter_finalizing
 
 import logging
 import threading
 import weakref
 
-from cudnn_graph._layout import row_major_strides
+from cudnn_graph._xla_operands import XLA_DTYPE_CODES, PlanRegistration, PythonPlan, tensor_entry
 from cudnn_graph.errors import FfiRegistrationError
 
 _logger = logging.getLogger(__name__)
@@ -73,14 +86,19 @@ cdef intptr_t _handle_streams[_MAX_DEVICES]
 cdef bint _handle_stream_known[_MAX_DEVICES]
 cdef int _reported_major = CG_XLA_FFI_API_MAJOR
 cdef int _reported_minor = CG_XLA_FFI_API_MINOR
+# The call's device, as the handler last found it, and how (diagnostics: last_call_device()).
+cdef enum:
+    _NO_OVERRIDE = -1000
+    _SOURCE_NONE = 0
+    _SOURCE_STREAM = 1                    # the driver: the device whose context owns XLA's stream
+    _SOURCE_FRAMEWORK = 2                 # XLA_FFI_DeviceOrdinal_Get
+    _SOURCE_DEFAULT = 3                   # a host call in a framework without that entry: 0
+    _SOURCE_OVERRIDE = 4                  # a test forged it (override_call_device)
+cdef int _device_override = _NO_OVERRIDE
+cdef int _last_device = -1
+cdef int _last_device_source = _SOURCE_NONE
+cdef int64_t _device_calls[FFI_MAX_DEVICES]   # calls resolved per device (diagnostics: calls_by_device())
 
-# XLA_FFI_DataType codes (the ABI's numbering) by the NumPy / ml_dtypes name that stores the type.
-XLA_DTYPE_CODES = {
-    "bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7, "uint32": 8,
-    "uint64": 9, "float16": 10, "float32": 11, "float64": 12, "bfloat16": 16, "float8_e5m2": 19,
-    "float8_e4m3fn": 20,
-}
-_DTYPE_NAMES_BY_CODE = {code: name for name, code in XLA_DTYPE_CODES.items()}
 cdef const char* _C_DTYPE_NAMES[21]
 for _i in range(21):
     _C_DTYPE_NAMES[_i] = "?"
@@ -151,31 +169,147 @@ cdef XLA_FFI_Error* _handle(XLA_FFI_CallFrame* frame, uint32_t traits) noexcept 
         return NULL     # instantiate / prepare / initialize: a registered plan is ready already
     cdef char message[_MESSAGE_BYTES]
     cdef int64_t plan_id = 0
+    cdef intptr_t stream = 0
+    cdef int device = -1
     if not _plan_id_attribute(frame, &plan_id):
         return _error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                       b"cudnn_graph: the custom call has no int64 attribute 'plan_id'")
     pthread_mutex_lock(&_lock)
-    cdef FfiPlan* plan = _table[plan_id] if 0 < plan_id < _table_size else NULL
-    if plan == NULL:
-        pthread_mutex_unlock(&_lock)
-        snprintf(message, _MESSAGE_BYTES, b"cudnn_graph: plan id %lld is not registered (its graph was "
-                 b"released, or the id comes from another process)", <long long>plan_id)
-        return _error(api, XLA_FFI_Error_Code_NOT_FOUND, message)
-    cdef XLA_FFI_Error_Code code = _check_buffers(plan, frame, message)
+    cdef FfiPlan* plan = NULL
+    cdef XLA_FFI_Error_Code code = _resolve(plan_id, api, frame, &plan, &stream, &device, message)
+    if code == XLA_FFI_Error_Code_OK:
+        code = _check_buffers(plan, frame, message)
     if code != XLA_FFI_Error_Code_OK:
         pthread_mutex_unlock(&_lock)
         return _error(api, code, message)
     if plan.kind == PLAN_KIND_CUDNN:
-        code = _run_cudnn(plan, frame, message)
+        code = _run_cudnn(plan, frame, stream, message)
+        pthread_mutex_unlock(&_lock)
+    elif plan.kind == PLAN_KIND_DSL:
+        code = _run_dsl(plan, frame, stream, message)
         pthread_mutex_unlock(&_lock)
     else:
         # The Python engine's execute takes the GIL: the table lock must not be held meanwhile (a
         # thread holding the GIL may be waiting for it to register or release a plan).
+        plan_id = plan.plan_id
         pthread_mutex_unlock(&_lock)
-        code = _run_python(plan_id, frame, message)
+        code = _run_python(plan_id, frame, stream, message)
     if code != XLA_FFI_Error_Code_OK:
         return _error(api, code, message)
     return NULL
+
+
+cdef XLA_FFI_Error_Code _resolve(int64_t plan_id, const XLA_FFI_Api* api, XLA_FFI_CallFrame* frame,
+                                 FfiPlan** found, intptr_t* stream, int* device, char* message) noexcept nogil:
+    """The plan this call runs (the table lock is held): ``plan_id``'s, or for a family its member for the
+    call's device; with XLA's stream (device plans) and the call's device (-1 where none was asked). A plan
+    of another device than the call's is refused: it never runs on another device's buffers."""
+    cdef FfiPlan* entry = _table[plan_id] if 0 < plan_id < _table_size else NULL
+    cdef FfiPlan* plan
+    cdef XLA_FFI_Error_Code code
+    cdef int64_t member
+    cdef bint on_cuda
+    cdef char held[160]
+    if entry == NULL:
+        snprintf(message, _MESSAGE_BYTES, b"cudnn_graph: plan id %lld is not registered (its graph was "
+                 b"released, or the id comes from another process)", <long long>plan_id)
+        return XLA_FFI_Error_Code_NOT_FOUND
+    on_cuda = entry.on_cuda if entry.kind == PLAN_KIND_FAMILY else entry.device >= 0
+    if on_cuda and _device_override == _NO_OVERRIDE:
+        code = _stream(api, frame, stream, message)     # the driver tells the call's device from it
+        if code != XLA_FFI_Error_Code_OK:
+            return code
+    if entry.kind == PLAN_KIND_FAMILY or entry.device >= 0:
+        code = _call_device(api, frame, on_cuda, stream[0], device, message)
+        if code != XLA_FFI_Error_Code_OK:
+            return code
+    plan = entry
+    if entry.kind == PLAN_KIND_FAMILY:
+        member = entry.members[device[0]] if 0 <= device[0] < FFI_MAX_DEVICES else 0
+        plan = _table[member] if 0 < member < _table_size else NULL
+        if plan == NULL:
+            _format_members(held, 160, entry)
+            snprintf(message, _MESSAGE_BYTES, b"cudnn_graph plan family %lld has no plan for %s%d, where XLA "
+                     b"runs this call (it holds plans for %s; a member's graph may have been released): build "
+                     b"the function for every device it runs on", <long long>plan_id,
+                     b"cuda:" if on_cuda else b"host device ", device[0], held)
+            return XLA_FFI_Error_Code_NOT_FOUND
+    if plan.device >= 0 and plan.device != device[0]:
+        snprintf(message, _MESSAGE_BYTES, b"cudnn_graph plan %lld was built for cuda:%d; XLA runs this call on "
+                 b"cuda:%d, whose buffers it must not touch (register a plan per device: cudnn_graph.jax."
+                 b"function builds one for every local GPU)", <long long>plan.plan_id, plan.device, device[0])
+        return XLA_FFI_Error_Code_INVALID_ARGUMENT
+    if on_cuda and _device_override != _NO_OVERRIDE:
+        code = _stream(api, frame, stream, message)
+        if code != XLA_FFI_Error_Code_OK:
+            return code
+    if 0 <= device[0] < FFI_MAX_DEVICES:
+        _device_calls[device[0]] += 1
+    found[0] = plan
+    return XLA_FFI_Error_Code_OK
+
+
+cdef void _format_members(char* out, int size, FfiPlan* family) noexcept nogil:
+    cdef int at = 0, d
+    out[0] = 0
+    for d in range(FFI_MAX_DEVICES):
+        if family.members[d] != 0 and at < size:
+            at += snprintf(out + at, size - at, b"%s%s%d", b", " if at else b"",
+                           b"cuda:" if family.on_cuda else b"host device ", d)
+    if at == 0:
+        snprintf(out, size, b"no device")
+
+
+cdef XLA_FFI_Error_Code _stream(const XLA_FFI_Api* api, XLA_FFI_CallFrame* frame, intptr_t* stream,
+                                char* message) noexcept nogil:
+    cdef XLA_FFI_Stream_Get_Args args
+    cdef XLA_FFI_Error* failed
+    args.struct_size = sizeof(XLA_FFI_Stream_Get_Args)
+    args.extension_start = NULL
+    args.ctx = frame.ctx
+    args.stream = NULL
+    failed = api.XLA_FFI_Stream_Get(&args)
+    if failed != NULL:
+        return _forward(failed, message)
+    stream[0] = <intptr_t>args.stream
+    return XLA_FFI_Error_Code_OK
+
+
+cdef XLA_FFI_Error_Code _call_device(const XLA_FFI_Api* api, XLA_FFI_CallFrame* frame, bint on_cuda,
+                                     intptr_t stream, int* device, char* message) noexcept nogil:
+    """The device this call runs on. On CUDA: the device whose context owns XLA's stream (where the
+    buffers live; cuda:N numbers as cudnn_graph does), else XLA's device ordinal; on the host: XLA's
+    device ordinal (0 where the framework's table has no such entry)."""
+    global _last_device, _last_device_source
+    cdef XLA_FFI_DeviceOrdinal_Get_Args args
+    cdef XLA_FFI_Error* failed
+    if _device_override != _NO_OVERRIDE:
+        device[0] = _device_override
+        _last_device, _last_device_source = device[0], _SOURCE_OVERRIDE
+        return XLA_FFI_Error_Code_OK
+    if on_cuda:
+        device[0] = stream_device_nogil(stream)
+        if device[0] >= 0:
+            _last_device, _last_device_source = device[0], _SOURCE_STREAM
+            return XLA_FFI_Error_Code_OK
+    if CG_XLA_FFI_API_HAS_DEVICE_ORDINAL_GET(api):
+        args.struct_size = sizeof(XLA_FFI_DeviceOrdinal_Get_Args)
+        args.extension_start = NULL
+        args.ctx = frame.ctx
+        args.device_ordinal = -1
+        failed = api.XLA_FFI_DeviceOrdinal_Get(&args)
+        if failed != NULL:
+            return _forward(failed, message)
+        device[0] = args.device_ordinal
+        _last_device, _last_device_source = device[0], _SOURCE_FRAMEWORK
+        return XLA_FFI_Error_Code_OK
+    if not on_cuda:
+        device[0] = 0
+        _last_device, _last_device_source = 0, _SOURCE_DEFAULT
+        return XLA_FFI_Error_Code_OK
+    snprintf(message, _MESSAGE_BYTES, b"cudnn_graph: cannot tell which CUDA device this call runs on (the "
+             b"driver does not know XLA's stream and the framework gives no device ordinal)")
+    return XLA_FFI_Error_Code_INTERNAL
 
 
 cdef bint _plan_id_attribute(XLA_FFI_CallFrame* frame, int64_t* plan_id) noexcept nogil:
@@ -210,14 +344,16 @@ cdef int _format_dims(char* out, int size, int dtype, int64_t rank, const int64_
 
 cdef XLA_FFI_Error_Code _check_buffers(FfiPlan* plan, XLA_FFI_CallFrame* frame, char* message) noexcept nogil:
     """Every argument and result against the plan's declared geometry; a message naming the tensor."""
-    cdef int64_t want_rets = plan.n_outputs + (1 if plan.workspace_size > 0 else 0)
+    cdef int64_t extra = frame.rets.size - plan.n_outputs
     cdef int i, d
     cdef XLA_FFI_Buffer* buffer
     cdef FfiTensor* tensor
     cdef bint same
     cdef char want[160]
     cdef char got[160]
-    if frame.args.size != plan.n_inputs or frame.rets.size != want_rets:
+    # A plan without a workspace tolerates one trailing result (a family's workspace, sized for another
+    # member), checked like a workspace below.
+    if frame.args.size != plan.n_inputs or not (extra == 1 if plan.workspace_size > 0 else 0 <= extra <= 1):
         snprintf(message, _MESSAGE_BYTES, b"cudnn_graph plan %lld: the call has %lld arguments and %lld "
                  b"results; the plan takes %d inputs and gives %d outputs%s", <long long>plan.plan_id,
                  <long long>frame.args.size, <long long>frame.rets.size, plan.n_inputs, plan.n_outputs,
@@ -257,7 +393,7 @@ cdef XLA_FFI_Error_Code _check_buffers(FfiPlan* plan, XLA_FFI_CallFrame* frame, 
                      b"address aligned to 16 bytes, got %p", <long long>plan.plan_id, tensor.name,
                      <long long>tensor.uid, buffer.data)
             return XLA_FFI_Error_Code_INVALID_ARGUMENT
-    if plan.workspace_size > 0:
+    if extra == 1:
         buffer = <XLA_FFI_Buffer*>frame.rets.rets[plan.n_outputs]
         if (frame.rets.types[plan.n_outputs] != XLA_FFI_RetType_BUFFER or buffer.dtype != 6 or buffer.rank != 1
                 or buffer.dims[0] < plan.workspace_size):
@@ -273,7 +409,8 @@ cdef inline void* _buffer_data(XLA_FFI_CallFrame* frame, FfiPlan* plan, int i) n
     return (<XLA_FFI_Buffer*>frame.rets.rets[i - plan.n_inputs]).data
 
 
-cdef XLA_FFI_Error_Code _run_cudnn(FfiPlan* plan, XLA_FFI_CallFrame* frame, char* message) noexcept nogil:
+cdef XLA_FFI_Error_Code _run_cudnn(FfiPlan* plan, XLA_FFI_CallFrame* frame, intptr_t stream,
+                                   char* message) noexcept nogil:
     """cudnnBackendExecute of a registered plan on XLA's stream (the table lock is held), with the plan's
     device's primary context current (cuDNN launches on the current context; XLA's is the primary one)."""
     cdef bint pushed = False
@@ -283,46 +420,22 @@ cdef XLA_FFI_Error_Code _run_cudnn(FfiPlan* plan, XLA_FFI_CallFrame* frame, char
         snprintf(message, _MESSAGE_BYTES, b"cudnn_graph plan %lld: making cuda:%d's primary context current "
                  b"failed (CUresult %d)", <long long>plan.plan_id, plan.device, result)
         return XLA_FFI_Error_Code_INTERNAL
-    code = _execute_cudnn(plan, frame, message)
+    code = _execute_cudnn(plan, frame, stream, message)
     leave_device_nogil(pushed)
     return code
 
 
-cdef XLA_FFI_Error_Code _execute_cudnn(FfiPlan* plan, XLA_FFI_CallFrame* frame, char* message) noexcept nogil:
-    cdef const XLA_FFI_Api* api = frame.api
+cdef XLA_FFI_Error_Code _execute_cudnn(FfiPlan* plan, XLA_FFI_CallFrame* frame, intptr_t stream,
+                                       char* message) noexcept nogil:
     cdef CudnnApi* cudnn = loaded_api()
-    cdef XLA_FFI_Stream_Get_Args stream_args
-    cdef XLA_FFI_DeviceOrdinal_Get_Args device_args
-    cdef XLA_FFI_Error* failed
     cdef int64_t uids[FFI_MAX_TENSORS + FFI_MAX_EXTRA]
     cdef void* ptrs[FFI_MAX_TENSORS + FFI_MAX_EXTRA]
     cdef int n = 0, i, status, stage = 0, result
     cdef void* workspace = NULL
     cdef void* pack = NULL
-    cdef intptr_t stream
     if cudnn == NULL:
         snprintf(message, _MESSAGE_BYTES, b"cudnn_graph plan %lld: libcudnn is not loaded", <long long>plan.plan_id)
         return XLA_FFI_Error_Code_FAILED_PRECONDITION
-    stream_args.struct_size = sizeof(XLA_FFI_Stream_Get_Args)
-    stream_args.extension_start = NULL
-    stream_args.ctx = frame.ctx
-    stream_args.stream = NULL
-    failed = api.XLA_FFI_Stream_Get(&stream_args)
-    if failed != NULL:
-        return _forward(failed, message)
-    stream = <intptr_t>stream_args.stream
-    if CG_XLA_FFI_API_HAS_DEVICE_ORDINAL_GET(api):
-        device_args.struct_size = sizeof(XLA_FFI_DeviceOrdinal_Get_Args)
-        device_args.extension_start = NULL
-        device_args.ctx = frame.ctx
-        device_args.device_ordinal = -1
-        failed = api.XLA_FFI_DeviceOrdinal_Get(&device_args)
-        if failed != NULL:
-            return _forward(failed, message)
-        if device_args.device_ordinal != plan.device:
-            snprintf(message, _MESSAGE_BYTES, b"cudnn_graph plan %lld was built for cuda:%d; XLA runs it on "
-                     b"device %d", <long long>plan.plan_id, plan.device, device_args.device_ordinal)
-            return XLA_FFI_Error_Code_INVALID_ARGUMENT
     if not _handle_stream_known[plan.device] or _handle_streams[plan.device] != stream:
         status = cudnn.cudnnSetStream(plan.handle, <void*>stream)
         if status != 0:
@@ -386,12 +499,64 @@ cdef XLA_FFI_Error_Code _forward(XLA_FFI_Error* failed, char* message) noexcept 
     return XLA_FFI_Error_Code_INTERNAL
 
 
-cdef XLA_FFI_Error_Code _run_python(int64_t plan_id, XLA_FFI_CallFrame* frame, char* message) noexcept with gil:
-    """The Python-engine fallback: execute() with the GIL held (taken on entry, from any XLA thread); an
-    exception becomes the FFI error."""
-    cdef XLA_FFI_Stream_Get_Args stream_args
-    cdef XLA_FFI_Error* failed = NULL
-    cdef intptr_t stream = 0
+cdef XLA_FFI_Error_Code _run_dsl(FfiPlan* plan, XLA_FFI_CallFrame* frame, intptr_t stream,
+                                 char* message) noexcept nogil:
+    """A DSL plan's compiled host entry, called here (the table lock is held) with the buffers' addresses
+    packed by dsl_fill, on XLA's stream with the plan's device's primary context current (the entry
+    launches on the current context)."""
+    cdef int64_t uids[FFI_MAX_TENSORS]
+    cdef void* ptrs[FFI_MAX_TENSORS]
+    cdef LaunchCells cells
+    cdef DslFillFailure failure
+    cdef int i, n = plan.n_inputs + plan.n_outputs, status, result
+    cdef bint pushed = False
+    for i in range(n):
+        uids[i] = plan.tensors[i].uid
+        ptrs[i] = _buffer_data(frame, plan, i)
+    status = dsl_fill(plan.launch, uids, ptrs, n, stream, &cells, &failure)
+    cdef const char* name = b"?"
+    if status == DSL_FILL_MISALIGNED:
+        i = _tensor_index(plan, failure.uid)
+        if i >= 0:
+            name = plan.tensors[i].name
+        snprintf(message, _MESSAGE_BYTES, b"cudnn_graph plan %lld: tensor '%s' (uid %lld): expected a data "
+                 b"address aligned to %lld bytes (the CuTe kernel's), got %p", <long long>plan.plan_id,
+                 name, <long long>failure.uid, <long long>failure.align, failure.address)
+        return XLA_FFI_Error_Code_INVALID_ARGUMENT
+    if status != DSL_FILL_OK:
+        snprintf(message, _MESSAGE_BYTES, b"cudnn_graph plan %lld: scalar uid %lld has no value (an XLA call "
+                 b"passes no host scalars: give it when the graph is built)", <long long>plan.plan_id,
+                 <long long>failure.uid)
+        return XLA_FFI_Error_Code_INVALID_ARGUMENT
+    if plan.device >= 0:
+        result = enter_device_nogil(plan.device, &pushed)
+        if result != 0:
+            snprintf(message, _MESSAGE_BYTES, b"cudnn_graph plan %lld: making cuda:%d's primary context "
+                     b"current failed (CUresult %d)", <long long>plan.plan_id, plan.device, result)
+            return XLA_FFI_Error_Code_INTERNAL
+    plan.launch.entry(cells.args, plan.launch.nargs)
+    if plan.device >= 0:
+        leave_device_nogil(pushed)
+    if cells.result != 0:
+        snprintf(message, _MESSAGE_BYTES, b"cudnn_graph plan %lld: the CuTe DSL kernel launch failed: CUDA "
+                 b"error %d", <long long>plan.plan_id, <int>cells.result)
+        return XLA_FFI_Error_Code_INTERNAL
+    return XLA_FFI_Error_Code_OK
+
+
+cdef int _tensor_index(FfiPlan* plan, int64_t uid) noexcept nogil:
+    cdef int i
+    for i in range(plan.n_inputs + plan.n_outputs):
+        if plan.tensors[i].uid == uid:
+            return i
+    return -1
+
+
+cdef XLA_FFI_Error_Code _run_python(int64_t plan_id, XLA_FFI_CallFrame* frame, intptr_t stream,
+                                    char* message) noexcept with gil:
+    """The Python-engine fallback: execute() with the GIL held (taken on entry, from any XLA thread) on
+    XLA's stream (0 for a host plan: XLA has none to give on the host); an exception becomes the FFI
+    error."""
     cdef int64_t i
     cdef bytes text
     try:
@@ -401,17 +566,6 @@ cdef XLA_FFI_Error_Code _run_python(int64_t plan_id, XLA_FFI_CallFrame* frame, c
         graph = None if entry is None else entry.graph()
         if graph is None:
             raise LookupError(f"plan id {plan_id} is not registered (its graph was released)")
-        if entry.device >= 0:
-            # On the host XLA has no stream to give: only a device plan asks for one.
-            stream_args.struct_size = sizeof(XLA_FFI_Stream_Get_Args)
-            stream_args.extension_start = NULL
-            stream_args.ctx = frame.ctx
-            stream_args.stream = NULL
-            with nogil:
-                failed = frame.api.XLA_FFI_Stream_Get(&stream_args)
-            if failed != NULL:
-                raise RuntimeError("the framework gave no stream for a device plan")
-            stream = <intptr_t>stream_args.stream
         entry.run(graph, arguments, results, stream)
     except BaseException as exc:
         text = f"cudnn_graph plan {plan_id} ({type(exc).__name__}): {exc}".encode("utf-8", "replace")
@@ -423,34 +577,10 @@ cdef XLA_FFI_Error_Code _run_python(int64_t plan_id, XLA_FFI_CallFrame* frame, c
 
 # ---- registration (Python) ----------------------------------------------------------------------------
 
-_python_plans = {}          # plan id -> _PythonPlan
+_python_plans = {}          # plan id -> PythonPlan (cudnn_graph._xla_operands)
 _keepalive = {}             # plan id -> what keeps a cuDNN entry's pointers valid
 _handles = {}               # device -> the Handle FFI launches use
 _registration_lock = threading.Lock()
-
-
-class _PythonPlan:
-    """What the fallback needs to run a Python engine's plan from raw addresses."""
-
-    def __init__(self, graph, tensors, workspace_size, device):
-        self.graph = weakref.ref(graph)
-        self.tensors = tensors          # [(uid, dims, strides, numpy dtype name)], inputs then outputs (uids: a
-                                        # Tensor would keep its graph alive, and the entry goes with it)
-        self.workspace_size = workspace_size
-        self.device = device
-
-    def run(self, graph, arguments, results, stream):
-        from cudnn_graph._slot import Slot
-        addresses = list(arguments) + list(results)
-        if self.device < 0:
-            mapping = {uid: Slot.from_address(a, dims, strides, dtype=dtype, device="cpu")
-                       for (uid, dims, strides, dtype), a in zip(self.tensors, addresses)}
-        else:
-            mapping = {uid: a for (uid, _, _, _), a in zip(self.tensors, addresses)}
-        workspace = results[len(self.tensors) - len(arguments)] if self.workspace_size > 0 else None
-        if workspace is not None and self.device < 0:
-            workspace = Slot.from_address(workspace, (self.workspace_size,), dtype="uint8", device="cpu")
-        graph.execute(mapping, workspace=workspace, stream=stream if self.device >= 0 else None)
 
 
 def handler_capsule(command_buffer_compatible: bool = False):
@@ -496,61 +626,12 @@ def registered_plans() -> tuple:
     return tuple(sorted(int(i) for i in range(1, _table_size) if _table[i] != NULL))
 
 
-def _tensor_entry(tensor, role: str, position: int):
-    """(name, uid, buffer shape, XLA dtype code, numpy dtype name, dims, strides) of a tensor the call passes."""
-    from cudnn_graph.data_type import numpy_dtype
-    name = tensor.name or f"uid {tensor.uid}"
-    if tensor.is_virtual:
-        raise FfiRegistrationError(f"{role} {position} (tensor '{name}') is virtual: only tensors the graph "
-                                   f"reads or writes in memory can be custom-call operands")
-    if tensor.is_pass_by_value:
-        raise FfiRegistrationError(f"{role} {position} (tensor '{name}') is pass-by-value: XLA passes device "
-                                   f"buffers; give the value when the graph is built instead")
-    shape = tuple(int(d) for d in tensor.get_dim())
-    if len(shape) > FFI_MAX_RANK:
-        raise FfiRegistrationError(f"{role} {position} (tensor '{name}') has rank {len(shape)}; at most "
-                                   f"{FFI_MAX_RANK}")
-    strides = tuple(int(s) for s in tensor.get_stride())
-    # XLA buffers are dense row-major: the buffer of a tensor is its memory, its dims ordered by stride
-    # (outermost first), e.g. an (N, C, H, W) tensor with channels-last strides is an (N, H, W, C) buffer.
-    order = sorted(range(len(shape)), key=lambda i: (-strides[i], i))
-    memory_shape = tuple(shape[i] for i in order)
-    packed = row_major_strides(memory_shape)
-    if any(shape[i] != 1 and strides[i] != p for i, p in zip(order, packed)):
-        raise FfiRegistrationError(f"{role} {position} (tensor '{name}') has dims {shape} and strides {strides}, "
-                                   f"which are not a dense buffer: XLA passes dense row-major buffers")
-    dtype = numpy_dtype(tensor.get_data_type()).name
-    code = XLA_DTYPE_CODES.get(dtype)
-    if code is None:
-        raise FfiRegistrationError(f"{role} {position} (tensor '{name}') has data type {dtype}, which the XLA "
-                                   f"FFI handler does not map")
-    return name, int(tensor.uid), memory_shape, code, dtype, shape, strides
-
-
-class PlanRegistration:
-    """A graph's plan in the handler's table: ``plan_id`` (the custom call's attribute), ``kind``
-    ('cudnn': run in C; 'python': the GIL fallback), ``workspace_size`` (bytes of the workspace result),
-    ``device`` (CUDA ordinal, -1 for a host graph), ``command_buffer_compatible``.
-    """
-
-    def __init__(self, plan_id, kind, workspace_size, device, command_buffer_compatible, tensors):
-        self.plan_id = plan_id
-        self.kind = kind
-        self.workspace_size = workspace_size
-        self.device = device
-        self.command_buffer_compatible = command_buffer_compatible
-        self.tensors = tensors      # [(name, uid, buffer shape, numpy dtype name)], inputs then outputs
-
-    def __repr__(self):
-        return (f"PlanRegistration(plan_id={self.plan_id}, kind={self.kind!r}, workspace={self.workspace_size}, "
-                f"device={self.device}, command_buffer_compatible={self.command_buffer_compatible})")
-
-
 def register_graph(graph, inputs, outputs, *, command_buffer: bool = True) -> PlanRegistration:
     """Register ``graph``'s built plan for the handler; ``inputs`` / ``outputs`` are its Tensors in the
     order of the custom call's arguments and results. The entry goes when the graph is released.
 
-    A cuDNN plan runs in C; any other engine's plan through the GIL fallback. ``command_buffer``
+    A cuDNN plan runs in C; a DSL plan with a C launch (CuTe's PackedLaunch) is called from C; any other
+    engine's plan runs through the GIL fallback. ``command_buffer``
     (default True) lets a cuDNN plan report the command-buffer trait (XLA may capture it in a CUDA
     graph); Python-engine plans never report it.
 
@@ -566,8 +647,8 @@ def register_graph(graph, inputs, outputs, *, command_buffer: bool = True) -> Pl
     if len(inputs) + len(outputs) > FFI_MAX_TENSORS:
         raise FfiRegistrationError(f"a plan takes at most {FFI_MAX_TENSORS} arguments and results; got "
                                    f"{len(inputs) + len(outputs)}")
-    entries = ([_tensor_entry(t, "input", i) for i, t in enumerate(inputs)]
-               + [_tensor_entry(t, "output", i) for i, t in enumerate(outputs)])
+    entries = ([tensor_entry(t, "input", i, FFI_MAX_RANK) for i, t in enumerate(inputs)]
+               + [tensor_entry(t, "output", i, FFI_MAX_RANK) for i, t in enumerate(outputs)])
     uids = [e[1] for e in entries]
     if len(set(uids)) != len(uids):
         raise FfiRegistrationError("a tensor appears twice among the inputs and outputs")
@@ -578,14 +659,15 @@ def register_graph(graph, inputs, outputs, *, command_buffer: bool = True) -> Pl
     device = -1 if device_type == 1 else int(ordinal)
     workspace_size = int(compiled.workspace_size)
     runner = getattr(compiled, "runner", None)
-    kind = "cudnn" if isinstance(runner, PlanRunner) else "python"
+    launch = None if isinstance(runner, PlanRunner) else _c_launch(compiled, set(uids), workspace_size)
+    kind = "cudnn" if isinstance(runner, PlanRunner) else "dsl" if launch is not None else "python"
     specs = {s.uid: s for s in compiled.layout.specs}
     given = set(uids)
     cdef FfiPlan* plan = <FfiPlan*>calloc(1, sizeof(FfiPlan))
     if plan == NULL:
         raise MemoryError()
     try:
-        plan.kind = PLAN_KIND_CUDNN if kind == "cudnn" else PLAN_KIND_PYTHON
+        plan.kind = {"cudnn": PLAN_KIND_CUDNN, "dsl": PLAN_KIND_DSL}.get(kind, PLAN_KIND_PYTHON)
         plan.device = device
         plan.n_inputs = len(inputs)
         plan.n_outputs = len(outputs)
@@ -620,21 +702,45 @@ def register_graph(graph, inputs, outputs, *, command_buffer: bool = True) -> Pl
             missing = [s.name or f"uid {s.uid}" for u, s in specs.items() if u not in given and s.required]
             if missing:
                 raise FfiRegistrationError(f"the graph reads or writes tensors the call does not pass: {missing}")
+            if kind == "dsl":
+                plan.launch = (<PackedLaunch>launch).c_launch()
+                keep.append(launch)
+                if device >= 0:
+                    _retain_primary_context(device)
+            # A DSL entry's capture safety is not verified yet: DSL plans report no command-buffer trait.
             command_buffer_ok = False
         plan_id = _insert(plan)
     except BaseException:
         free(plan)
         raise
-    if kind == "cudnn":
+    if kind in ("cudnn", "dsl"):
         _keepalive[plan_id] = keep
     else:
-        _python_plans[plan_id] = _PythonPlan(graph, [(e[1], e[5], e[6], e[4]) for e in entries], workspace_size,
+        _python_plans[plan_id] = PythonPlan(graph, [(e[1], e[5], e[6], e[4]) for e in entries], workspace_size,
                                              device)
     weakref.finalize(graph, _release, plan_id)
     _logger.debug("registered plan %d (%s, workspace %d bytes, device %d) for the XLA FFI handler", plan_id,
                   kind, workspace_size, device)
     return PlanRegistration(plan_id, kind, workspace_size, device, command_buffer_ok,
                             [(e[0], e[1], e[2], e[4]) for e in entries])
+
+
+def _c_launch(compiled, given: set, int workspace_size):
+    """The plan's C launch (a PackedLaunch, from the plan's one-call executor) when the handler can run it
+    without the GIL: every operand it reads by address is among the call's buffers, every host scalar
+    has the graph's value (XLA passes no host scalars) and no workspace is needed; else None (the GIL
+    fallback runs the plan)."""
+    if workspace_size != 0:
+        return None
+    executor = compiled.fast_executor(compiled.layout)
+    launch = getattr(executor, "__self__", None)
+    if not isinstance(launch, PackedLaunch):
+        return None
+    if not launch.scalars_have_values or not set(launch.pointer_uids) <= given:
+        _logger.debug("no C launch from the XLA handler for %r: a scalar without a value or an operand the "
+                      "call does not pass", compiled)
+        return None
+    return launch
 
 
 cdef int _retain_primary_context(int device) except -1:
@@ -756,3 +862,122 @@ def release_plan(plan_id: int) -> None:
         >>> release_plan(10**9)     # an id never registered: nothing to do
     """
     _release(plan_id)
+
+
+# ---- per-device families ---------------------------------------------------------------------------------
+
+def register_family(members, *, bint on_cuda) -> int:
+    """Register a family: one registered plan per device, ``members`` mapping a device ordinal (the CUDA
+    ordinal with ``on_cuda``, else XLA's host device ordinal) to a plan id. A custom call naming the
+    family's id runs the member of the device XLA runs it on (a device without a member is a NOT_FOUND
+    error); members stay registered plans of their own. Returns the family's id (released with
+    ``release_plan``; releasing it leaves the members).
+
+    A CUDA member must be a plan of that device; a host member a host plan (several host devices may
+    share one: host memory is everyone's).
+
+    Example (``p0``, ``p1``: plans registered for cuda:0 and cuda:1):
+        >>> family = register_family({0: p0, 1: p1}, on_cuda=True)     # doctest: +SKIP
+    """
+    members = {int(d): int(p) for d, p in dict(members).items()}
+    if not members:
+        raise FfiRegistrationError("a plan family needs at least one member")
+    cdef FfiPlan* family = <FfiPlan*>calloc(1, sizeof(FfiPlan))
+    cdef FfiPlan* member
+    if family == NULL:
+        raise MemoryError()
+    family.kind = PLAN_KIND_FAMILY
+    family.device = -1
+    family.on_cuda = on_cuda
+    where = "cuda:" if on_cuda else "host device "
+    try:
+        with _registration_lock:
+            for device, plan_id in members.items():
+                if not 0 <= device < FFI_MAX_DEVICES:
+                    raise FfiRegistrationError(f"device ordinal {device} is out of range [0, {FFI_MAX_DEVICES})")
+                member = _table[plan_id] if 0 < plan_id < _table_size else NULL
+                if member == NULL or member.kind == PLAN_KIND_FAMILY:
+                    raise FfiRegistrationError(f"the member for {where}{device} (id {plan_id}) is not a registered "
+                                               f"plan")
+                wanted = device if on_cuda else -1
+                if member.device != wanted:
+                    built = f"cuda:{member.device}" if member.device >= 0 else "the host"
+                    raise FfiRegistrationError(f"the member for {where}{device} (plan {plan_id}) was built for "
+                                               f"{built}: a plan runs only on its own device's buffers")
+                family.members[device] = plan_id
+            family_id = _insert(family)
+    except BaseException:
+        free(family)
+        raise
+    _logger.debug("registered plan family %d: %s", family_id,
+                  ", ".join(f"{where}{d} -> plan {p}" for d, p in sorted(members.items())))
+    return family_id
+
+
+def family_members(int64_t family_id) -> dict:
+    """{device ordinal: plan id} of a registered family ({} for anything else).
+
+    Example:
+        >>> family_members(10**9)
+        {}
+    """
+    cdef FfiPlan* entry = _table[family_id] if 0 < family_id < _table_size else NULL
+    if entry == NULL or entry.kind != PLAN_KIND_FAMILY:
+        return {}
+    return {d: int(entry.members[d]) for d in range(FFI_MAX_DEVICES) if entry.members[d] != 0}
+
+
+_SOURCE_NAMES = {_SOURCE_NONE: None, _SOURCE_STREAM: "stream", _SOURCE_FRAMEWORK: "framework",
+                 _SOURCE_DEFAULT: "default", _SOURCE_OVERRIDE: "override"}
+
+
+def last_call_device() -> tuple:
+    """(device, how) the handler found for the last call that asked: ``how`` is 'stream' (the device whose
+    context owns XLA's stream), 'framework' (XLA_FFI_DeviceOrdinal_Get), 'default' (a host call, no such
+    entry), 'override' (override_call_device) or None (no call yet).
+
+    Example:
+        >>> device, how = last_call_device()
+    """
+    return (_last_device, _SOURCE_NAMES[_last_device_source])
+
+
+def calls_by_device() -> dict:
+    """{device ordinal: calls the handler resolved for it} since the process started (or reset=True).
+
+    Example:
+        >>> isinstance(calls_by_device(), dict)
+        True
+    """
+    return {d: int(_device_calls[d]) for d in range(FFI_MAX_DEVICES) if _device_calls[d] != 0}
+
+
+def reset_calls_by_device() -> None:
+    """Zero the counts calls_by_device() reports."""
+    cdef int d
+    with nogil:
+        pthread_mutex_lock(&_lock)
+        for d in range(FFI_MAX_DEVICES):
+            _device_calls[d] = 0
+        pthread_mutex_unlock(&_lock)
+
+
+def override_call_device(device) -> None:
+    """For tests: the handler takes ``device`` as the device every call runs on (None: ask the stream and
+    the framework again). This forges a call's device to pin the refusal of another device's plan and
+    the choice of a family's member on machines with one device or none.
+
+    Example:
+        >>> override_call_device(None)
+    """
+    global _device_override
+    _device_override = _NO_OVERRIDE if device is None else int(device)
+
+
+def set_plan_device_for_tests(int64_t plan_id, int device) -> None:
+    """For tests: record ``device`` as the device plan ``plan_id`` was built for (a forged plan; the
+    handler must refuse it on any other device's call). Never use it on a plan meant to run."""
+    cdef FfiPlan* entry = _table[plan_id] if 0 < plan_id < _table_size else NULL
+    if entry == NULL or entry.kind == PLAN_KIND_FAMILY:
+        raise FfiRegistrationError(f"plan id {plan_id} is not a registered plan")
+    entry.device = device

@@ -164,3 +164,33 @@ def test_more_operands_than_pointer_slots_is_refused(stand_in):
     with pytest.raises(InvalidArgumentError, match="pointer_slots"):
         PackedLaunch.create(_layout(), entry, [0] * 13, (1, 2, 3), (16, 16, 16), ("A", "B", "C"), 3, (), (), (),
                             (1, 1, 1, 1), 11, None, pointer_slots=2)
+
+
+# ---- the raw path: dsl_fill over (uid, address) arrays, what the XLA FFI handler calls without the GIL ------
+
+def test_a_raw_launch_hands_the_entry_the_addresses_by_uid(stand_in):
+    launch = _launch(stand_in, default=0.75)
+    launch.launch_unchecked([3, 1, 2], [0x30000, 0x10000, 0x20000], 55)       # any order: found by uid
+    seen = _seen(stand_in)
+    assert [seen.ptrs[i] for i in range(3)] == [0x10000, 0x20000, 0x30000]
+    assert list(seen.floats) == [0.75, 0.0, 0.0] and seen.stream == 55 and seen.extra == 0xABCD00
+    assert launch.pointer_uids == (1, 2, 3) and launch.scalars_have_values
+
+
+def test_a_raw_launch_reads_a_host_scalar_through_its_address(stand_in):
+    alpha = np.array([1.5], np.float32)
+    _launch(stand_in).launch_unchecked([1, 2, 3, 4], [0x10000, 0x20000, 0x30000, alpha.ctypes.data])
+    assert _seen(stand_in).floats[0] == 1.5
+
+
+def test_a_raw_launch_refuses_misalignment_and_a_missing_scalar_as_execute_does(stand_in):
+    before = _seen(stand_in).calls
+    with pytest.raises(ValueError, match="output is at address 0x30004, not 16-byte aligned"):
+        _launch(stand_in, default=1.0).launch_unchecked([1, 2, 3], [0x10000, 0x20000, 0x30004])
+    launch = _launch(stand_in)
+    assert not launch.scalars_have_values
+    with pytest.raises(InvalidArgumentError, match="scalar uid 4"):
+        launch.launch_unchecked([1, 2, 3], [0x10000, 0x20000, 0x30000])
+    with pytest.raises(InvalidArgumentError, match="as many addresses as uids"):
+        launch.launch_unchecked([1, 2], [0x10000])
+    assert _seen(stand_in).calls == before
