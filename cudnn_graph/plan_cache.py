@@ -132,15 +132,23 @@ def cache_for(graph):
     return choice
 
 
+# The key's cuDNN slot. The cuDNN version is not part of the key: asking it loads libcudnn (tens of
+# milliseconds, and most of a warm first graph whose plan is a DSL engine's), and a stored cuDNN plan
+# already records it: a blob from another cuDNN is refused when it loads (check_compatible), discarded,
+# planned afresh and stored again.
+CUDNN_CHECKED_AT_LOAD = "checked-at-load"
+
+
 def plan_key(graph):
-    """The cache key of ``graph``'s plan (a KernelKey): its structure, device, versions."""
+    """The cache key of ``graph``'s plan (a KernelKey): its structure, device, the library's version (the
+    cuDNN version is checked when a stored cuDNN plan loads)."""
     from .engines._kernel_disk_cache import KernelKey
-    from .plan_serialization import _cudnn_version, _version_text, device_arch, library_version
+    from .plan_serialization import _version_text, device_arch, library_version
     from ._plan_blob import FORMAT_VERSION
     device = graph.device
     arch = device_arch(device)
     return KernelKey(engine=KEY_ENGINE, dsl="cudnn_graph", dsl_version=_version_text(library_version()),
-                     driver_version=_version_text(_cudnn_version()) if device[0] == "cuda" else "none",
+                     driver_version=CUDNN_CHECKED_AT_LOAD if device[0] == "cuda" else "none",
                      arch=f"sm_{arch}" if arch else "host",
                      kernel_class={"graph": graph.key(), "device": device[0],
                                    "override_shapes": bool(graph.is_override_shape_enabled),
