@@ -24,6 +24,7 @@ INDEX_BYTES = 4            # int32 extents and strides (the engine's arrays use 
 # .nv.info record formats and the attributes read here (the CUDA ELF "EIATTR" numbering).
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
 EIATTR_KPARAM_INFO = 0x17
+EIATTR_KPARAM_INFO_V2 = 0x45          # what tileiras 13.4 writes: the size in the flags' low 16 bits
 EIATTR_CBANK_PARAM_SIZE = 0x19
 EIATTR_REQNTID = 0x10
 
@@ -83,8 +84,11 @@ class ParamLayout:
         if ours != theirs:
             raise AbiMismatchError(f"kernel {table.symbol}: the cubin's parameters (ordinal, offset, size) are "
                                    f"{theirs}; the C launch path would write {ours}")
-        if table.size is not None and table.size != self.size:
-            raise AbiMismatchError(f"kernel {table.symbol}: the cubin's parameter buffer is {table.size} bytes; "
+        # The constant bank may be larger than the parameters (e.g. 752 bytes for chunk_prepare's 304):
+        # the tail is the driver's, filled by the tile kernel's own host-side hooks at each launch from
+        # the parameters passed (one pointer per parameter, as cuda.tile launches: never one buffer).
+        if table.size is not None and table.size < self.size:
+            raise AbiMismatchError(f"kernel {table.symbol}: the cubin's parameter bank is {table.size} bytes; "
                                    f"the C launch path would write {self.size}")
 
 
@@ -123,7 +127,7 @@ def _records(info: bytes):
     while i + 2 <= len(info):
         fmt, attr = info[i], info[i + 1]
         if fmt == _EIFMT_NVAL:
-            value, i = None, i + 2
+            value, i = None, i + 4          # records stay 4-byte aligned: two bytes of padding
         elif fmt in (_EIFMT_BVAL, _EIFMT_HVAL):
             value, i = struct.unpack_from("<H", info, i + 2)[0], i + 4
         elif fmt == _EIFMT_SVAL:
@@ -140,8 +144,9 @@ def kernel_symbols(cubin: bytes) -> list:
 
 
 def cubin_parameters(cubin: bytes, symbol: str) -> CubinKernel:
-    """The parameter table the cubin records for kernel ``symbol`` (EIATTR_KPARAM_INFO: per parameter a
-    u32 index, u16 ordinal, u16 offset and u32 flags whose bits 18-31 are its size in bytes)."""
+    """The parameter table the cubin records for kernel ``symbol``: per parameter an EIATTR_KPARAM_INFO
+    record (u32 index, u16 ordinal, u16 offset, u32 flags whose bits 18-31 are its size in bytes) or an
+    EIATTR_KPARAM_INFO_V2 one (the same fields, the size in the flags' bits 0-15)."""
     info = _sections(cubin).get(f".nv.info.{symbol}")
     if info is None:
         raise AbiMismatchError(f"the cubin has no kernel {symbol} (it has {kernel_symbols(cubin)})")
@@ -150,6 +155,9 @@ def cubin_parameters(cubin: bytes, symbol: str) -> CubinKernel:
         if attr == EIATTR_KPARAM_INFO:
             _index, ordinal, offset, flags = struct.unpack("<IHHI", value[:12])
             params.append(CubinParam(ordinal, offset, (flags >> 18) & 0x3FFF))
+        elif attr == EIATTR_KPARAM_INFO_V2:
+            _index, ordinal, offset, flags = struct.unpack("<IHHI", value[:12])
+            params.append(CubinParam(ordinal, offset, flags & 0xFFFF))
         elif attr == EIATTR_CBANK_PARAM_SIZE:
             size = value
         elif attr == EIATTR_REQNTID:

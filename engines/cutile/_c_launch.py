@@ -134,7 +134,9 @@ class LaunchPlan:
         [1, 1, 1], "shared_bytes" 0, "param_size", "param_offsets" (per parameter), "param_image"
         (bytes), "addresses": [{"offset", "operand_uid" (None: the workspace), "add"}]}``; ``operands``:
         ``[{"uid", "name", "alignment"}]``; ``workspace_size``: bytes of scratch the addresses of
-        ``operand_uid`` None are offsets into."""
+        ``operand_uid`` None are offsets into. Launch with cuLaunchKernel's ``kernelParams`` (one pointer
+        per parameter, ``param_image + param_offsets[i]``), never as one ``extra`` buffer: the cubin's
+        parameter bank is larger and its tail is filled by the driver's tile-kernel hooks."""
         uids = [u for u, _, _ in self.operands]
         return {
             "abi": "cutile_python_v1/int32-index",
