@@ -102,6 +102,63 @@ def _default_plan_lines(cute: dict, cudnn_replay_us) -> list:
     return lines
 
 
+def _cutile_plan_rows(cudnn, torch, sync, reps) -> dict:
+    """A cuTile plan (gdn forward, T=64 as one sequence, H=2, K=V=64, bf16): execute from raw ints against
+    the C floor of its own launch path (its kernels' cuLaunchKernel calls from a nogil loop, every
+    parameter buffer built once)."""
+    F = cudnn.data_type
+    T, H, K, V = 64, 2, 64, 64
+    g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda:0")
+    q, k = (g.tensor(name=n, dim=[T, H, K], stride=[H * K, K, 1]) for n in ("q", "k"))
+    v = g.tensor(name="v", dim=[T, H, V], stride=[H * V, V, 1])
+    gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
+    beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1])
+    cu = g.tensor(name="cu_seqlens", dim=[2], stride=[1], data_type=F.INT32)
+    o, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu)
+    o.set_output(True)
+    try:
+        g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    except Exception as exc:       # no cuTile toolchain here: the row says so
+        return {"plan": None, "rows": {}, "c_floor_us": None, "note": f"n/a ({type(exc).__name__}: {str(exc)[:80]})"}
+    bufs = {q: torch.randn(T, H, K, device="cuda", dtype=torch.bfloat16),
+            k: torch.randn(T, H, K, device="cuda", dtype=torch.bfloat16) / 8,
+            v: torch.randn(T, H, V, device="cuda", dtype=torch.bfloat16),
+            gate: -torch.rand(T, H, device="cuda") * 0.5, beta: torch.rand(T, H, device="cuda").to(torch.bfloat16),
+            cu: torch.tensor([0, T], device="cuda", dtype=torch.int32),
+            o: torch.empty(T, H, V, device="cuda", dtype=torch.bfloat16)}
+    g.execute(bufs)
+    g.execute(bufs)
+    sync()
+    ints = {t: b.data_ptr() for t, b in bufs.items()}
+    out = {"plan": g.selected_plan.label, "rows": {}}
+    out["rows"]["raw int (held ints, fresh dict)"] = burst_us(lambda: g.execute(dict(ints)), sync, reps=reps)
+    out["rows"]["torch"] = burst_us(lambda: g.execute(bufs), sync, reps=reps)
+    launch = getattr(g.fast_executor, "__self__", None)
+    from cudnn_graph import _bench_timing
+    if type(launch).__name__ == "TileLaunch":
+        out["kernels"] = launch.kernel_count
+        per = []
+        for _ in range(reps):
+            sync()
+            per.append(_bench_timing.tile_launch_floor_ns(launch, ints, 100) / 1e3)
+        sync()
+        out["c_floor_us"] = statistics.median(per)
+    else:
+        out["c_floor_us"] = None
+        out["note"] = f"no C launch path for {g.selected_plan.label} (fast executor {g.fast_executor!r})"
+    return out
+
+
+def _cutile_plan_lines(tile: dict) -> list:
+    floor = tile.get("c_floor_us")
+    lines = [f"cuTile plan {tile['plan']} ({tile.get('kernels', '?')} launches): C floor of its launch path "
+             + (f"{floor:.2f} us" if floor else tile.get("note", "n/a"))]
+    for name, us in tile["rows"].items():
+        ratio = f"{us / floor:.2f}x floor (<= 1.15)" if floor else ""
+        lines.append(f"  cuTile plan {name:<32}{us:>8.2f} us  {ratio}")
+    return lines
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
@@ -260,6 +317,7 @@ def main(argv=None) -> dict:
         fe_version = f"unavailable: {type(exc).__name__}: {str(exc)[:100]}"
 
     cute = _default_plan_rows(cudnn, torch, sync, reps, a, b, c)
+    tile = _cutile_plan_rows(cudnn, torch, sync, reps)
     graph_text = f"{graph_floor:.2f} us" if isinstance(graph_floor, float) else graph_floor
     lines = [f"host us per execute, 128^3 bf16 matmul, plan {g.selected_plan.label}, max |err| {err:.3g} "
              f"(graph replay {err_replay:.3g}; cuda_graph_support={graph_support}, "
@@ -312,6 +370,8 @@ def main(argv=None) -> dict:
         lines.append(f"{name:<40}{us:>9.2f}{us / floor:>8.2f}")
     lines.extend(_default_plan_lines(cute, rows.get("raw int (graph replay)")))
     result["default_plan"] = cute
+    lines.extend(_cutile_plan_lines(tile))
+    result["cutile_plan"] = tile
     lines.append("raw int / C floor, interleaved burst by burst (median of %d): %s" % (
         reps, ", ".join(f"{name} {ratio:.3f}x" for name, ratio in interleaved.items())))
     result["raw_int_over_floor_interleaved"] = interleaved

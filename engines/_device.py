@@ -38,6 +38,11 @@ class StreamWorkspaces:
         found = self._blocks.get(stream)
         return found.ptr if found is not None else self._allocate(stream)
 
+    def live(self) -> list:
+        """[(stream, device address)] of every block still held (a C launcher's view of them)."""
+        with self._lock:
+            return [(stream, block.ptr) for stream, block in self._blocks.items()]
+
     def _allocate(self, stream: int) -> int:
         from .._driver import DeviceAllocation
         with self._lock:

@@ -73,6 +73,10 @@ VARIANT_KNOBS = {
 }
 MMA_TYPES = ("auto", "tf32", "bf16")
 
+# execute() launches from C (compiled cubins, prebuilt parameters; _c_launch) where it can; False: every
+# launch through ct.launch (the tests' reference for the C path's outputs).
+C_LAUNCH = True
+
 
 class _Geometry:
     """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built. ``H`` counts
@@ -184,6 +188,9 @@ class CutileForwardPlan(CompiledPlan):
         # bench/linear_attention.py --breakdown sets this to time each launch: hook(name, launch).
         self.launch_hook = None
         self._first_launch = True
+        self._launch_plan = None         # _c_launch.LaunchPlan; False: the C path cannot run this plan
+        self._c_launch = None            # its TileLaunch; False: none
+        self._c_operand_uids = ()
 
     def _workspace_base(self, ctx: ExecutionContext, stream: int) -> int:
         if ctx.workspace is not None:
@@ -265,10 +272,9 @@ class CutileForwardPlan(CompiledPlan):
             else:
                 hook(name, lambda grid=grid, kernel=kernel, args=args: ct.launch(stream, grid, kernel, args))
 
-    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
-        slot = self._slot_reader(variant_pack)
-        stream = 0 if ctx.stream is None else int(ctx.stream)
-        scratch = self._regions(self._workspace_base(ctx, stream))
+    def _launch_list(self, slot, scratch) -> list:
+        """The plan's launches in order, (name, grid, kernel, args), with ``slot(port)`` the operands and
+        ``scratch[region]`` the workspace regions (Slots at execute; _c_launch's refs for the C path)."""
         v = self.variant
         q, k, val, cu = (slot(p) for p in ("q", "k", "v", "cu_seqlens"))
         launches, g, beta = self._gate_inputs(slot, scratch)
@@ -285,7 +291,78 @@ class CutileForwardPlan(CompiledPlan):
               *v.state_pass_constants())),
             ("output", self._output_grid, self._output,
              (q, k, scratch["d"], scratch["g"], cu, scratch["hs"], slot("o"), *v.output_constants()))]
-        self._launch_all(stream, launches)
+        return launches
+
+    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
+        stream = 0 if ctx.stream is None else int(ctx.stream)
+        base = self._workspace_base(ctx, stream)
+        launch = self._c_launch
+        if launch and self.launch_hook is None:
+            # The C path is built (fast_executor): launch its cubins here too, so that an execute with a
+            # workspace or overrides does not JIT-compile the same kernels a second time.
+            slots, positions = variant_pack.slots, self._pack_positions(variant_pack)
+            launch.execute_addresses([slots[positions[u]].data_ptr for u in self._c_operand_uids], base,
+                                     stream)
+            return
+        self._launch_all(stream, self._launch_list(self._slot_reader(variant_pack), self._regions(base)))
+
+    # -- the C launch path (engines/cutile/_c_launch.py, src/cudnn_graph/_tile_launch.pyx) -----------------
+
+    def _pack_positions(self, variant_pack) -> dict:
+        positions = self._positions
+        if positions is None:
+            positions = self._positions = {u: i for i, u in enumerate(variant_pack.uids)}
+        return positions
+
+    def _workspace_blocks(self, stream: int) -> tuple:
+        """(this stream's own workspace block, [(stream, block) of every live one]) for TileLaunch."""
+        base = self._own_workspaces.address(stream)
+        return base, self._own_workspaces.live()
+
+    def launch_plan(self, layout):
+        """The plan's launches prepared for C (``_c_launch.LaunchPlan``: cubins compiled for this device's
+        architecture, parameter buffers prebuilt), or None with the reason logged when some launch
+        cannot be (the Python path runs it then). Made once; ``describe()`` gives it as plain data."""
+        if self._launch_plan is None:
+            from . import _c_launch
+            try:
+                slot, scratch = _c_launch.symbolic_readers(layout, self._uid, self._geometry)
+                arch = "sm_%d%d" % _compute_capability(self._ordinal)
+                with _progress.compiling(CutileLinearAttentionEngine.name, f"{self.plan.label} (C launch path)",
+                                         logger) as watch:
+                    self._launch_plan = _c_launch.prepare(self._launch_list(slot, scratch),
+                                                          self._geometry.workspace_size, arch)
+                    self.compile_seconds = watch.elapsed_s
+            except (_c_launch.Unsupported, _c_launch._abi.AbiMismatchError) as exc:
+                logger.info("%s keeps the Python launch path: %s", self.plan.label, exc)
+                self._launch_plan = False
+        return self._launch_plan or None
+
+    def launch_description(self, layout) -> Optional[dict]:
+        """What a C runtime needs to launch this plan without Python (issue 24 scope 3), as plain data:
+        see ``_c_launch.LaunchPlan.describe``; None where the plan has no C launch path.
+
+        >>> plan.launch_description(graph.compiled_plan().layout)["kernels"][0]["symbol"]   # doctest: +SKIP
+        'chunk_prepare_...'
+        """
+        found = self.launch_plan(layout)
+        return None if found is None else found.describe()
+
+    def fast_executor(self, layout):
+        """execute()'s one-call path: pack in Cython and launch every kernel from C on prebuilt parameter
+        buffers (``_tile_launch.TileLaunch``), or None where a launch must go through ``ct.launch`` (the C
+        path switched off, a launch hook set, a kernel whose layout the C path does not know)."""
+        if not C_LAUNCH or layout is None or self.launch_hook is not None:
+            return None
+        if self._c_launch is None:
+            found = self.launch_plan(layout)
+            if found is None:
+                self._c_launch = False
+                return None
+            from . import _c_launch
+            self._c_launch = _c_launch.load(found, layout, self._workspace_blocks, self._ordinal)
+            self._c_operand_uids = tuple(u for u, _, _ in found.operands)
+        return self._c_launch.execute_mapping if self._c_launch else None
 
 
 class CutileBackwardPlan(CutileForwardPlan):
@@ -331,10 +408,7 @@ class CutileBackwardPlan(CutileForwardPlan):
                               slot("dbeta"), d_a_log, d_dt_bias, *v.gate_activation_constants())))
         return launches
 
-    def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
-        slot = self._slot_reader(variant_pack)
-        stream = 0 if ctx.stream is None else int(ctx.stream)
-        sc = self._regions(self._workspace_base(ctx, stream))
+    def _launch_list(self, slot, sc) -> list:
         v = self.variant
         q, k, val, cu, do = (slot(p) for p in ("q", "k", "v", "cu_seqlens", "dO"))
         launches, g, beta = self._gate_inputs(slot, sc)
@@ -362,7 +436,7 @@ class CutileBackwardPlan(CutileForwardPlan):
               sc["w"], out["dq"], out["dk"], out["dg"], out["dbeta"], *v.bwd_grads_constants())),
             *self._after_launches(slot, sc),
         ]
-        self._launch_all(stream, launches)
+        return launches
 
 
 class CutileLinearAttentionEngine(ToolchainGatedEngine):

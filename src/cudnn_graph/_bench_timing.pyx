@@ -5,7 +5,7 @@
 floors the runtime's execute path is measured against (bench/host_overhead.py, bench/sdpa.py). The
 runtime never imports this module.
 """
-from libc.stdint cimport int64_t, intptr_t
+from libc.stdint cimport int64_t, intptr_t, uintptr_t
 from libc.stdlib cimport malloc, free
 
 from cudnn_graph._cudnn_abi cimport CUDNN_STATUS_SUCCESS
@@ -19,6 +19,8 @@ from cudnn_graph._graph_replay cimport (
 )
 from cudnn_graph._plan_runner cimport PlanRunner, operands_as_executed
 from cudnn_graph._dsl_launch cimport LaunchCells, PackedLaunch, dsl_entry_t
+from cudnn_graph._tile_launch cimport TileLaunch, TileKernel, TILE_MAX_OPERANDS, TILE_MAX_PARAMS, TILE_MAX_PARAM_BYTES
+from cudnn_graph._driver cimport tile_launch
 
 from cudnn_graph._driver import result_text as _driver_result_text
 from cudnn_graph.errors import CudaDriverError
@@ -178,4 +180,51 @@ def dsl_entry_floor_ns(PackedLaunch launch, mapping, int iterations, *, stream=N
     del keepalive
     if cells.result != 0:
         raise CudaDriverError(f"the DSL kernel launch failed: CUDA error {cells.result}")
+    return (stop - start) / iterations
+
+
+def tile_launch_floor_ns(TileLaunch launch, mapping, int iterations, *, stream=None) -> float:
+    """Host nanoseconds per run of a cuTile plan's launches (cuLaunchKernel per kernel, in order) from a
+    nogil C loop, every parameter buffer built once: the C floor of a cuTile plan's execute."""
+    cdef uintptr_t addresses[TILE_MAX_OPERANDS]
+    cdef intptr_t s = 0
+    cdef uintptr_t ws
+    cdef int n = launch.n_kernels()
+    cdef int i, k, result = 0
+    cdef bint pushed = False
+    cdef double start, stop
+    cdef TileKernel* kern
+    keepalive = launch.fill(mapping, stream, addresses, &s)
+    ws = launch.workspace_for(s)
+    cdef unsigned char* buffers = <unsigned char*>malloc(n * TILE_MAX_PARAM_BYTES)
+    cdef void** params = <void**>malloc(n * TILE_MAX_PARAMS * sizeof(void*))
+    if buffers == NULL or params == NULL:
+        free(buffers)
+        free(params)
+        raise MemoryError()
+    try:
+        for k in range(n):
+            launch.patch(k, addresses, ws, buffers + k * TILE_MAX_PARAM_BYTES, params + k * TILE_MAX_PARAMS)
+        enter_device(launch._ordinal, &pushed)
+        try:
+            with nogil:
+                start = _now_ns()
+                for i in range(iterations):
+                    for k in range(n):
+                        kern = launch.kernel(k)
+                        result = tile_launch(kern.function, kern.grid[0], kern.grid[1], kern.grid[2], s,
+                                             params + k * TILE_MAX_PARAMS)
+                        if result != 0:
+                            break
+                    if result != 0:
+                        break
+                stop = _now_ns()
+        finally:
+            leave_device(pushed)
+    finally:
+        free(buffers)
+        free(params)
+    del keepalive
+    if result != 0:
+        raise CudaDriverError(f"a cuTile kernel launch failed: {_driver_result_text(result)}")
     return (stop - start) / iterations

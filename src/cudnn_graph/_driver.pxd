@@ -47,3 +47,8 @@ cdef class DeviceAllocation:
     cdef readonly uintptr_t ptr
     cdef readonly size_t nbytes
     cdef readonly int device
+
+# Kernels loaded from a cubin (cuLibraryLoadData) and launched with cuLaunchKernel: the cuTile C launch
+# path. tile_launch's entry point is resolved by library_load (call that first); it returns the CUresult.
+cdef int tile_launch(void* function, unsigned int gx, unsigned int gy, unsigned int gz, intptr_t stream,
+                     void** params) noexcept nogil

@@ -860,3 +860,64 @@ cdef class TimingEvents:
             destroy(self._start)
         if self._stop != NULL:
             destroy(self._stop)
+
+
+# ---- cubins loaded as libraries, their kernels launched from C (the cuTile launch path) -----------------
+# cuLibraryLoadData loads a cubin once for every context (each gets it at its first use); the CUkernel
+# handle launches on the current context's copy (cuLaunchKernel takes a CUkernel where a CUfunction goes).
+
+ctypedef int (*cuLibraryLoadData_t)(void** library, const void* code, void* jit_options, void** jit_values,
+                                    unsigned int n_jit, void* lib_options, void** lib_values,
+                                    unsigned int n_lib) noexcept nogil
+ctypedef int (*cuLibraryGetKernel_t)(void** kernel, void* library, const char* name) noexcept nogil
+ctypedef int (*cuLibraryUnload_t)(void* library) noexcept nogil
+ctypedef int (*cuLaunchKernel_t)(void* function, unsigned int gx, unsigned int gy, unsigned int gz,
+                                 unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared_bytes,
+                                 void* stream, void** params, void** extra) noexcept nogil
+cdef cuLaunchKernel_t _launch_kernel = NULL
+
+
+cdef int tile_launch(void* function, unsigned int gx, unsigned int gy, unsigned int gz, intptr_t stream,
+                     void** params) noexcept nogil:
+    # One thread per block and no dynamic shared memory: a tile kernel's launch (the driver sizes the
+    # block from the cubin), as cuda.tile's own launch issues it.
+    if _launch_kernel == NULL:
+        return -1
+    return _launch_kernel(function, gx, gy, gz, 1, 1, 1, 0, <void*>stream, params, NULL)
+
+
+def library_load(bytes cubin, int device=0) -> int:
+    """cuLibraryLoadData of ``cubin`` (made with ``device``'s primary context current); returns the
+    CUlibrary as an int (library_unload frees it)."""
+    global _launch_kernel
+    cdef cuLibraryLoadData_t load = <cuLibraryLoadData_t>_late_symbol("cuLibraryLoadData", ("cuLibraryLoadData",))
+    if _launch_kernel == NULL:
+        _launch_kernel = <cuLaunchKernel_t>_late_symbol("cuLaunchKernel", ("cuLaunchKernel",))
+    cdef void* library = NULL
+    cdef const char* code = cubin
+    cdef bint pushed = False
+    cdef int result
+    enter_device(device, &pushed)
+    try:
+        with nogil:
+            result = load(&library, code, NULL, NULL, 0, NULL, NULL, 0)
+    finally:
+        leave_device(pushed)
+    _checked(result, "cuLibraryLoadData")
+    return <uintptr_t>library
+
+
+def library_kernel(uintptr_t library, str name) -> int:
+    """cuLibraryGetKernel: the CUkernel ``name`` of a loaded library, as an int."""
+    cdef cuLibraryGetKernel_t get = <cuLibraryGetKernel_t>_late_symbol("cuLibraryGetKernel", ("cuLibraryGetKernel",))
+    cdef void* kernel = NULL
+    _checked(get(&kernel, <void*>library, name.encode()), f"cuLibraryGetKernel({name})")
+    return <uintptr_t>kernel
+
+
+def library_unload(uintptr_t library) -> None:
+    """cuLibraryUnload (0, and any call at interpreter exit, does nothing)."""
+    if library == 0 or _finalizing:
+        return
+    cdef cuLibraryUnload_t unload = <cuLibraryUnload_t>_late_symbol("cuLibraryUnload", ("cuLibraryUnload",))
+    unload(<void*>library)

@@ -1,0 +1,274 @@
+"""execute()'s C launch path for cuTile plans (engines/cutile/_abi.py, _c_launch.py;
+src/cudnn_graph/_tile_launch.pyx).
+
+- CPU, no toolchain: the packer (TileLaunch) on a made-up parameter layout: extents and strides kept,
+  each call's operand and workspace addresses written at their offsets, a misaligned operand refused with
+  an AlignmentError naming it; the layout arithmetic and its comparison with a cubin's table.
+- CPU, with cuda.tile and tileiras: the ABI pin. A gdn forward and a gdn backward plan's kernels compile
+  for sm_90 and each cubin's own parameter table (EIATTR_KPARAM_INFO) is the layout the packer writes; a
+  cuda.tile upgrade that flattens arguments otherwise fails here rather than launching garbage.
+- GPU (``-m gpu``): the C path's outputs are bitwise those of the Python path (ct.launch) for gdn and kda
+  forward and gdn backward, on the first execute and on the repeated one (the fast executor).
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from cudnn_graph import PackLayout, TensorSpec
+from cudnn_graph._tile_launch import TileLaunch
+from cudnn_graph.engines.cutile import _abi, _c_launch, _toolchain
+from cudnn_graph.errors import AlignmentError, InvalidArgumentError
+
+MISSING = _toolchain.missing()
+needs_cutile = pytest.mark.skipif(MISSING is not None, reason=f"cannot compile cuTile kernels: {MISSING}")
+
+
+# ------------------------------------------------------------------------------------------ the packer
+
+def _fake_launch(alignment=16):
+    """Two kernels over operands x (uid 1, 2-d f32) and y (uid 2, 1-d i32) and a workspace region."""
+    layout = PackLayout([TensorSpec(1, (4, 8), "float32", strides=(8, 1), name="x"),
+                         TensorSpec(2, (5,), "int32", strides=(1,), name="y")])
+    x = _c_launch.OperandRef(1, "x", "float32", (4, 8), (8, 1))
+    y = _c_launch.OperandRef(2, "y", "int32", (5,), (1,))
+    region = _c_launch.RegionRef("scratch", 512, "float32", (3, 16))
+    operands = []
+
+    def index(ref):
+        if ref.uid not in [u for u, _, _ in operands]:
+            operands.append((ref.uid, alignment, ref.name))
+        return [u for u, _, _ in operands].index(ref.uid)
+
+    rows = []
+    for args in ((x, 7, region), (region, y, x)):
+        params = _abi.ParamLayout.of([len(a.shape) if not isinstance(a, int) else None for a in args])
+        image, patches = _c_launch.parameter_image(params, args, index)
+        rows.append((0, (2, 1, 1), image, params.offsets, patches))
+    blocks = {}
+
+    def workspaces(stream):
+        blocks.setdefault(stream, 0x7000_0000 + 0x1000 * len(blocks))
+        return blocks[stream], list(blocks.items())
+
+    return TileLaunch.create(layout, rows, operands, workspaces, 0, None), rows
+
+
+def test_the_parameter_layout_places_each_field_at_c_alignment():
+    layout = _abi.ParamLayout.of([2, None, 1, 3])
+    want = [(0, 8), (8, 4), (12, 4), (16, 4), (20, 4),          # x: address, 2 extents, 2 strides
+            (24, 8), (32, 4), (36, 4),                          # y (the constant takes nothing)
+            (40, 8)] + [(48 + 4 * i, 4) for i in range(6)]      # z
+    assert [(f.offset, f.size) for f in layout.fields] == want
+    assert layout.size == 72
+
+
+def test_each_call_writes_the_operand_and_workspace_addresses_at_their_offsets():
+    launch, rows = _fake_launch()
+    first, second = launch.packed_parameters({1: 0x1000_0000, 2: 0x2000_0010}, stream=0)
+    # kernel 0: x (address at 0, extents 4, 8, strides 8, 1), then the region (workspace + 512)
+    assert struct.unpack_from("<Q5i", first, 0)[:5] == (0x1000_0000, 4, 8, 8, 1)
+    assert struct.unpack_from("<Q", first, 24)[0] == 0x7000_0000 + 512
+    assert struct.unpack_from("<4i", first, 32) == (3, 16, 16, 1)
+    # kernel 1: region, y, x
+    assert struct.unpack_from("<Q", second, 0)[0] == 0x7000_0000 + 512
+    assert struct.unpack_from("<Qii", second, 24) == (0x2000_0010, 5, 1)
+    assert struct.unpack_from("<Q", second, 40)[0] == 0x1000_0000
+    # the next call's addresses replace them; the prebuilt extents stay
+    again = launch.packed_parameters({1: 0x3000_0000, 2: 0x4000_0000}, stream=0)[0]
+    assert struct.unpack_from("<Q4i", again, 0) == (0x3000_0000, 4, 8, 8, 1)
+    assert rows[0][2][:8] == bytes(8)              # the template itself is never written
+
+
+def test_each_stream_gets_its_own_workspace_block():
+    launch, _ = _fake_launch()
+    a = launch.packed_parameters({1: 0x1000_0000, 2: 0x2000_0000}, stream=0)[0]
+    b = launch.packed_parameters({1: 0x1000_0000, 2: 0x2000_0000}, stream=12345)[0]
+    assert struct.unpack_from("<Q", a, 24)[0] != struct.unpack_from("<Q", b, 24)[0]
+
+
+def test_a_misaligned_operand_is_refused_naming_the_tensor():
+    launch, _ = _fake_launch()
+    with pytest.raises(AlignmentError) as info:
+        launch.packed_parameters({1: 0x1000_0004, 2: 0x2000_0000}, stream=0)
+    assert info.value.tensor_name == "x" and info.value.uid == 1
+    assert "0x10000004" in str(info.value) and "16 bytes" in str(info.value)
+
+
+def test_the_mapping_is_checked_as_execute_checks_it():
+    launch, _ = _fake_launch()
+    with pytest.raises(Exception) as info:            # y missing: pack_into's own error
+        launch.packed_parameters({1: 0x1000_0000}, stream=0)
+    assert "y" in str(info.value)
+
+
+def test_malformed_kernel_rows_are_refused():
+    layout = PackLayout([TensorSpec(1, (4,), "float32", strides=(1,), name="x")])
+    with pytest.raises(InvalidArgumentError):
+        TileLaunch.create(layout, [(0, (1, 1, 1), bytes(16), [0, 20], [])], [], None, 0, None)
+    with pytest.raises(InvalidArgumentError):
+        TileLaunch.create(layout, [(0, (1, 1, 1), bytes(16), [0], [(4, 0, 0)])], [(1, 16, "x")], None, 0, None)
+    with pytest.raises(InvalidArgumentError):
+        TileLaunch.create(layout, [(0, (0, 1, 1), bytes(16), [0], [])], [], None, 0, None)
+
+
+def test_a_cubin_table_that_differs_from_the_layout_is_a_mismatch():
+    layout = _abi.ParamLayout.of([1])
+    good = _abi.CubinKernel("k", tuple(_abi.CubinParam(i, f.offset, f.size) for i, f in enumerate(layout.fields)),
+                            layout.size, (128, 1, 1))
+    layout.check_against(good)
+    wide = _abi.CubinKernel("k", (_abi.CubinParam(0, 0, 8), _abi.CubinParam(1, 8, 8), _abi.CubinParam(2, 16, 8)),
+                            24, None)
+    with pytest.raises(_abi.AbiMismatchError, match="cubin's parameters"):
+        layout.check_against(wide)
+
+
+# ---------------------------------------------------------------------------- the ABI pin (toolchain)
+
+def _plan(cg, op, monkeypatch):
+    """A built cuTile plan of a small gdn / gdn_bwd graph (T=64, H=2, K=V=64) and the graph's layout,
+    with no GPU (the device query is stubbed)."""
+    from cudnn_graph.engines.base import ExecutionContext
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    monkeypatch.setattr(cutile_engine, "_compute_capability", lambda ordinal: (9, 0))
+    g = _graph(cg, op)
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None
+    config = engine.propose_plans(g)[0]
+    plan = engine.build_plan(g, config, ExecutionContext())
+    return plan, g._layout_for(engine)
+
+
+def _graph(cg, op, T=64, H=2, K=64, V=64):
+    F = cg.data_type
+    g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
+    t = {n: g.tensor(name=n, dim=[T, H, K if n != "v" else V], stride=[H * (K if n != "v" else V),
+                                                                     K if n != "v" else V, 1])
+         for n in ("q", "k", "v")}
+    gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
+    beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1])
+    cu = g.tensor(name="cu_seqlens", dim=[2], stride=[1], data_type=F.INT32)
+    if op == "gdn":
+        o, _ = g.gdn(t["q"], t["k"], t["v"], gate, beta, cu_seqlens=cu)
+        o.set_output(True)
+    else:
+        do = g.tensor(name="dO", dim=[T, H, V], stride=[H * V, V, 1])
+        for out in g.gdn_bwd(t["q"], t["k"], t["v"], gate, beta, do, cu_seqlens=cu):
+            if out is not None:
+                out.set_output(True)
+    g.validate()
+    return g
+
+
+@needs_cutile
+@pytest.mark.parametrize("op", ["gdn", "gdn_bwd"])
+def test_every_kernel_of_a_plan_has_the_parameter_layout_the_packer_writes(op, monkeypatch):
+    import cudnn_graph as cg
+    plan, layout = _plan(cg, op, monkeypatch)
+    prepared = plan.launch_plan(layout)              # compiles for sm_90 and checks every cubin's table
+    assert prepared is not None, "the plan fell back to the Python launch path (see the log)"
+    for k in prepared.kernels:
+        table = _abi.cubin_parameters(k.cubin, k.symbol)
+        assert [(p.offset, p.size) for p in table.params] == [(f.offset, f.size) for f in k.layout.fields]
+        assert table.size >= k.layout.size          # the tail is the driver's (tile hooks)
+        assert table.block is not None and table.block[0] >= 32   # the driver's block, not the launch's
+    description = plan.launch_description(layout)
+    first = description["kernels"][0]
+    assert first["block"] == [1, 1, 1] and first["cubin"][:4] == b"\x7fELF"
+    assert {a["operand_uid"] for k in description["kernels"] for a in k["addresses"]} - {None} == \
+        {u["uid"] for u in description["operands"]}
+
+
+# ------------------------------------------------------------------------------------- GPU: bitwise
+
+def _host_inputs(op, T=64, H=2, K=64, V=64, seed=0):
+    import ml_dtypes
+    rng = np.random.default_rng(seed)
+    bf = ml_dtypes.bfloat16
+    per_channel = op.startswith("kda")
+    d = {"q": rng.standard_normal((T, H, K)).astype(bf), "k": (rng.standard_normal((T, H, K)) / 8).astype(bf),
+         "v": rng.standard_normal((T, H, V)).astype(bf),
+         "g": (-rng.uniform(0.02, 0.5, (T, H, K) if per_channel else (T, H))).astype(np.float32),
+         "beta": rng.uniform(0.2, 0.9, (T, H)).astype(bf), "cu_seqlens": np.array([0, 20, T], np.int32),
+         "initial_state": rng.standard_normal((2, H, K, V)).astype(np.float32)}
+    if op.endswith("_bwd"):
+        d["dO"] = rng.standard_normal((T, H, V)).astype(bf)
+    return d
+
+
+def _builder(op, host):
+    import cudnn_graph as cg
+    F = cg.data_type
+    types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT}
+
+    def builder(device):
+        g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device=device)
+        t = {n: g.tensor(name=n, dim=list(a.shape), stride=[s // a.itemsize for s in a.strides],
+                         data_type=types.get(n, F.BFLOAT16)) for n, a in host.items()}
+        if op.endswith("_bwd"):
+            outs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
+                                  initial_state=t["initial_state"], use_qk_l2norm=True)
+            names = ["dq", "dk", "dv", "dg", "dbeta", "d_initial_state"]
+        else:
+            outs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
+                                  initial_state=t["initial_state"], output_final_state=True, use_qk_l2norm=True)
+            names = ["o", "final_state"]
+        for name, tensor in zip(names, outs):
+            tensor.set_output(True)
+            t[name] = tensor
+        return g, t
+    return builder, names
+
+
+def _run(op, c_launch, monkeypatch, executes=2):
+    """Outputs (host bytes) after ``executes`` executes, and the graph's fast executor."""
+    cp = pytest.importorskip("cupy")
+    import gpu_support
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    monkeypatch.setattr(cutile_engine, "C_LAUNCH", c_launch)
+    host = _host_inputs(op)
+    builder, out_names = _builder(op, host)
+    g, t = gpu_support.build_gpu(builder)
+    assert g.selected_plan.engine_id == 20_200, g.selected_plan
+    pack, keep, outs = {}, [], {}
+    for name, tensor in t.items():
+        if name in out_names:
+            np_dtype = gpu_support.host_dtype(g.view.data_type(tensor))
+            dev = gpu_support.cupy_from_host(cp, gpu_support.empty_like_strided(np_dtype, tensor.dim, tensor.stride))
+            outs[name] = dev
+            exotic = np.dtype(np_dtype).name == "bfloat16"
+            pack[tensor] = gpu_support._CupyBits(dev, "bfloat16").slot() if exotic else dev
+        else:
+            obj, alive = gpu_support._device_input("cupy", host[name])
+            pack[tensor] = obj
+            keep.append(alive)
+    results = []
+    for _ in range(executes):
+        for dev in outs.values():
+            dev.fill(0)
+        g.execute(pack)
+        cp.cuda.Device().synchronize()
+        results.append({n: cp.asnumpy(d).tobytes() for n, d in outs.items()})
+    return results, g.fast_executor
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["gdn", "kda", "gdn_bwd"])
+def test_the_c_path_is_bitwise_the_python_path(op, monkeypatch):
+    from cudnn_graph.engines.manifest import engines
+    engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)
+    if engine is None or engine.missing is not None:
+        pytest.skip("the cuTile engine is absent")
+    python_runs, executor = _run(op, False, monkeypatch)
+    assert executor is False, executor
+    c_runs, executor = _run(op, True, monkeypatch)
+    assert type(getattr(executor, "__self__", None)).__name__ == "TileLaunch", executor
+    want = python_runs[0]
+    for i, got in enumerate(c_runs):                 # the first execute, then the fast executor's
+        for name in want:
+            same = got[name] == want[name]
+            assert same, f"{op} {name}: execute {i + 1} on the C path differs from the Python path"
+    assert python_runs[1] == want                    # and the Python path is itself deterministic
