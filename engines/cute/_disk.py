@@ -52,13 +52,19 @@ def _scratch_dir() -> str:
 
 @functools.lru_cache(maxsize=1)
 def dsl_version() -> str:
-    """The installed nvidia-cutlass-dsl's version, read from its metadata (no import)."""
+    """The installed nvidia-cutlass-dsl's version, read from its metadata (no import); a DSL without
+    metadata (a source checkout) is asked itself, and "unknown" where that fails too (a broken install,
+    which compiles nothing: its keys are never stored)."""
     import importlib.metadata
     try:
         return importlib.metadata.version("nvidia-cutlass-dsl")
     except importlib.metadata.PackageNotFoundError:
-        import cutlass                      # a source checkout of the DSL: ask the module
+        pass
+    try:
+        import cutlass
         return str(cutlass.__version__)
+    except Exception:                   # noqa: BLE001  (whatever a broken DSL raises: the engine declines)
+        return "unknown"
 
 
 def _driver_version() -> str:
