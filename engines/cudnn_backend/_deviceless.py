@@ -68,7 +68,7 @@ class DevicelessPlan(CudnnBackendPlan):
         device = self._lowered.device
         if _driver.device_count() <= device:
             raise GraphStateError("execute()", "built without a device (device_property=) and cuda:"
-                                  f"{device} is not visible here", "serialize() it and deserialize() it in a "
+                                  f"{device} is not visible here", "serialize() here and deserialize() in a "
                                   "process with that GPU", "a plan runs on the GPU it was built for")
         check_device_matches(self.device_properties, device)
         constants, fixed, scratch = _plan_operands(self.program, device)
