@@ -17,7 +17,8 @@ from test_cudnn_backend import RECORDING_LIBCUDNN, _read_log, run_python
 
 # The recording stand-in, taught what a device-property descriptor does: a device id gives a canned H200-like
 # JSON (FAKE_SMS SMs), the JSON attribute stores text that finalize checks is an object (cuDNN's
-# "!json_object.IsObject()" refusal) and refuses where it holds REFUSE; cudnnCreate is logged.
+# "!json_object.IsObject()" refusal) and refuses where it holds REFUSE; cudnnCreate is logged; an operation
+# graph has one engine (a plan loads from its recipe).
 FAKE_JSON = ('{\\"maxGridSize\\":[2147483647,65535,65535],\\"multiProcessorCount\\":%d,\\"warpSize\\":32,'
              '\\"maxSharedMemoryPerBlockOptin\\":232448,\\"pciDeviceId\\":6,\\"l2CacheSize\\":62914560,'
              '\\"cudaDeviceId\\":%d,\\"deviceVer\\":900,\\"driverVer\\":13000,\\"deviceName\\":\\"NVIDIA H200\\"}')
@@ -45,7 +46,8 @@ def _deviceless_source() -> str:
     source = source.replace("int cudnnBackendGetAttribute(void *d, int name, int type, long long r, long long *c, void *e) {",
                             "int cudnnBackendGetAttribute(void *d, int name, int type, long long r, long long *c, void *e) {\n"
                             "    if (name == 2702) { desc_t *x = d; long long n = strlen(x->json); if (c) *c = n;\n"
-                            "        if (e) memcpy(e, x->json, r < n ? r : n); return 0; }")
+                            "        if (e) memcpy(e, x->json, r < n ? r : n); return 0; }\n"
+                            "    if (name == 802 && e && r >= 1) { *(int64_t *)e = 1; if (c) *c = 1; return 0; }")
     assert source.count("FAKE_SMS") == 4 and "cudnn_create" in source and "return 2000" in source
     return source
 

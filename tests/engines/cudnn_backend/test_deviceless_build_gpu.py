@@ -71,7 +71,8 @@ folder, built = sys.argv[1], json.loads(sys.argv[2])
 rng = np.random.default_rng(7)
 
 def inputs(g):
-    return {t.uid: rng.standard_normal(t.dim).astype(ml_dtypes.bfloat16) for t in g.tensors if t.producer is None}
+    return {t.uid: rng.standard_normal(t.dim).astype(ml_dtypes.bfloat16) for t in g.tensors
+            if t.producer is None and not t.is_pass_by_value}      # (the plan supplies attn_scale itself)
 
 def slot(a):        # a CuPy array of bf16 bits, described with its real dtype
     return cudnn.Slot.from_address(a.data.ptr, a.shape, tuple(s // a.itemsize for s in a.strides), "bfloat16",
