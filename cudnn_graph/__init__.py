@@ -203,6 +203,12 @@ from .plan_cache import set_plan_cache, get_plan_cache
 from .errors import PlanBlobError, PlanVersionMismatchError
 __all__ += ["set_plan_cache", "get_plan_cache", "PlanBlobError", "PlanVersionMismatchError"]
 
+# ---- deviceless (ahead-of-time) builds (issue 22): create_device_properties(0).serialize() where the GPU is,
+# pygraph(device_property=create_device_properties(text)) where it is not (docs/prebuilt_plans.md).
+from .device_properties import DeviceProperties, create_device_properties
+from .errors import DevicePropertiesError, DevicePropertiesMismatchError
+__all__ += ["DeviceProperties", "create_device_properties", "DevicePropertiesError", "DevicePropertiesMismatchError"]
+
 # ---- the in-process C API for extension modules (issue 24): PyCapsule_Import("cudnn_graph._C_API", 0)
 # finds this attribute (include/cudnn_graph/cudnn_graph_capi.h, docs/c_api.md); making it loads no cuDNN
 # or GPU library.

@@ -33,7 +33,6 @@ DIFFERS = "differs"
 NOT_IMPLEMENTED = "not implemented"
 
 _NAMED_KNOBS = "Python engines here take named knobs (PlanConfig.knobs), not frontend knob_type values"
-_NO_AOT = "device-less (ahead-of-time) planning is not implemented: plans are made for a visible device"
 _OWN_REPLAY = "CUDA graphs are replayed by cudnn_graph itself (docs/performance.md); there is no retention policy"
 _FIXED_WORKSPACE = "a plan's workspace is fixed when it is built"
 _BUILD_CONTEXT = "engines build with the graph's handle and device; a build context object is not taken"
@@ -54,7 +53,9 @@ TOP_LEVEL: dict[str, tuple[str, str]] = {
     "FRONTEND_KNOB_TYPE_BASE": (NOT_IMPLEMENTED, _NAMED_KNOBS),
     "is_frontend_knob_type": (NOT_IMPLEMENTED, _NAMED_KNOBS),
     "create_kernel_cache": (SAME, ""),
-    "create_device_properties": (NOT_IMPLEMENTED, _NO_AOT),
+    "create_device_properties": (DIFFERS, "serialize() wraps cuDNN's JSON with the cuDNN version that wrote it "
+                                          "(text from another cuDNN is refused) and takes as_bytes=; cuDNN's bare "
+                                          "JSON (the frontend's) is read too; cuDNN >= 9.8"),
     "numerical_note": (SAME, ""),
     "build_plan_policy": (SAME, ""),
     "data_type": (SAME, ""),
@@ -378,7 +379,9 @@ KEYWORD_STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("pygraph", "sm_count"): (NOT_IMPLEMENTED, "plans are made for the whole device; an SM budget is not "
                                                "passed to engines"),
     ("pygraph", "sm_version"): (NOT_IMPLEMENTED, "plans are made for the visible device's architecture"),
-    ("pygraph", "device_property"): (NOT_IMPLEMENTED, _NO_AOT),
+    ("pygraph", "device_property"): (DIFFERS, "cuDNN's engines plan for the described GPU without it; Python "
+                                              "engines decline such a graph (they need the device); a serialized "
+                                              "plan records the properties and refuses a GPU whose differ"),
     ("pygraph", "cuda_graph_retention"): (NOT_IMPLEMENTED, _OWN_REPLAY),
     ("pygraph", "is_dynamic_shape_enabled"): (DIFFERS, "a cuDNN dynamic-shape operation graph (cuDNN >= 9.4; an "
                                                        "older cuDNN builds for the one shape and logs it); Python "

@@ -368,6 +368,37 @@ class PlanVersionMismatchError(PlanBlobError):
 
 __all__ += ["PlanBlobError", "PlanVersionMismatchError"]
 
+# ---- device properties and deviceless builds (cudnn_graph/device_properties.py) -------------------------
+
+class DevicePropertiesError(CudnnGraphError, ValueError):
+    """Serialized device properties cannot be read: not text ``DeviceProperties.serialize()`` (or cuDNN)
+    wrote, malformed JSON, refused by cuDNN, or written by another cuDNN version (``field`` says which part
+    is wrong, ``blob_value`` / ``process_value`` what it holds and what this process has, where known)."""
+
+    def __init__(self, message: str, field=None, blob_value=None, process_value=None):
+        self.field = field
+        self.blob_value = blob_value
+        self.process_value = process_value
+        super().__init__(message)
+
+
+class DevicePropertiesMismatchError(PlanVersionMismatchError):
+    """A plan built without a device (``pygraph(device_property=...)``) meets a GPU whose properties differ
+    from the ones it was built for: ``differences`` maps each differing property to
+    ``(built for, this device)``. Build it again for this GPU (or with its properties)."""
+
+    def __init__(self, differences: dict, device: str):
+        self.differences = dict(differences)
+        shown = ", ".join(f"{k}: built for {a!r}, {device} has {b!r}" for k, (a, b) in sorted(self.differences.items()))
+        self.blob_value = {k: a for k, (a, _) in self.differences.items()}
+        self.process_value = {k: b for k, (_, b) in self.differences.items()}
+        PlanBlobError.__init__(self, f"the plan was built without a device for a GPU whose properties differ from "
+                                     f"{device}'s ({shown}): it cannot run here (build it again with this GPU's "
+                                     f"properties: create_device_properties() on it)", "device properties")
+
+
+__all__ += ["DevicePropertiesError", "DevicePropertiesMismatchError"]
+
 # ---- the XLA FFI custom call (src/cudnn_graph/_xla_ffi.pyx, cudnn_graph/jax.py) ------------------------
 
 class FfiRegistrationError(InvalidArgumentError):

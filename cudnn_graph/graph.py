@@ -49,7 +49,7 @@ from .router import Router, get_default_router
 from ._plan_list import (PlanEntryError, _PlanState, _adopt, _already_planned, _build_policy, _heur_modes,
                          _one_of)
 from .engines.base import ExecutionContext
-from . import _frontend_surface as _surface
+from . import _frontend_surface as _surface, device_properties as _deviceless
 from . import _progress
 
 logger = logging.getLogger(__name__)
@@ -159,9 +159,9 @@ class pygraph(_GraphCore):
     compiled kernels between graphs (``cudnn_graph.kernel_cache``) and, as in cudnn.pygraph, makes the
     graph a dynamic-shape one; ``is_dynamic_shape_enabled`` asks for that alone (cuDNN >= 9.4 compiles
     kernels for a class of shapes). ``is_cuda_graph_replay_expected``
-    is a hint that changes nothing here. ``sm_count``, ``sm_version``, ``device_property`` and
-    ``cuda_graph_retention`` are cudnn.pygraph's; they are not
-    implemented and raise NotImplementedError when given (``cudnn_graph._frontend_surface`` says why).
+    is a hint that changes nothing here. ``device_property`` plans for the GPU it describes without it
+    (``cudnn_graph.device_properties``). ``sm_count``, ``sm_version`` and ``cuda_graph_retention`` are
+    cudnn.pygraph's; not implemented, they raise NotImplementedError (``_frontend_surface`` says why).
     """
 
     def __init__(self, name: str = "", io_data_type=None, intermediate_data_type=None, compute_data_type=None,
@@ -171,7 +171,8 @@ class pygraph(_GraphCore):
                  router: Optional[Router] = None):
         # Never accepted and ignored: a caller relying on one must learn that it does nothing here.
         _surface.refuse_unimplemented_keywords("pygraph", sm_count=sm_count, sm_version=sm_version,
-                                      device_property=device_property, cuda_graph_retention=cuda_graph_retention)
+                                               cuda_graph_retention=cuda_graph_retention)
+        self._device_properties, device = _deviceless.graph_device(device_property, device, handle)
         if kernel_cache is not None:
             from .kernel_cache import KernelCache
             if not isinstance(kernel_cache, KernelCache):
@@ -191,6 +192,8 @@ class pygraph(_GraphCore):
     def kernel_cache(self):
         """The ``KernelCache`` this graph's plans compile into and reuse from (None: none)."""
         return self._kernel_cache
+
+    device_properties = property(lambda self: self._device_properties, doc="What a deviceless build plans for.")
 
     @property
     def is_dynamic_shape_enabled(self) -> bool:
@@ -299,6 +302,8 @@ class pygraph(_GraphCore):
         entries, declines = [], []
         view = self.view
         all_engines = manifest.engines()
+        if self._device_properties is not None:     # a deviceless build: only engines that plan without the GPU
+            all_engines = _deviceless.planning_engines(all_engines, declines, self._report_decline)
         if _progress.wanted():
             st.counts_before = {engine.name: engine.cache_counts() for engine in all_engines}
         router = self.router if self.router is not None else get_default_router()

@@ -171,8 +171,8 @@ def load_into(graph) -> bool:
     """On planning ``graph`` (frozen, not planned): install its stored plan and return True (a hit), or
     remember its key for ``store_built`` and return False (a miss, or the graph uses no cache)."""
     cache = cache_for(graph)
-    if cache is None or not cache.enabled:
-        return False
+    if cache is None or not cache.enabled or getattr(graph, "device_properties", None) is not None:
+        return False        # (a deviceless build plans for described properties, not this process's device)
     started = time.perf_counter()
     from .plan_serialization import load_into_built_graph
     try:

@@ -19,7 +19,10 @@ section, which makes the blob format version 2; this library re-derives them fro
 
 A blob made by another library version, format version, cuDNN version (major.minor) or GPU
 architecture is refused with ``PlanVersionMismatchError`` (which field, the blob's value, this
-process's); a truncated, corrupt or foreign blob with ``PlanBlobError``.
+process's); a truncated, corrupt or foreign blob with ``PlanBlobError``. A plan built without the GPU
+(``pygraph(device_property=)``) records the device properties it was built for in its recipe, and the
+header's architecture is theirs; loading it on a GPU whose properties differ raises
+``DevicePropertiesMismatchError`` (a ``PlanVersionMismatchError``).
 
 Example:
     >>> import numpy as np, cudnn_graph as cudnn
@@ -348,10 +351,14 @@ def serialize(graph, *, include_kernels: bool = True, index: Optional[int] = Non
              for k, v in entry.knobs.items()]
     recipe = {"engine": getattr(engine, "name", ""), "engine_id": int(entry.engine_id), "knobs": knobs,
               "name": entry.name, "source": entry.source}
+    props = getattr(graph, "device_properties", None)
+    if props is not None:       # a deviceless build: the GPU it was planned for (checked where it loads)
+        recipe["device_properties"] = props.cudnn_json
     sections[SECTION_PLAN] = json.dumps(recipe, sort_keys=True, separators=(",", ":")).encode()
     uses_gpu = graph.device[0] == "cuda"
     header = PlanHeader(library_version=library_version(), cudnn_version=_cudnn_version() if is_cudnn else 0,
-                        arch=device_arch(graph.device) if uses_gpu else 0, engine_family=family,
+                        arch=(props.arch if props is not None else device_arch(graph.device)) if uses_gpu else 0,
+                        engine_family=family,
                         engine_id=int(entry.engine_id), workspace_size=int(compiled.workspace_size), flags=flags)
     # What the plan binds itself (constants, views, scratch): a reader without the engine needs them.
     return blob_format.pack_blob(header, _tensor_records(graph, compiled), sections,
@@ -408,6 +415,14 @@ def _install(graph, unpacked, recipe) -> None:
     """Install the blob's plan as ``graph``'s (whose IR is the blob's graph, frozen), built."""
     _check_tensors(graph, unpacked.tensors)
     engine = _engine_named(recipe["engine"], recipe["engine_id"])
+    built_for = recipe.get("device_properties")
+    if built_for is not None and graph.device[0] == "cuda":    # planned without the GPU: for this kind of GPU?
+        from .device_properties import check_device_matches
+        try:
+            wanted = json.loads(built_for)
+        except ValueError as exc:
+            raise PlanBlobError(f"the blob's device properties are unreadable ({exc})", "plan") from None
+        check_device_matches(wanted, graph.device[1])
     entry = _plan_entry(graph, engine, recipe)
     engine.check_support(graph.view, entry)      # the graph's plan filters still apply (a decline raises)
     payload = unpacked.sections.get(SECTION_CUDNN_PLAN, unpacked.sections.get(SECTION_KERNELS))

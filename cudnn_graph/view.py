@@ -84,6 +84,12 @@ class GraphView:
         return bool(getattr(self._graph, "is_dynamic_shape_enabled", False))
 
     @property
+    def device_properties(self):
+        """The ``DeviceProperties`` a deviceless build plans for (``pygraph(device_property=)``), or None: the
+        graph is planned for its device. Only engines with ``plans_without_device`` see such a graph."""
+        return getattr(self._graph, "device_properties", None)
+
+    @property
     def kernel_cache(self):
         """The graph's ``KernelCache`` (``pygraph(kernel_cache=)``), or None: engines that can reuse
         compiled kernels keep them in its slot for their name."""

@@ -6,9 +6,9 @@ slots. An engine declines ONLY by raising ``NotImplementedError`` or ``GraphNotS
 (with the reason); anything else is a bug and propagates.
 
 What an engine sees of a graph is a ``GraphView`` (``cudnn_graph.view``): ``nodes``, ``tensors``,
-``data_type(tensor)`` (the resolved type), ``device`` / ``device_code``, ``context``, ``key()``,
-``is_override_shape_enabled`` and ``state(engine, factory)``, a slot of the engine's own on the graph
-for lowering or planning state. The lifecycle passes a view to ``propose_plans``, ``check_support``,
+``data_type(tensor)`` (the resolved type), ``device`` / ``device_code`` / ``device_properties``,
+``context``, ``key()``, ``is_override_shape_enabled`` and ``state(engine, factory)``, a slot of the
+engine's own on the graph for lowering or planning state. The lifecycle passes a view to ``propose_plans``, ``check_support``,
 ``build_plan`` and ``CompiledPlan.execute``; an engine's helpers that may also be handed a graph
 (tests call ``engine.propose_plans(graph)``) take ``GraphView.of(graph)``. Nothing else of the
 graph is an engine's to read. An engine that gives graphs methods of its own lists them in
@@ -114,6 +114,9 @@ class BaseEngine:
     host_scalars: bool = True
     # Whether this engine keeps compiled kernels in a graph's KernelCache (pygraph(kernel_cache=)).
     reuses_kernel_cache: bool = False
+    # Whether this engine plans a graph built without its GPU (pygraph(device_property=)): the others need
+    # the device (its toolchain, its compute capability) and are declined for such graphs.
+    plans_without_device: bool = False
     # Methods this engine adds to every graph: {name: function(graph, ...)} (register_graph_method).
     graph_methods: ClassVar[Mapping[str, Callable]] = {}
     # Optional: an engine that defines ``deferred_proposals(graph, heur_modes) -> thunk`` (cheap declines

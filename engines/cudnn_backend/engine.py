@@ -107,11 +107,13 @@ def _note_key(note, enum_cls) -> int:
 class _Lowered:
     """An operation graph finalized in cuDNN, with its heuristics results and built plans."""
 
-    def __init__(self, program: Program, device: int):
+    def __init__(self, program: Program, device: int, props=None):
         from ... import _cudnn_handle
         self.program = program
         self.device = device
-        self.handle = _cudnn_handle.thread_handle(device)
+        # A deviceless build (``props``, a DeviceProperties) has no handle: cuDNN plans for the described GPU.
+        self.props = props
+        self.handle = None if props is not None else _cudnn_handle.thread_handle(device)
         try:
             self.descriptors = materialize(program, self.handle)
         except Exception as exc:   # cuDNN refused the lowered graph: decline with its words
@@ -120,7 +122,9 @@ class _Lowered:
                 raise GraphNotSupportedError(f"cuDNN refused the operation graph: {exc}") from exc
             raise
         self.op_graph = self.descriptors[program.op_graph]
-        self.constants, self.fixed, self.scratch = _plan_operands(program, device)
+        # The plan's own operands hold device memory: a deviceless build makes them where the plan runs.
+        self.constants, self.fixed, self.scratch = (None, None, None) if props is not None else \
+            _plan_operands(program, device)
         self.lock = threading.Lock()
         self.heuristics: dict = {}      # heur_mode -> (configs, reason)
         self.runners: dict = {}         # (engine_id, knobs) -> PlanRunner
@@ -140,6 +144,7 @@ class _Lowered:
                 heur = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR")
                 heur.set("CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH", "CUDNN_TYPE_BACKEND_DESCRIPTOR", self.op_graph)
                 heur.set("CUDNN_ATTR_ENGINEHEUR_MODE", "CUDNN_TYPE_HEUR_MODE", int(mode))
+                self._describe_device(heur, "CUDNN_ATTR_ENGINEHEUR_DEVICEPROP")
                 heur.finalize()
                 count = heur.count("CUDNN_ATTR_ENGINEHEUR_RESULTS", "CUDNN_TYPE_BACKEND_DESCRIPTOR")
                 configs = heur.get_descriptors("CUDNN_ATTR_ENGINEHEUR_RESULTS",
@@ -165,6 +170,7 @@ class _Lowered:
         engine = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_ENGINE_DESCRIPTOR")
         engine.set("CUDNN_ATTR_ENGINE_OPERATION_GRAPH", "CUDNN_TYPE_BACKEND_DESCRIPTOR", self.op_graph)
         engine.set("CUDNN_ATTR_ENGINE_GLOBAL_INDEX", "CUDNN_TYPE_INT64", int(engine_id))
+        self._describe_device(engine, "CUDNN_ATTR_ENGINE_DEVICEPROP")
         engine.finalize()
         choices = []
         for kind, value in (knobs or {}).items():
@@ -178,11 +184,17 @@ class _Lowered:
             cfg.set("CUDNN_ATTR_ENGINECFG_KNOB_CHOICES", "CUDNN_TYPE_BACKEND_DESCRIPTOR", choices)
         return cfg.finalize()
 
+    def _describe_device(self, descriptor, attribute: str) -> None:
+        """Give a heuristics query or an engine the described GPU (deviceless builds only)."""
+        if self.props is not None:
+            descriptor.set(attribute, "CUDNN_TYPE_BACKEND_DESCRIPTOR", self.props.descriptor)
+
     def knobs(self, engine_id: int) -> list:
         from ... import _cudnn_descriptor
         engine = _cudnn_descriptor.Descriptor("CUDNN_BACKEND_ENGINE_DESCRIPTOR")
         engine.set("CUDNN_ATTR_ENGINE_OPERATION_GRAPH", "CUDNN_TYPE_BACKEND_DESCRIPTOR", self.op_graph)
         engine.set("CUDNN_ATTR_ENGINE_GLOBAL_INDEX", "CUDNN_TYPE_INT64", int(engine_id))
+        self._describe_device(engine, "CUDNN_ATTR_ENGINE_DEVICEPROP")
         engine.finalize()
         count = _count(engine, "CUDNN_ATTR_ENGINE_KNOB_INFO")
         infos = engine.get_descriptors("CUDNN_ATTR_ENGINE_KNOB_INFO", "CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR",
@@ -419,6 +431,11 @@ class CudnnBackendPlan(CompiledPlan):
         self.runner = runner
         self.program = program      # the lowering the runner binds its own operands from
 
+    @property
+    def plan_descriptor(self):
+        """The finalized execution-plan Descriptor."""
+        return self.runner.plan
+
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
         self.runner.execute(graph, variant_pack, ctx)
 
@@ -436,7 +453,7 @@ class CudnnBackendPlan(CompiledPlan):
         """cuDNN's serialized execution plan (CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION), or None where
         cuDNN cannot serialize this engine's plans (a load then finalizes it from (engine id, knobs))."""
         from ..._cudnn_errors import CudnnStatusError
-        plan = self.runner.plan
+        plan = self.plan_descriptor
         try:
             size = int(plan.count("CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION", "CUDNN_TYPE_CHAR"))
             text = plan.get_text("CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION", max(size, 1))
@@ -490,6 +507,7 @@ class CudnnBackendEngine(BaseEngine):
     host_scalars = True                # cuDNN reads pass-by-value scalars from host memory
     operand_alignment = BYTE_ALIGNMENT  # what every tensor descriptor promises (checked at execute)
     reuses_kernel_cache = True         # cuDNN's kernel cache (cuDNN >= 9.4)
+    plans_without_device = True        # with device properties (cuDNN >= 9.8): engines/cudnn_backend/_deviceless.py
 
     def __init__(self):
         self.available = _loader.is_available()
@@ -571,15 +589,16 @@ class CudnnBackendEngine(BaseEngine):
         if not self.available:
             raise GraphNotSupportedError(unavailable_reason())
         device = graph.device[1]
+        props = GraphView.of(graph).device_properties
         key = (graph.key(), device, getattr(graph, "is_override_shape_enabled", False),
-               getattr(graph, "is_dynamic_shape_enabled", False))
+               getattr(graph, "is_dynamic_shape_enabled", False), None if props is None else props.fingerprint)
         with self._lock:
             lowered = self._lowerings.get(key)
             if lowered is not None:
                 self._lowerings.move_to_end(key)
         if lowered is None:
             _note_static_shape(graph)
-            lowered = _Lowered(lower_program(graph, _loader.backend_version(), checked=checked), device)
+            lowered = _Lowered(lower_program(graph, _loader.backend_version(), checked=checked), device, props)
             with self._lock:
                 lowered = self._lowerings.setdefault(key, lowered)
                 while len(self._lowerings) > _LOWERING_CACHE_SIZE:
@@ -626,6 +645,9 @@ class CudnnBackendEngine(BaseEngine):
     def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
         self.check_support(graph, plan)
         lowered = self.lowered(graph)
+        if lowered.props is not None:
+            from ._deviceless import build_deviceless
+            return build_deviceless(lowered, plan, GraphView.of(graph).kernel_cache)
         runner = lowered.build(plan, GraphView.of(graph).kernel_cache)
         return CudnnBackendPlan(plan, runner, lowered.program)
 

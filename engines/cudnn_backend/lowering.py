@@ -690,7 +690,8 @@ def _resolve_value(value, made, handle):
 def materialize(program: Program, handle, *, descriptor_factory=None) -> dict:
     """Create, set and finalize every descriptor of ``program``; returns ``{step name: Descriptor}``.
 
-    ``handle`` is what ``HANDLE`` stands for (a _cudnn_handle.Handle). Raises the typed CudnnStatusError
+    ``handle`` is what ``HANDLE`` stands for (a _cudnn_handle.Handle; None leaves those attributes unset, as a
+    deviceless build wants). Raises the typed CudnnStatusError
     of the first call cuDNN refuses (its message names the attribute and the descriptor).
     """
     if descriptor_factory is None:
@@ -699,6 +700,8 @@ def materialize(program: Program, handle, *, descriptor_factory=None) -> dict:
     for step in program.steps:
         descriptor = descriptor_factory(step.kind)
         for attr, value in step.attrs.items():
+            if value is HANDLE and handle is None:
+                continue        # a deviceless build (cuDNN >= 9.8): the operation graph takes no handle
             attr_type = ATTRIBUTE_TYPES[attr]
             descriptor.set(attr, attr_type, _resolve_value(value, made, handle))
         descriptor.finalize()

@@ -70,7 +70,7 @@ def test_unimplemented_pygraph_method_raises_saying_why(name):
     assert why in str(info.value)
 
 
-@pytest.mark.parametrize("keyword", ["sm_count", "sm_version", "device_property", "cuda_graph_retention"])
+@pytest.mark.parametrize("keyword", ["sm_count", "sm_version", "cuda_graph_retention"])
 def test_unimplemented_pygraph_constructor_keyword_raises_saying_why(keyword):
     _, why = surface.KEYWORD_STATUS[("pygraph", keyword)]
     with pytest.raises(NotImplementedError) as info:
