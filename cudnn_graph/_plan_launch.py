@@ -247,7 +247,7 @@ def unpack_launch(data: bytes, tensors: Optional[Sequence], kernels_section: Opt
                 raise _fail(f"{where}: inline code at offset {code_offset} (corrupt)")
             code = reader.take(code_size, f"{where}'s code")
         kernel = LaunchKernel(convention, tuple(pointers), tuple(scalars), ints, symbol, prefix, hint, code,
-                              0 if code else code_offset, code_size, placeholder)
+                              0 if code else code_offset, 0 if code else code_size, placeholder)
         _check_kernel(kernel, index, rows)
         out.append(kernel)
     if reader.at != len(reader.data):

@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,9 +56,15 @@ struct cg_dsl {
 
 /* ---- the runtime library ---------------------------------------------------------------------- */
 
-static void append(char *out, size_t capacity, const char *format, const char *a, const char *b) {
+/* Append to the list of places tried (cut at its capacity: it is a message). */
+static void append(char *out, size_t capacity, const char *format, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *out, size_t capacity, const char *format, ...) {
     size_t used = strlen(out);
-    if (used + 2 < capacity) snprintf(out + used, capacity - used, format, a, b);
+    if (used + 2 >= capacity) return;
+    va_list args;
+    va_start(args, format);
+    vsnprintf(out + used, capacity - used, format, args);
+    va_end(args);
 }
 
 static void *open_runtime(const char *path, const char *place, char *tried, size_t capacity) {
@@ -91,7 +98,7 @@ static cg_status_t load_runtime(const char *hint) {
         snprintf(place, sizeof place, "the path recorded at serialize time (%s)", hint);
         handle = open_runtime(hint, place, tried, sizeof tried);
     } else if (!handle) {
-        append(tried, sizeof tried, "%s%s", "the blob records no path", "");
+        append(tried, sizeof tried, "the blob records no path");
     }
     if (!handle)
         return cg_fail(CG_STATUS_LIBRARY_NOT_FOUND, "the CuTe DSL runtime library (%s, in the nvidia-cutlass-dsl "

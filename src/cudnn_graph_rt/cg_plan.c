@@ -144,7 +144,7 @@ static cg_status_t refuse_engine(const cg_blob_t *blob) {
         /* A DSL plan runs here when its blob says how to launch its kernels (section 7); a cuTile plan's
          * launch data is not written yet: its convention joins cg_blob.c's convention_slots. */
         const char *what = id == CG_ENGINE_ID_REFERENCE
-            ? "the reference engine's, which needs Python (it runs NumPy on the host): execute it from Python, or "
+            ? "the reference engine's, which runs only in Python (NumPy on the host): execute it from Python, or "
               "build the graph where a cuDNN or CuTe plan is selected"
             : (id >= CG_ENGINE_ID_CUTILE ? "a cuTile plan, whose kernels this runtime cannot launch yet (its blob has "
                                            "no DSL launch section); execute it from Python, or serialize a cuDNN plan"
