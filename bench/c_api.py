@@ -1,12 +1,15 @@
 """cg_execute (the C runtime, from raw device pointers) against the C floor, in one run.
 
-The plan is examples/c/make_plan.py's (matmul, conv or sdpa), serialized by Python and loaded by a C
-timing loop (bench/c_api_loop.c, built here against the installed runtime) that times bursts of
-cg_execute; the floor is cudnn_graph._bench_timing.execute_floor_ns (cudnnBackendExecute from a nogil
-loop on a prebuilt variant pack) of the same built plan in this process. Bursts alternate, each on a
-drained queue. Prints a table and saves bench/results/c_api-<host>.json (or --out). Needs a GPU.
+The plan is examples/c/make_plan.py's (matmul, conv, sdpa, or cute_matmul: the CuTe GEMM with a fused
+bias and relu), serialized by Python and loaded by a C timing loop (bench/c_api_loop.c, built here
+against the installed runtime) that times bursts of cg_execute. The floor, of the same built plan in this
+process: for a cuDNN plan cudnn_graph._bench_timing.execute_floor_ns (cudnnBackendExecute from a nogil
+loop on a prebuilt variant pack), for a CuTe plan _bench_timing.dsl_entry_floor_ns (the kernel's exported
+entry called from a nogil loop with its arguments packed once). Target: ratio <= 1.05. Bursts alternate,
+each on a drained queue. A graph that fails is a row with its error; the others still run. Prints a table
+and saves bench/results/c_api-<host>.json (or --out). Needs a GPU.
 
-    python bench/c_api.py [--graphs matmul conv sdpa] [--iterations 200] [--bursts 15]
+    python bench/c_api.py [--graphs matmul conv sdpa cute_matmul] [--iterations 200] [--bursts 15]
 """
 from __future__ import annotations
 
@@ -44,7 +47,8 @@ def build_loop(folder: str) -> str:
 
 
 def floor_ns(g, folder: str, iterations: int) -> float:
-    """execute_floor_ns of ``g``'s plan on device buffers of its operands."""
+    """The C floor of ``g``'s plan on device buffers of its operands: execute_floor_ns for a cuDNN plan,
+    dsl_entry_floor_ns (its PackedLaunch: the entry, arguments packed once) for a CuTe plan."""
     from cudnn_graph import _bench_timing, _driver
     compiled = g.compiled_plan()
     pack_in, keep = {}, []
@@ -55,33 +59,74 @@ def floor_ns(g, folder: str, iterations: int) -> float:
         allocation = _driver.DeviceAllocation(span * 8, 0)
         keep.append(allocation)
         pack_in[t.uid] = allocation.ptr
-    pack = compiled.layout.pack(pack_in)
     _driver.device_synchronize(0)
-    value = _bench_timing.execute_floor_ns(compiled.runner, pack, iterations)
+    if hasattr(compiled, "runner"):
+        value = _bench_timing.execute_floor_ns(compiled.runner, compiled.layout.pack(pack_in), iterations)
+    else:
+        executor = compiled.fast_executor(compiled.layout)
+        launch = getattr(executor, "__self__", None)
+        if type(launch).__name__ != "PackedLaunch":
+            raise RuntimeError(f"{g.selected_plan.label} has no C launch path to take the floor of ({executor!r})")
+        value = _bench_timing.dsl_entry_floor_ns(launch, pack_in, iterations)
     _driver.device_synchronize(0)
     return value
 
 
-def measure(name: str, program: str, root: str, iterations: int, bursts: int) -> dict:
+def _child_env() -> dict:
+    """The C loop's environment: the libcudnn and the CuTe DSL runtime library this process uses (the C
+    runtime has no cuda-pathfinder and no Python package to find them with)."""
     from cudnn_graph import _loader
+    env = {**os.environ, "CUDNN_GRAPH_LIBCUDNN": _loader.load()}
+    try:
+        from cudnn_graph.engines.cute import _shared_object
+        runtime = _shared_object.runtime_path()
+    except ImportError:           # no CuTe DSL installed: only cuDNN plans run
+        runtime = None
+    if runtime:
+        env.setdefault("CUDNN_GRAPH_CUTE_RUNTIME", runtime)
+    return env
+
+
+def measure(name: str, program: str, root: str, iterations: int, bursts: int) -> dict:
     folder = os.path.join(root, name)
     g = _make_plan_module().write_plan(name, folder)
-    env = {**os.environ, "CUDNN_GRAPH_LIBCUDNN": _loader.load()}
+    env = _child_env()
     ours, floors = [], []
     for _ in range(bursts):       # alternate: one C burst, one floor burst
-        out = subprocess.run([program, folder, str(iterations), "1"], capture_output=True, text=True, env=env,
-                             check=True).stdout.split()
-        ours.append(float(out[-1]))
+        done = subprocess.run([program, folder, str(iterations), "1"], capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise RuntimeError(f"the C loop exited {done.returncode}: {(done.stderr or done.stdout).strip()[-600:]}")
+        ours.append(float(done.stdout.split()[-1]))
         floors.append(floor_ns(g, folder, iterations))
-    row = {"graph": name, "engine_id": int(g.selected_plan.engine_id),
+    row = {"graph": name, "engine_id": int(g.selected_plan.engine_id), "plan": g.selected_plan.label,
            "cg_execute_ns": statistics.median(ours), "floor_ns": statistics.median(floors)}
     row["ratio"] = row["cg_execute_ns"] / row["floor_ns"]
     return row
 
 
+def measure_or_error(name: str, program: str, root: str, iterations: int, bursts: int) -> dict:
+    """``measure``'s row, or {graph, error} when the graph fails (logged): the other graphs still run."""
+    try:
+        return measure(name, program, root, iterations, bursts)
+    except Exception as exc:     # noqa: BLE001  (a bench reports every graph's outcome)
+        logger.exception("c_api bench: graph %s failed", name)
+        return {"graph": name, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def format_rows(rows: list) -> list:
+    lines = [f"{'graph':12} {'engine':>6} {'cg_execute us':>14} {'C floor us':>11} {'ratio':>6}"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['graph']:12} FAILED: {r['error']}")
+        else:
+            lines.append(f"{r['graph']:12} {r['engine_id']:>6} {r['cg_execute_ns'] / 1e3:>14.2f} "
+                         f"{r['floor_ns'] / 1e3:>11.2f} {r['ratio']:>6.3f}")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--graphs", nargs="+", default=["matmul", "conv", "sdpa"])
+    parser.add_argument("--graphs", nargs="+", default=["matmul", "conv", "sdpa", "cute_matmul"])
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--bursts", type=int, default=15)
     parser.add_argument("--out", help="JSON path (default bench/results/c_api-<host>.json)")
@@ -89,18 +134,15 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO)
     with tempfile.TemporaryDirectory() as root:
         program = build_loop(root)
-        rows = [measure(name, program, root, args.iterations, args.bursts) for name in args.graphs]
-    lines = [f"{'graph':8} {'engine':>6} {'cg_execute us':>14} {'C floor us':>11} {'ratio':>6}"]
-    lines += [f"{r['graph']:8} {r['engine_id']:>6} {r['cg_execute_ns'] / 1e3:>14.2f} {r['floor_ns'] / 1e3:>11.2f} "
-              f"{r['ratio']:>6.3f}" for r in rows]
-    sys.stdout.write("\n".join(lines) + "\n")
+        rows = [measure_or_error(name, program, root, args.iterations, args.bursts) for name in args.graphs]
+    sys.stdout.write("\n".join(format_rows(rows)) + "\n")
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     path = args.out or os.path.join(HERE, "results", f"c_api-{platform.node()}.json")
     with open(path, "w") as f:
         json.dump({"rows": rows, "iterations": args.iterations, "bursts": args.bursts,
                    "note": "cg_execute bursts run in a child C process; the floor in this process"}, f, indent=2)
     logger.info("wrote %s", path)
-    return 0
+    return 1 if any("error" in r for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ Layout: a fixed 64-byte header, a section directory (one 24-byte entry per secti
 sections, each starting at an 8-byte aligned offset. The header's CRC-32 covers the whole blob (with
 the checksum field read as zero), so a truncated or altered blob is refused before anything in it
 is trusted. Format version 2 is version 1 plus the plan-operand section (6: the operands a plan binds
-itself, which a reader must understand to execute it); a blob without that section is written as
-version 1, so readers of version 1 keep reading it.
+itself, which a reader must understand to execute it); format version 3 is version 2 plus the DSL launch
+section (7: what a reader with no Python needs to launch a DSL engine's kernels; ``_plan_launch``). A
+blob is written as the lowest version that holds its sections, so older readers keep reading the rest.
 
 Example:
     >>> from cudnn_graph._plan_blob import PlanHeader, TensorRecord, pack_blob, unpack_blob, SECTION_GRAPH
@@ -34,13 +35,15 @@ __all__ = ["MAGIC", "FORMAT_VERSION", "HEADER", "SECTION_ENTRY", "PlanHeader", "
            "SECTION_TENSORS", "SECTION_GRAPH", "SECTION_PLAN", "SECTION_CUDNN_PLAN", "SECTION_KERNELS",
            "FLAG_KERNELS", "SECTION_PLAN_OPERANDS", "PlanOperand", "READABLE_FORMAT_VERSIONS",
            "PLAN_OPERANDS_FORMAT_VERSION", "OPERAND_HOST_CONSTANT", "OPERAND_DEVICE_CONSTANT", "OPERAND_ALIAS",
-           "OPERAND_SCRATCH", "OPERAND_WITHHELD", "BASE_FORMAT_VERSION", "SCRATCH_ALIGNMENT"]
+           "OPERAND_SCRATCH", "OPERAND_WITHHELD", "BASE_FORMAT_VERSION", "SCRATCH_ALIGNMENT", "SECTION_DSL_LAUNCH",
+           "DSL_LAUNCH_FORMAT_VERSION"]
 
 MAGIC = b"CDNGPLAN"
-FORMAT_VERSION = 2                   # the newest format this library reads and writes
+FORMAT_VERSION = 3                   # the newest format this library reads and writes
 BASE_FORMAT_VERSION = 1              # a blob without a plan-operand section
 PLAN_OPERANDS_FORMAT_VERSION = 2     # the first version with section 6
-READABLE_FORMAT_VERSIONS = (1, 2)
+DSL_LAUNCH_FORMAT_VERSION = 3        # the first version with section 7
+READABLE_FORMAT_VERSIONS = (1, 2, 3)
 
 # magic, format version, header size, flags, library version, cuDNN version, arch, engine family,
 # reserved, engine id, workspace size, total size, checksum, section count
@@ -58,6 +61,7 @@ SECTION_PLAN = 3         # the selected plan's recipe (engine name, id, knobs), 
 SECTION_CUDNN_PLAN = 4   # cuDNN's serialized execution plan (CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION)
 SECTION_KERNELS = 5      # a Python engine's compiled kernels (the engine's own bytes)
 SECTION_PLAN_OPERANDS = 6   # the operands the plan binds itself (binary, PlanOperand; format version 2)
+SECTION_DSL_LAUNCH = 7      # how to launch a DSL engine's kernels without Python (_plan_launch; format version 3)
 
 # PlanOperand.kind: what the plan passes for a uid the caller never does
 OPERAND_HOST_CONSTANT = 1    # a pass-by-value scalar: the plan's bytes, passed as a host pointer
@@ -143,6 +147,7 @@ class UnpackedBlob:
     tensors: tuple
     sections: dict                # kind -> bytes (the tensor table and plan operands parsed out)
     plan_operands: tuple = ()     # PlanOperand records of section 6
+    dsl_launch: tuple = ()        # _plan_launch.LaunchKernel records of section 7
 
 
 def is_plan_blob(data) -> bool:
@@ -282,16 +287,21 @@ def _unpack_plan_operands(data: bytes, tensors: Sequence[TensorRecord]) -> tuple
 
 
 def pack_blob(header: PlanHeader, tensors: Sequence[TensorRecord], sections: Mapping[int, bytes],
-              plan_operands: Sequence[PlanOperand] = ()) -> bytes:
-    """The blob of ``header``, the tensor table ``tensors``, ``sections`` ({kind: bytes}) and the
-    operands the plan binds itself (``plan_operands``: section 6, which makes the blob format version 2).
+              plan_operands: Sequence[PlanOperand] = (), dsl_launch: Sequence = ()) -> bytes:
+    """The blob of ``header``, the tensor table ``tensors``, ``sections`` ({kind: bytes}), the
+    operands the plan binds itself (``plan_operands``: section 6, which makes the blob format version 2)
+    and the DSL launch records (``dsl_launch``, ``_plan_launch.LaunchKernel``: section 7, version 3).
     ``header.format_version`` None writes the lowest version that holds what is given."""
     sections = dict(sections)
     if plan_operands:
         sections[SECTION_PLAN_OPERANDS] = _pack_plan_operands(plan_operands)
+    if dsl_launch:
+        from ._plan_launch import pack_launch
+        sections[SECTION_DSL_LAUNCH] = pack_launch(dsl_launch)
     version = header.format_version
     if version is None:
-        version = PLAN_OPERANDS_FORMAT_VERSION if SECTION_PLAN_OPERANDS in sections else BASE_FORMAT_VERSION
+        version = (DSL_LAUNCH_FORMAT_VERSION if SECTION_DSL_LAUNCH in sections else
+                   PLAN_OPERANDS_FORMAT_VERSION if SECTION_PLAN_OPERANDS in sections else BASE_FORMAT_VERSION)
     parts = [(SECTION_TENSORS, _pack_tensors(tensors))]
     parts += [(kind, bytes(body)) for kind, body in sorted(sections.items()) if kind != SECTION_TENSORS]
     offset = HEADER.size + SECTION_ENTRY.size * len(parts)
@@ -355,5 +365,13 @@ def unpack_blob(data) -> UnpackedBlob:
         raise PlanBlobError(f"a format-{version} blob with a plan-operand section (section "
                             f"{SECTION_PLAN_OPERANDS} needs format version {PLAN_OPERANDS_FORMAT_VERSION}; corrupt)",
                             "plan operands")
+    launch = sections.pop(SECTION_DSL_LAUNCH, None)
+    if launch is not None and version < DSL_LAUNCH_FORMAT_VERSION:
+        raise PlanBlobError(f"a format-{version} blob with a DSL launch section (section {SECTION_DSL_LAUNCH} "
+                            f"needs format version {DSL_LAUNCH_FORMAT_VERSION}; corrupt)", "DSL launch")
+    kernels = ()
+    if launch is not None:
+        from ._plan_launch import unpack_launch
+        kernels = unpack_launch(launch, tensors, sections.get(SECTION_KERNELS, b""))
     return UnpackedBlob(header, tensors, sections,
-                        () if operands is None else _unpack_plan_operands(operands, tensors))
+                        () if operands is None else _unpack_plan_operands(operands, tensors), kernels)

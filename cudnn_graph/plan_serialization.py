@@ -16,6 +16,8 @@ tensor table, the selected plan's recipe (engine, engine id, knobs) and the engi
 A plan that binds operands of its own at execute (pass-by-value constants, views of a caller tensor,
 scratch in the workspace: ``CompiledPlan.export_plan_operands``) lists them in the blob's plan-operand
 section, which makes the blob format version 2; this library re-derives them from the graph on load.
+A DSL engine's plan serialized with its kernels also says how to launch them with no Python
+(``CompiledPlan.export_launch``: the DSL launch section, format version 3), which the C runtime reads.
 
 A blob made by another library version, format version, cuDNN version (major.minor) or GPU
 architecture is refused with ``PlanVersionMismatchError`` (which field, the blob's value, this
@@ -360,9 +362,11 @@ def serialize(graph, *, include_kernels: bool = True, index: Optional[int] = Non
                         arch=(props.arch if props is not None else device_arch(graph.device)) if uses_gpu else 0,
                         engine_family=family,
                         engine_id=int(entry.engine_id), workspace_size=int(compiled.workspace_size), flags=flags)
-    # What the plan binds itself (constants, views, scratch): a reader without the engine needs them.
+    # What the plan binds itself (constants, views, scratch) and how its DSL kernels launch: a reader
+    # without the engine (the C runtime) needs them.
+    launch = tuple(compiled.export_launch(payload)) if (payload is not None and not is_cudnn) else ()
     return blob_format.pack_blob(header, _tensor_records(graph, compiled), sections,
-                                 tuple(compiled.export_plan_operands()))
+                                 tuple(compiled.export_plan_operands()), launch)
 
 
 def _engine_named(name: str, engine_id: int):

@@ -99,6 +99,13 @@ class CompiledPlan:
         reader without this engine (the C runtime) binds them too. () (the default): none."""
         return ()
 
+    def export_launch(self, kernels: Optional[bytes]) -> tuple:
+        """Optional: how a reader with no Python launches this plan's kernels (``cudnn_graph._plan_launch
+        .LaunchKernel`` records: convention, entry, code, argument slots), given ``kernels``, the bytes
+        ``export_kernels`` returned (the records may point into them). ``serialize()`` stores them in the
+        blob's DSL launch section. () (the default): the plan runs only through its engine."""
+        return ()
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.plan.label}, workspace={self.workspace_size})"
 

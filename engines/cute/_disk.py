@@ -209,20 +209,46 @@ def plan_kernels(spec, compiled) -> bytes | None:
     return json.dumps(record, sort_keys=True).encode() + b"\n" + found.object_bytes + shared
 
 
+def _split(payload: bytes):
+    """(record, offset of the object, its size, offset of the shared object, its size) of
+    ``plan_kernels``' bytes, or None when they are not of this format."""
+    line, newline, data = payload.partition(b"\n")
+    try:
+        record = json.loads(line)
+        n_object, n_shared = int(record["object_size"]), int(record["shared_object_size"])
+        ok = record.get("format") == PLAN_RECORD_FORMAT and newline and n_object >= 0 and n_shared >= 0
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not ok or n_object + n_shared != len(data):
+        return None
+    start = len(line) + 1
+    return record, start, n_object, start + n_object, n_shared
+
+
 def _plan_parts(spec, payload: bytes):
     """(record, object bytes, shared-object bytes) of ``plan_kernels``' bytes, or None when they were made
     for another DSL, architecture or spec, or are not of this format."""
-    line, _, data = payload.partition(b"\n")
+    found = _split(payload)
+    if found is None:
+        return None
+    record, at_object, n_object, at_shared, n_shared = found
     try:
-        record = json.loads(line)
-        same = record.get("format") == PLAN_RECORD_FORMAT and \
-            record["key"] == json.loads(json.dumps(key_for(spec).as_json(), sort_keys=True))
-        n_object, n_shared = int(record["object_size"]), int(record["shared_object_size"])
-    except (ValueError, KeyError, TypeError, AttributeError):
+        same = record["key"] == json.loads(json.dumps(key_for(spec).as_json(), sort_keys=True))
+    except (KeyError, TypeError):
         return None
-    if not same or n_object + n_shared != len(data):
+    if not same:
         return None
-    return record, data[:n_object], data[n_object:]
+    return record, payload[at_object:at_object + n_object], payload[at_shared:at_shared + n_shared]
+
+
+def plan_shared_object(payload: bytes):
+    """(record, offset, size) of the linked shared object inside ``plan_kernels``' bytes (what the blob's
+    DSL launch section points the C runtime at), or None where they hold none (no C compiler linked it)."""
+    found = _split(payload)
+    if found is None or not found[4] or not found[0].get("entry_symbol"):
+        return None
+    record, _, _, at_shared, n_shared = found
+    return record, at_shared, n_shared
 
 
 def kernel_from_plan(spec, payload: bytes):

@@ -230,6 +230,44 @@ class CuteGemmPlan(CompiledPlan):
         found = _cache.get(compiled_for)
         return None if found is None else _disk.plan_kernels(compiled_for, found)
 
+    def export_plan_operands(self) -> tuple:
+        """The epilogue scalars whose value the graph fixed (``tensor_scalar``): host constants a reader
+        binds itself, as it does a cuDNN plan's (the caller passes no such scalar)."""
+        import struct
+        from ..._plan_blob import OPERAND_HOST_CONSTANT, PlanOperand
+        from ...enums import DataType
+        out = []
+        for uid, kind, value in zip(self.problem.scalar_uids, self.problem.scalar_types, self.scalar_defaults):
+            if value is not None:
+                double = kind == "float64"
+                out.append(PlanOperand(OPERAND_HOST_CONSTANT, uid, int(DataType.DOUBLE if double else DataType.FLOAT),
+                                       struct.pack("<d" if double else "<f", value), graph_scalar=True))
+        return tuple(out)
+
+    def export_launch(self, kernels: bytes | None) -> tuple:
+        """The blob's DSL launch record of this plan's kernel (the C runtime's launch with no Python): the
+        shared object inside ``kernels`` (``export_kernels``' bytes), the exported entry's convention and
+        which operand, scalar and extent goes to each slot, as ``fast_executor`` packs them. () where the
+        kernel has no shared object (no C compiler linked it)."""
+        from ..._plan_launch import CONVENTION_CUTE_PACKED, LaunchKernel, PointerSlot, ScalarSlot
+        from ...enums import DataType
+        from ._shared_launch import PLACEHOLDER_ADDRESS
+        from ._spec import N_POINTERS, N_SCALARS
+        found = _disk.plan_shared_object(kernels) if kernels else None
+        if found is None:
+            return ()
+        record, offset, size = found
+        p = self.problem
+        pointers = [PointerSlot(uid, align, name) for uid, align, name in zip(self._tensor_uids, self._align,
+                                                                              self._names)]
+        scalars = [ScalarSlot(uid, int(DataType.DOUBLE if kind == "float64" else DataType.FLOAT))
+                   for uid, kind in zip(p.scalar_uids, p.scalar_types)]
+        return (LaunchKernel(CONVENTION_CUTE_PACKED, tuple(pointers + [PointerSlot()] * (N_POINTERS - len(pointers))),
+                             tuple(scalars + [ScalarSlot()] * (N_SCALARS - len(scalars))),
+                             tuple(int(x) for x in self._launch.extents), record["entry_symbol"],
+                             record.get("function_prefix", _disk.FUNCTION_PREFIX), record.get("runtime") or "",
+                             code_offset=offset, code_size=size, placeholder=PLACEHOLDER_ADDRESS),)
+
     def fast_executor(self, layout):
         """execute()'s one-call path: pack in Cython and call the compiled host entry from C
         (``_dsl_launch.PackedLaunch``), or None where the launch must go through the DSL's Python call

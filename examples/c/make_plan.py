@@ -1,10 +1,12 @@
-"""Build a graph in Python, serialize its cuDNN plan and write it (with inputs) for run_plan.c.
+"""Build a graph in Python, serialize its plan and write it (with inputs) for run_plan.c.
 
-    python make_plan.py matmul plan_dir     # or conv, sdpa, sdpa_alibi, slice_matmul
+    python make_plan.py matmul plan_dir     # or conv, sdpa, sdpa_alibi, slice_matmul, cute_matmul
     make && ./run_plan plan_dir
 
 Writes plan_dir/plan.blob and plan_dir/<uid>.in for every input operand: the raw bytes of its whole
-strided span (a pass-by-value scalar: its one value). Needs a GPU and libcudnn; uses NumPy only.
+strided span (a pass-by-value scalar: its one value). Needs a GPU and libcudnn; uses NumPy (and
+ml_dtypes for BF16). cute_matmul is a CuTe plan (the DSL's kernel, launched by the C runtime with no
+Python: run_plan needs $CUDNN_GRAPH_CUTE_RUNTIME, or the DSL runtime library's path the blob recorded).
 """
 from __future__ import annotations
 
@@ -18,6 +20,11 @@ from cudnn_graph.router import PreferFamily
 
 F = cudnn.data_type
 HOST_TYPES = {F.HALF: np.float16, F.FLOAT: np.float32, F.INT32: np.int32, F.INT64: np.int64}
+try:
+    import ml_dtypes
+    HOST_TYPES[F.BFLOAT16] = np.dtype(ml_dtypes.bfloat16)
+except ImportError:          # only the BF16 graph (cute_matmul) needs it
+    pass
 
 
 def row_major(dims):
@@ -86,7 +93,21 @@ def slice_matmul():
     return g
 
 
-GRAPHS = {"matmul": matmul, "conv": conv, "sdpa": sdpa, "sdpa_alibi": sdpa_alibi, "slice_matmul": slice_matmul}
+def cute_matmul():
+    """relu(A @ B + bias) in BF16: on an H200 the default plan is the CuTe GEMM with the bias and relu
+    fused (the blob's DSL launch section tells the C runtime how to launch its kernel)."""
+    g = cudnn.pygraph(io_data_type=F.BFLOAT16, intermediate_data_type=F.FLOAT, compute_data_type=F.FLOAT,
+                      device="cuda", router=PreferFamily("python"))
+    a = g.tensor(name="A", dim=[1, 256, 128], stride=row_major([1, 256, 128]))
+    b = g.tensor(name="B", dim=[1, 128, 192], stride=row_major([1, 128, 192]))
+    bias = g.tensor(name="bias", dim=[1, 1, 192], stride=row_major([1, 1, 192]))
+    y = g.relu(g.bias(g.matmul(a, b), bias))
+    y.set_output(True).set_name("Y").set_dim([1, 256, 192]).set_stride(row_major([1, 256, 192]))
+    return g
+
+
+GRAPHS = {"matmul": matmul, "conv": conv, "sdpa": sdpa, "sdpa_alibi": sdpa_alibi, "slice_matmul": slice_matmul,
+          "cute_matmul": cute_matmul}
 
 
 def input_bytes(t, rng) -> bytes:

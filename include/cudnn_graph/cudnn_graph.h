@@ -1,7 +1,8 @@
 /*
  * cudnn_graph C runtime (libcudnn_graph_rt): execute a plan serialized by cudnn_graph's Python package
  * (graph.serialize(), docs/plan_format.md) from C or C++, with only libcudnn and the CUDA driver at
- * serve time: no Python, no CUDA toolkit headers. docs/c_api.md is the guide.
+ * serve time (a CuTe plan: the CUDA driver and the CuTe DSL's runtime library, libcute_dsl_runtime.so):
+ * no Python, no CUDA toolkit headers. docs/c_api.md is the guide.
  *
  *     cg_plan_t plan;
  *     if (cg_plan_load(blob, blob_size, 0, &plan) != CG_STATUS_SUCCESS) {
@@ -52,8 +53,9 @@ typedef enum cg_status {
     CG_STATUS_INVALID_ARGUMENT = 1,   /* a NULL out-parameter, a negative count, an index out of range */
     CG_STATUS_BAD_BLOB = 2,           /* not a plan blob, truncated, corrupt (magic, size, checksum, sections) */
     CG_STATUS_VERSION_MISMATCH = 3,   /* another format, cudnn_graph, cuDNN major.minor or GPU architecture */
-    CG_STATUS_NOT_SUPPORTED = 4,      /* a plan this runtime cannot run (a Python engine's, the reference's) */
-    CG_STATUS_LIBRARY_NOT_FOUND = 5,  /* libcudnn or libcuda could not be loaded, or lacks an entry point */
+    CG_STATUS_NOT_SUPPORTED = 4,      /* a plan this runtime cannot run (cuTile's, the reference's) */
+    CG_STATUS_LIBRARY_NOT_FOUND = 5,  /* libcudnn, libcuda or the CuTe DSL runtime could not be loaded, or lacks
+                                       * an entry point */
     CG_STATUS_INVALID_DEVICE = 6,     /* no such CUDA device */
     CG_STATUS_NULL_POINTER = 7,       /* a NULL buffer (or workspace) where the plan needs memory */
     CG_STATUS_MISALIGNED = 8,         /* a buffer address below the alignment the plan requires */

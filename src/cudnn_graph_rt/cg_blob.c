@@ -1,4 +1,4 @@
-/* The C reader of the plan blob (docs/plan_format.md, versions 1 and 2). It trusts nothing: every field is
+/* The C reader of the plan blob (docs/plan_format.md, versions 1 to 3). It trusts nothing: every field is
  * read with a bounds check, in the order the format prescribes (magic, format version, total size,
  * checksum, then the rest), and every finding is a status with a message, never a crash. */
 #include <stdlib.h>
@@ -32,7 +32,25 @@ uint32_t cg_crc32(const uint8_t *data, size_t size, size_t skip_at) {
     return crc ^ 0xFFFFFFFFu;
 }
 
+static void release_dsl_kernels(cg_blob_t *blob) {
+    for (uint32_t i = 0; i < blob->n_dsl_kernels; i++) {
+        cg_dsl_kernel_t *k = &blob->dsl_kernels[i];
+        if (k->pointers)
+            for (uint16_t j = 0; j < k->n_pointers; j++) free(k->pointers[j].name);
+        free(k->pointers);
+        free(k->scalars);
+        free(k->ints);
+        free(k->entry_symbol);
+        free(k->function_prefix);
+        free(k->runtime_hint);
+    }
+    free(blob->dsl_kernels);
+    blob->dsl_kernels = NULL;
+    blob->n_dsl_kernels = 0;
+}
+
 void cg_blob_release(cg_blob_t *blob) {
+    release_dsl_kernels(blob);
     if (blob->plan_operands) {
         for (uint32_t i = 0; i < blob->n_plan_operands; i++) free(blob->plan_operands[i].data);
         free(blob->plan_operands);
@@ -230,6 +248,205 @@ static cg_status_t parse_plan_operands(const uint8_t *data, size_t size, cg_blob
     return CG_STATUS_SUCCESS;
 }
 
+/* ---- section 7: DSL launches (the checks of _plan_launch.unpack_launch, in its order) ---- */
+
+typedef struct {
+    const uint8_t *data;
+    size_t size, at;
+} cursor_t;
+
+/* n bytes (then the zero padding to 8) from the cursor, or NULL when the section is cut short. */
+static const uint8_t *take(cursor_t *c, size_t n) {
+    if (pad8(n) < n || pad8(n) > c->size - c->at) return NULL;
+    const uint8_t *p = c->data + c->at;
+    c->at += pad8(n);
+    return p;
+}
+
+static char *copy_text(const uint8_t *p, size_t n) {
+    char *out = malloc(n + 1);
+    if (out) {
+        memcpy(out, p, n);
+        out[n] = 0;
+    }
+    return out;
+}
+
+static int is_identifier(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint8_t ch = p[i];
+        int alpha = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || ch == '_';
+        if (!alpha && !(i > 0 && ch >= '0' && ch <= '9')) return 0;
+    }
+    return n > 0;
+}
+
+#define DSL_FAIL(...) cg_fail(CG_STATUS_BAD_BLOB, "plan blob: " __VA_ARGS__)
+#define DSL_SHORT(i, what) DSL_FAIL("the DSL launch section is cut short at DSL launch kernel %u%s (corrupt; field " \
+                                    "DSL launch)", i, what)
+
+/* A section-7 string: a C identifier when `symbol` (the entry, the prefix), else any bytes (a path). */
+static cg_status_t read_text(cursor_t *c, size_t n, uint32_t index, const char *what, int symbol, char **out) {
+    const uint8_t *p = take(c, n);
+    if (!p) return DSL_SHORT(index, what);
+    if (symbol && !is_identifier(p, n))
+        return DSL_FAIL("DSL launch kernel %u: %s is not a C identifier (corrupt; field DSL launch)", index, what);
+    *out = copy_text(p, n);
+    return *out ? CG_STATUS_SUCCESS : cg_fail(CG_STATUS_OUT_OF_MEMORY, "plan blob: no memory for %s", what);
+}
+
+static int convention_slots(uint16_t convention, uint16_t *pointers, uint16_t *scalars, uint16_t *ints) {
+    switch (convention) {
+    case CG_CONVENTION_CUTE_PACKED: *pointers = 6; *scalars = 3; *ints = 4; return 1;
+    /* A cuTile convention goes here (and in _plan_launch.CONVENTIONS) once its launch data is settled. */
+    default: return 0;
+    }
+}
+
+static cg_status_t check_dsl_kernel(const cg_blob_t *blob, const cg_dsl_kernel_t *k, uint32_t index) {
+    for (uint16_t i = 0; i < k->n_pointers; i++) {
+        const cg_dsl_pointer_t *p = &k->pointers[i];
+        if (p->alignment & (p->alignment - 1))
+            return DSL_FAIL("DSL launch kernel %u: pointer slot %u ('%s') requires %u-byte alignment, not a power of "
+                            "two (corrupt; field DSL launch)", index, i, p->name, p->alignment);
+        if (p->bound) {
+            const cg_record_t *row = record_of(blob, p->uid);
+            if (!row || row->is_virtual || row->is_pass_by_value)
+                return DSL_FAIL("DSL launch kernel %u: pointer slot %u ('%s') is uid %lld, no device operand of the "
+                                "tensor table (corrupt; field DSL launch)", index, i, p->name, (long long)p->uid);
+        }
+    }
+    for (uint16_t i = 0; i < k->n_scalars; i++) {
+        const cg_dsl_scalar_t *s = &k->scalars[i];
+        if (s->kind == CG_DSL_SCALAR_FIXED) {
+            if (s->value != s->value || s->value - s->value != 0)
+                return DSL_FAIL("DSL launch kernel %u: scalar slot %u is fixed at a value that is not finite "
+                                "(corrupt; field DSL launch)", index, i);
+            continue;
+        }
+        if (s->read_type != 0 && s->read_type != 1)
+            return DSL_FAIL("DSL launch kernel %u: scalar slot %u reads data type %d; FLOAT (0) or DOUBLE (1) "
+                            "(corrupt; field DSL launch)", index, i, s->read_type);
+        const cg_record_t *row = record_of(blob, s->uid);
+        if (!row || row->is_virtual || !row->is_pass_by_value)
+            return DSL_FAIL("DSL launch kernel %u: scalar slot %u is uid %lld, no pass-by-value operand of the "
+                            "tensor table (corrupt; field DSL launch)", index, i, (long long)s->uid);
+    }
+    if (k->convention == CG_CONVENTION_CUTE_PACKED)
+        for (uint16_t i = 0; i < k->n_ints; i++)
+            if (k->ints[i] < INT32_MIN || k->ints[i] > INT32_MAX)
+                return DSL_FAIL("DSL launch kernel %u: int slot %u = %lld does not fit the entry's int32 (corrupt; "
+                                "field DSL launch)", index, i, (long long)k->ints[i]);
+    return CG_STATUS_SUCCESS;
+}
+
+static cg_status_t parse_dsl_kernel(cursor_t *c, cg_blob_t *blob, const uint8_t *kernels, size_t kernels_size,
+                                    uint32_t index, cg_dsl_kernel_t *k) {
+    const uint8_t *p = take(c, 48);
+    if (!p) return DSL_SHORT(index, "");
+    k->convention = read_u16(p);
+    uint16_t flags = read_u16(p + 2);
+    k->n_pointers = read_u16(p + 4);
+    k->n_scalars = read_u16(p + 6);
+    k->n_ints = read_u16(p + 8);
+    size_t n_symbol = read_u16(p + 10), n_prefix = read_u16(p + 12), n_hint = read_u16(p + 14);
+    k->placeholder = read_u64(p + 16);
+    uint64_t code_offset = read_u64(p + 24), code_size = read_u64(p + 32);
+    uint16_t want_pointers, want_scalars, want_ints;
+    if (!convention_slots(k->convention, &want_pointers, &want_scalars, &want_ints))
+        return DSL_FAIL("DSL launch kernel %u: unknown calling convention %u (corrupt, or a newer writer; field DSL "
+                        "launch)", index, k->convention);
+    if (flags & ~CG_DSL_FLAG_CODE_IN_KERNELS)
+        return DSL_FAIL("DSL launch kernel %u: flags 0x%x (corrupt; field DSL launch)", index, flags);
+    if (k->n_pointers != want_pointers || k->n_scalars != want_scalars || k->n_ints != want_ints)
+        return DSL_FAIL("DSL launch kernel %u: %u pointer, %u scalar and %u int slots; convention %u takes %u, %u and "
+                        "%u (corrupt; field DSL launch)", index, k->n_pointers, k->n_scalars, k->n_ints,
+                        k->convention, want_pointers, want_scalars, want_ints);
+    if (n_symbol < 1 || n_symbol > CG_DSL_MAX_SYMBOL || n_prefix < 1 || n_prefix > CG_DSL_MAX_SYMBOL ||
+        n_hint > CG_DSL_MAX_HINT)
+        return DSL_FAIL("DSL launch kernel %u: a %zu-byte entry symbol, %zu-byte function prefix or %zu-byte "
+                        "runtime hint (corrupt; field DSL launch)", index, n_symbol, n_prefix, n_hint);
+    k->pointers = calloc(k->n_pointers ? k->n_pointers : 1, sizeof *k->pointers);
+    k->scalars = calloc(k->n_scalars ? k->n_scalars : 1, sizeof *k->scalars);
+    k->ints = calloc(k->n_ints ? k->n_ints : 1, sizeof *k->ints);
+    if (!k->pointers || !k->scalars || !k->ints)
+        return cg_fail(CG_STATUS_OUT_OF_MEMORY, "plan blob: no memory for a DSL launch");
+    for (uint16_t i = 0; i < k->n_pointers; i++) {
+        cg_dsl_pointer_t *slot = &k->pointers[i];
+        if (!(p = take(c, 16))) return DSL_SHORT(index, ", a pointer slot");
+        slot->uid = read_i64(p);
+        slot->alignment = read_u32(p + 8);
+        uint16_t pflags = read_u16(p + 12);
+        size_t n_name = read_u16(p + 14);
+        if ((pflags & ~CG_DSL_FLAG_POINTER_BOUND) || n_name > CG_DSL_MAX_NAME)
+            return DSL_FAIL("DSL launch kernel %u: pointer slot %u has flags 0x%x and a %zu-byte name (corrupt; field "
+                            "DSL launch)", index, i, pflags, n_name);
+        slot->bound = (pflags & CG_DSL_FLAG_POINTER_BOUND) != 0;
+        cg_status_t status = read_text(c, n_name, index, "a pointer slot's name", 0, &slot->name);
+        if (status != CG_STATUS_SUCCESS) return status;
+    }
+    for (uint16_t i = 0; i < k->n_scalars; i++) {
+        cg_dsl_scalar_t *slot = &k->scalars[i];
+        if (!(p = take(c, 24))) return DSL_SHORT(index, ", a scalar slot");
+        slot->uid = read_i64(p);
+        slot->kind = read_u16(p + 8);
+        uint16_t sflags = read_u16(p + 10);
+        slot->read_type = (int32_t)read_u32(p + 12);
+        uint64_t bits = read_u64(p + 16);
+        memcpy(&slot->value, &bits, sizeof bits);
+        if ((slot->kind != CG_DSL_SCALAR_OPERAND && slot->kind != CG_DSL_SCALAR_FIXED) || sflags)
+            return DSL_FAIL("DSL launch kernel %u: scalar slot %u has kind %u and flags 0x%x (corrupt; field DSL "
+                            "launch)", index, i, slot->kind, sflags);
+    }
+    for (uint16_t i = 0; i < k->n_ints; i++) {
+        if (!(p = take(c, 8))) return DSL_SHORT(index, ", an int slot");
+        k->ints[i] = read_i64(p);
+    }
+    cg_status_t status = read_text(c, n_symbol, index, "the entry symbol", 1, &k->entry_symbol);
+    if (status == CG_STATUS_SUCCESS)
+        status = read_text(c, n_prefix, index, "the function prefix", 1, &k->function_prefix);
+    if (status == CG_STATUS_SUCCESS) status = read_text(c, n_hint, index, "the runtime hint", 0, &k->runtime_hint);
+    if (status != CG_STATUS_SUCCESS) return status;
+    if (code_size == 0) return DSL_FAIL("DSL launch kernel %u: no code (corrupt; field DSL launch)", index);
+    if (flags & CG_DSL_FLAG_CODE_IN_KERNELS) {
+        if (code_offset > kernels_size || code_size > kernels_size - code_offset)
+            return DSL_FAIL("DSL launch kernel %u: its code is bytes %llu..%llu of the kernels section, which has %zu "
+                            "bytes (corrupt; field DSL launch)", index, (unsigned long long)code_offset,
+                            (unsigned long long)(code_offset + code_size), kernels_size);
+        k->code = kernels + code_offset;
+    } else {
+        if (code_offset)
+            return DSL_FAIL("DSL launch kernel %u: inline code at offset %llu (corrupt; field DSL launch)", index,
+                            (unsigned long long)code_offset);
+        if (code_size > c->size || !(k->code = take(c, (size_t)code_size))) return DSL_SHORT(index, "'s code");
+    }
+    k->code_size = (size_t)code_size;
+    return check_dsl_kernel(blob, k, index);
+}
+
+static cg_status_t parse_dsl_launch(const uint8_t *data, size_t size, const uint8_t *kernels, size_t kernels_size,
+                                    cg_blob_t *blob) {
+    cursor_t c = {data, size, 0};
+    const uint8_t *head = take(&c, 8);
+    if (!head)
+        return DSL_FAIL("the DSL launch section is cut short at its head (corrupt; field DSL launch)");
+    uint32_t count = read_u32(head);
+    if (count < 1 || count > CG_DSL_MAX_KERNELS)
+        return DSL_FAIL("the DSL launch section says %u kernels (1 to %d; corrupt; field DSL launch)", count,
+                        CG_DSL_MAX_KERNELS);
+    blob->dsl_kernels = calloc(count, sizeof *blob->dsl_kernels);
+    if (!blob->dsl_kernels) return cg_fail(CG_STATUS_OUT_OF_MEMORY, "plan blob: no memory for a DSL launch");
+    for (uint32_t i = 0; i < count; i++) {
+        blob->n_dsl_kernels = i + 1;     /* so cg_blob_release frees what this kernel allocates */
+        cg_status_t status = parse_dsl_kernel(&c, blob, kernels, kernels_size, i, &blob->dsl_kernels[i]);
+        if (status != CG_STATUS_SUCCESS) return status;
+    }
+    if (c.at != size)
+        return DSL_FAIL("the DSL launch section has %zu bytes past its last kernel (corrupt; field DSL launch)",
+                        size - c.at);
+    return CG_STATUS_SUCCESS;
+}
+
 cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
     memset(blob, 0, sizeof *blob);
     if (size < sizeof blob_magic || memcmp(data, blob_magic, sizeof blob_magic) != 0)
@@ -239,10 +456,10 @@ cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
         return cg_fail(CG_STATUS_BAD_BLOB, "the plan blob is truncated: %zu bytes, shorter than its %d-byte "
                        "header (field total_size)", size, CG_BLOB_HEADER_SIZE);
     uint16_t version = read_u16(data + 8);
-    if (version != CG_BLOB_FORMAT_VERSION && version != CG_BLOB_FORMAT_VERSION_PLAN_OPERANDS)
+    if (version < CG_BLOB_FORMAT_VERSION || version > CG_BLOB_FORMAT_VERSION_DSL_LAUNCH)
         return cg_fail(CG_STATUS_VERSION_MISMATCH, "the plan blob is format version %u; this runtime reads "
-                       "versions %d and %d (field format version): serialize the plan again", version,
-                       CG_BLOB_FORMAT_VERSION, CG_BLOB_FORMAT_VERSION_PLAN_OPERANDS);
+                       "versions %d to %d (field format version): serialize the plan again", version,
+                       CG_BLOB_FORMAT_VERSION, CG_BLOB_FORMAT_VERSION_DSL_LAUNCH);
     uint64_t total = read_u64(data + 48);
     if (total != size)
         return cg_fail(CG_STATUS_BAD_BLOB, "the plan blob is %zu bytes, its header says %llu (truncated or "
@@ -264,8 +481,8 @@ cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
     blob->engine_family = read_u16(data + 28);
     blob->engine_id = read_i64(data + 32);
     blob->workspace_size = read_u64(data + 40);
-    const uint8_t *tensors = NULL, *operands = NULL;
-    size_t tensors_size = 0, operands_size = 0;
+    const uint8_t *tensors = NULL, *operands = NULL, *launch = NULL, *kernels = NULL;
+    size_t tensors_size = 0, operands_size = 0, launch_size = 0, kernels_size = 0;
     for (uint32_t i = 0; i < count; i++) {
         const uint8_t *entry = data + header_size + (size_t)CG_BLOB_SECTION_ENTRY_SIZE * i;
         uint32_t kind = read_u32(entry);
@@ -279,6 +496,8 @@ cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
         case CG_SECTION_PLAN: blob->recipe = body; blob->recipe_size = (size_t)length; break;
         case CG_SECTION_CUDNN_PLAN: blob->cudnn_plan = body; blob->cudnn_plan_size = (size_t)length; break;
         case CG_SECTION_PLAN_OPERANDS: operands = body; operands_size = (size_t)length; break;
+        case CG_SECTION_KERNELS: kernels = body; kernels_size = (size_t)length; break;
+        case CG_SECTION_DSL_LAUNCH: launch = body; launch_size = (size_t)length; break;
         default: break;
         }
     }
@@ -291,6 +510,15 @@ cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
                              CG_SECTION_PLAN_OPERANDS, CG_BLOB_FORMAT_VERSION_PLAN_OPERANDS);
         else
             status = parse_plan_operands(operands, operands_size, blob);
+    }
+    if (status == CG_STATUS_SUCCESS && launch) {
+        if (version < CG_BLOB_FORMAT_VERSION_DSL_LAUNCH)
+            status = cg_fail(CG_STATUS_BAD_BLOB, "plan blob: a format-%u blob with a DSL launch section (section %d "
+                             "needs format version %d; corrupt; field DSL launch)", version, CG_SECTION_DSL_LAUNCH,
+                             CG_BLOB_FORMAT_VERSION_DSL_LAUNCH);
+        else
+            status = parse_dsl_launch(launch, launch_size, kernels ? kernels : (const uint8_t *)"", kernels_size,
+                                      blob);
     }
     if (status != CG_STATUS_SUCCESS) cg_blob_release(blob);
     return status;

@@ -15,9 +15,11 @@
 
 #define CG_HIDDEN __attribute__((visibility("hidden")))
 
-/* docs/plan_format.md: version 1, and version 2 (version 1 plus the plan-operand section) */
+/* docs/plan_format.md: version 1, version 2 (version 1 plus the plan-operand section) and version 3
+ * (version 2 plus the DSL launch section) */
 #define CG_BLOB_FORMAT_VERSION 1
 #define CG_BLOB_FORMAT_VERSION_PLAN_OPERANDS 2
+#define CG_BLOB_FORMAT_VERSION_DSL_LAUNCH 3
 #define CG_BLOB_HEADER_SIZE 64
 #define CG_BLOB_SECTION_ENTRY_SIZE 24
 #define CG_BLOB_MAX_SECTIONS 64      /* the Python reader's bounds, so both refuse the same blobs */
@@ -28,6 +30,7 @@
 #define CG_SECTION_CUDNN_PLAN 4
 #define CG_SECTION_KERNELS 5
 #define CG_SECTION_PLAN_OPERANDS 6
+#define CG_SECTION_DSL_LAUNCH 7
 
 /* Section 6: the operands a plan binds itself (kinds and flags as docs/plan_format.md gives them). */
 #define CG_OPERAND_HOST_CONSTANT 1
@@ -42,6 +45,17 @@
 #define CG_MAX_HOST_CONSTANT_BYTES 16
 #define CG_MAX_DEVICE_BYTES ((int64_t)1 << 40)
 #define CG_SCRATCH_ALIGNMENT 256       /* scratch starts past cuDNN's workspace at multiples of this */
+
+/* Section 7: DSL kernel launches (cudnn_graph/_plan_launch.py is the Python side of the same checks). */
+#define CG_CONVENTION_CUTE_PACKED 1    /* int32_t entry(void **args, int32_t num_args): CuTe DSL's export */
+#define CG_DSL_MAX_KERNELS 8
+#define CG_DSL_MAX_SYMBOL 1024
+#define CG_DSL_MAX_HINT 4096
+#define CG_DSL_MAX_NAME 256
+#define CG_DSL_SCALAR_OPERAND 1
+#define CG_DSL_SCALAR_FIXED 2
+#define CG_DSL_FLAG_CODE_IN_KERNELS 1
+#define CG_DSL_FLAG_POINTER_BOUND 1
 
 /* The flat engine-id space of engines/ids.py (names for refusals only). */
 #define CG_ENGINE_ID_REFERENCE 20000
@@ -81,6 +95,33 @@ typedef struct cg_plan_operand {
     size_t size;
 } cg_plan_operand_t;
 
+/* One kernel launch of section 7: its convention, argument slots, entry and code. */
+typedef struct cg_dsl_pointer {
+    int64_t uid;
+    uint32_t alignment;
+    int bound;              /* 0: the placeholder address is passed */
+    char *name;             /* NUL-terminated copy ("A", "output") */
+} cg_dsl_pointer_t;
+
+typedef struct cg_dsl_scalar {
+    int64_t uid;
+    uint16_t kind;          /* CG_DSL_SCALAR_* */
+    int32_t read_type;      /* cudnnDataType_t FLOAT (0) or DOUBLE (1) of the uid's host value */
+    double value;           /* CG_DSL_SCALAR_FIXED */
+} cg_dsl_scalar_t;
+
+typedef struct cg_dsl_kernel {
+    uint16_t convention;    /* CG_CONVENTION_* */
+    uint16_t n_pointers, n_scalars, n_ints;
+    cg_dsl_pointer_t *pointers;
+    cg_dsl_scalar_t *scalars;
+    int64_t *ints;
+    char *entry_symbol, *function_prefix, *runtime_hint;     /* NUL-terminated copies */
+    uint64_t placeholder;   /* the address an unused pointer slot passes */
+    const uint8_t *code;    /* the shared object (inside the caller's bytes: used at load only) */
+    size_t code_size;
+} cg_dsl_kernel_t;
+
 typedef struct cg_blob {
     uint16_t format_version;
     uint32_t flags;
@@ -98,6 +139,8 @@ typedef struct cg_blob {
     size_t recipe_size;
     const uint8_t *cudnn_plan;      /* section 4 */
     size_t cudnn_plan_size;
+    uint32_t n_dsl_kernels;         /* section 7 */
+    cg_dsl_kernel_t *dsl_kernels;
 } cg_blob_t;
 
 CG_HIDDEN uint32_t cg_crc32(const uint8_t *data, size_t size, size_t skip_at);
@@ -152,9 +195,22 @@ typedef struct cg_libs {
     size_t cudnn_version;
 } cg_libs_t;
 
-/* The libraries, loaded once per process; NULL with the message set when they cannot be. */
+/* The libraries, loaded once per process; NULL with the message set when they cannot be. cg_libs: libcudnn
+ * and libcuda (cuDNN plans); cg_cuda: libcuda alone (its cuDNN fields NULL unless cg_libs succeeded). */
 CG_HIDDEN const cg_libs_t *cg_libs(void);
+CG_HIDDEN const cg_libs_t *cg_cuda(void);
 /* cuDNN's failure as a CG_STATUS_CUDNN_ERROR with its status name and last error. */
 CG_HIDDEN cg_status_t cg_cudnn_failure(const cg_libs_t *libs, int status, const char *what);
+
+/* ---- DSL kernels (cg_dsl.c) ---- */
+typedef struct cg_dsl cg_dsl_t;
+/* Load the blob's section-7 kernels for `device` (whose primary context is current): the DSL runtime
+ * library (once per process), each kernel's shared object, its module on the device; each slot bound to
+ * one of `operands` (the caller's, by index) or to a section-6 graph scalar. */
+CG_HIDDEN cg_status_t cg_dsl_open(const cg_blob_t *blob, const cg_tensor_info_t *operands, int n_operands,
+                                  int device, cg_dsl_t **out);
+/* Launch every kernel on `stream`; operand k is pointers[position[k]] (checked by cg_execute). */
+CG_HIDDEN cg_status_t cg_dsl_execute(const cg_dsl_t *dsl, void *stream, void *const *pointers, const int *position);
+CG_HIDDEN void cg_dsl_close(cg_dsl_t *dsl);
 
 #endif /* CUDNN_GRAPH_RT_INTERNAL_H */

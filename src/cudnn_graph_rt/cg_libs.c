@@ -20,16 +20,18 @@
 #define CG_LIBCUDNN_NAME "libcudnn.so.9"
 #define CG_LIBCUDA_NAME "libcuda.so.1"
 
-static pthread_once_t libs_once = PTHREAD_ONCE_INIT;
+/* libcuda and libcudnn load separately: a DSL plan (CuTe) needs only the driver. */
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT, cudnn_once = PTHREAD_ONCE_INIT;
 static cg_libs_t libs;
-static int libs_ready;
-static cg_status_t libs_status;
-static char libs_failure[900];      /* why the libraries did not load: every place tried */
+static int cuda_ready, cudnn_ready;
+static cg_status_t cuda_status, cudnn_status;
+static char cuda_failure[900], cudnn_failure[900];    /* why a library did not load: every place tried */
+static __thread char *libs_failure;                   /* the one this thread is loading */
 
 static void note(const char *format, const char *a, const char *b) {
     size_t used = strlen(libs_failure);
-    if (used + 2 >= sizeof libs_failure) return;
-    snprintf(libs_failure + used, sizeof libs_failure - used, format, a, b);
+    if (used + 2 >= sizeof cuda_failure) return;
+    snprintf(libs_failure + used, sizeof cuda_failure - used, format, a, b);
 }
 
 /* Resolve `name` into *slot; 0 (and a note) when the library lacks it. */
@@ -120,28 +122,42 @@ static int load_cuda(void) {
         char code[32];
         snprintf(code, sizeof code, "%d", status);
         note("%s: cuInit failed with CUDA error %s; ", place, code);
-        libs_status = CG_STATUS_CUDA_ERROR;
+        cuda_status = CG_STATUS_CUDA_ERROR;
         return 0;
     }
     return 1;
 }
 
-static void load_once(void) {
-    libs_status = CG_STATUS_LIBRARY_NOT_FOUND;
-    if (!load_cudnn()) return;
-    libs_failure[0] = 0;       /* the places tried before the one that worked are no failure */
-    if (!load_cuda()) return;
-    libs_ready = 1;
+static void load_cuda_once(void) {
+    cuda_status = CG_STATUS_LIBRARY_NOT_FOUND;
+    libs_failure = cuda_failure;
+    cuda_ready = load_cuda();
 }
 
-const cg_libs_t *cg_libs(void) {
-    pthread_once(&libs_once, load_once);
-    if (!libs_ready) {
-        cg_fail(libs_status, "the cuDNN and CUDA driver libraries did not load (set $%s to libcudnn.so.9, or "
-                "put it on LD_LIBRARY_PATH): %s", CG_ENV_LIBCUDNN, libs_failure);
+static void load_cudnn_once(void) {
+    cudnn_status = CG_STATUS_LIBRARY_NOT_FOUND;
+    libs_failure = cudnn_failure;
+    cudnn_ready = load_cudnn();
+    if (cudnn_ready) cudnn_failure[0] = 0;    /* the places tried before the one that worked are no failure */
+}
+
+const cg_libs_t *cg_cuda(void) {
+    pthread_once(&cuda_once, load_cuda_once);
+    if (!cuda_ready) {
+        cg_fail(cuda_status, "the CUDA driver library did not load: %s", cuda_failure);
         return NULL;
     }
     return &libs;
+}
+
+const cg_libs_t *cg_libs(void) {
+    pthread_once(&cudnn_once, load_cudnn_once);
+    if (!cudnn_ready) {
+        cg_fail(cudnn_status, "the cuDNN and CUDA driver libraries did not load (set $%s to libcudnn.so.9, or "
+                "put it on LD_LIBRARY_PATH): %s", CG_ENV_LIBCUDNN, cudnn_failure);
+        return NULL;
+    }
+    return cg_cuda();
 }
 
 cg_status_t cg_cudnn_failure(const cg_libs_t *l, int status, const char *what) {

@@ -1,7 +1,7 @@
-/* Plans: load (check the blob, rebuild cuDNN's execution plan from its serialized form, prepare the
- * operands the plan binds itself), query, execute (a variant pack from the caller's uid / pointer
- * arrays plus the plan's own operands), free; and the per-thread state (a cuDNN handle per device, a
- * small cache of finalized variant packs). */
+/* Plans: load (check the blob, rebuild cuDNN's execution plan from its serialized form, or load a DSL
+ * plan's kernels (cg_dsl.c), prepare the operands the plan binds itself), query, execute (a variant pack
+ * from the caller's uid / pointer arrays plus the plan's own operands, or the DSL kernels' launch), free;
+ * and the per-thread state (a cuDNN handle per device, a small cache of finalized variant packs). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +29,8 @@ struct cg_plan {
     uint64_t id;                 /* unique for the process: a freed plan's address may come back */
     int device;
     void *context;               /* the device's primary context (retained) */
-    void *plan;                  /* cudnnBackendDescriptor_t, finalized */
+    void *plan;                  /* cudnnBackendDescriptor_t, finalized (a cuDNN plan) */
+    cg_dsl_t *dsl;               /* the loaded kernels (a DSL plan: the blob's section 7) */
     size_t workspace_size;       /* cuDNN's, then the scratch regions past it */
     size_t cudnn_workspace_size;
     cg_engine_family_t family;
@@ -140,12 +141,18 @@ static cg_status_t refuse_engine(const cg_blob_t *blob) {
     cg_blob_engine_name(blob, name, sizeof name);
     long long id = (long long)blob->engine_id;
     if (blob->engine_family == CG_ENGINE_PYTHON) {
-        const char *what = id == CG_ENGINE_ID_REFERENCE ? "the reference engine's, which runs only in Python"
-                           : (id >= CG_ENGINE_ID_CUTILE ? "a cuTile plan, whose kernels this runtime cannot launch yet"
-                           : (id >= CG_ENGINE_ID_CUTE ? "a CuTe plan, whose kernels this runtime cannot launch yet"
-                                                      : "a Python engine's, which this runtime cannot run"));
-        return cg_fail(CG_STATUS_NOT_SUPPORTED, "the plan is engine '%s' (id %lld): %s; execute it from Python, "
-                       "or serialize a cuDNN plan", name, id, what);
+        /* A DSL plan runs here when its blob says how to launch its kernels (section 7); a cuTile plan's
+         * launch data is not written yet: its convention joins cg_blob.c's convention_slots. */
+        const char *what = id == CG_ENGINE_ID_REFERENCE
+            ? "the reference engine's, which runs only in Python (NumPy on the host): execute it from Python, or "
+              "build the graph where a cuDNN or CuTe plan is selected"
+            : (id >= CG_ENGINE_ID_CUTILE ? "a cuTile plan, whose kernels this runtime cannot launch yet (its blob has "
+                                           "no DSL launch section); execute it from Python, or serialize a cuDNN plan"
+            : (id >= CG_ENGINE_ID_CUTE ? "a CuTe plan whose blob has no DSL launch section (section 7): serialize it "
+                                         "with include_kernels=True where a C compiler links its kernel into a "
+                                         "shared object, or execute it from Python"
+                                       : "a Python engine's, which this runtime cannot run; execute it from Python"));
+        return cg_fail(CG_STATUS_NOT_SUPPORTED, "the plan is engine '%s' (id %lld): %s", name, id, what);
     }
     return cg_fail(CG_STATUS_NOT_SUPPORTED, "the plan is engine '%s' (id %lld, engine family %u): this runtime "
                    "runs cuDNN plans (family 1) only", name, id, blob->engine_family);
@@ -157,6 +164,7 @@ static cg_status_t check_blob(const cg_blob_t *blob) {
                        "is %u.%u.%u (field cudnn_graph version): serialize the plan again with this version",
                        blob->library_version / 10000, blob->library_version / 100 % 100, blob->library_version % 100,
                        CG_LIBRARY_VERSION / 10000, CG_LIBRARY_VERSION / 100 % 100, CG_LIBRARY_VERSION % 100);
+    if (blob->engine_family == CG_ENGINE_PYTHON && blob->n_dsl_kernels > 0) return CG_STATUS_SUCCESS;
     if (blob->engine_family != CG_ENGINE_CUDNN) return refuse_engine(blob);
     if (!blob->cudnn_plan || blob->cudnn_plan_size == 0)
         return cg_fail(CG_STATUS_NOT_SUPPORTED, "the plan blob holds no cuDNN serialized execution plan (section "
@@ -171,7 +179,7 @@ static cg_status_t check_device(const cg_libs_t *libs, const cg_blob_t *blob, in
     if (status != 0) return cg_fail(CG_STATUS_CUDA_ERROR, "cuDeviceGetCount: CUDA error %d", status);
     if (device < 0 || device >= count || device >= CG_MAX_DEVICES)
         return cg_fail(CG_STATUS_INVALID_DEVICE, "device %d: this process sees %d CUDA device(s)", device, count);
-    if (blob->cudnn_version / 100 != libs->cudnn_version / 100)
+    if (blob->cudnn_version && blob->cudnn_version / 100 != libs->cudnn_version / 100)
         return cg_fail(CG_STATUS_VERSION_MISMATCH, "the plan was built with cuDNN %u.%u, the loaded libcudnn is "
                        "%zu.%zu (field cuDNN version): cuDNN plans load only on the major.minor that built them",
                        blob->cudnn_version / 10000, blob->cudnn_version / 100 % 100, libs->cudnn_version / 10000,
@@ -225,6 +233,11 @@ static cg_status_t make_operands(cg_plan_t plan) {
         t->strides = r->strides;
         t->alignment = r->alignment;
         t->is_pass_by_value = r->is_pass_by_value;
+        for (uint32_t j = 0; j < blob->n_dsl_kernels; j++)       /* what a DSL kernel needs of it, too */
+            for (uint16_t p = 0; p < blob->dsl_kernels[j].n_pointers; p++) {
+                const cg_dsl_pointer_t *slot = &blob->dsl_kernels[j].pointers[p];
+                if (slot->bound && slot->uid == r->uid && slot->alignment > t->alignment) t->alignment = slot->alignment;
+            }
         int has_elements = 1;
         for (uint32_t d = 0; d < r->rank; d++) has_elements &= r->dims[d] > 0;
         plan->nonempty[k] = (uint8_t)has_elements;
@@ -359,6 +372,17 @@ static cg_status_t finalize_plan(const cg_libs_t *libs, cg_plan_t plan) {
     return result;
 }
 
+/* A DSL plan: its kernels loaded on the device, then its own operands placed (no cuDNN workspace). */
+static cg_status_t open_dsl(const cg_libs_t *libs, cg_plan_t plan) {
+    int pushed;
+    cg_status_t result = enter_device(libs, plan->context, &pushed);
+    if (result != CG_STATUS_SUCCESS) return result;
+    result = cg_dsl_open(&plan->blob, plan->operands, plan->n_operands, plan->device, &plan->dsl);
+    if (result == CG_STATUS_SUCCESS) result = place_supplied(libs, plan);
+    leave_device(libs, pushed);
+    return result;
+}
+
 cg_status_t cg_plan_load(const void *blob, size_t size, int device, cg_plan_t *out) {
     if (out == NULL) return cg_fail(CG_STATUS_INVALID_ARGUMENT, "cg_plan_load: out is NULL");
     *out = NULL;
@@ -375,8 +399,9 @@ cg_status_t cg_plan_load(const void *blob, size_t size, int device, cg_plan_t *o
     cg_status_t result = cg_blob_parse(copy, size, &plan->blob);
     if (result == CG_STATUS_SUCCESS) result = check_blob(&plan->blob);
     const cg_libs_t *libs = NULL;
+    int dsl = result == CG_STATUS_SUCCESS && plan->blob.n_dsl_kernels > 0;
     if (result == CG_STATUS_SUCCESS) {
-        libs = cg_libs();
+        libs = dsl ? cg_cuda() : cg_libs();       /* a DSL plan needs the driver alone */
         if (libs == NULL) result = CG_STATUS_LIBRARY_NOT_FOUND;
     }
     if (result == CG_STATUS_SUCCESS) result = check_device(libs, &plan->blob, device);
@@ -388,9 +413,11 @@ cg_status_t cg_plan_load(const void *blob, size_t size, int device, cg_plan_t *o
     }
     if (result == CG_STATUS_SUCCESS) result = make_operands(plan);
     if (result == CG_STATUS_SUCCESS) result = make_supplied(plan);
-    if (result == CG_STATUS_SUCCESS) result = finalize_plan(libs, plan);
-    /* Only the records outlive the load; the section bytes were needed by finalize alone. */
+    if (result == CG_STATUS_SUCCESS) result = dsl ? open_dsl(libs, plan) : finalize_plan(libs, plan);
+    /* Only the records outlive the load; the section bytes were needed by finalize (or the kernels' load)
+     * alone. */
     plan->blob.recipe = plan->blob.cudnn_plan = NULL;
+    for (uint32_t i = 0; i < plan->blob.n_dsl_kernels; i++) plan->blob.dsl_kernels[i].code = NULL;
     free(copy);
     if (result != CG_STATUS_SUCCESS) {
         cg_plan_free(plan);
@@ -407,7 +434,8 @@ cg_status_t cg_plan_load(const void *blob, size_t size, int device, cg_plan_t *o
 
 void cg_plan_free(cg_plan_t plan) {
     if (plan == NULL) return;
-    const cg_libs_t *libs = plan->plan || plan->context ? cg_libs() : NULL;
+    const cg_libs_t *libs = plan->plan ? cg_libs() : (plan->context ? cg_cuda() : NULL);
+    cg_dsl_close(plan->dsl);
     if (libs) {
         for (int i = 0; i < CG_PACK_CACHE; i++)
             if (plan->id && thread_packs[i].plan_id == plan->id) drop_pack(libs, &thread_packs[i]);
@@ -645,10 +673,15 @@ cg_status_t cg_execute(cg_plan_t plan, void *stream, int count, const int64_t *u
     int position[CG_MAX_OPERANDS];
     cg_status_t result = check_operands(plan, count, uids, pointers, workspace, position);
     if (result != CG_STATUS_SUCCESS) return result;
-    const cg_libs_t *libs = cg_libs();      /* loaded: the plan's load needed them */
+    const cg_libs_t *libs = plan->dsl ? cg_cuda() : cg_libs();      /* loaded: the plan's load needed them */
     int pushed;
     result = enter_device(libs, plan->context, &pushed);
     if (result != CG_STATUS_SUCCESS) return result;
+    if (plan->dsl) {
+        result = cg_dsl_execute(plan->dsl, stream, pointers, position);
+        leave_device(libs, pushed);
+        return result;
+    }
     thread_handle_t *h;
     result = thread_handle(libs, plan->device, &h);
     if (result == CG_STATUS_SUCCESS && h->stream != stream) {

@@ -1,7 +1,8 @@
 """examples/c: run_plan.c builds against the installed runtime on any machine; on the GPU (marked gpu) it
 executes the cuDNN matmul, conv and SDPA plans make_plan.py serializes, with outputs bitwise equal to
 Python's execute() of the same built plan on the same inputs, including plans that bind operands of their
-own (the SDPA composites' constants and ALiBi slopes, a slice's view: the blob's section 6)."""
+own (the SDPA composites' constants and ALiBi slopes, a slice's view: the blob's section 6), and a CuTe
+plan (BF16 matmul + bias + relu: its kernel launched from the blob's DSL launch section, section 7)."""
 from __future__ import annotations
 
 import importlib.util
@@ -31,22 +32,30 @@ def _make_plan_module():
 def _python_outputs(g, folder) -> dict:
     """Python's execute() of ``g`` on the inputs make_plan.py wrote: {uid: bytes of the output's span}."""
     cp = pytest.importorskip("cupy")
+    from cudnn_graph import Slot
     make_plan = _make_plan_module()
     pack, outs = {}, {}
+
+    def bind(t, base):
+        if t.data_type == make_plan.F.BFLOAT16:       # CuPy has no BF16: the raw 2-byte words, declared BF16
+            return Slot.from_address(base.data.ptr, tuple(t.dim), tuple(t.stride), dtype="bfloat16", device="cuda")
+        return cp.lib.stride_tricks.as_strided(base, shape=tuple(t.dim),
+                                               strides=tuple(s * base.itemsize for s in t.stride))
+
+    def storage(t):
+        np_type = np.dtype(make_plan.HOST_TYPES[t.data_type])
+        return np.uint16 if t.data_type == make_plan.F.BFLOAT16 else np_type
+
     for t in g.get_inputs():
         if t.is_pass_by_value:
             continue
-        raw = np.fromfile(os.path.join(folder, f"{t.uid}.in"), make_plan.HOST_TYPES[t.data_type])
-        base = cp.asarray(raw)
-        pack[t.uid] = cp.lib.stride_tricks.as_strided(base, shape=tuple(t.dim),
-                                                      strides=tuple(s * raw.itemsize for s in t.stride))
+        base = cp.asarray(np.fromfile(os.path.join(folder, f"{t.uid}.in"), storage(t)))
+        pack[t.uid] = bind(t, base)
     for t in g.get_outputs():
-        np_type = make_plan.HOST_TYPES[t.data_type]
         span = 1 + sum((d - 1) * s for d, s in zip(t.dim, t.stride))
-        base = cp.zeros(span, np_type)
+        base = cp.zeros(span, storage(t))
         outs[t.uid] = base
-        pack[t.uid] = cp.lib.stride_tricks.as_strided(base, shape=tuple(t.dim),
-                                                      strides=tuple(s * base.itemsize for s in t.stride))
+        pack[t.uid] = bind(t, base)
     workspace = cp.empty(max(g.get_workspace_size(), 1), cp.uint8)
     g.execute(pack, workspace)
     cp.cuda.Device().synchronize()
@@ -72,6 +81,32 @@ def test_the_example_executes_a_serialized_cudnn_plan_bitwise_as_python_does(gra
     for uid, expected in want.items():
         got = (folder / f"{uid}.out").read_bytes()
         assert got == expected, f"{graph}: output uid {uid} differs from Python's execute() of the same plan"
+
+
+@pytest.mark.gpu
+def test_the_example_executes_a_serialized_cute_plan_bitwise_as_python_does(tmp_path):
+    """The CuTe GEMM's plan (H200): its blob carries the kernel's shared object and the DSL launch section;
+    run_plan loads it with libcuda and the DSL runtime library alone and matches Python bitwise."""
+    pytest.importorskip("ml_dtypes")
+    from cudnn_graph import _plan_blob
+    from cudnn_graph.engines.cute import _shared_object
+    program = build_program(os.path.join(EXAMPLES, "run_plan.c"), tmp_path / "run_plan", extra=["-ldl"])
+    folder = tmp_path / "cute_matmul"
+    g = _make_plan_module().write_plan("cute_matmul", str(folder))
+    assert g.selected_plan.engine.name == "cute_gemm", g.selected_plan
+    read = _plan_blob.unpack_blob((folder / "plan.blob").read_bytes())
+    assert read.header.format_version == 3 and len(read.dsl_launch) == 1, read.header
+    want = _python_outputs(g, folder)
+    runtime = _shared_object.runtime_path()
+    assert runtime, "no CuTe DSL runtime library found"
+    # No libcudnn: a CuTe plan needs only libcuda and the DSL runtime library.
+    env = {k: v for k, v in os.environ.items() if k != "CUDNN_GRAPH_LIBCUDNN"}
+    env.update(CUDNN_GRAPH_CUTE_RUNTIME=runtime, CUDNN_GRAPH_LIBCUDNN="/nonexistent/libcudnn.so.9")
+    result = subprocess.run([program, str(folder)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for uid, expected in want.items():
+        got = (folder / f"{uid}.out").read_bytes()
+        assert got == expected, f"cute_matmul: output uid {uid} differs from Python's execute() of the same plan"
 
 
 def test_the_c_api_benchs_timing_loop_builds(tmp_path):
