@@ -79,7 +79,9 @@ def _hand_made_plan():
 
 
 def test_a_cute_plan_exports_its_slots_entry_and_shared_object_for_the_c_runtime():
-    from cudnn_graph.engines.cute import _disk
+    # Without the DSL the CuTe engine package raises ImportError (CI's toolchain stage runs this).
+    _disk = pytest.importorskip("cudnn_graph.engines.cute._disk", reason="nvidia-cutlass-dsl is not installed",
+                                exc_type=ImportError)
     plan = _hand_made_plan()
     record = {"format": _disk.PLAN_RECORD_FORMAT, "key": {}, "entry_symbol": ENTRY, "function_prefix": PREFIX,
               "object_size": 5, "shared_object_size": len(SHARED_OBJECT), "runtime": "/x/libcute_dsl_runtime.so"}

@@ -203,6 +203,7 @@ def _builder(op, host):
     import cudnn_graph as cg
     F = cg.data_type
     types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT}
+    names = ["dq", "dk", "dv", "dg", "dbeta", "d_initial_state"] if op.endswith("_bwd") else ["o", "final_state"]
 
     def builder(device):
         g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device=device)
@@ -211,11 +212,9 @@ def _builder(op, host):
         if op.endswith("_bwd"):
             outs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
                                   initial_state=t["initial_state"], use_qk_l2norm=True)
-            names = ["dq", "dk", "dv", "dg", "dbeta", "d_initial_state"]
         else:
             outs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
                                   initial_state=t["initial_state"], output_final_state=True, use_qk_l2norm=True)
-            names = ["o", "final_state"]
         for name, tensor in zip(names, outs):
             tensor.set_output(True)
             t[name] = tensor
