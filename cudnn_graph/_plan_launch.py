@@ -32,7 +32,8 @@ from .errors import PlanBlobError
 
 __all__ = ["CONVENTION_CUTE_PACKED", "CONVENTION_CUTILE_PARAMS", "CONVENTIONS", "CONVENTION_FORMAT_VERSIONS",
            "LaunchKernel", "PointerSlot", "ScalarSlot", "TileParams", "TileAddress", "pack_launch", "unpack_launch",
-           "SCALAR_OPERAND", "SCALAR_FIXED", "MAX_LAUNCH_KERNELS", "MAX_LAUNCH_KERNELS_V3", "MAX_TILE_IMAGE", "MAX_TILE_PARAMETERS"]
+           "SCALAR_OPERAND", "SCALAR_FIXED", "MAX_LAUNCH_KERNELS", "MAX_LAUNCH_KERNELS_V3", "MAX_TILE_IMAGE",
+           "MAX_TILE_PARAMETERS"]
 
 # Calling conventions: how a kernel's host entry takes its arguments.
 # 1: ``int32_t entry(void **args, int32_t num_args)``, args the addresses of the pointer cells, the f32
@@ -73,7 +74,8 @@ _INT = struct.Struct("<q")
 # reserved, workspace bytes
 _TILE_HEAD = struct.Struct("<IIIIIIIIHHIQ")
 _TILE_PARAMETER = struct.Struct("<II")             # offset in the image, size
-_TILE_ADDRESS = struct.Struct("<qqIIHHI")          # uid, add, offset in the image, alignment, source, name length, reserved
+# uid, add, offset in the image, alignment, source, name length, reserved
+_TILE_ADDRESS = struct.Struct("<qqIIHHI")
 assert _KERNEL_HEAD.size == 48 and _POINTER.size == 16 and _SCALAR.size == 24
 assert _TILE_HEAD.size == 48 and _TILE_PARAMETER.size == 8 and _TILE_ADDRESS.size == 32
 

@@ -79,7 +79,8 @@ cg_status_t cg_tile_open(const cg_dsl_kernel_t *k, uint32_t index, const cg_tens
         libs->cuLibraryUnload(tk->library);
         free(tk);
         return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: DSL launch kernel %u: its cubin has no kernel %s "
-                       "(cuLibraryGetKernel: CUDA error %d; corrupt; field DSL launch)", index, k->entry_symbol, status);
+                       "(cuLibraryGetKernel: CUDA error %d; corrupt; field DSL launch)", index, k->entry_symbol,
+                       status);
     }
     *out = tk;
     return CG_STATUS_SUCCESS;

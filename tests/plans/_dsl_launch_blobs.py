@@ -373,8 +373,9 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
     int n = snprintf(b, sizeof b, "tile_launch %s grid %u %u %u block %u %u %u shared %u stream %p extra %p params",
                      k->name, gx, gy, gz, bx, by, bz, shared, stream, (void *)extra);
     for (int i = 0; i < k->n && n < (int)sizeof b - 32; i++) {
-        if (k->sizes[i] == 8) { unsigned long long v; memcpy(&v, params[i], 8); n += snprintf(b + n, sizeof b - n, " 0x%llx", v); }
-        else { int v; memcpy(&v, params[i], 4); n += snprintf(b + n, sizeof b - n, " %d", v); }
+        unsigned long long wide = 0; int narrow = 0;
+        if (k->sizes[i] == 8) { memcpy(&wide, params[i], 8); n += snprintf(b + n, sizeof b - n, " 0x%llx", wide); }
+        else { memcpy(&narrow, params[i], 4); n += snprintf(b + n, sizeof b - n, " %d", narrow); }
     }
     emit(b);
     return 0;
