@@ -1,15 +1,18 @@
 """cg_execute (the C runtime, from raw device pointers) against the C floor, in one run.
 
-The plan is examples/c/make_plan.py's (matmul, conv, sdpa, or cute_matmul: the CuTe GEMM with a fused
-bias and relu), serialized by Python and loaded by a C timing loop (bench/c_api_loop.c, built here
-against the installed runtime) that times bursts of cg_execute. The floor, of the same built plan in this
-process: for a cuDNN plan cudnn_graph._bench_timing.execute_floor_ns (cudnnBackendExecute from a nogil
-loop on a prebuilt variant pack), for a CuTe plan _bench_timing.dsl_entry_floor_ns (the kernel's exported
-entry called from a nogil loop with its arguments packed once). Target: ratio <= 1.05. Bursts alternate,
+The plan is examples/c/make_plan.py's (matmul, conv, sdpa, cute_matmul: the CuTe GEMM with a fused
+bias and relu, or cutile_gdn: the cuTile gated delta rule's three kernels), serialized by Python and
+loaded by a C timing loop (bench/c_api_loop.c, built here against the installed runtime) that times
+bursts of cg_execute. The floor, of the same built plan in this process: for a cuDNN plan
+cudnn_graph._bench_timing.execute_floor_ns (cudnnBackendExecute from a nogil loop on a prebuilt variant
+pack), for a CuTe plan _bench_timing.dsl_entry_floor_ns (the kernel's exported entry called from a nogil
+loop with its arguments packed once), for a cuTile plan _bench_timing.tile_launch_floor_ns (cuLaunchKernel
+per kernel from a nogil loop, every parameter buffer built once). Both sides run on the plan folder's
+inputs (a cuTile kernel reads its sequence boundaries from the device). Target: ratio <= 1.05. Bursts alternate,
 each on a drained queue. A graph that fails is a row with its error; the others still run. Prints a table
 and saves bench/results/c_api-<host>.json (or --out). Needs a GPU.
 
-    python bench/c_api.py [--graphs matmul conv sdpa cute_matmul] [--iterations 200] [--bursts 15]
+    python bench/c_api.py [--graphs matmul conv sdpa cute_matmul cutile_gdn] [--iterations 200] [--bursts 15]
 """
 from __future__ import annotations
 
@@ -47,8 +50,10 @@ def build_loop(folder: str) -> str:
 
 
 def floor_ns(g, folder: str, iterations: int) -> float:
-    """The C floor of ``g``'s plan on device buffers of its operands: execute_floor_ns for a cuDNN plan,
-    dsl_entry_floor_ns (its PackedLaunch: the entry, arguments packed once) for a CuTe plan."""
+    """The C floor of ``g``'s plan on device buffers of its operands (the inputs copied from ``folder``):
+    execute_floor_ns for a cuDNN plan, dsl_entry_floor_ns (its PackedLaunch: the entry, arguments packed
+    once) for a CuTe plan, tile_launch_floor_ns (its TileLaunch: parameter buffers built once) for a cuTile
+    plan."""
     from cudnn_graph import _bench_timing, _driver
     compiled = g.compiled_plan()
     pack_in, keep = {}, []
@@ -59,15 +64,23 @@ def floor_ns(g, folder: str, iterations: int) -> float:
         allocation = _driver.DeviceAllocation(span * 8, 0)
         keep.append(allocation)
         pack_in[t.uid] = allocation.ptr
+        source = os.path.join(folder, f"{t.uid}.in")
+        if os.path.exists(source):
+            with open(source, "rb") as f:
+                _driver.copy_to_device(allocation, f.read())
     _driver.device_synchronize(0)
     if hasattr(compiled, "runner"):
         value = _bench_timing.execute_floor_ns(compiled.runner, compiled.layout.pack(pack_in), iterations)
     else:
         executor = compiled.fast_executor(compiled.layout)
         launch = getattr(executor, "__self__", None)
-        if type(launch).__name__ != "PackedLaunch":
+        kind = type(launch).__name__
+        if kind == "TileLaunch":
+            value = _bench_timing.tile_launch_floor_ns(launch, pack_in, iterations)
+        elif kind == "PackedLaunch":
+            value = _bench_timing.dsl_entry_floor_ns(launch, pack_in, iterations)
+        else:
             raise RuntimeError(f"{g.selected_plan.label} has no C launch path to take the floor of ({executor!r})")
-        value = _bench_timing.dsl_entry_floor_ns(launch, pack_in, iterations)
     _driver.device_synchronize(0)
     return value
 
@@ -126,7 +139,8 @@ def format_rows(rows: list) -> list:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--graphs", nargs="+", default=["matmul", "conv", "sdpa", "cute_matmul"])
+    parser.add_argument("--graphs", nargs="+", default=["matmul", "conv", "sdpa", "cute_matmul", "cutile_gdn"],
+                        choices=sorted(_make_plan_module().GRAPHS))
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--bursts", type=int, default=15)
     parser.add_argument("--out", help="JSON path (default bench/results/c_api-<host>.json)")

@@ -1,5 +1,7 @@
 /* bench/c_api.py's timing loop: host nanoseconds per cg_execute of a plan folder made by
- * examples/c/make_plan.py, from raw device pointers. Prints one line per burst: "<ns per call>".
+ * examples/c/make_plan.py, from raw device pointers holding its inputs (a cuTile kernel reads its sequence
+ * boundaries from the device: garbage there would address memory it does not own). Prints one line per
+ * burst: "<ns per call>".
  * usage: c_api_loop PLAN_DIR ITERATIONS BURSTS */
 #define _POSIX_C_SOURCE 199309L   /* clock_gettime under -std=c99 */
 #include <dlfcn.h>
@@ -10,6 +12,7 @@
 #include <cudnn_graph/cudnn_graph.h>
 
 typedef int (*mem_alloc_t)(unsigned long long *, size_t);
+typedef int (*memcpy_htod_t)(unsigned long long, const void *, size_t);
 typedef int (*synchronize_t)(void);
 typedef int (*retain_t)(void **, int);
 typedef int (*push_t)(void *);
@@ -28,6 +31,7 @@ int main(int argc, char **argv) {
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
     if (!cuda) return 1;
     mem_alloc_t mem_alloc = (mem_alloc_t)dlsym(cuda, "cuMemAlloc_v2");
+    memcpy_htod_t memcpy_htod = (memcpy_htod_t)dlsym(cuda, "cuMemcpyHtoD_v2");
     synchronize_t synchronize = (synchronize_t)dlsym(cuda, "cuCtxSynchronize");
     char path[4096];
     size_t size;
@@ -61,6 +65,10 @@ int main(int argc, char **argv) {
         unsigned long long address;
         mem_alloc(&address, span * 8);
         pointers[i] = (void *)(uintptr_t)address;
+        snprintf(path, sizeof path, "%s/%lld.in", argv[1], (long long)t.uid);
+        void *data = read_file(path, &size);        /* an input: its bytes (an output has no file) */
+        if (data && size <= span * 8) memcpy_htod(address, data, size);
+        free(data);
     }
     unsigned long long workspace = 0;
     if (workspace_size) mem_alloc(&workspace, workspace_size);

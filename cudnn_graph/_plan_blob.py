@@ -8,7 +8,8 @@ sections, each starting at an 8-byte aligned offset. The header's CRC-32 covers 
 the checksum field read as zero), so a truncated or altered blob is refused before anything in it
 is trusted. Format version 2 is version 1 plus the plan-operand section (6: the operands a plan binds
 itself, which a reader must understand to execute it); format version 3 is version 2 plus the DSL launch
-section (7: what a reader with no Python needs to launch a DSL engine's kernels; ``_plan_launch``). A
+section (7: what a reader with no Python needs to launch a DSL engine's kernels; ``_plan_launch``); format
+version 4 is version 3 whose section 7 may hold cuTile kernels (calling convention 2) and up to 16 kernels. A
 blob is written as the lowest version that holds its sections, so older readers keep reading the rest.
 
 Example:
@@ -36,14 +37,15 @@ __all__ = ["MAGIC", "FORMAT_VERSION", "HEADER", "SECTION_ENTRY", "PlanHeader", "
            "FLAG_KERNELS", "SECTION_PLAN_OPERANDS", "PlanOperand", "READABLE_FORMAT_VERSIONS",
            "PLAN_OPERANDS_FORMAT_VERSION", "OPERAND_HOST_CONSTANT", "OPERAND_DEVICE_CONSTANT", "OPERAND_ALIAS",
            "OPERAND_SCRATCH", "OPERAND_WITHHELD", "BASE_FORMAT_VERSION", "SCRATCH_ALIGNMENT", "SECTION_DSL_LAUNCH",
-           "DSL_LAUNCH_FORMAT_VERSION"]
+           "DSL_LAUNCH_FORMAT_VERSION", "TILE_LAUNCH_FORMAT_VERSION"]
 
 MAGIC = b"CDNGPLAN"
-FORMAT_VERSION = 3                   # the newest format this library reads and writes
+FORMAT_VERSION = 4                   # the newest format this library reads and writes
 BASE_FORMAT_VERSION = 1              # a blob without a plan-operand section
 PLAN_OPERANDS_FORMAT_VERSION = 2     # the first version with section 6
 DSL_LAUNCH_FORMAT_VERSION = 3        # the first version with section 7
-READABLE_FORMAT_VERSIONS = (1, 2, 3)
+TILE_LAUNCH_FORMAT_VERSION = 4       # the first whose section 7 holds cuTile kernels or more than 8 kernels
+READABLE_FORMAT_VERSIONS = (1, 2, 3, 4)
 
 # magic, format version, header size, flags, library version, cuDNN version, arch, engine family,
 # reserved, engine id, workspace size, total size, checksum, section count
@@ -290,18 +292,24 @@ def pack_blob(header: PlanHeader, tensors: Sequence[TensorRecord], sections: Map
               plan_operands: Sequence[PlanOperand] = (), dsl_launch: Sequence = ()) -> bytes:
     """The blob of ``header``, the tensor table ``tensors``, ``sections`` ({kind: bytes}), the
     operands the plan binds itself (``plan_operands``: section 6, which makes the blob format version 2)
-    and the DSL launch records (``dsl_launch``, ``_plan_launch.LaunchKernel``: section 7, version 3).
+    and the DSL launch records (``dsl_launch``, ``_plan_launch.LaunchKernel``: section 7, version 3; 4 with a
+    cuTile kernel).
     ``header.format_version`` None writes the lowest version that holds what is given."""
     sections = dict(sections)
     if plan_operands:
         sections[SECTION_PLAN_OPERANDS] = _pack_plan_operands(plan_operands)
+    launch_version = BASE_FORMAT_VERSION
     if dsl_launch:
-        from ._plan_launch import pack_launch
+        from ._plan_launch import CONVENTION_FORMAT_VERSIONS, MAX_LAUNCH_KERNELS_V3, pack_launch
         sections[SECTION_DSL_LAUNCH] = pack_launch(dsl_launch)
+        launch_version = max([CONVENTION_FORMAT_VERSIONS[k.convention] for k in dsl_launch] +
+                             [TILE_LAUNCH_FORMAT_VERSION if len(dsl_launch) > MAX_LAUNCH_KERNELS_V3 else 0])
+    elif SECTION_DSL_LAUNCH in sections:
+        launch_version = DSL_LAUNCH_FORMAT_VERSION
     version = header.format_version
     if version is None:
-        version = (DSL_LAUNCH_FORMAT_VERSION if SECTION_DSL_LAUNCH in sections else
-                   PLAN_OPERANDS_FORMAT_VERSION if SECTION_PLAN_OPERANDS in sections else BASE_FORMAT_VERSION)
+        version = max(launch_version, PLAN_OPERANDS_FORMAT_VERSION if SECTION_PLAN_OPERANDS in sections else
+                      BASE_FORMAT_VERSION)
     parts = [(SECTION_TENSORS, _pack_tensors(tensors))]
     parts += [(kind, bytes(body)) for kind, body in sorted(sections.items()) if kind != SECTION_TENSORS]
     offset = HEADER.size + SECTION_ENTRY.size * len(parts)
@@ -372,6 +380,6 @@ def unpack_blob(data) -> UnpackedBlob:
     kernels = ()
     if launch is not None:
         from ._plan_launch import unpack_launch
-        kernels = unpack_launch(launch, tensors, sections.get(SECTION_KERNELS, b""))
+        kernels = unpack_launch(launch, tensors, sections.get(SECTION_KERNELS, b""), version)
     return UnpackedBlob(header, tensors, sections,
                         () if operands is None else _unpack_plan_operands(operands, tensors), kernels)

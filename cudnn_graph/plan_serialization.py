@@ -17,7 +17,8 @@ A plan that binds operands of its own at execute (pass-by-value constants, views
 scratch in the workspace: ``CompiledPlan.export_plan_operands``) lists them in the blob's plan-operand
 section, which makes the blob format version 2; this library re-derives them from the graph on load.
 A DSL engine's plan serialized with its kernels also says how to launch them with no Python
-(``CompiledPlan.export_launch``: the DSL launch section, format version 3), which the C runtime reads.
+(``CompiledPlan.export_launch``: the DSL launch section, format version 3; 4 for a cuTile plan, whose
+records carry its cubins), which the C runtime reads.
 
 A blob made by another library version, format version, cuDNN version (major.minor) or GPU
 architecture is refused with ``PlanVersionMismatchError`` (which field, the blob's value, this
@@ -364,7 +365,8 @@ def serialize(graph, *, include_kernels: bool = True, index: Optional[int] = Non
                         engine_id=int(entry.engine_id), workspace_size=int(compiled.workspace_size), flags=flags)
     # What the plan binds itself (constants, views, scratch) and how its DSL kernels launch: a reader
     # without the engine (the C runtime) needs them.
-    launch = tuple(compiled.export_launch(payload)) if (payload is not None and not is_cudnn) else ()
+    # (A CuTe plan's launch points into its kernels; a cuTile plan's carries its cubins, with no section 5.)
+    launch = tuple(compiled.export_launch(payload)) if (include_kernels and not is_cudnn) else ()
     return blob_format.pack_blob(header, _tensor_records(graph, compiled), sections,
                                  tuple(compiled.export_plan_operands()), launch)
 

@@ -131,7 +131,7 @@ class LaunchPlan:
         """Plain data for a C runtime (issue 24 scope 3): no cuTile, no Python objects.
 
         ``kernels``: in launch order, each ``{"name", "symbol", "cubin" (bytes), "grid" [3], "block"
-        [1, 1, 1], "shared_bytes" 0, "param_size", "param_offsets" (per parameter), "param_image"
+        [1, 1, 1], "shared_bytes" 0, "param_size", "param_offsets", "param_sizes" (per parameter), "param_image"
         (bytes), "addresses": [{"offset", "operand_uid" (None: the workspace), "add"}]}``; ``operands``:
         ``[{"uid", "name", "alignment"}]``; ``workspace_size``: bytes of scratch the addresses of
         ``operand_uid`` None are offsets into. Launch with cuLaunchKernel's ``kernelParams`` (one pointer
@@ -142,7 +142,8 @@ class LaunchPlan:
             "abi": "cutile_python_v1/int32-index",
             "kernels": [{"name": k.name, "symbol": k.symbol, "cubin": k.cubin, "grid": list(k.grid),
                          "block": [1, 1, 1], "shared_bytes": 0, "param_size": k.layout.size,
-                         "param_offsets": list(k.layout.offsets), "param_image": k.image,
+                         "param_offsets": list(k.layout.offsets),
+                         "param_sizes": [f.size for f in k.layout.fields], "param_image": k.image,
                          "addresses": [{"offset": o, "operand_uid": None if s < 0 else uids[s], "add": a}
                                        for o, s, a in k.patches]}
                         for k in self.kernels],

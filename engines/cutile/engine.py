@@ -348,6 +348,34 @@ class CutileForwardPlan(CompiledPlan):
         found = self.launch_plan(layout)
         return None if found is None else found.describe()
 
+    def export_launch(self, kernels) -> tuple:
+        """The blob's DSL launch records of this plan (the C runtime's launch with no Python): per kernel of
+        ``launch_description``, in launch order, a calling-convention-2 record with its cubin inline, its
+        grid, parameter image and the addresses each call writes. ``kernels`` is unused (a cuTile plan
+        exports no section 5). () where the plan has no C launch path or no layout yet (not built by a
+        graph)."""
+        description = None if self.layout is None else self.launch_description(self.layout)
+        if description is None:
+            return ()
+        from ..._plan_launch import CONVENTION_CUTILE_PARAMS, LaunchKernel, TileAddress, TileParams
+        from ._c_launch import BASE_ALIGNMENT       # what the kernels assume of the workspace's regions too
+        operands = {o["uid"]: o for o in description["operands"]}
+        out = []
+        for k in description["kernels"]:
+            addresses = []
+            for a in k["addresses"]:
+                uid = a["operand_uid"]
+                operand = operands.get(uid)
+                addresses.append(TileAddress(a["offset"], uid, a["add"],
+                                             BASE_ALIGNMENT if operand is None else operand["alignment"],
+                                             "workspace" if operand is None else operand["name"]))
+            tile = TileParams(tuple(k["grid"]), bytes(k["param_image"]),
+                              tuple(zip(k["param_offsets"], k["param_sizes"])), tuple(addresses),
+                              description["workspace_size"], tuple(k["block"]), k["shared_bytes"])
+            out.append(LaunchKernel(CONVENTION_CUTILE_PARAMS, (), (), (), k["symbol"], "", code=bytes(k["cubin"]),
+                                    tile=tile))
+        return tuple(out)
+
     def fast_executor(self, layout):
         """execute()'s one-call path: pack in Cython and launch every kernel from C on prebuilt parameter
         buffers (``_tile_launch.TileLaunch``), or None where a launch must go through ``ct.launch`` (the C

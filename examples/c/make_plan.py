@@ -1,12 +1,14 @@
 """Build a graph in Python, serialize its plan and write it (with inputs) for run_plan.c.
 
-    python make_plan.py matmul plan_dir     # or conv, sdpa, sdpa_alibi, slice_matmul, cute_matmul
+    python make_plan.py matmul plan_dir     # or conv, sdpa, sdpa_alibi, slice_matmul, cute_matmul, cutile_gdn
     make && ./run_plan plan_dir
 
 Writes plan_dir/plan.blob and plan_dir/<uid>.in for every input operand: the raw bytes of its whole
 strided span (a pass-by-value scalar: its one value). Needs a GPU and libcudnn; uses NumPy (and
 ml_dtypes for BF16). cute_matmul is a CuTe plan (the DSL's kernel, launched by the C runtime with no
 Python: run_plan needs $CUDNN_GRAPH_CUTE_RUNTIME, or the DSL runtime library's path the blob recorded).
+cutile_gdn is a cuTile plan (the gated delta rule's chunked kernels: their cubins and launches are in the
+blob, which the C runtime launches with libcuda alone).
 """
 from __future__ import annotations
 
@@ -106,17 +108,48 @@ def cute_matmul():
     return g
 
 
+GDN_T, GDN_H, GDN_K, GDN_V = 192, 2, 128, 128
+
+
+def cutile_gdn():
+    """The gated delta rule (gdn) forward over two sequences in BF16, with the final state: on an H200 the
+    default plan is the cuTile engine's (three chunked kernels; the blob carries their cubins)."""
+    g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda",
+                      router=PreferFamily("python"))
+    T, H, K, V = GDN_T, GDN_H, GDN_K, GDN_V
+    q, k = (g.tensor(name=n, dim=[T, H, K], stride=row_major([T, H, K])) for n in ("q", "k"))
+    v = g.tensor(name="v", dim=[T, H, V], stride=row_major([T, H, V]))
+    gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
+    beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1])
+    cu = g.tensor(name="cu_seqlens", dim=[3], stride=[1], data_type=F.INT32)
+    o, final = g.gdn(q, k, v, gate, beta, cu_seqlens=cu, output_final_state=True, use_qk_l2norm=True)
+    o.set_output(True).set_name("o")
+    final.set_output(True).set_name("final_state")
+    return g
+
+
 GRAPHS = {"matmul": matmul, "conv": conv, "sdpa": sdpa, "sdpa_alibi": sdpa_alibi, "slice_matmul": slice_matmul,
-          "cute_matmul": cute_matmul}
+          "cute_matmul": cute_matmul, "cutile_gdn": cutile_gdn}
+
+# Inputs whose values the kernels constrain (by graph, then tensor name): sequence boundaries, a log decay
+# (negative), a write strength in (0, 1). The others are normal * 0.5.
+INPUT_VALUES = {"cutile_gdn": {
+    "cu_seqlens": lambda span, rng: np.array([0, 100, GDN_T], np.int64),
+    "g": lambda span, rng: -rng.uniform(0.05, 0.7, span),
+    "beta": lambda span, rng: rng.uniform(0.2, 0.9, span),
+}}
 
 
-def input_bytes(t, rng) -> bytes:
-    """The bytes run_plan.c copies for input ``t``: its strided span, or a scalar's value."""
+def input_bytes(t, rng, values=None) -> bytes:
+    """The bytes run_plan.c copies for input ``t``: its strided span, or a scalar's value; ``values``:
+    {tensor name: f(span, rng)} for inputs with constrained values."""
     np_type = HOST_TYPES[t.data_type]
     if t.is_pass_by_value:
         return np.asarray([t.value], np_type).tobytes()
     span = 1 + sum((d - 1) * s for d, s in zip(t.dim, t.stride))
-    return (rng.standard_normal(span) * 0.5).astype(np_type).tobytes()
+    make = (values or {}).get(t.name)
+    data = make(span, rng) if make is not None else rng.standard_normal(span) * 0.5
+    return np.asarray(data).astype(np_type).tobytes()
 
 
 def write_plan(name: str, folder: str, seed: int = 0):
@@ -129,7 +162,7 @@ def write_plan(name: str, folder: str, seed: int = 0):
     rng = np.random.default_rng(seed)
     for t in g.get_inputs():
         with open(os.path.join(folder, f"{t.uid}.in"), "wb") as f:
-            f.write(input_bytes(t, rng))
+            f.write(input_bytes(t, rng, INPUT_VALUES.get(name)))
     return g
 
 

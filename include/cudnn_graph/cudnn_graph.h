@@ -1,7 +1,8 @@
 /*
  * cudnn_graph C runtime (libcudnn_graph_rt): execute a plan serialized by cudnn_graph's Python package
  * (graph.serialize(), docs/plan_format.md) from C or C++, with only libcudnn and the CUDA driver at
- * serve time (a CuTe plan: the CUDA driver and the CuTe DSL's runtime library, libcute_dsl_runtime.so):
+ * serve time (a CuTe plan: the CUDA driver and the CuTe DSL's runtime library, libcute_dsl_runtime.so; a
+ * cuTile plan: the CUDA driver alone):
  * no Python, no CUDA toolkit headers. docs/c_api.md is the guide.
  *
  *     cg_plan_t plan;

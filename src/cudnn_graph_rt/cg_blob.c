@@ -1,4 +1,4 @@
-/* The C reader of the plan blob (docs/plan_format.md, versions 1 to 3). It trusts nothing: every field is
+/* The C reader of the plan blob (docs/plan_format.md, versions 1 to 4). It trusts nothing: every field is
  * read with a bounds check, in the order the format prescribes (magic, format version, total size,
  * checksum, then the rest), and every finding is a status with a message, never a crash. */
 #include <stdlib.h>
@@ -43,6 +43,11 @@ static void release_dsl_kernels(cg_blob_t *blob) {
         free(k->entry_symbol);
         free(k->function_prefix);
         free(k->runtime_hint);
+        if (k->tile.addresses)
+            for (uint16_t j = 0; j < k->tile.n_addresses; j++) free(k->tile.addresses[j].name);
+        free(k->tile.addresses);
+        free(k->tile.parameters);
+        free(k->tile.image);
     }
     free(blob->dsl_kernels);
     blob->dsl_kernels = NULL;
@@ -298,9 +303,127 @@ static cg_status_t read_text(cursor_t *c, size_t n, uint32_t index, const char *
 static int convention_slots(uint16_t convention, uint16_t *pointers, uint16_t *scalars, uint16_t *ints) {
     switch (convention) {
     case CG_CONVENTION_CUTE_PACKED: *pointers = 6; *scalars = 3; *ints = 4; return 1;
-    /* A cuTile convention goes here (and in _plan_launch.CONVENTIONS) once its launch data is settled. */
+    case CG_CONVENTION_CUTILE_PARAMS: *pointers = 0; *scalars = 0; *ints = 0; return 1;   /* its launch follows */
     default: return 0;
     }
+}
+
+/* The first format version that may hold `convention` (_plan_launch.CONVENTION_FORMAT_VERSIONS). */
+static uint16_t convention_format_version(uint16_t convention) {
+    return convention == CG_CONVENTION_CUTILE_PARAMS ? CG_BLOB_FORMAT_VERSION_TILE_LAUNCH
+                                                     : CG_BLOB_FORMAT_VERSION_DSL_LAUNCH;
+}
+
+/* The checks of _plan_launch._check_tile, in its order and words. */
+static cg_status_t check_tile(const cg_blob_t *blob, const cg_tile_params_t *t, uint32_t index) {
+    const uint32_t *g = t->grid, *b = t->block;
+    if (g[0] < 1 || g[0] > CG_TILE_MAX_GRID_X || g[1] < 1 || g[1] > CG_TILE_MAX_GRID_YZ || g[2] < 1 ||
+        g[2] > CG_TILE_MAX_GRID_YZ)
+        return DSL_FAIL("DSL launch kernel %u: grid (%u, %u, %u) (x 1 to %u, y and z 1 to %u; corrupt; field DSL "
+                        "launch)", index, g[0], g[1], g[2], CG_TILE_MAX_GRID_X, CG_TILE_MAX_GRID_YZ);
+    if (b[0] < 1 || b[1] < 1 || b[2] < 1 || (uint64_t)b[0] * b[1] * b[2] > CG_TILE_MAX_BLOCK_THREADS ||
+        t->shared_bytes > CG_TILE_MAX_SHARED_BYTES)
+        return DSL_FAIL("DSL launch kernel %u: block (%u, %u, %u) with %u bytes of shared memory (at most %u threads "
+                        "and %u bytes; corrupt; field DSL launch)", index, b[0], b[1], b[2], t->shared_bytes,
+                        CG_TILE_MAX_BLOCK_THREADS, CG_TILE_MAX_SHARED_BYTES);
+    const uint32_t *offsets = t->parameters, *sizes = t->parameters + t->n_parameters;
+    uint64_t end = 0;
+    for (uint16_t i = 0; i < t->n_parameters; i++) {
+        uint64_t at = offsets[i], stop = (uint64_t)offsets[i] + sizes[i];
+        if (sizes[i] < 1 || at < end || stop > t->image_size)
+            return DSL_FAIL("DSL launch kernel %u: parameter %u is bytes %llu..%llu of the %u-byte image (parameters "
+                            "lie inside it, in order, apart; corrupt; field DSL launch)", index, i,
+                            (unsigned long long)at, (unsigned long long)stop, t->image_size);
+        end = stop;
+    }
+    for (uint16_t i = 0; i < t->n_addresses; i++) {
+        const cg_tile_address_t *a = &t->addresses[i];
+        int on_pointer = 0;
+        for (uint16_t j = 0; j < t->n_parameters && !on_pointer; j++)
+            on_pointer = offsets[j] == a->offset && sizes[j] == 8;
+        if (!on_pointer)
+            return DSL_FAIL("DSL launch kernel %u: address %u ('%s') goes at image offset %u, which is no 8-byte "
+                            "parameter (corrupt; field DSL launch)", index, i, a->name, a->offset);
+        for (uint16_t j = 0; j < i; j++)
+            if (t->addresses[j].offset == a->offset)
+                return DSL_FAIL("DSL launch kernel %u: address %u ('%s') writes image offset %u again (corrupt; field "
+                                "DSL launch)", index, i, a->name, a->offset);
+        if (a->alignment & (a->alignment - 1))
+            return DSL_FAIL("DSL launch kernel %u: address %u ('%s') requires %u-byte alignment, not a power of two "
+                            "(corrupt; field DSL launch)", index, i, a->name, a->alignment);
+        if (a->source == CG_TILE_ADDRESS_WORKSPACE) {
+            if (a->add < 0 || (uint64_t)a->add >= t->workspace_size)
+                return DSL_FAIL("DSL launch kernel %u: address %u ('%s') is workspace + %lld, outside the kernel's "
+                                "%llu-byte workspace (corrupt; field DSL launch)", index, i, a->name,
+                                (long long)a->add, (unsigned long long)t->workspace_size);
+            continue;
+        }
+        if (a->add)
+            return DSL_FAIL("DSL launch kernel %u: address %u ('%s') adds %lld bytes to operand uid %lld's pointer, "
+                            "which is passed as it is (corrupt; field DSL launch)", index, i, a->name,
+                            (long long)a->add, (long long)a->uid);
+        const cg_record_t *row = record_of(blob, a->uid);
+        if (!row || row->is_virtual || row->is_pass_by_value)
+            return DSL_FAIL("DSL launch kernel %u: address %u ('%s') is uid %lld, no device operand of the tensor "
+                            "table (corrupt; field DSL launch)", index, i, a->name, (long long)a->uid);
+    }
+    return CG_STATUS_SUCCESS;
+}
+
+/* A convention-2 kernel's launch (after its head; checked by check_tile once the record is read). */
+static cg_status_t parse_tile(cursor_t *c, uint32_t index, cg_tile_params_t *t) {
+    const uint8_t *p = take(c, CG_TILE_HEAD_SIZE);
+    if (!p) return DSL_SHORT(index, "'s launch");
+    for (int i = 0; i < 3; i++) {
+        t->grid[i] = read_u32(p + 4 * i);
+        t->block[i] = read_u32(p + 12 + 4 * i);
+    }
+    t->shared_bytes = read_u32(p + 24);
+    t->image_size = read_u32(p + 28);
+    t->n_parameters = read_u16(p + 32);
+    t->n_addresses = read_u16(p + 34);
+    uint32_t reserved = read_u32(p + 36);
+    t->workspace_size = read_u64(p + 40);
+    if (reserved || t->image_size < 1 || t->image_size > CG_TILE_MAX_IMAGE || t->n_parameters < 1 ||
+        t->n_parameters > CG_TILE_MAX_PARAMETERS || t->n_addresses > CG_TILE_MAX_ADDRESSES ||
+        t->workspace_size > (uint64_t)CG_MAX_DEVICE_BYTES)
+        return DSL_FAIL("DSL launch kernel %u: a %u-byte parameter image with %u parameters, %u addresses and %llu "
+                        "bytes of workspace (1 to %d bytes, 1 to %d parameters, at most %d addresses; corrupt; field "
+                        "DSL launch)", index, t->image_size, t->n_parameters, t->n_addresses,
+                        (unsigned long long)t->workspace_size, CG_TILE_MAX_IMAGE, CG_TILE_MAX_PARAMETERS,
+                        CG_TILE_MAX_ADDRESSES);
+    t->parameters = calloc(2 * (size_t)t->n_parameters, sizeof *t->parameters);
+    t->addresses = calloc(t->n_addresses ? t->n_addresses : 1, sizeof *t->addresses);
+    t->image = malloc(t->image_size);
+    if (!t->parameters || !t->addresses || !t->image) {
+        t->n_addresses = 0;      /* nothing to free per address */
+        return cg_fail(CG_STATUS_OUT_OF_MEMORY, "plan blob: no memory for a cuTile launch");
+    }
+    for (uint16_t i = 0; i < t->n_parameters; i++) {
+        if (!(p = take(c, 8))) return DSL_SHORT(index, ", a parameter");
+        t->parameters[i] = read_u32(p);
+        t->parameters[t->n_parameters + i] = read_u32(p + 4);
+    }
+    for (uint16_t i = 0; i < t->n_addresses; i++) {
+        cg_tile_address_t *a = &t->addresses[i];
+        if (!(p = take(c, CG_TILE_ADDRESS_SIZE))) return DSL_SHORT(index, ", an address");
+        a->uid = read_i64(p);
+        a->add = read_i64(p + 8);
+        a->offset = read_u32(p + 16);
+        a->alignment = read_u32(p + 20);
+        a->source = read_u16(p + 24);
+        size_t n_name = read_u16(p + 26);
+        uint32_t areserved = read_u32(p + 28);
+        if ((a->source != CG_TILE_ADDRESS_OPERAND && a->source != CG_TILE_ADDRESS_WORKSPACE) || areserved ||
+            n_name > CG_DSL_MAX_NAME || (a->source == CG_TILE_ADDRESS_WORKSPACE && a->uid))
+            return DSL_FAIL("DSL launch kernel %u: address %u has source %u, uid %lld and a %zu-byte name (corrupt; "
+                            "field DSL launch)", index, i, a->source, (long long)a->uid, n_name);
+        cg_status_t status = read_text(c, n_name, index, "an address's name", 0, &a->name);
+        if (status != CG_STATUS_SUCCESS) return status;
+    }
+    if (!(p = take(c, t->image_size))) return DSL_SHORT(index, "'s parameter image");
+    memcpy(t->image, p, t->image_size);
+    return CG_STATUS_SUCCESS;
 }
 
 static cg_status_t check_dsl_kernel(const cg_blob_t *blob, const cg_dsl_kernel_t *k, uint32_t index) {
@@ -337,11 +460,12 @@ static cg_status_t check_dsl_kernel(const cg_blob_t *blob, const cg_dsl_kernel_t
             if (k->ints[i] < INT32_MIN || k->ints[i] > INT32_MAX)
                 return DSL_FAIL("DSL launch kernel %u: int slot %u = %lld does not fit the entry's int32 (corrupt; "
                                 "field DSL launch)", index, i, (long long)k->ints[i]);
+    if (k->convention == CG_CONVENTION_CUTILE_PARAMS) return check_tile(blob, &k->tile, index);
     return CG_STATUS_SUCCESS;
 }
 
 static cg_status_t parse_dsl_kernel(cursor_t *c, cg_blob_t *blob, const uint8_t *kernels, size_t kernels_size,
-                                    uint32_t index, cg_dsl_kernel_t *k) {
+                                    uint32_t index, uint16_t version, cg_dsl_kernel_t *k) {
     const uint8_t *p = take(c, 48);
     if (!p) return DSL_SHORT(index, "");
     k->convention = read_u16(p);
@@ -356,13 +480,22 @@ static cg_status_t parse_dsl_kernel(cursor_t *c, cg_blob_t *blob, const uint8_t 
     if (!convention_slots(k->convention, &want_pointers, &want_scalars, &want_ints))
         return DSL_FAIL("DSL launch kernel %u: unknown calling convention %u (corrupt, or a newer writer; field DSL "
                         "launch)", index, k->convention);
+    if (version < convention_format_version(k->convention))
+        return DSL_FAIL("DSL launch kernel %u: calling convention %u in a format-%u blob (it needs format version %u; "
+                        "corrupt; field DSL launch)", index, k->convention, version,
+                        convention_format_version(k->convention));
     if (flags & ~CG_DSL_FLAG_CODE_IN_KERNELS)
         return DSL_FAIL("DSL launch kernel %u: flags 0x%x (corrupt; field DSL launch)", index, flags);
     if (k->n_pointers != want_pointers || k->n_scalars != want_scalars || k->n_ints != want_ints)
         return DSL_FAIL("DSL launch kernel %u: %u pointer, %u scalar and %u int slots; convention %u takes %u, %u and "
                         "%u (corrupt; field DSL launch)", index, k->n_pointers, k->n_scalars, k->n_ints,
                         k->convention, want_pointers, want_scalars, want_ints);
-    if (n_symbol < 1 || n_symbol > CG_DSL_MAX_SYMBOL || n_prefix < 1 || n_prefix > CG_DSL_MAX_SYMBOL ||
+    int tile = k->convention == CG_CONVENTION_CUTILE_PARAMS;
+    if (tile && (n_prefix || n_hint || k->placeholder))
+        return DSL_FAIL("DSL launch kernel %u: a %zu-byte function prefix, %zu-byte runtime hint and placeholder "
+                        "0x%llx; convention %u has none (corrupt; field DSL launch)", index, n_prefix, n_hint,
+                        (unsigned long long)k->placeholder, k->convention);
+    if (n_symbol < 1 || n_symbol > CG_DSL_MAX_SYMBOL || (!tile && (n_prefix < 1 || n_prefix > CG_DSL_MAX_SYMBOL)) ||
         n_hint > CG_DSL_MAX_HINT)
         return DSL_FAIL("DSL launch kernel %u: a %zu-byte entry symbol, %zu-byte function prefix or %zu-byte "
                         "runtime hint (corrupt; field DSL launch)", index, n_symbol, n_prefix, n_hint);
@@ -402,9 +535,10 @@ static cg_status_t parse_dsl_kernel(cursor_t *c, cg_blob_t *blob, const uint8_t 
         if (!(p = take(c, 8))) return DSL_SHORT(index, ", an int slot");
         k->ints[i] = read_i64(p);
     }
-    cg_status_t status = read_text(c, n_symbol, index, "the entry symbol", 1, &k->entry_symbol);
+    cg_status_t status = tile ? parse_tile(c, index, &k->tile) : CG_STATUS_SUCCESS;
+    if (status == CG_STATUS_SUCCESS) status = read_text(c, n_symbol, index, "the entry symbol", 1, &k->entry_symbol);
     if (status == CG_STATUS_SUCCESS)
-        status = read_text(c, n_prefix, index, "the function prefix", 1, &k->function_prefix);
+        status = read_text(c, n_prefix, index, "the function prefix", !tile, &k->function_prefix);
     if (status == CG_STATUS_SUCCESS) status = read_text(c, n_hint, index, "the runtime hint", 0, &k->runtime_hint);
     if (status != CG_STATUS_SUCCESS) return status;
     if (code_size == 0) return DSL_FAIL("DSL launch kernel %u: no code (corrupt; field DSL launch)", index);
@@ -425,7 +559,7 @@ static cg_status_t parse_dsl_kernel(cursor_t *c, cg_blob_t *blob, const uint8_t 
 }
 
 static cg_status_t parse_dsl_launch(const uint8_t *data, size_t size, const uint8_t *kernels, size_t kernels_size,
-                                    cg_blob_t *blob) {
+                                    uint16_t version, cg_blob_t *blob) {
     cursor_t c = {data, size, 0};
     const uint8_t *head = take(&c, 8);
     if (!head)
@@ -434,11 +568,15 @@ static cg_status_t parse_dsl_launch(const uint8_t *data, size_t size, const uint
     if (count < 1 || count > CG_DSL_MAX_KERNELS)
         return DSL_FAIL("the DSL launch section says %u kernels (1 to %d; corrupt; field DSL launch)", count,
                         CG_DSL_MAX_KERNELS);
+    if (version < CG_BLOB_FORMAT_VERSION_TILE_LAUNCH && count > CG_DSL_MAX_KERNELS_V3)
+        return DSL_FAIL("the DSL launch section says %u kernels in a format-%u blob (1 to %d before format version %d; "
+                        "corrupt; field DSL launch)", count, version, CG_DSL_MAX_KERNELS_V3,
+                        CG_BLOB_FORMAT_VERSION_TILE_LAUNCH);
     blob->dsl_kernels = calloc(count, sizeof *blob->dsl_kernels);
     if (!blob->dsl_kernels) return cg_fail(CG_STATUS_OUT_OF_MEMORY, "plan blob: no memory for a DSL launch");
     for (uint32_t i = 0; i < count; i++) {
         blob->n_dsl_kernels = i + 1;     /* so cg_blob_release frees what this kernel allocates */
-        cg_status_t status = parse_dsl_kernel(&c, blob, kernels, kernels_size, i, &blob->dsl_kernels[i]);
+        cg_status_t status = parse_dsl_kernel(&c, blob, kernels, kernels_size, i, version, &blob->dsl_kernels[i]);
         if (status != CG_STATUS_SUCCESS) return status;
     }
     if (c.at != size)
@@ -456,10 +594,10 @@ cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
         return cg_fail(CG_STATUS_BAD_BLOB, "the plan blob is truncated: %zu bytes, shorter than its %d-byte "
                        "header (field total_size)", size, CG_BLOB_HEADER_SIZE);
     uint16_t version = read_u16(data + 8);
-    if (version < CG_BLOB_FORMAT_VERSION || version > CG_BLOB_FORMAT_VERSION_DSL_LAUNCH)
+    if (version < CG_BLOB_FORMAT_VERSION || version > CG_BLOB_FORMAT_VERSION_NEWEST)
         return cg_fail(CG_STATUS_VERSION_MISMATCH, "the plan blob is format version %u; this runtime reads "
                        "versions %d to %d (field format version): serialize the plan again", version,
-                       CG_BLOB_FORMAT_VERSION, CG_BLOB_FORMAT_VERSION_DSL_LAUNCH);
+                       CG_BLOB_FORMAT_VERSION, CG_BLOB_FORMAT_VERSION_NEWEST);
     uint64_t total = read_u64(data + 48);
     if (total != size)
         return cg_fail(CG_STATUS_BAD_BLOB, "the plan blob is %zu bytes, its header says %llu (truncated or "
@@ -518,7 +656,7 @@ cg_status_t cg_blob_parse(const uint8_t *data, size_t size, cg_blob_t *blob) {
                              CG_BLOB_FORMAT_VERSION_DSL_LAUNCH);
         else
             status = parse_dsl_launch(launch, launch_size, kernels ? kernels : (const uint8_t *)"", kernels_size,
-                                      blob);
+                                      version, blob);
     }
     if (status != CG_STATUS_SUCCESS) cg_blob_release(blob);
     return status;

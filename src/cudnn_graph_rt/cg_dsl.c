@@ -1,4 +1,5 @@
-/* DSL kernels (the blob's section 7): a CuTe plan's compiled kernel, launched with no Python.
+/* DSL kernels (the blob's section 7): a CuTe plan's compiled kernel, launched with no Python (a cuTile plan's
+ * kernels, calling convention 2, are cg_tile.c's; this file walks the section and hands them over).
  *
  * A CuTe kernel is a shared object linked from the DSL's ahead-of-time export; its only outside references
  * are the CUDA shims of the DSL runtime library (libcute_dsl_runtime.so, shipped in the nvidia-cutlass-dsl
@@ -39,6 +40,7 @@ static error_name_t runtime_error_name;                          /* optional: a 
 
 typedef struct {
     const cg_dsl_kernel_t *kernel;     /* in the plan's blob (its records live as long as the plan) */
+    cg_tile_kernel_t *tile;            /* a cuTile kernel (convention 2): the rest is unused */
     void *library;                     /* the kernel's shared object (dlopen handle) */
     packed_entry_t entry;
     void *module;                      /* the kernel's module, as its init wrote it */
@@ -266,6 +268,10 @@ cg_status_t cg_dsl_open(const cg_blob_t *blob, const cg_tensor_info_t *operands,
         loaded_kernel_t *lk = &dsl->kernels[i];
         lk->kernel = &blob->dsl_kernels[i];
         dsl->n_kernels = (int)i + 1;
+        if (lk->kernel->convention == CG_CONVENTION_CUTILE_PARAMS) {
+            result = cg_tile_open(lk->kernel, i, operands, n_operands, &lk->tile);
+            continue;
+        }
         result = bind_slots(lk, i, blob, operands, n_operands);
         if (result != CG_STATUS_SUCCESS) break;
         pthread_mutex_lock(&dsl_lock);
@@ -328,12 +334,22 @@ static cg_status_t launch_packed(const loaded_kernel_t *lk, int index, void *str
     return CG_STATUS_SUCCESS;
 }
 
-cg_status_t cg_dsl_execute(const cg_dsl_t *dsl, void *stream, void *const *pointers, const int *position) {
+cg_status_t cg_dsl_execute(const cg_dsl_t *dsl, void *stream, void *const *pointers, const int *position,
+                           void *workspace) {
+    /* Every check before the first launch, so a refused call launches nothing. */
+    for (int i = 0; i < dsl->n_kernels; i++) {
+        cg_status_t status = dsl->kernels[i].tile ? cg_tile_check(dsl->kernels[i].tile, i, workspace)
+                                                  : CG_STATUS_SUCCESS;
+        if (status != CG_STATUS_SUCCESS) return status;
+    }
     for (int i = 0; i < dsl->n_kernels; i++) {
         const loaded_kernel_t *lk = &dsl->kernels[i];
         cg_status_t status;
         switch (lk->kernel->convention) {
         case CG_CONVENTION_CUTE_PACKED: status = launch_packed(lk, i, stream, pointers, position); break;
+        case CG_CONVENTION_CUTILE_PARAMS:
+            status = cg_tile_launch(lk->tile, i, stream, pointers, position, workspace);
+            break;
         default:
             status = cg_fail(CG_STATUS_NOT_SUPPORTED, "cg_execute: kernel %d has calling convention %u", i,
                              lk->kernel->convention);
@@ -347,6 +363,7 @@ void cg_dsl_close(cg_dsl_t *dsl) {
     if (!dsl) return;
     for (int i = 0; i < dsl->n_kernels; i++) {
         loaded_kernel_t *lk = &dsl->kernels[i];
+        cg_tile_close(lk->tile);
         /* The DSL exports no module unload: the module stays on the device and the library mapped (its code
          * may still be referenced by the runtime), only a library that never initialised is closed. */
         if (lk->library && !lk->module_cell) dlclose(lk->library);

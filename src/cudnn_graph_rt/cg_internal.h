@@ -15,11 +15,14 @@
 
 #define CG_HIDDEN __attribute__((visibility("hidden")))
 
-/* docs/plan_format.md: version 1, version 2 (version 1 plus the plan-operand section) and version 3
- * (version 2 plus the DSL launch section) */
+/* docs/plan_format.md: version 1, version 2 (version 1 plus the plan-operand section), version 3
+ * (version 2 plus the DSL launch section) and version 4 (version 3 whose DSL launch section may hold cuTile
+ * kernels and more than 8 kernels) */
 #define CG_BLOB_FORMAT_VERSION 1
 #define CG_BLOB_FORMAT_VERSION_PLAN_OPERANDS 2
 #define CG_BLOB_FORMAT_VERSION_DSL_LAUNCH 3
+#define CG_BLOB_FORMAT_VERSION_TILE_LAUNCH 4
+#define CG_BLOB_FORMAT_VERSION_NEWEST CG_BLOB_FORMAT_VERSION_TILE_LAUNCH
 #define CG_BLOB_HEADER_SIZE 64
 #define CG_BLOB_SECTION_ENTRY_SIZE 24
 #define CG_BLOB_MAX_SECTIONS 64      /* the Python reader's bounds, so both refuse the same blobs */
@@ -48,7 +51,9 @@
 
 /* Section 7: DSL kernel launches (cudnn_graph/_plan_launch.py is the Python side of the same checks). */
 #define CG_CONVENTION_CUTE_PACKED 1    /* int32_t entry(void **args, int32_t num_args): CuTe DSL's export */
-#define CG_DSL_MAX_KERNELS 8
+#define CG_CONVENTION_CUTILE_PARAMS 2  /* a cubin's kernel, cuLaunchKernel(kernelParams): a cuTile plan's */
+#define CG_DSL_MAX_KERNELS 16
+#define CG_DSL_MAX_KERNELS_V3 8        /* a format-3 blob's bound */
 #define CG_DSL_MAX_SYMBOL 1024
 #define CG_DSL_MAX_HINT 4096
 #define CG_DSL_MAX_NAME 256
@@ -56,6 +61,18 @@
 #define CG_DSL_SCALAR_FIXED 2
 #define CG_DSL_FLAG_CODE_IN_KERNELS 1
 #define CG_DSL_FLAG_POINTER_BOUND 1
+/* Convention 2's launch (the bounds of _plan_launch; the image bound is also the C stack copy's size). */
+#define CG_TILE_HEAD_SIZE 48
+#define CG_TILE_ADDRESS_SIZE 32
+#define CG_TILE_MAX_IMAGE 4096
+#define CG_TILE_MAX_PARAMETERS 256
+#define CG_TILE_MAX_ADDRESSES 64
+#define CG_TILE_MAX_GRID_X 2147483647u
+#define CG_TILE_MAX_GRID_YZ 65535u
+#define CG_TILE_MAX_BLOCK_THREADS 1024u
+#define CG_TILE_MAX_SHARED_BYTES (1u << 20)
+#define CG_TILE_ADDRESS_OPERAND 1      /* an operand's pointer */
+#define CG_TILE_ADDRESS_WORKSPACE 2    /* the workspace plus `add` bytes */
 
 /* The flat engine-id space of engines/ids.py (names for refusals only). */
 #define CG_ENGINE_ID_REFERENCE 20000
@@ -110,6 +127,29 @@ typedef struct cg_dsl_scalar {
     double value;           /* CG_DSL_SCALAR_FIXED */
 } cg_dsl_scalar_t;
 
+/* A cuTile kernel's call-supplied address: 8 bytes at `offset` of the parameter image. */
+typedef struct cg_tile_address {
+    int64_t uid;            /* CG_TILE_ADDRESS_OPERAND: the operand's */
+    int64_t add;            /* CG_TILE_ADDRESS_WORKSPACE: bytes past the workspace's start */
+    uint32_t offset;
+    uint32_t alignment;     /* what the kernel assumes of the address (0: nothing) */
+    uint16_t source;        /* CG_TILE_ADDRESS_* */
+    char *name;             /* NUL-terminated copy ("q", "workspace") */
+} cg_tile_address_t;
+
+/* Convention 2's launch: grid, block, the parameter image (extents and strides written) and where each
+ * parameter and address is in it. */
+typedef struct cg_tile_params {
+    uint32_t grid[3], block[3];
+    uint32_t shared_bytes;
+    uint32_t image_size;
+    uint16_t n_parameters, n_addresses;
+    uint64_t workspace_size;        /* the bytes the workspace addresses index into */
+    uint32_t *parameters;           /* n_parameters offsets, then n_parameters sizes, one allocation */
+    cg_tile_address_t *addresses;
+    uint8_t *image;                 /* owned copy */
+} cg_tile_params_t;
+
 typedef struct cg_dsl_kernel {
     uint16_t convention;    /* CG_CONVENTION_* */
     uint16_t n_pointers, n_scalars, n_ints;
@@ -118,8 +158,9 @@ typedef struct cg_dsl_kernel {
     int64_t *ints;
     char *entry_symbol, *function_prefix, *runtime_hint;     /* NUL-terminated copies */
     uint64_t placeholder;   /* the address an unused pointer slot passes */
-    const uint8_t *code;    /* the shared object (inside the caller's bytes: used at load only) */
+    const uint8_t *code;    /* the shared object or cubin (inside the caller's bytes: used at load only) */
     size_t code_size;
+    cg_tile_params_t tile;  /* CG_CONVENTION_CUTILE_PARAMS */
 } cg_dsl_kernel_t;
 
 typedef struct cg_blob {
@@ -165,6 +206,12 @@ typedef int (*cg_cuMemAlloc_t)(unsigned long long *, size_t);
 typedef int (*cg_cuMemFree_t)(unsigned long long);
 typedef int (*cg_cuMemcpyHtoD_t)(unsigned long long, const void *, size_t);
 typedef int (*cg_cuMemsetD8Async_t)(unsigned long long, unsigned char, size_t, void *);
+typedef int (*cg_cuLibraryLoadData_t)(void **, const void *, void *, void **, unsigned int, void *, void **,
+                                      unsigned int);
+typedef int (*cg_cuLibraryGetKernel_t)(void **, void *, const char *);
+typedef int (*cg_cuLibraryUnload_t)(void *);
+typedef int (*cg_cuLaunchKernel_t)(void *, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                                   unsigned int, unsigned int, void *, void **, void **);
 
 typedef struct cg_libs {
     cg_cudnnGetVersion_t cudnnGetVersion;
@@ -192,6 +239,10 @@ typedef struct cg_libs {
     cg_cuMemFree_t cuMemFree;                                  /* optional: plans with device constants */
     cg_cuMemcpyHtoD_t cuMemcpyHtoD;                            /* optional: plans with device constants */
     cg_cuMemsetD8Async_t cuMemsetD8Async;                      /* optional: plans with zeroed scratch */
+    cg_cuLibraryLoadData_t cuLibraryLoadData;                  /* optional (CUDA 12.0): cuTile plans */
+    cg_cuLibraryGetKernel_t cuLibraryGetKernel;                /* optional (CUDA 12.0): cuTile plans */
+    cg_cuLibraryUnload_t cuLibraryUnload;                      /* optional (CUDA 12.0): cuTile plans */
+    cg_cuLaunchKernel_t cuLaunchKernel;                        /* optional: cuTile plans */
     size_t cudnn_version;
 } cg_libs_t;
 
@@ -202,15 +253,29 @@ CG_HIDDEN const cg_libs_t *cg_cuda(void);
 /* cuDNN's failure as a CG_STATUS_CUDNN_ERROR with its status name and last error. */
 CG_HIDDEN cg_status_t cg_cudnn_failure(const cg_libs_t *libs, int status, const char *what);
 
-/* ---- DSL kernels (cg_dsl.c) ---- */
+/* ---- DSL kernels (cg_dsl.c; cuTile kernels in cg_tile.c) ---- */
 typedef struct cg_dsl cg_dsl_t;
-/* Load the blob's section-7 kernels for `device` (whose primary context is current): the DSL runtime
- * library (once per process), each kernel's shared object, its module on the device; each slot bound to
- * one of `operands` (the caller's, by index) or to a section-6 graph scalar. */
+/* Load the blob's section-7 kernels for `device` (whose primary context is current): a CuTe kernel's DSL
+ * runtime library (once per process), shared object and module on the device; a cuTile kernel's cubin;
+ * each slot or address bound to one of `operands` (the caller's, by index) or to a section-6 graph scalar. */
 CG_HIDDEN cg_status_t cg_dsl_open(const cg_blob_t *blob, const cg_tensor_info_t *operands, int n_operands,
                                   int device, cg_dsl_t **out);
-/* Launch every kernel on `stream`; operand k is pointers[position[k]] (checked by cg_execute). */
-CG_HIDDEN cg_status_t cg_dsl_execute(const cg_dsl_t *dsl, void *stream, void *const *pointers, const int *position);
+/* Launch every kernel on `stream`; operand k is pointers[position[k]] (checked by cg_execute), the
+ * workspace at `workspace` (cuTile kernels' scratch). */
+CG_HIDDEN cg_status_t cg_dsl_execute(const cg_dsl_t *dsl, void *stream, void *const *pointers, const int *position,
+                                     void *workspace);
 CG_HIDDEN void cg_dsl_close(cg_dsl_t *dsl);
+
+typedef struct cg_tile_kernel cg_tile_kernel_t;
+/* Load kernel `index` (convention 2) of the blob: its cubin (cuLibraryLoadData) and its kernel, each
+ * operand address bound to an index of `operands`. */
+CG_HIDDEN cg_status_t cg_tile_open(const cg_dsl_kernel_t *kernel, uint32_t index, const cg_tensor_info_t *operands,
+                                   int n_operands, cg_tile_kernel_t **out);
+/* Check the workspace addresses of `tile` against `workspace` (CG_STATUS_MISALIGNED), launching nothing. */
+CG_HIDDEN cg_status_t cg_tile_check(const cg_tile_kernel_t *tile, int index, void *workspace);
+/* Launch on `stream`: a stack copy of the parameter image with the call's addresses written. */
+CG_HIDDEN cg_status_t cg_tile_launch(const cg_tile_kernel_t *tile, int index, void *stream, void *const *pointers,
+                                     const int *position, void *workspace);
+CG_HIDDEN void cg_tile_close(cg_tile_kernel_t *tile);
 
 #endif /* CUDNN_GRAPH_RT_INTERNAL_H */

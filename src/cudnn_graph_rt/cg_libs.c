@@ -117,6 +117,11 @@ static int load_cuda(void) {
     libs.cuMemFree = (cg_cuMemFree_t)dlsym(handle, "cuMemFree_v2");
     libs.cuMemcpyHtoD = (cg_cuMemcpyHtoD_t)dlsym(handle, "cuMemcpyHtoD_v2");
     libs.cuMemsetD8Async = (cg_cuMemsetD8Async_t)dlsym(handle, "cuMemsetD8Async");
+    /* A cuTile plan's cubins and launches (cg_tile.c checks for them when it loads one). */
+    libs.cuLibraryLoadData = (cg_cuLibraryLoadData_t)dlsym(handle, "cuLibraryLoadData");
+    libs.cuLibraryGetKernel = (cg_cuLibraryGetKernel_t)dlsym(handle, "cuLibraryGetKernel");
+    libs.cuLibraryUnload = (cg_cuLibraryUnload_t)dlsym(handle, "cuLibraryUnload");
+    libs.cuLaunchKernel = (cg_cuLaunchKernel_t)dlsym(handle, "cuLaunchKernel");
     int status = libs.cuInit(0);
     if (status != 0) {
         char code[32];

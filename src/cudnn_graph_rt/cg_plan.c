@@ -32,7 +32,7 @@ struct cg_plan {
     void *plan;                  /* cudnnBackendDescriptor_t, finalized (a cuDNN plan) */
     cg_dsl_t *dsl;               /* the loaded kernels (a DSL plan: the blob's section 7) */
     size_t workspace_size;       /* cuDNN's, then the scratch regions past it */
-    size_t cudnn_workspace_size;
+    size_t cudnn_workspace_size; /* a cuTile plan: its kernels' */
     cg_engine_family_t family;
     int64_t engine_id;
     int n_operands;
@@ -141,13 +141,13 @@ static cg_status_t refuse_engine(const cg_blob_t *blob) {
     cg_blob_engine_name(blob, name, sizeof name);
     long long id = (long long)blob->engine_id;
     if (blob->engine_family == CG_ENGINE_PYTHON) {
-        /* A DSL plan runs here when its blob says how to launch its kernels (section 7); a cuTile plan's
-         * launch data is not written yet: its convention joins cg_blob.c's convention_slots. */
+        /* A DSL plan runs here when its blob says how to launch its kernels (section 7). */
         const char *what = id == CG_ENGINE_ID_REFERENCE
             ? "the reference engine's, which runs only in Python (NumPy on the host): execute it from Python, or "
-              "build the graph where a cuDNN or CuTe plan is selected"
-            : (id >= CG_ENGINE_ID_CUTILE ? "a cuTile plan, whose kernels this runtime cannot launch yet (its blob has "
-                                           "no DSL launch section); execute it from Python, or serialize a cuDNN plan"
+              "build the graph where a cuDNN, CuTe or cuTile plan is selected"
+            : (id >= CG_ENGINE_ID_CUTILE ? "a cuTile plan whose blob has no DSL launch section (section 7): serialize "
+                                           "it with include_kernels=True where its kernels have a C launch path, or "
+                                           "execute it from Python"
             : (id >= CG_ENGINE_ID_CUTE ? "a CuTe plan whose blob has no DSL launch section (section 7): serialize it "
                                          "with include_kernels=True where a C compiler links its kernel into a "
                                          "shared object, or execute it from Python"
@@ -233,11 +233,19 @@ static cg_status_t make_operands(cg_plan_t plan) {
         t->strides = r->strides;
         t->alignment = r->alignment;
         t->is_pass_by_value = r->is_pass_by_value;
-        for (uint32_t j = 0; j < blob->n_dsl_kernels; j++)       /* what a DSL kernel needs of it, too */
-            for (uint16_t p = 0; p < blob->dsl_kernels[j].n_pointers; p++) {
-                const cg_dsl_pointer_t *slot = &blob->dsl_kernels[j].pointers[p];
+        for (uint32_t j = 0; j < blob->n_dsl_kernels; j++) {     /* what a DSL kernel needs of it, too */
+            const cg_dsl_kernel_t *kernel = &blob->dsl_kernels[j];
+            for (uint16_t p = 0; p < kernel->n_pointers; p++) {
+                const cg_dsl_pointer_t *slot = &kernel->pointers[p];
                 if (slot->bound && slot->uid == r->uid && slot->alignment > t->alignment) t->alignment = slot->alignment;
             }
+            for (uint16_t a = 0; a < kernel->tile.n_addresses; a++) {
+                const cg_tile_address_t *address = &kernel->tile.addresses[a];
+                if (address->source == CG_TILE_ADDRESS_OPERAND && address->uid == r->uid &&
+                    address->alignment > t->alignment)
+                    t->alignment = address->alignment;
+            }
+        }
         int has_elements = 1;
         for (uint32_t d = 0; d < r->rank; d++) has_elements &= r->dims[d] > 0;
         plan->nonempty[k] = (uint8_t)has_elements;
@@ -372,9 +380,13 @@ static cg_status_t finalize_plan(const cg_libs_t *libs, cg_plan_t plan) {
     return result;
 }
 
-/* A DSL plan: its kernels loaded on the device, then its own operands placed (no cuDNN workspace). */
+/* A DSL plan: its kernels loaded on the device, then its own operands placed past the kernels' workspace
+ * (a cuTile plan's scratch; none for a CuTe plan), which takes the place of cuDNN's. */
 static cg_status_t open_dsl(const cg_libs_t *libs, cg_plan_t plan) {
     int pushed;
+    for (uint32_t i = 0; i < plan->blob.n_dsl_kernels; i++)
+        if (plan->blob.dsl_kernels[i].tile.workspace_size > plan->cudnn_workspace_size)
+            plan->cudnn_workspace_size = (size_t)plan->blob.dsl_kernels[i].tile.workspace_size;
     cg_status_t result = enter_device(libs, plan->context, &pushed);
     if (result != CG_STATUS_SUCCESS) return result;
     result = cg_dsl_open(&plan->blob, plan->operands, plan->n_operands, plan->device, &plan->dsl);
@@ -678,7 +690,7 @@ cg_status_t cg_execute(cg_plan_t plan, void *stream, int count, const int64_t *u
     result = enter_device(libs, plan->context, &pushed);
     if (result != CG_STATUS_SUCCESS) return result;
     if (plan->dsl) {
-        result = cg_dsl_execute(plan->dsl, stream, pointers, position);
+        result = cg_dsl_execute(plan->dsl, stream, pointers, position, workspace);
         leave_device(libs, pushed);
         return result;
     }

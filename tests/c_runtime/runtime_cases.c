@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
     printf("api_version %d |\n", cg_api_version());
 
     /* Blobs refused at load. */
-    static const char *refused[] = {"bad_magic", "truncated", "flipped_crc", "format_v4", "library_version",
+    static const char *refused[] = {"bad_magic", "truncated", "flipped_crc", "format_v5", "library_version",
                                     "cudnn_version", "arch", "cute", "cutile", "reference", "no_cudnn_plan",
                                     "section_past_end", "tensor_table_short", "empty"};
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {

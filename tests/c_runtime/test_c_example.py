@@ -1,8 +1,9 @@
 """examples/c: run_plan.c builds against the installed runtime on any machine; on the GPU (marked gpu) it
 executes the cuDNN matmul, conv and SDPA plans make_plan.py serializes, with outputs bitwise equal to
 Python's execute() of the same built plan on the same inputs, including plans that bind operands of their
-own (the SDPA composites' constants and ALiBi slopes, a slice's view: the blob's section 6), and a CuTe
-plan (BF16 matmul + bias + relu: its kernel launched from the blob's DSL launch section, section 7)."""
+own (the SDPA composites' constants and ALiBi slopes, a slice's view: the blob's section 6), a CuTe
+plan (BF16 matmul + bias + relu: its kernel launched from the blob's DSL launch section, section 7) and a
+cuTile plan (the gdn forward: its cubins and launches in section 7, calling convention 2)."""
 from __future__ import annotations
 
 import importlib.util
@@ -107,6 +108,31 @@ def test_the_example_executes_a_serialized_cute_plan_bitwise_as_python_does(tmp_
     for uid, expected in want.items():
         got = (folder / f"{uid}.out").read_bytes()
         assert got == expected, f"cute_matmul: output uid {uid} differs from Python's execute() of the same plan"
+
+
+@pytest.mark.gpu
+def test_the_example_executes_a_serialized_cutile_plan_bitwise_as_python_does(tmp_path):
+    """The cuTile gdn forward plan (H200): its blob carries each kernel's cubin, grid and parameter image;
+    run_plan loads it with libcuda alone (no libcudnn, no Python) and matches Python bitwise."""
+    pytest.importorskip("cuda.tile")
+    pytest.importorskip("ml_dtypes")
+    from cudnn_graph import _plan_blob
+    from cudnn_graph._plan_launch import CONVENTION_CUTILE_PARAMS
+    program = build_program(os.path.join(EXAMPLES, "run_plan.c"), tmp_path / "run_plan", extra=["-ldl"])
+    folder = tmp_path / "cutile_gdn"
+    g = _make_plan_module().write_plan("cutile_gdn", str(folder))
+    assert g.selected_plan.engine.name == "cutile_linear_attention", g.selected_plan
+    read = _plan_blob.unpack_blob((folder / "plan.blob").read_bytes())
+    assert read.header.format_version == 4 and len(read.dsl_launch) >= 3, read.header
+    assert {k.convention for k in read.dsl_launch} == {CONVENTION_CUTILE_PARAMS}
+    want = _python_outputs(g, folder)
+    env = {k: v for k, v in os.environ.items() if k != "CUDNN_GRAPH_LIBCUDNN"}
+    env["CUDNN_GRAPH_LIBCUDNN"] = "/nonexistent/libcudnn.so.9"
+    result = subprocess.run([program, str(folder)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for uid, expected in want.items():
+        got = (folder / f"{uid}.out").read_bytes()
+        assert got == expected, f"cutile_gdn: output uid {uid} differs from Python's execute() of the same plan"
 
 
 def test_the_c_api_benchs_timing_loop_builds(tmp_path):

@@ -1,7 +1,8 @@
-"""The blob's DSL launch section (7, format version 3) in Python's reader and writer: records round-trip,
-the writer picks version 3 only when the section is there, every malformed section is refused naming what
-is wrong (tests/c_runtime/test_c_dsl_launch.py runs the same blobs through the C runtime), and a CuTe plan
-made by hand exports the records the C runtime launches it from."""
+"""The blob's DSL launch section (7, format version 3; 4 with cuTile kernels) in Python's reader and writer:
+records round-trip, the writer picks version 3 only when the section is there and 4 only for a cuTile
+kernel (or more than 8), every malformed section is refused naming what is wrong
+(tests/c_runtime/test_c_dsl_launch.py and test_c_tile_launch.py run the same blobs through the C runtime),
+and a CuTe plan made by hand exports the records the C runtime launches it from."""
 from __future__ import annotations
 
 import os
@@ -16,7 +17,8 @@ from cudnn_graph.errors import PlanBlobError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _dsl_launch_blobs import (ENTRY, EXTENTS, OPERANDS, POINTERS, PREFIX, SCALARS, kernel,  # noqa: E402
-                               kernels_payload, launch_blob, malformed_blobs)
+                               kernels_payload, launch_blob, malformed_blobs, malformed_tile_blobs, tile_blob,
+                               tile_kernel)
 
 SHARED_OBJECT = b"\x7fELF" + bytes(range(256)) * 4     # the reader does not look inside
 
@@ -53,6 +55,42 @@ def test_a_malformed_dsl_launch_section_is_refused_naming_what_is_wrong(case):
     assert err.value.field == "DSL launch"
     for word in words:
         assert word in str(err.value), (case, str(err.value))
+
+
+def test_cutile_launch_records_round_trip_as_format_version_4():
+    read = unpack_blob(tile_blob())
+    assert read.header.format_version == blob_format.TILE_LAUNCH_FORMAT_VERSION == 4
+    assert read.dsl_launch == (tile_kernel(0), tile_kernel(1))
+    first = read.dsl_launch[0]
+    assert first.tile.image == tile_kernel(0).tile.image and first.tile.block == (1, 1, 1)
+    assert [(a.offset, a.uid, a.add) for a in first.tile.addresses] == [(0, 1, 0), (32, None, 256), (56, 3, 0)]
+    assert blob_format.SECTION_KERNELS not in read.sections      # the cubins are inline
+
+
+def test_a_cute_blob_stays_format_version_3_and_more_than_8_kernels_need_4():
+    assert unpack_blob(launch_blob(SHARED_OBJECT)).header.format_version == 3
+    nine = [kernel(SHARED_OBJECT, inline=True)] * 9
+    read = unpack_blob(launch_blob(SHARED_OBJECT, nine, with_kernels_section=False))
+    assert read.header.format_version == 4 and len(read.dsl_launch) == 9
+
+
+@pytest.mark.parametrize("case", sorted(malformed_tile_blobs()))
+def test_a_malformed_cutile_launch_record_is_refused_naming_what_is_wrong(case):
+    data, words = malformed_tile_blobs()[case]
+    with pytest.raises(PlanBlobError) as err:
+        unpack_blob(data)
+    assert err.value.field == "DSL launch"
+    for word in words:
+        assert word in str(err.value), (case, str(err.value))
+
+
+def test_the_writer_refuses_a_cutile_record_without_its_launch_and_a_cute_one_with_one():
+    import dataclasses
+    header = PlanHeader(1, 0, 90, 3, 20200, 0)
+    with pytest.raises(PlanBlobError, match="without its TileParams"):
+        pack_blob(header, [], {}, (), [dataclasses.replace(tile_kernel(0), tile=None)])
+    with pytest.raises(PlanBlobError, match="convention-1 launch record with TileParams"):
+        pack_blob(header, [], {}, (), [kernel(SHARED_OBJECT, inline=True, tile=tile_kernel(0).tile)])
 
 
 def test_the_writer_refuses_records_a_reader_would():

@@ -182,6 +182,37 @@ def test_every_kernel_of_a_plan_has_the_parameter_layout_the_packer_writes(op, m
         {u["uid"] for u in description["operands"]}
 
 
+@needs_cutile
+def test_a_plan_exports_the_launch_records_a_blob_carries_for_the_c_runtime(monkeypatch):
+    """export_launch: one calling-convention-2 record per launch_description kernel, in launch order, that
+    pack into a blob (format version 4) and read back equal, checked against the plan's tensor table."""
+    import cudnn_graph as cg
+    from cudnn_graph._plan_blob import PlanHeader, TensorRecord, pack_blob, unpack_blob
+    from cudnn_graph._plan_launch import CONVENTION_CUTILE_PARAMS
+    plan, layout = _plan(cg, "gdn", monkeypatch)
+    assert plan.export_launch(None) == ()            # no layout yet: the plan was not built by a graph
+    plan.layout = layout
+    records = plan.export_launch(None)
+    description = plan.launch_description(layout)
+    assert len(records) == len(description["kernels"]) >= 3
+    uids = {o["uid"] for o in description["operands"]}
+    for record, k in zip(records, description["kernels"]):
+        t = record.tile
+        assert record.convention == CONVENTION_CUTILE_PARAMS and record.entry_symbol == k["symbol"]
+        assert record.code == k["cubin"] and t.image == k["param_image"] and t.grid == tuple(k["grid"])
+        assert [o for o, _ in t.parameters] == k["param_offsets"] and t.block == (1, 1, 1) and t.shared_bytes == 0
+        assert sum(size for _, size in t.parameters) <= k["param_size"]
+        assert [(a.offset, a.uid, a.add) for a in t.addresses] == \
+            [(a["offset"], a["operand_uid"], a["add"]) for a in k["addresses"]]
+        assert {a.uid for a in t.addresses} - {None} <= uids and all(a.alignment == 16 for a in t.addresses)
+        assert t.workspace_size == description["workspace_size"] == plan.workspace_size
+    tensors = [TensorRecord(s.uid, s.name or "", 0, tuple(s.shape), tuple(s.strides or (0,) * len(s.shape)), False,
+                            False, 16) for s in layout.specs]
+    blob = pack_blob(PlanHeader(1, 0, 90, 3, 20200, plan.workspace_size), tensors, {}, (), records)
+    read = unpack_blob(blob)
+    assert read.header.format_version == 4 and read.dsl_launch == records
+
+
 # ------------------------------------------------------------------------------------- GPU: bitwise
 
 def _host_inputs(op, T=64, H=2, K=64, V=64, seed=0):
