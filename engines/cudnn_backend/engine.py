@@ -213,7 +213,11 @@ class _Lowered:
         With ``kernel_cache`` (a ``cudnn_graph.KernelCache``), the execution plan is finalized with
         that cache's cuDNN kernel cache attached, so cuDNN binds a kernel an earlier graph compiled.
         """
-        key = (plan.engine_id, tuple(sorted((int(k), int(v)) for k, v in plan.knobs.items())))
+        cache = None if kernel_cache is None else kernel_cache_descriptor(kernel_cache, self)
+        # A plan finalized with one kernel cache (or none) is not reused for a graph built with another:
+        # that cache must receive the plan's kernels (its serialize() carries them), as it would in a
+        # process that never built this graph. The key holds the cache descriptor itself, not its id().
+        key = (plan.engine_id, tuple(sorted((int(k), int(v)) for k, v in plan.knobs.items())), cache)
         with self.lock:
             runner = self.runners.get(key)
         if runner is not None:
@@ -221,7 +225,6 @@ class _Lowered:
         from ... import _cudnn_handle, _cudnn_descriptor, _plan_runner
         from ..._cudnn_errors import CudnnStatusError
         cfg = plan.payload if plan.payload is not None else self.engine_config(plan.engine_id, plan.knobs)
-        cache = None if kernel_cache is None else kernel_cache_descriptor(kernel_cache, self)
         # With a kernel cache cuDNN refuses to finalize, the plan is built without one (slower, same result).
         for attached in ((None,) if cache is None else (cache, None)):
             try:

@@ -176,6 +176,30 @@ print(json.dumps({"text": text, "errors": errors, "start": start, "used_by": loa
     assert bytes.fromhex(cache_sets[0][5]).decode() == _SAVED_JSON     # loaded before it is finalized
 
 
+
+def test_a_graph_built_before_with_another_cache_still_fills_its_own(tmp_path_factory, tmp_path):
+    """The frontend's kernel-cache tests in one process: the same graph built first with cache A, then
+    with a new cache B. B must get the plan's kernels (its serialize() works, its plan is finalized with
+    B attached): the plan finalized with A is not reused for B."""
+    from _standin import CHILD_PROLOGUE, fake_cuda_builder, run_child
+    env = fake_cuda_builder(tmp_path_factory.mktemp("two_caches_cuda"), _json_source())()
+    out, records = run_child(CHILD_PROLOGUE + """
+first, second = cudnn.create_kernel_cache(), cudnn.create_kernel_cache()
+make(8, first)
+make(8, second)
+make(8, second)
+print(json.dumps({"used_by": second.used_by, "text": second.serialize(),
+                  "plan_type": __import__("cudnn_graph._cudnn_names", fromlist=["x"]).DESCRIPTOR_TYPES[
+                      "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"]}))
+""", env, tmp_path / "log")
+    assert out["used_by"] == ["cudnn_backend"]
+    assert json.loads(json.loads(out["text"])["engines"]["cudnn_backend"]) == {"0": _SAVED_JSON}
+    attached = [r[5] for r in records if r[0] == "set" and int(r[1]) == out["plan_type"]
+                and int(r[2]) == EXECUTION_PLAN_KERNEL_CACHE]
+    # one plan per cache: the third build (cache B again) reuses B's plan
+    assert len(attached) == 2 and attached[0] != attached[1]
+
+
 @pytest.mark.gpu
 def test_kernel_cache_shared_by_matmul_graphs_on_the_gpu(prefer_cudnn):
     """The frontend's test_kernel_cache: five fp16 matmul graphs built with one cache run correctly."""
