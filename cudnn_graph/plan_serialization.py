@@ -373,6 +373,9 @@ def serialize(graph, *, include_kernels: bool = True, index: Optional[int] = Non
 
 def _engine_named(name: str, engine_id: int):
     from .engines import manifest
+    owner = manifest.engine_owning(engine_id)       # imports that one engine, not every in-tree one
+    if owner is not None and owner.name == name:
+        return owner
     for engine in manifest.engines():
         if engine.name == name:
             return engine

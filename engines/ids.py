@@ -9,6 +9,12 @@ OUT_OF_TREE = 30_000                     # and above: engines registered by othe
 REFERENCE = 20_000                       # engines.reference (NumPy, host)
 CUTE_BASE = 20_100                       # engines.cute (CuTe DSL)
 CUTILE_BASE = 20_200                     # engines.cutile (cuTile)
+FAMILY_BLOCK = 100                       # the ids of one python family: [base, base + FAMILY_BLOCK)
+
+
+def family_block(base: int) -> range:
+    """The engine ids of the python family whose first id is ``base``."""
+    return range(base, base + FAMILY_BLOCK)
 
 
 def family_of(engine_id: int) -> str:

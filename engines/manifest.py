@@ -8,11 +8,12 @@ import warnings
 from typing import Callable
 
 from .base import BaseEngine
+from . import ids
 from .ids import OUT_OF_TREE
 
 logger = logging.getLogger(__name__)
 
-# In-tree engines: module, class, optional, adds graph methods. Each is tried once; an ImportError means
+# In-tree engines: module, class, optional, adds graph methods, the engine ids it owns. Each is tried once; an ImportError means
 # "absent", silently. An optional engine whose import fails otherwise (a broken dependency) is absent
 # too, with a warning: the graphs still run on the other engines. An engine that adds graph methods
 # (BaseEngine.graph_methods) is imported with cudnn_graph, so that its methods exist on every graph
@@ -20,10 +21,10 @@ logger = logging.getLogger(__name__)
 # no GPU DSL: the DSL engines (ToolchainGatedEngine) only look their DSL up here and import it when they
 # first consider a graph on a device they serve, so that a host graph's first build stays cheap.
 _IN_TREE = (
-    ("cudnn_graph.engines.reference", "ReferenceEngine", False, False),
-    ("cudnn_graph.engines.cudnn_backend", "CudnnBackendEngine", False, True),
-    ("cudnn_graph.engines.cute", "CuteGemmEngine", True, False),
-    ("cudnn_graph.engines.cutile", "CutileLinearAttentionEngine", True, False),
+    ("cudnn_graph.engines.reference", "ReferenceEngine", False, False, ids.family_block(ids.REFERENCE)),
+    ("cudnn_graph.engines.cudnn_backend", "CudnnBackendEngine", False, True, ids.CUDNN_BACKEND),
+    ("cudnn_graph.engines.cute", "CuteGemmEngine", True, False, ids.family_block(ids.CUTE_BASE)),
+    ("cudnn_graph.engines.cutile", "CutileLinearAttentionEngine", True, False, ids.family_block(ids.CUTILE_BASE)),
 )
 
 _lock = threading.Lock()
@@ -31,28 +32,55 @@ _loaded: list[BaseEngine] | None = None
 _registered: list[BaseEngine] = []
 
 
-def _load_in_tree() -> list[BaseEngine]:
-    engines = []
-    for module, cls, optional, _ in _IN_TREE:
-        try:
-            mod = importlib.import_module(module)
-        except ImportError as exc:
-            logger.debug("engine %s absent: %s", module, exc)
-            continue
-        except Exception as exc:     # noqa: BLE001
-            if not optional:
-                raise
-            logger.warning("engine %s left out: importing it raised %s: %s", module, type(exc).__name__, exc)
-            continue
-        factory = getattr(mod, cls, None)
-        if factory is None:
-            continue
+_ABSENT = object()
+_made: dict = {}      # index in _IN_TREE -> its engine, or _ABSENT (each entry is tried once)
+
+
+def _make(index: int):
+    """The engine of ``_IN_TREE[index]`` (imported and made on first use), or None where it is absent.
+    The caller holds ``_lock``."""
+    found = _made.get(index)
+    if found is not None:
+        return None if found is _ABSENT else found
+    module, cls, optional, _, _ = _IN_TREE[index]
+    engine = None
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        logger.debug("engine %s absent: %s", module, exc)
+        mod = None
+    except Exception as exc:     # noqa: BLE001
+        if not optional:
+            raise
+        logger.warning("engine %s left out: importing it raised %s: %s", module, type(exc).__name__, exc)
+        mod = None
+    factory = getattr(mod, cls, None) if mod is not None else None
+    if factory is not None:
         engine = factory()
         # A required engine stays even when it cannot run here (the cuDNN backend without libcudnn): it
-        # declines every graph it would serve with the reason, so a plan list says what is missing.
-        if getattr(engine, "available", True) or not optional:
-            engines.append(engine)
-    return engines
+        # declines every graph it would serve with the reason, so a plan list says what is missing. Its
+        # ``available`` is not read here: the backend's probe loads libcudnn.
+        if optional and not getattr(engine, "available", True):
+            engine = None
+    _made[index] = _ABSENT if engine is None else engine
+    return engine
+
+
+def _load_in_tree() -> list[BaseEngine]:
+    return [engine for engine in map(_make, range(len(_IN_TREE))) if engine is not None]
+
+
+def engine_owning(engine_id: int):
+    """The in-tree engine whose id block holds ``engine_id``, making no other in-tree engine (what a plan
+    loaded from a blob needs: one engine, not the list), or None (no in-tree engine owns the id, or it is
+    absent here)."""
+    for index, entry in enumerate(_IN_TREE):
+        if engine_id in entry[4]:
+            with _lock:
+                if _loaded is not None:      # the list exists (or a test set it): the caller searches it
+                    return None
+                return _make(index)
+    return None
 
 
 def engines() -> list[BaseEngine]:
@@ -69,7 +97,7 @@ def install_graph_methods(register: Callable[[str, Callable], None]) -> None:
 
     Called once by ``cudnn_graph.graph`` when it is imported; an engine that is absent adds none.
     """
-    for module, cls, _, adds_methods in _IN_TREE:
+    for module, cls, _, adds_methods, _ in _IN_TREE:
         if not adds_methods:
             continue
         try:

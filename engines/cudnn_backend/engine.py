@@ -513,9 +513,18 @@ class CudnnBackendEngine(BaseEngine):
     plans_without_device = True        # with device properties (cuDNN >= 9.8): engines/cudnn_backend/_deviceless.py
 
     def __init__(self):
-        self.available = _loader.is_available()
+        self._available = None           # probed at first read: see ``available``
         self._lock = threading.Lock()
         self._lowerings: OrderedDict = OrderedDict()
+
+    @property
+    def available(self) -> bool:
+        """Whether libcudnn loads here. Probed at the first read, not when the engine is made: making the
+        engine list must not load libcudnn (and import cuda-pathfinder, ~40 ms) for a process whose plans
+        are all a Python engine's, such as a CuTe plan loaded from the plan cache."""
+        if self._available is None:
+            self._available = bool(_loader.is_available())
+        return self._available
 
     def cache_counts(self) -> dict:
         lowered = list(self._lowerings.values())

@@ -36,6 +36,7 @@ def _python_outputs(g, folder) -> dict:
     from cudnn_graph import Slot
     make_plan = _make_plan_module()
     pack, outs = {}, {}
+    inputs = []          # a Slot.from_address holds an address, not its array: the arrays must outlive execute()
 
     def bind(t, base):
         if t.data_type == make_plan.F.BFLOAT16:       # CuPy has no BF16: the raw 2-byte words, declared BF16
@@ -51,6 +52,7 @@ def _python_outputs(g, folder) -> dict:
         if t.is_pass_by_value:
             continue
         base = cp.asarray(np.fromfile(os.path.join(folder, f"{t.uid}.in"), storage(t)))
+        inputs.append(base)
         pack[t.uid] = bind(t, base)
     for t in g.get_outputs():
         span = 1 + sum((d - 1) * s for d, s in zip(t.dim, t.stride))

@@ -130,3 +130,55 @@ report.update(after_matmul=after_matmul, cute_plans=[p.label for p in g.plans if
     assert "cuda.tile" in out["loaded"]
     assert "tileiras" in out["cutile_decline"][0], out      # the stub has no compiler: declined, with why
     assert stub_dsls() == {"cutlass", "cuda.tile"}      # cutlass.cute is looked up; the kernel imports it
+
+
+def test_making_the_engine_list_loads_no_libcudnn():
+    """A process whose plan is a Python engine's (a CuTe plan from the plan cache) makes the engine list
+    without loading libcudnn or importing cuda-pathfinder (~40 ms on the H200): the cuDNN backend probes
+    the library when it is first asked whether it is available."""
+    code = textwrap.dedent("""
+        import json, sys
+        from cudnn_graph import _loader
+        from cudnn_graph.engines import manifest
+        names = [e.name for e in manifest.engines()]
+        before = {"loaded": _loader.is_loaded(), "pathfinder": "cuda.pathfinder" in sys.modules}
+        backend = next(e for e in manifest.engines() if e.name == "cudnn_backend")
+        print(json.dumps({"names": names, "before": before, "available": backend.available == _loader.is_available()}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "cudnn_backend" in out["names"]
+    assert out["before"] == {"loaded": False, "pathfinder": False}
+    assert out["available"] is True
+
+
+def test_a_plan_loaded_from_a_blob_makes_only_its_own_engine():
+    """Deserializing a reference plan (what a plan-cache hit does) makes the reference engine alone: the
+    CuTe and cuTile engine modules are not imported; the engine list made afterwards holds that same
+    engine object."""
+    code = textwrap.dedent("""
+        import json, sys
+        import numpy as np
+        import cudnn_graph as cudnn
+        F = cudnn.data_type
+        g = cudnn.pygraph(io_data_type=F.FLOAT, compute_data_type=F.FLOAT, device="cpu")
+        a = g.tensor(name="A", dim=[1, 4, 8], stride=[32, 8, 1])
+        b = g.tensor(name="B", dim=[1, 8, 2], stride=[16, 2, 1])
+        g.matmul(a, b).set_output(True)
+        g.build([cudnn.heur_mode.A])
+        blob = g.serialize(as_bytes=True)
+        for name in [m for m in sys.modules if m.startswith(("cudnn_graph.engines.cute", "cudnn_graph.engines.cutile"))]:
+            del sys.modules[name]
+        from cudnn_graph.engines import manifest
+        manifest._loaded, manifest._made = None, {}      # a fresh process's engine state
+        h = cudnn.pygraph()
+        h.deserialize(blob)
+        imported = sorted(m for m in ("cudnn_graph.engines.cute", "cudnn_graph.engines.cutile") if m in sys.modules)
+        same = h.selected_plan.engine is next(e for e in manifest.engines() if e.name == "reference")
+        print(json.dumps({"imported": imported, "same": same, "engine": h.selected_plan.engine.name}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"imported": [], "same": True, "engine": "reference"}
