@@ -6,26 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cudnn_graph/cudnn_graph.h>
-
-#include "../../examples/c/read_file.h"
-
-static void report(const char *name, cg_status_t status) {
-    printf("%s %s | %s\n", name, cg_status_name(status), status == CG_STATUS_SUCCESS ? "" : cg_last_error());
-}
+#include "case_report.h"
 
 static cg_plan_t load(const char *folder, const char *name, const char *file) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", folder, file);
-    size_t size = 0;
-    void *blob = read_file(path, &size);
-    if (!blob) { fprintf(stderr, "cannot read %s\n", path); exit(2); }
-    cg_plan_t plan = (cg_plan_t)0x1;
-    cg_status_t status = cg_plan_load(blob, size, 0, &plan);
-    free(blob);
-    report(name, status);
-    if (status != CG_STATUS_SUCCESS && plan != NULL) printf("%s_out_not_null FAIL |\n", name);
-    return status == CG_STATUS_SUCCESS ? plan : NULL;
+    return load_case(folder, file, name);
 }
 
 #define X ((void *)0x200000)

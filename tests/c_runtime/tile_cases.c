@@ -10,28 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cudnn_graph/cudnn_graph.h>
-
-#include "../../examples/c/read_file.h"
+#include "case_report.h"
 
 static const char *folder;
 
-static void report(const char *name, cg_status_t status) {
-    printf("%s %s | %s\n", name, cg_status_name(status), status == CG_STATUS_SUCCESS ? "" : cg_last_error());
-}
-
 static cg_plan_t load(const char *name, const char *blob_name) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.blob", folder, blob_name);
-    size_t size = 0;
-    void *blob = read_file(path, &size);
-    if (!blob) { fprintf(stderr, "cannot read %s\n", path); exit(2); }
-    cg_plan_t plan = (cg_plan_t)0x1;
-    cg_status_t status = cg_plan_load(blob, size, 0, &plan);
-    free(blob);
-    report(name, status);
-    if (status != CG_STATUS_SUCCESS && plan != NULL) printf("%s_out_not_null FAIL |\n", name);
-    return status == CG_STATUS_SUCCESS ? plan : NULL;
+    char file[512];
+    snprintf(file, sizeof file, "%s.blob", blob_name);
+    return load_case(folder, file, name);
 }
 
 #define Q ((void *)0x100000)
