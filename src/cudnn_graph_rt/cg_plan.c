@@ -31,8 +31,8 @@ struct cg_plan {
     void *context;               /* the device's primary context (retained) */
     void *plan;                  /* cudnnBackendDescriptor_t, finalized (a cuDNN plan) */
     cg_dsl_t *dsl;               /* the loaded kernels (a DSL plan: the blob's section 7) */
-    size_t workspace_size;       /* cuDNN's, then the scratch regions past it */
-    size_t cudnn_workspace_size; /* a cuTile plan: its kernels' */
+    size_t workspace_size;       /* the engine's, then the scratch regions past it */
+    size_t engine_workspace_size; /* the engine's own: cuDNN's, or a cuTile plan's kernels' scratch */
     cg_engine_family_t family;
     int64_t engine_id;
     int n_operands;
@@ -296,7 +296,7 @@ static size_t align_up(size_t n, size_t alignment) { return (n + alignment - 1) 
 /* Scratch regions past cuDNN's workspace (the rule PlanRunner follows: each at a multiple of 256), and
  * device constants copied once; the device's context is current. */
 static cg_status_t place_supplied(const cg_libs_t *libs, cg_plan_t plan) {
-    size_t offset = align_up(plan->cudnn_workspace_size, CG_SCRATCH_ALIGNMENT);
+    size_t offset = align_up(plan->engine_workspace_size, CG_SCRATCH_ALIGNMENT);
     int scratch = 0;
     for (int i = 0; i < plan->n_supplied; i++) {
         supplied_t *s = &plan->supplied[i];
@@ -328,7 +328,7 @@ static cg_status_t place_supplied(const cg_libs_t *libs, cg_plan_t plan) {
     if (plan->zero_fills && !libs->cuMemsetD8Async)
         return cg_fail(CG_STATUS_LIBRARY_NOT_FOUND, "libcuda lacks cuMemsetD8Async, which the plan's zeroed "
                        "scratch needs");
-    plan->workspace_size = scratch ? offset : plan->cudnn_workspace_size;
+    plan->workspace_size = scratch ? offset : plan->engine_workspace_size;
     return CG_STATUS_SUCCESS;
 }
 
@@ -373,7 +373,7 @@ static cg_status_t finalize_plan(const cg_libs_t *libs, cg_plan_t plan) {
                                                     CUDNN_TYPE_INT64, 1, &got, &workspace);
         }
         if (status != CUDNN_STATUS_SUCCESS) result = cg_cudnn_failure(libs, status, what);
-        else plan->cudnn_workspace_size = workspace > 0 ? (size_t)workspace : 0;
+        else plan->engine_workspace_size = workspace > 0 ? (size_t)workspace : 0;
     }
     if (result == CG_STATUS_SUCCESS) result = place_supplied(libs, plan);
     leave_device(libs, pushed);
@@ -385,8 +385,8 @@ static cg_status_t finalize_plan(const cg_libs_t *libs, cg_plan_t plan) {
 static cg_status_t open_dsl(const cg_libs_t *libs, cg_plan_t plan) {
     int pushed;
     for (uint32_t i = 0; i < plan->blob.n_dsl_kernels; i++)
-        if (plan->blob.dsl_kernels[i].tile.workspace_size > plan->cudnn_workspace_size)
-            plan->cudnn_workspace_size = (size_t)plan->blob.dsl_kernels[i].tile.workspace_size;
+        if (plan->blob.dsl_kernels[i].tile.workspace_size > plan->engine_workspace_size)
+            plan->engine_workspace_size = (size_t)plan->blob.dsl_kernels[i].tile.workspace_size;
     cg_status_t result = enter_device(libs, plan->context, &pushed);
     if (result != CG_STATUS_SUCCESS) return result;
     result = cg_dsl_open(&plan->blob, plan->operands, plan->n_operands, plan->device, &plan->dsl);
