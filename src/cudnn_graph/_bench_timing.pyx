@@ -1,5 +1,7 @@
 """Host-time floors for benchmarks: what one execute or one graph launch costs from C.
 
+``c_runtime_execute_ns`` times the C runtime's cg_execute (libcudnn_graph_rt) from the same kind of
+loop, so bench/c_api.py compares it with its floor in one process, on one context and one set of buffers.
 ``execute_floor_ns`` times cudnnBackendExecute issued from a nogil C loop on a pack's operands;
 ``execute_graph_floor_ns`` times cuGraphLaunch of the plan's recorded CUDA graph. They are the
 floors the runtime's execute path is measured against (bench/host_overhead.py, bench/sdpa.py). The
@@ -228,3 +230,48 @@ def tile_launch_floor_ns(TileLaunch launch, mapping, int iterations, *, stream=N
     if result != 0:
         raise CudaDriverError(f"a cuTile kernel launch failed: {_driver_result_text(result)}")
     return (stop - start) / iterations
+
+
+ctypedef int (*cg_execute_t)(void* plan, void* stream, int count, const int64_t* uids, void* const* pointers,
+                             void* workspace) noexcept nogil
+
+
+def c_runtime_execute_ns(uintptr_t execute, uintptr_t plan, operands, uintptr_t workspace, int iterations, *,
+                         stream=None) -> tuple:
+    """Host nanoseconds per cg_execute of a loaded C-runtime plan from a nogil C loop, and the last status.
+
+    ``execute`` is the address of libcudnn_graph_rt's cg_execute and ``plan`` a cg_plan_t from its
+    cg_plan_load (bench/c_api.py gets both through ctypes); ``operands`` is a list of (uid, address) pairs,
+    the arrays built once as a serving loop holds them. Returns ``(ns, status)``: a nonzero status stopped
+    the loop at that call (the runtime's cg_last_error says why, on this thread).
+
+    Example (on a machine with a GPU and a plan loaded through ctypes):
+        >>> ns, status = c_runtime_execute_ns(execute, plan, [(1, a), (2, b), (3, c)], 0, 200)  # doctest: +SKIP
+    """
+    cdef int n = len(operands), i, status = 0
+    cdef cg_execute_t call = <cg_execute_t>execute
+    cdef intptr_t s = stream_handle(stream)
+    cdef double start, stop
+    if iterations <= 0:
+        raise ValueError("iterations must be positive")
+    if execute == 0 or plan == 0:
+        raise ValueError("c_runtime_execute_ns needs cg_execute's address and a loaded plan")
+    cdef int64_t* uids = <int64_t*>malloc((n if n else 1) * sizeof(int64_t))
+    cdef void** ptrs = <void**>malloc((n if n else 1) * sizeof(void*))
+    if uids == NULL or ptrs == NULL:
+        free(uids)
+        free(ptrs)
+        raise MemoryError()
+    for i, (uid, address) in enumerate(operands):
+        uids[i] = uid
+        ptrs[i] = <void*><uintptr_t>address
+    with nogil:
+        start = _now_ns()
+        for i in range(iterations):
+            status = call(<void*>plan, <void*>s, n, uids, ptrs, <void*>workspace)
+            if status != 0:
+                break
+        stop = _now_ns()
+    free(uids)
+    free(ptrs)
+    return (stop - start) / iterations, status
