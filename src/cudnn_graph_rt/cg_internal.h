@@ -61,7 +61,7 @@
 #define CG_DSL_SCALAR_FIXED 2
 #define CG_DSL_FLAG_CODE_IN_KERNELS 1
 #define CG_DSL_FLAG_POINTER_BOUND 1
-/* Convention 2's launch (the bounds of _plan_launch; the image bound is also the C stack copy's size). */
+/* Convention 2's launch (the bounds of _plan_launch). */
 #define CG_TILE_HEAD_SIZE 48
 #define CG_TILE_ADDRESS_SIZE 32
 #define CG_TILE_MAX_IMAGE 4096
@@ -273,7 +273,7 @@ CG_HIDDEN cg_status_t cg_tile_open(const cg_dsl_kernel_t *kernel, uint32_t index
                                    int n_operands, cg_tile_kernel_t **out);
 /* Check the workspace addresses of `tile` against `workspace` (CG_STATUS_MISALIGNED), launching nothing. */
 CG_HIDDEN cg_status_t cg_tile_check(const cg_tile_kernel_t *tile, int index, void *workspace);
-/* Launch on `stream`: a stack copy of the parameter image with the call's addresses written. */
+/* Launch on `stream`: the image's parameters with the call's addresses in their place. */
 CG_HIDDEN cg_status_t cg_tile_launch(const cg_tile_kernel_t *tile, int index, void *stream, void *const *pointers,
                                      const int *position, void *workspace);
 CG_HIDDEN void cg_tile_close(cg_tile_kernel_t *tile);

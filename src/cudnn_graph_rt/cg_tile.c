@@ -5,15 +5,18 @@
  * CUlibrary is not bound to one context, and the CUkernel launches on the current context's copy, which the
  * driver makes at the first launch there. Each operand address is bound to the caller operand it names.
  *
- * A launch copies the kernel's parameter image (extents and strides written at serialize time) onto this
- * thread's stack, writes the call's operand and workspace addresses into the copy and calls cuLaunchKernel with
- * one pointer per parameter (kernelParams), never one `extra` buffer: the cubin's parameter bank is larger than
- * the parameters and its tail is filled by the tile kernel's host-side hooks, which read the parameters passed.
- * The copy costs no heap allocation (the image is at most CG_TILE_MAX_IMAGE bytes) and is private to the call,
- * so threads executing one plan at once share nothing writable; cuLaunchKernel reads the parameters before it
- * returns, so the copy need not outlive the call. The loaded state is read-only after load, and the driver's
- * calls are thread-safe: no lock is taken (the CuTe path's mutex guards the DSL runtime's module calls, which
- * are not documented as thread-safe; none of those are made here). */
+ * A launch hands cuLaunchKernel one pointer per parameter (kernelParams), never one `extra` buffer: the cubin's
+ * parameter bank is larger than the parameters and its tail is filled by the tile kernel's host-side hooks, which
+ * read the parameters passed. Every parameter but the addresses points into the kernel's parameter image (extents
+ * and strides written at serialize time, read-only in the loaded blob): that pointer array is made once at load,
+ * and a launch copies it onto this thread's stack and points each address parameter at a stack cell holding the
+ * call's operand or workspace address (the blob's check put every address on an 8-byte parameter of its own).
+ * The floor's prebuilt buffers cost no per-call copy either: copying the whole image and patching it per call
+ * put a three-kernel plan's execute above that floor (bench/c_api.py). Nothing is allocated and nothing
+ * writable is shared, so threads executing one plan at once need no lock; cuLaunchKernel reads the parameters
+ * before it returns, so the cells need not outlive the call. The loaded state is read-only after load, and the
+ * driver's calls are thread-safe (the CuTe path's mutex guards the DSL runtime's module calls, which are not
+ * documented as thread-safe; none of those are made here). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,8 @@ struct cg_tile_kernel {
     void *library;                     /* CUlibrary */
     void *function;                    /* CUkernel (cuLaunchKernel takes it where a CUfunction goes) */
     int operand[CG_TILE_MAX_ADDRESSES];    /* per address: the caller operand's index; -1: the workspace */
+    uint16_t address_parameter[CG_TILE_MAX_ADDRESSES];  /* per address: the parameter it is */
+    const void *params[CG_TILE_MAX_PARAMETERS];        /* per parameter: its bytes in the image */
 };
 
 static const cg_libs_t *tile_driver(uint32_t index) {
@@ -49,8 +54,11 @@ cg_status_t cg_tile_open(const cg_dsl_kernel_t *k, uint32_t index, const cg_tens
     cg_tile_kernel_t *tk = calloc(1, sizeof *tk);
     if (!tk) return cg_fail(CG_STATUS_OUT_OF_MEMORY, "cg_plan_load: no memory for a cuTile kernel");
     tk->kernel = k;
+    for (uint16_t i = 0; i < t->n_parameters; i++) tk->params[i] = t->image + t->parameters[i];
     for (uint16_t i = 0; i < t->n_addresses; i++) {
         const cg_tile_address_t *a = &t->addresses[i];
+        for (uint16_t j = 0; j < t->n_parameters; j++)       /* one there is: the blob's check_tile saw to it */
+            if (t->parameters[j] == a->offset) tk->address_parameter[i] = j;
         tk->operand[i] = -1;
         if (a->source != CG_TILE_ADDRESS_OPERAND) continue;
         for (int j = 0; j < n_operands && tk->operand[i] < 0; j++)
@@ -104,17 +112,15 @@ cg_status_t cg_tile_launch(const cg_tile_kernel_t *tk, int index, void *stream, 
     const cg_dsl_kernel_t *k = tk->kernel;
     const cg_tile_params_t *t = &k->tile;
     const cg_libs_t *libs = cg_cuda();         /* loaded, with the launch entry: cg_tile_open checked */
-    uint8_t image[CG_TILE_MAX_IMAGE] __attribute__((aligned(16)));
     void *params[CG_TILE_MAX_PARAMETERS];
-    memcpy(image, t->image, t->image_size);
+    uint64_t cells[CG_TILE_MAX_ADDRESSES];
+    memcpy(params, tk->params, (size_t)t->n_parameters * sizeof *params);
     for (uint16_t i = 0; i < t->n_addresses; i++) {
         int op = tk->operand[i];
-        uintptr_t value = op >= 0 ? (uintptr_t)pointers[position[op]]
-                                  : (uintptr_t)workspace + (uintptr_t)t->addresses[i].add;
-        uint64_t cell = (uint64_t)value;
-        memcpy(image + t->addresses[i].offset, &cell, sizeof cell);
+        cells[i] = op >= 0 ? (uint64_t)(uintptr_t)pointers[position[op]]
+                           : (uint64_t)((uintptr_t)workspace + (uintptr_t)t->addresses[i].add);
+        params[tk->address_parameter[i]] = &cells[i];
     }
-    for (uint16_t i = 0; i < t->n_parameters; i++) params[i] = image + t->parameters[i];
     int status = libs->cuLaunchKernel(tk->function, t->grid[0], t->grid[1], t->grid[2], t->block[0], t->block[1],
                                       t->block[2], t->shared_bytes, stream, params, NULL);
     if (status != 0)
