@@ -1,26 +1,29 @@
-"""Linear attention (delta rule) forward: the cuTile engine vs flash-linear-attention (fla-core 0.6, Triton).
+"""Linear attention (delta rule): the cuTile engine vs flash-linear-attention (fla-core 0.6, Triton), GPU time.
 
 Run on a GPU machine with torch, fla-core, cuda-tile and a tileiras compiler:
 
-    python bench/linear_attention.py [--iters 50]
+    python bench/linear_attention.py [--ops gdn,kda] [--shapes NAME,...] [--full] [--iters 20]
 
-Shape (issue 8): T = 8192 tokens as 4 sequences of 2048 (varlen, cu_seqlens), H = 16, K = V = 128, bf16
-q/k/v/beta, f32 gates, L2-normalised q/k, initial state in, final state out. Ops: gdn (fla
-``chunk_gated_delta_rule``) and kda (fla ``chunk_kda``). Times are CUDA-event means over back-to-back
-calls after a warm-up (so the first call's compilation is excluded and reported apart), taken in
-``--rounds`` alternating rounds (fla, ours, fla, ours, ...): the table shows each side's median and the
-median of the per-round ratios, since fla's time (Triton launches from Python, host-side chunk tables)
-moves with the host's speed from run to run. ``--backward``
-also times our gdn_bwd / kda_bwd (fla's backward refuses to run correctly on Hopper with Triton 3.6, issue 8).
-Also prints each op's max |difference| between the two outputs. Prints a table; writes
+By default every row reports, for ours and fla side by side, the GPU time per call (torch profiler,
+device-side records: the kernels alone, free of either side's host cost) in total and per kernel, forward
+and backward (fla's backward through torch autograd of its chunk function; a failure is reported as the
+row's ``fla_bwd_error``), our backward over our forward, and the forward's max |difference| from fla.
+The targets of issue 25 are printed beside each row: forward GPU time <= 0.8x fla's, backward <= 3x our
+forward.
+
+Shapes (``SHAPES``; varlen THD with ``cu_seqlens``; L2-normalised q/k, f32 gates, initial state in and
+final state out): 4 x 2048 at H = 16, 2 x 8192 at H = 32, 32 short sequences of 64-512 tokens at H = 16 and
+one sequence of 32768 at H = 16. The default cases are each shape at bf16, K = V = 128, plus fp16 and
+K = V = 64 on the first shape; ``--full`` runs every shape at bf16 and fp16, K = V = 64 and 128. A row is
+printed (stderr) and saved as soon as it is measured; the table follows on stdout; the JSON goes to
 bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when OUT is set).
 
-    --variants all | NAME,NAME   also time the engine's other plans (knob sets: engines/cutile/engine.py
+    --per-call          also the wall time per call of each forward (CUDA events around back-to-back calls, in
+                        --rounds alternating rounds), which includes each side's host cost
+    --variants all | NAME,NAME   also time the engine's other forward plans (knob sets: engines/cutile/engine.py
                                  VARIANT_KNOBS; each compiles at its first call, tens of seconds)
-    --breakdown                  time each kernel launch of our plans apart (gates, prepare, state_pass,
-                                 output; the backward's prefixed bwd:) with CUDA events around each launch
-    --gpu-time                   also each side's GPU time per call from the torch profiler (fla's calls
-                                 are host-bound on some hosts: this is the kernels' cost alone)
+    --breakdown         time each kernel launch of our plans apart with CUDA events around each launch
+    --no-backward       forward only
 """
 from __future__ import annotations
 
@@ -31,29 +34,79 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sdpa import event_ms  # noqa: E402  (one CUDA-event timer for the benchmarks)
 
-N_SEQ, SEQ_LEN, H, K, V = 4, 2048, 16, 128, 128
+FWD_TARGET = 0.8        # issue 25: forward GPU time <= 0.8x fla's
+BWD_TARGET = 3.0        # issue 25: backward <= 3x our forward
 
 
-def make_inputs(torch, op: str, seed: int = 0) -> dict:
+def _short_lengths(count: int = 32, low: int = 64, high: int = 512, seed: int = 7) -> list:
+    """``count`` sequence lengths in [low, high], the same every run."""
+    import random
+    rng = random.Random(seed)
+    return [rng.randint(low, high) for _ in range(count)]
+
+
+SHAPES = {
+    "4x2048_h16": ([2048] * 4, 16),
+    "2x8192_h32": ([8192] * 2, 32),
+    "short_h16": (_short_lengths(), 16),
+    "1x32768_h16": ([32768], 16),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str             # gdn | kda
+    shape: str          # a key of SHAPES
+    dtype: str          # bf16 | fp16
+    head_dim: int       # K = V
+
+    @property
+    def lengths(self) -> list:
+        return SHAPES[self.shape][0]
+
+    @property
+    def heads(self) -> int:
+        return SHAPES[self.shape][1]
+
+
+def cases(ops: list, shapes: list, full: bool) -> list:
+    """The cases to run: see the module docstring."""
+    if full:
+        return [Case(op, s, dt, d) for op in ops for s in shapes for dt in ("bf16", "fp16") for d in (128, 64)]
+    out = [Case(op, s, "bf16", 128) for op in ops for s in shapes]
+    first = shapes[0]
+    out += [Case(op, first, "fp16", 128) for op in ops] + [Case(op, first, "bf16", 64) for op in ops]
+    return sorted(out, key=lambda c: (c.op, list(SHAPES).index(c.shape), c.dtype, -c.head_dim))
+
+
+def _torch_dtype(torch, name: str):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def make_inputs(torch, case: Case, seed: int = 0) -> dict:
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    T = N_SEQ * SEQ_LEN
-    dev, bf16 = "cuda", torch.bfloat16
+    lengths, H, K = case.lengths, case.heads, case.head_dim
+    T, V, dev, io = sum(lengths), case.head_dim, "cuda", _torch_dtype(torch, case.dtype)
 
     def randn(*shape):
         return torch.randn(*shape, device=dev, generator=gen)
 
-    gate_shape = (T, H, K) if op == "kda" else (T, H)
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    gate_shape = (T, H, K) if case.op == "kda" else (T, H)
     return {
-        "q": randn(T, H, K).to(bf16), "k": randn(T, H, K).to(bf16), "v": randn(T, H, V).to(bf16),
+        "q": randn(T, H, K).to(io), "k": randn(T, H, K).to(io), "v": randn(T, H, V).to(io),
         "g": torch.nn.functional.logsigmoid(randn(*gate_shape)).float() / 4,
-        "beta": torch.rand(T, H, device=dev, generator=gen).to(bf16),
-        "cu_seqlens": torch.arange(0, T + 1, SEQ_LEN, device=dev, dtype=torch.int32),
-        "initial_state": randn(N_SEQ, H, K, V).float() * 0.1,
+        "beta": torch.rand(T, H, device=dev, generator=gen).to(io),
+        "cu_seqlens": torch.tensor(cu, device=dev, dtype=torch.int32),
+        "initial_state": randn(len(lengths), H, K, V).float() * 0.1,
     }
 
 
@@ -83,15 +136,22 @@ def _started_runner(torch, g, pack: dict):
     return run, began
 
 
+def _graph_types(torch, cudnn, x: dict) -> dict:
+    """The cudnn data type of each input of ``x`` (float32, int32 or the q/k/v type)."""
+    F = cudnn.data_type
+    by_torch = {torch.float32: F.FLOAT, torch.int32: F.INT32, torch.bfloat16: F.BFLOAT16, torch.float16: F.HALF}
+    return {name: by_torch[a.dtype] for name, a in x.items()}
+
+
 def ours(torch, op: str, x: dict, variant: str = ""):
     """(run, o, final_state, build seconds, first-call seconds, compiled plan) for our cuTile plan
     (its variant ``variant``, '' for the default) on ``x``."""
     import cudnn_graph as cudnn
     F = cudnn.data_type
     name = f"cutile_{op}_chunk64" + (f"_{variant}" if variant else "")
-    g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda", router=_Prefer(name))
-    types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT}
-    t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types.get(name, F.BFLOAT16))
+    types = _graph_types(torch, cudnn, x)
+    g = cudnn.pygraph(io_data_type=types["q"], compute_data_type=F.FLOAT, device="cuda", router=_Prefer(name))
+    t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types[name])
          for name, a in x.items()}
     o, fs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
                            initial_state=t["initial_state"], output_final_state=True, use_qk_l2norm=True)
@@ -112,18 +172,23 @@ def ours(torch, op: str, x: dict, variant: str = ""):
     return run, out, final, built, first, compiled
 
 
+def backward_seeds(torch, x: dict) -> dict:
+    """dO and d_final_state for ``x`` (the same for ours and fla)."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    return {"dO": torch.randn(*x["v"].shape, device="cuda", generator=gen).to(x["v"].dtype),
+            "d_final_state": torch.randn(*x["initial_state"].shape, device="cuda", generator=gen)}
+
+
 def ours_backward(torch, op: str, x: dict, variant: str = ""):
     """(run, compiled plan, first-call seconds) for our cuTile {op}_bwd plan (its variant ``variant``, ''
-    for the default) on ``x`` plus a random dO and d_final_state."""
+    for the default) on ``x`` plus backward_seeds."""
     import cudnn_graph as cudnn
     F = cudnn.data_type
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    x = dict(x, dO=torch.randn(*x["v"].shape, device="cuda", generator=gen).to(torch.bfloat16),
-             d_final_state=torch.randn(*x["initial_state"].shape, device="cuda", generator=gen))
+    x = dict(x, **backward_seeds(torch, x))
     name = f"cutile_{op}_bwd_chunk64" + (f"_{variant}" if variant else "")
-    g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda", router=_Prefer(name))
-    types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT, "d_final_state": F.FLOAT}
-    t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types.get(name, F.BFLOAT16))
+    types = _graph_types(torch, cudnn, x)
+    g = cudnn.pygraph(io_data_type=types["q"], compute_data_type=F.FLOAT, device="cuda", router=_Prefer(name))
+    t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types[name])
          for name, a in x.items()}
     outs = getattr(g, f"{op}_bwd")(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
                                    initial_state=t["initial_state"], d_final_state=t["d_final_state"],
@@ -136,7 +201,7 @@ def ours_backward(torch, op: str, x: dict, variant: str = ""):
         raise RuntimeError(f"plan {name} was not selected: {g.selected_plan} ({g.declines})")
     pack = {t[name]: a for name, a in x.items()}
     for tensor in outs:
-        dtype = torch.float32 if g.view.data_type(tensor) == F.FLOAT else torch.bfloat16
+        dtype = torch.float32 if g.view.data_type(tensor) == F.FLOAT else x["q"].dtype
         pack[tensor] = torch.empty(list(tensor.dim), device="cuda", dtype=dtype)
     run, began = _started_runner(torch, g, pack)
     return run, g.compiled_plan(), time.perf_counter() - began
@@ -169,16 +234,23 @@ def kernel_breakdown(torch, run, compiled, iters: int) -> dict:
     return {name: total / iters for name, total in totals.items()}
 
 
-def fla_call(torch, op: str, x: dict):
-    """(run, o, final_state) for fla's chunk kernel on the same inputs ([1, T, ...] with cu_seqlens)."""
+def _fla_function(op: str):
     if op == "gdn":
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fn
     else:
         from fla.ops.kda import chunk_kda as fn
-    args = dict(q=x["q"][None], k=x["k"][None], v=x["v"][None], g=x["g"][None], beta=x["beta"][None],
+    return fn
+
+
+def _fla_arguments(x: dict) -> dict:
+    return dict(q=x["q"][None], k=x["k"][None], v=x["v"][None], g=x["g"][None], beta=x["beta"][None],
                 initial_state=x["initial_state"], output_final_state=True, use_qk_l2norm_in_kernel=True,
                 cu_seqlens=x["cu_seqlens"].long())
-    result = {}
+
+
+def fla_call(torch, op: str, x: dict):
+    """(run, o, final_state) for fla's chunk kernel on the same inputs ([1, T, ...] with cu_seqlens)."""
+    fn, args, result = _fla_function(op), _fla_arguments(x), {}
 
     def run():
         result["o"], result["final"] = fn(**args)
@@ -186,6 +258,24 @@ def fla_call(torch, op: str, x: dict):
     run()
     torch.cuda.synchronize()
     return run, result
+
+
+def fla_backward(torch, op: str, x: dict):
+    """``run`` computing fla's gradients (torch autograd through its chunk function, the graph kept) of
+    q, k, v, g, beta and the initial state for backward_seeds: its backward kernels alone per call."""
+    fn = _fla_function(op)
+    seeds = backward_seeds(torch, x)
+    leaves = {name: x[name].detach().clone().requires_grad_(True)
+              for name in ("q", "k", "v", "g", "beta", "initial_state")}
+    o, final = fn(**_fla_arguments(dict(x, **leaves)))
+    inputs = list(leaves.values())
+
+    def run():
+        torch.autograd.grad((o, final), inputs, (seeds["dO"][None], seeds["d_final_state"]), retain_graph=True)
+
+    run()
+    torch.cuda.synchronize()
+    return run
 
 
 def gpu_ms(torch, fn, iters: int, per_kernel: Optional[dict] = None) -> float:
@@ -225,103 +315,126 @@ def _variant_names(arg: str) -> list:
     return [v for v in arg.split(",") if v]
 
 
-HEADER = (f"{'op':5} {'variant':16} {'ours fwd ms':>12} {'fla fwd ms':>11} {'ours/fla':>9} {'|o diff|':>10} "
-          f"{'first call s':>13} {'ours bwd ms':>12}  kernels ms")
+HEADER = (f"{'op':4} {'shape':12} {'type':4} {'K=V':>4} {'variant':12} {'ours fwd':>9} {'fla fwd':>9} {'ratio':>6} "
+          f"{'<=0.8':>5} {'ours bwd':>9} {'fla bwd':>9} {'bwd/fwd':>7} {'<=3':>4} {'|o diff|':>9}")
+
+
+def _fmt(r: dict, key: str, spec: str) -> str:
+    """``r[key]`` formatted by ``spec``; a missing value is a dash of the same width."""
+    return format(r[key], spec) if r.get(key) is not None else format("-", ">" + spec.split(".")[0])
+
+
+def _met(value: Optional[float], target: float) -> str:
+    return "-" if value is None else ("yes" if value <= target else "NO")
 
 
 def row_lines(r: dict) -> list:
-    """The table line of one row (and its errors)."""
-    def fmt(key, spec):
-        return format(r[key], spec) if r.get(key) is not None else "-"
-    if r.get("ours_gpu_ms") is not None:
-        kernels = (f"gpu ms ours {r['ours_gpu_ms']:.3f} fla {fmt('fla_gpu_ms', '.3f')} "
-                   f"ratio {fmt('ours_over_fla_gpu', '.2f')}; ")
-    else:
-        kernels = ""
-    kernels += " ".join([f"{k}={v:.3f}" for k, v in r.get("kernels_ms", {}).items()]
-                        + [f"bwd:{k}={v:.3f}" for k, v in r.get("ours_bwd_kernels_ms", {}).items()])
-    lines = [f"{r['op']:5} {r['variant']:16} {fmt('ours_fwd_ms', '12.3f')} {fmt('fla_fwd_ms', '11.3f')} "
-             f"{fmt('ours_over_fla', '9.2f')} {fmt('max_abs_diff_o', '10.2e')} {fmt('ours_first_call_s', '13.1f')}"
-             f" {fmt('ours_bwd_ms', '12.3f')}  {kernels}"]
-    lines += [f"  {key}: {r[key]}" for key in r if key in ("ours_error", "fla_error")
-              or (key.startswith("ours_bwd") and key.endswith("_error"))]
-    lines += [f"  {key}: {r[key]:.3f} ms; kernels {r.get(key[:-3] + '_kernels_ms', {})}" for key in r
-              if key.startswith("ours_bwd_") and key.endswith("_ms") and not key.endswith("kernels_ms")
-              and key != "ours_bwd_ms" and r[key] is not None]
-    if r.get("fla_kernels_ms") and r["variant"] == "default":
-        lines += [f"  fla {name}: {ms:.3f}" for name, ms in r["fla_kernels_ms"].items()]
+    """The table line of one row (GPU milliseconds per call), then its kernels and errors."""
+    line = (f"{r['op']:4} {r['shape']:12} {r['dtype']:4} {r['K']:>4} {r['variant']:12} "
+            f"{_fmt(r, 'ours_gpu_ms', '9.3f')} {_fmt(r, 'fla_gpu_ms', '9.3f')} {_fmt(r, 'ours_over_fla_gpu', '6.2f')} "
+            f"{_met(r.get('ours_over_fla_gpu'), FWD_TARGET):>5} {_fmt(r, 'ours_bwd_gpu_ms', '9.3f')} "
+            f"{_fmt(r, 'fla_bwd_gpu_ms', '9.3f')} {_fmt(r, 'bwd_over_fwd', '7.2f')} "
+            f"{_met(r.get('bwd_over_fwd'), BWD_TARGET):>4} {_fmt(r, 'max_abs_diff_o', '9.2e')}")
+    lines = [line]
+    for side in ("ours", "fla", "ours_bwd", "fla_bwd"):
+        kernels = r.get(f"{side}_kernels_gpu_ms")
+        if kernels:
+            lines.append(f"  {side} kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()))
+    if r.get("ours_fwd_ms") is not None:
+        lines.append(f"  per call (events, host included): ours {r['ours_fwd_ms']:.3f} "
+                     f"fla {_fmt(r, 'fla_fwd_ms', '.3f')}")
+    if r.get("kernels_ms"):
+        lines.append("  our launches (events): " + ", ".join(f"{k} {v:.3f}" for k, v in r["kernels_ms"].items()))
+    lines += [f"  {key}: {r[key]}" for key in r if key.endswith("_error")]
     return lines
 
 
-def main() -> None:
+def _measure(what: str, row: dict, fn) -> None:
+    """Run ``fn(row)``; an exception becomes ``row[what + '_error']`` (the other measurements go on)."""
+    try:
+        fn(row)
+    except Exception as exc:                   # noqa: BLE001  (report and go on)
+        row[f"{what}_error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+
+
+def measure_case(torch, case: Case, args, variant: str = "") -> dict:
+    """One row: GPU time per call (total and per kernel) of ours and fla, forward and backward."""
+    x = make_inputs(torch, case)
+    row = {"op": case.op, "shape": case.shape, "variant": variant or "default", "T": sum(case.lengths),
+           "sequences": len(case.lengths), "H": case.heads, "K": case.head_dim, "V": case.head_dim,
+           "dtype": case.dtype}
+    state = {}
+
+    def fla_forward(r):
+        state["fla_run"], state["fla"] = fla_call(torch, case.op, x)
+        r["fla_kernels_gpu_ms"] = {}
+        r["fla_gpu_ms"] = gpu_ms(torch, state["fla_run"], args.iters, r["fla_kernels_gpu_ms"])
+
+    def our_forward(r):
+        run, out, final, r["ours_build_s"], r["ours_first_call_s"], compiled = ours(torch, case.op, x, variant)
+        state["run"] = run
+        r["ours_kernels_gpu_ms"] = {}
+        r["ours_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_kernels_gpu_ms"])
+        if "fla" in state:
+            r["max_abs_diff_o"] = float((out.float() - state["fla"]["o"][0].float()).abs().max())
+            r["max_abs_diff_final"] = float((final - state["fla"]["final"].float()).abs().max())
+        if args.per_call:
+            r["ours_fwd_ms"], r["fla_fwd_ms"], r["rounds"] = alternate(torch, run, state.get("fla_run"),
+                                                                       args.iters, args.rounds)
+        if args.breakdown:
+            r["kernels_ms"] = kernel_breakdown(torch, run, compiled, args.iters)
+
+    def our_backward(r):
+        run, _, r["ours_bwd_first_call_s"] = ours_backward(torch, case.op, x)
+        r["ours_bwd_kernels_gpu_ms"] = {}
+        r["ours_bwd_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_bwd_kernels_gpu_ms"])
+
+    def fla_bwd(r):
+        r["fla_bwd_kernels_gpu_ms"] = {}
+        r["fla_bwd_gpu_ms"] = gpu_ms(torch, fla_backward(torch, case.op, x), args.iters, r["fla_bwd_kernels_gpu_ms"])
+
+    if not variant:
+        _measure("fla", row, fla_forward)
+    _measure("ours", row, our_forward)
+    if args.backward and not variant:
+        _measure("ours_bwd", row, our_backward)
+        _measure("fla_bwd", row, fla_bwd)
+    if row.get("ours_gpu_ms") and row.get("fla_gpu_ms"):
+        row["ours_over_fla_gpu"] = row["ours_gpu_ms"] / row["fla_gpu_ms"]
+    if row.get("ours_gpu_ms") and row.get("ours_bwd_gpu_ms"):
+        row["bwd_over_fwd"] = row["ours_bwd_gpu_ms"] / row["ours_gpu_ms"]
+    state.clear()
+    torch.cuda.empty_cache()
+    return row
+
+
+def main(argv=None) -> None:
     import torch
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--ops", default="gdn,kda")
-    parser.add_argument("--variants", default="", help="'all' or a comma list of plan variants to time too")
-    parser.add_argument("--breakdown", action="store_true", help="time each kernel launch apart")
-    parser.add_argument("--backward", action="store_true", help="also time our gdn_bwd / kda_bwd plans")
-    parser.add_argument("--backward-variants", default="",
-                        help="with --backward, also these backward plans (auto: BF16 products)")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating fla / ours timing rounds")
-    parser.add_argument("--gpu-time", action="store_true",
-                        help="also report each side's GPU time per call (torch profiler), free of host cost")
-    args = parser.parse_args()
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"a comma list of {', '.join(SHAPES)}")
+    parser.add_argument("--full", action="store_true", help="every shape at bf16 and fp16, K = V = 64 and 128")
+    parser.add_argument("--variants", default="", help="'all' or a comma list of forward plan variants to time too")
+    parser.add_argument("--breakdown", action="store_true", help="time each kernel launch of ours apart (events)")
+    parser.add_argument("--per-call", action="store_true", help="also the wall time per forward call (events)")
+    parser.add_argument("--rounds", type=int, default=5, help="with --per-call: alternating fla / ours rounds")
+    parser.add_argument("--no-backward", dest="backward", action="store_false", help="forward only")
+    args = parser.parse_args(argv)
+    shapes = [s for s in args.shapes.split(",") if s]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        parser.error(f"unknown shapes {unknown}; known: {', '.join(SHAPES)}")
     rows = []
-    for op in args.ops.split(","):
-        x = make_inputs(torch, op)
-        fla_ms, fla_result, fla_run = None, None, None
-        try:
-            fla_run, fla_result = fla_call(torch, op, x)
-            fla_ms = event_ms(torch, fla_run, args.iters)
-        except Exception as exc:               # noqa: BLE001  (report and go on)
-            fla_error = f"{type(exc).__name__}: {exc}"
+    for case in cases([op for op in args.ops.split(",") if op], shapes, args.full):
         for variant in [""] + _variant_names(args.variants):
-            row = {"op": op, "variant": variant or "default", "T": N_SEQ * SEQ_LEN, "sequences": N_SEQ, "H": H,
-                   "K": K, "V": V, "dtype": "bf16", "fla_fwd_ms": fla_ms}
-            if fla_ms is None:
-                row["fla_error"] = fla_error
-            try:
-                run, out, final, built, first, compiled = ours(torch, op, x, variant)
-                row["ours_fwd_ms"], row["fla_fwd_ms"], row["rounds"] = alternate(torch, run, fla_run, args.iters,
-                                                                                 args.rounds)
-                if fla_run is None:
-                    row["fla_fwd_ms"] = None
-                if args.gpu_time:
-                    row["ours_gpu_ms"] = gpu_ms(torch, run, args.iters)
-                    if fla_run is not None:
-                        row["fla_kernels_ms"] = {}
-                        row["fla_gpu_ms"] = gpu_ms(torch, fla_run, args.iters, row["fla_kernels_ms"])
-                        row["ours_over_fla_gpu"] = row["ours_gpu_ms"] / row["fla_gpu_ms"]
-                row["ours_build_s"], row["ours_first_call_s"] = built, first
-                if args.breakdown:
-                    row["kernels_ms"] = kernel_breakdown(torch, run, compiled, args.iters)
-            except Exception as exc:           # noqa: BLE001  (report and go on to the next)
-                row["ours_error"] = f"{type(exc).__name__}: {exc}"
-                out = final = None
-            if out is not None and fla_result is not None:
-                row["max_abs_diff_o"] = float((out.float() - fla_result["o"][0].float()).abs().max())
-                row["max_abs_diff_final"] = float((final - fla_result["final"].float()).abs().max())
-            if row.get("rounds") and fla_run is not None:
-                row["ours_over_fla"] = statistics.median(o / f for o, f in row["rounds"])
-            row["ours_bwd_ms"] = None
-            for bwd_variant in (([""] + _variant_names(args.backward_variants)) if args.backward and not variant
-                                else []):
-                key = "ours_bwd" + (f"_{bwd_variant}" if bwd_variant else "")
-                try:
-                    bwd_run, bwd_plan, row[f"{key}_first_call_s"] = ours_backward(torch, op, x, bwd_variant)
-                    row[f"{key}_ms"] = event_ms(torch, bwd_run, args.iters)
-                    if args.breakdown:
-                        row[f"{key}_kernels_ms"] = kernel_breakdown(torch, bwd_run, bwd_plan, args.iters)
-                except Exception as exc:       # noqa: BLE001
-                    row[f"{key}_error"] = f"{type(exc).__name__}: {exc}"
+            row = measure_case(torch, case, args, variant)
             rows.append(row)
             # each row as soon as it is measured (a run cut short by a timeout still leaves its rows)
             print("\n".join(row_lines(row)), file=sys.stderr, flush=True)
             save(torch, rows)
-            del out, final
-            torch.cuda.empty_cache()
-
+    print("GPU milliseconds per call (torch profiler, kernels alone); ratio = ours / fla forward; "
+          "bwd/fwd = our backward / our forward")
     print(HEADER)
     for r in rows:
         print("\n".join(row_lines(r)))
