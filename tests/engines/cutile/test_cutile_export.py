@@ -89,16 +89,16 @@ def test_every_plan_variant_exports_a_cubin_for_sm90(op, knobs):
         assert buffer.getvalue()[:4] == b"\x7fELF", f"{signature.symbol} for sm_90 is not an ELF cubin"
 
 
-# The backward kernels at K = V = 64 for sm_90 (about a minute on 2 cores for both ops); K = V = 128, minutes
-# more, with CUDNN_GRAPH_EXPORT_BACKWARD=1.
+# The backward kernels at K = V = 64 for sm_90 (about a minute on 2 cores for the three ops); K = V = 128,
+# minutes more, with CUDNN_GRAPH_EXPORT_BACKWARD=1.
 BACKWARD_HEAD_DIMS = [64] + ([128] if os.environ.get("CUDNN_GRAPH_EXPORT_BACKWARD") == "1" else [])
 
 
 @needs_cutile
 @pytest.mark.parametrize("head_dim", BACKWARD_HEAD_DIMS)
-@pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("op", ["gdn", "kda", "gdn2"])
 def test_backward_kernels_export_a_cubin_for_sm90(op, head_dim):
-    """gdn_bwd / kda_bwd: the four backward kernels (the forward recompute is the forward's)."""
+    """gdn_bwd / kda_bwd / gdn2_bwd: the four backward kernels (the forward recompute is the forward's)."""
     from cuda.tile.compilation import export_kernel
     variant = _variants.Variant(op, "bfloat16", "bfloat16", "bfloat16", head_dim, head_dim, 32, 4,
                                 head_dim ** -0.5, True, True, False, has_dht=True)
@@ -137,7 +137,8 @@ def test_grouped_heads_and_gate_options_forward_kernels_export_for_sm90(op, form
 
 
 @needs_cutile
-@pytest.mark.parametrize("op, form, beta_factor", [("gdn", "softplus", 1.0), ("kda", "sigmoid", 0.0)])
+@pytest.mark.parametrize("op, form, beta_factor", [("gdn", "softplus", 1.0), ("kda", "sigmoid", 0.0),
+                                                   ("gdn2", "sigmoid", 2.0)])
 def test_grouped_heads_and_gate_options_backward_kernels_export_for_sm90(op, form, beta_factor):
     """The backward's kernels past the forward recompute, then group_sum and gate_activation_bwd."""
     signatures = _variants.backward_signatures(gated_variant(op, form, beta_factor, backward=True))
@@ -611,15 +612,31 @@ def _grouped_gated_graph(cg, op, H=2, HV=4, K=64):
     return g
 
 
-def test_gdn2_bwd_is_declined_with_the_reason():
+def test_gdn2_bwd_is_claimed_with_per_channel_beta_the_write_gate_and_their_gradients(monkeypatch):
+    """gdn2_bwd runs gdn2's recompute and the backward kernels with per-channel beta (dbeta (T, HV, K)) and
+    the write gate (dw (T, HV, V)): its variant says so, its plans are named for the op, and the gate
+    options' scratch has beta's per-channel shape."""
     cg = _package()
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
     from cudnn_graph.engines.cutile import engine as cutile_engine
     g = _grouped_gated_graph(cg, "gdn2_bwd")
-    reason = cutile_engine._support_reason(g, g.nodes[0])
-    assert reason is not None and "gdn2_bwd has no cuTile kernel" in reason, reason
+    node = g.nodes[0]
+    monkeypatch.setattr(cutile_engine, "_compute_capability", lambda ordinal: (9, 0))   # no GPU here
+    assert cutile_engine._support_reason(g, node) is None
+    variant = cutile_engine.variant_of(g, node, 32)
+    assert variant.op == "gdn2" and variant.per_channel and variant.beta_per_channel and variant.has_w
+    assert variant.w_dtype == "bfloat16" and variant.gates.form == "softplus" and variant.gates.on_beta
+    assert set(node.outputs) >= {"dbeta", "dw"}
+    geometry = cutile_engine._Geometry(node, backward=True)
+    assert geometry.regions["dbeta_act"][1] == geometry.regions["beta_act"][1] == (100, 4, 64)
+    assert geometry.regions["dg_act"][1] == (100, 4, 64)
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None                      # reach the plans without a toolchain
+    names = [p.label for p in engine.propose_plans(g)]
+    assert names == ["cutile_gdn2_bwd_chunk64", "cutile_gdn2_bwd_chunk64_auto"]
 
 
-@pytest.mark.parametrize("op", ["gdn", "kda_bwd"])
+@pytest.mark.parametrize("op", ["gdn", "kda_bwd", "gdn2_bwd"])
 def test_grouped_heads_and_gate_options_give_their_variant_and_scratch(op, monkeypatch):
     cg = _package()
     from cudnn_graph.engines.cutile import engine as cutile_engine
