@@ -468,8 +468,8 @@ def chunked_backward(op, d, l2, d_o, dht):
                 M = _tril(qn @ kn.T, True)
                 kg = kt * np.exp(last - gc)
                 chunks.append(dict(s=s, e=e, kt=kt, qt=qt, kt_raw=kt_raw, qt_raw=qt_raw, gc=gc, bt=bt, vt=vt,
-                                   x_gate=x_gate, ct=ct_, xt=xt, m=m, last=last, an=an, bn=bn, Tinv=Tinv, cg=cg, W=W, U=U,
-                                   S0=S, D=D, qn=qn, kn=kn, M=M, kg=kg))
+                                   x_gate=x_gate, ct=ct_, xt=xt, m=m, last=last, an=an, bn=bn, Tinv=Tinv, cg=cg,
+                                   W=W, U=U, S0=S, D=D, qn=qn, kn=kn, M=M, kg=kg))
                 S = np.exp(last).reshape(-1, 1) * S + kg.T @ D
             # pass 2: the reverse state pass
             dS = np.zeros((K, V)) if dht is None else np.array(dht[n, h], np.float64)
