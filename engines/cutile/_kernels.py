@@ -1,4 +1,4 @@
-"""cuTile kernels for the chunked delta rule (gdn, kda, gdn2 forward).
+"""cuTile kernels for the chunked delta rule (gdn, kda, gdn2; forward and backward).
 
 All three ops are one recurrence (see ``engines/reference/_kernels_linear_attention.py``): per token the
 state S (K x V) decays by ``Diag(exp(g_t))``, is read with ``c_t`` and written with ``k_t``::
@@ -427,13 +427,15 @@ def chunk_output(q, k, d_in, g_in, cu, hs, o, scale: ConstFloat,
         _store_rows(o, h, start, stop, vb, out, BV)
 
 
-# ----------------------------------------------------------- backward (gdn_bwd, kda_bwd): three kernels
+# ------------------------------------------------- backward (gdn_bwd, kda_bwd, gdn2_bwd): four kernels
 #
 # After the forward's chunk_prepare and chunk_state_pass (chunk-start states hs, deltas D in d) have
 # recomputed the forward, chunk_bwd_intra forms each chunk's dS-free terms in parallel,
-# chunk_bwd_state_pass walks each sequence's chunks last to first carrying dS, and chunk_bwd_grads forms
-# every other gradient per chunk in parallel. The math is tests/test_cutile_export.py::chunked_backward
-# (checked there against the reference backward).
+# chunk_bwd_state_pass walks each sequence's chunks last to first carrying dS, and chunk_bwd_values and
+# chunk_bwd_grads form every other gradient per chunk in parallel. The math is
+# tests/engines/cutile/test_cutile_export.py::chunked_backward (checked there against the reference backward).
+# Only the last two see beta and the write: with BETA_PER_CHANNEL (gdn2) beta is a (CHUNK, K) tile and dbeta
+# = k * dC per channel; with HAS_W (gdn2) X = w * V, so dv = w * dX and dw = V * dX, and dbeta has no v part.
 
 @ct.kernel(num_worker_warps=_EIGHT_ON_SM90)
 def chunk_bwd_intra(q, k, do, g_in, cu, p_out, qg_out, scale: ConstFloat,
@@ -486,19 +488,21 @@ def _at_gate_width(x, PER_CHANNEL: ConstBool):
 
 
 @ct.kernel(num_worker_warps=_EIGHT_ON_SM90)
-def chunk_bwd_values(k, v, g, beta, cu, hs, dd_in, w_in, u_in, g_sums, dv, dcg_out, da_out, dbeta_out,
-                     NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
-                     USE_L2: ConstBool, GROUP: ConstInt):
-    """Per (chunk, head), in parallel, the gradients through the UT transform: dX = T^T dD (dv = beta dX),
-    dW = -dD S0^T, and from them dCg = T^T dW (dcg_out), dA = -strict_tril(dX U^T + dCg W^T) (da_out) and
-    the v part of dbeta (dbeta_out), for chunk_bwd_grads; T is recomputed as chunk_prepare forms it, W and U
-    are the forward recompute's."""
+def chunk_bwd_values(k, v, g, beta, wgate, cu, hs, dd_in, w_in, u_in, g_sums, dv, dwgate, dcg_out, da_out,
+                     dbeta_out, NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt, BV: ConstInt,
+                     PER_CHANNEL: ConstBool, BETA_PER_CHANNEL: ConstBool, HAS_W: ConstBool, USE_L2: ConstBool,
+                     GROUP: ConstInt):
+    """Per (chunk, head), in parallel, the gradients through the UT transform: dX = T^T dD (dv = beta dX;
+    with HAS_W dv = w dX and the write gate's dw = V dX into dwgate), dW = -dD S0^T, and from them
+    dCg = T^T dW (dcg_out), dA = -strict_tril(dX U^T + dCg W^T) (da_out) and, without HAS_W, the v part of
+    dbeta (dbeta_out), for chunk_bwd_grads; T is recomputed as chunk_prepare forms it, W and U are the
+    forward recompute's. Without HAS_W, wgate and dwgate are never touched (any arrays will do)."""
     c = ct.bid(0)
     h = ct.bid(1)
     n, start, stop = _locate_chunk(cu, c, NSEQ, NP)
     if n < NSEQ:
-        kt, bt, _, _, inv = _ut_operands(k, g, beta, g_sums, h // GROUP, h, start, stop, K, PER_CHANNEL, False,
-                                         USE_L2)
+        kt, bt, _, _, inv = _ut_operands(k, g, beta, g_sums, h // GROUP, h, start, stop, K, PER_CHANNEL,
+                                         BETA_PER_CHANNEL, USE_L2)
         inv_t = ct.transpose(inv)
         dw = ct.zeros((CHUNK, K), dtype=ct.float32)       # -dD S0^T
         dxu = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)  # dX U^T
@@ -510,8 +514,12 @@ def chunk_bwd_values(k, v, g, beta, cu, hs, dd_in, w_in, u_in, g_sums, dv, dcg_o
             dx = _mm(inv_t, ddt, ct.zeros((CHUNK, BV), dtype=ct.float32))
             dw = _mm(-ddt, ct.transpose(s0), dw)
             dxu = _mm(dx, ct.transpose(_chunk_tile(u_in, c, h, BV, vb)), dxu)
-            dbeta_v = dbeta_v + ct.sum(vt * dx, axis=1, keepdims=True)
-            _store_rows(dv, h, start, stop, vb, bt * dx, BV)
+            if HAS_W:
+                _store_rows(dv, h, start, stop, vb, _rows(wgate, h, start, stop, BV, vb) * dx, BV)
+                _store_rows(dwgate, h, start, stop, vb, vt * dx, BV)
+            else:
+                dbeta_v = dbeta_v + ct.sum(vt * dx, axis=1, keepdims=True)
+                _store_rows(dv, h, start, stop, vb, bt * dx, BV)
         rows = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (CHUNK, 1))
         cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
         dcg = _mm(inv_t, dw, ct.zeros((CHUNK, K), dtype=ct.float32))
@@ -519,7 +527,8 @@ def chunk_bwd_values(k, v, g, beta, cu, hs, dd_in, w_in, u_in, g_sums, dv, dcg_o
         da = ct.where(rows > cols, -_mm(dcg, ct.transpose(wt), dxu), 0.0)
         _store_chunk_tile(dcg_out, c, h, 0, dcg, K)
         _store_chunk_tile(da_out, c, h, 0, da, CHUNK)
-        _store_chunk_tile(dbeta_out, c, h, 0, dbeta_v, 1)
+        if not HAS_W:
+            _store_chunk_tile(dbeta_out, c, h, 0, dbeta_v, 1)
 
 
 @ct.function
@@ -535,13 +544,16 @@ def _inverse_norm(x):
 @ct.kernel(num_worker_warps=8)
 def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_in, dq_pre, dk_pre,
                     dq, dk, dg, dbeta, scale: ConstFloat, NSEQ: ConstInt, NP: ConstInt, K: ConstInt, V: ConstInt,
-                    BV: ConstInt, PER_CHANNEL: ConstBool, USE_L2: ConstBool, GROUP: ConstInt):
+                    BV: ConstInt, PER_CHANNEL: ConstBool, BETA_PER_CHANNEL: ConstBool, USE_L2: ConstBool,
+                    GROUP: ConstInt):
     """Per (chunk, head), in parallel: dq, dk, dg and dbeta from the chunk's start state (hs), end gradient
     (dhs), deltas (d_in) and chunk_bwd_values' dCg, dA and dbeta part, in blocks of CHUNK key columns (every
     product and the in-chunk cumsum are column-separable; a (CHUNK, K) f32 tile a term spilled at K = 128).
     With L2 norm, dq and dk before the norm's backward go to f32 scratch (dq_pre, dk_pre) until the rows'
     sums over all of K are known. With grouped value heads (GROUP > 1) h is the value head, q and k are
-    read at h // GROUP and dq / dk are this value head's shares (f32 scratch, summed by group_sum)."""
+    read at h // GROUP and dq / dk are this value head's shares (f32 scratch, summed by group_sum). With
+    BETA_PER_CHANNEL (gdn2) beta is read and dbeta = k * dC written per key block, as a per-channel gate
+    and its dg are (dbeta_in is not read: without a v part there is nothing in it)."""
     c = ct.bid(0)
     h = ct.bid(1)
     hk = h // GROUP
@@ -557,7 +569,12 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
         else:
             q_inv = ct.ones((CHUNK, 1), dtype=ct.float32)
             k_inv = ct.ones((CHUNK, 1), dtype=ct.float32)
-        bt = _column(beta, h, start, stop)
+        if BETA_PER_CHANNEL:
+            bt_token = ct.zeros((CHUNK, 1), dtype=ct.float32)         # unused: beta is read per key block
+            dbt = ct.zeros((CHUNK, 1), dtype=ct.float32)
+        else:
+            bt_token = _column(beta, h, start, stop)
+            dbt = _chunk_tile(dbeta_in, c, h, 1, 0)
         # o's intra-chunk scores M = tril((q e^{gc-m}) (k e^{m-gc})^T), scaled: dM = dO D^T over all of V
         dm = ct.zeros((CHUNK, CHUNK), dtype=ct.float32)
         for vb in range(V // BV):
@@ -569,7 +586,6 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
         else:
             gc_token = ct.cumsum(_column(g, h, start, stop), axis=0)   # zero padding: later rows repeat the last
         dgc_token = ct.zeros((CHUNK, 1), dtype=ct.float32)
-        dbt = _chunk_tile(dbeta_in, c, h, 1, 0)
         q_dot = ct.zeros((CHUNK, 1), dtype=ct.float32)               # rowsum(qn * dqn) over K, for the L2 norm
         k_dot = ct.zeros((CHUNK, 1), dtype=ct.float32)
         for kb in range(K // CHUNK):
@@ -611,6 +627,10 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
                                        + ct.exp(last) * ct.transpose(dlast), PER_CHANNEL)
             # W = T (C e^{gc}), U = T X, T = (I + A)^-1: chunk_bwd_values formed dCg and dA
             dcg = _chunk_tile(dcg_in, c, h, CHUNK, kb)
+            if BETA_PER_CHANNEL:
+                bt = _rows(beta, h, start, stop, CHUNK, kb)
+            else:
+                bt = bt_token
             read = bt * kt
             an = read * up
             t_a = _mm(da, kn, zk)
@@ -619,7 +639,10 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
             dkt = dkt + t_b * down + bt * dct
             dgc = dgc + _at_gate_width(read * e * dcg + an * t_a - kn * t_b, PER_CHANNEL)
             dgc = dgc + ct.where(rows == count - 1, dlast_row, 0.0)
-            dbt = dbt + ct.sum(kt * dct, axis=1, keepdims=True)
+            if BETA_PER_CHANNEL:
+                _store_rows(dbeta, h, start, stop, kb, kt * dct, CHUNK)
+            else:
+                dbt = dbt + ct.sum(kt * dct, axis=1, keepdims=True)
             if PER_CHANNEL:
                 # gc is the in-chunk cumulative sum of g: dg is the reverse cumulative sum of dgc
                 _store_rows(dg, h, start, stop, kb, ct.sum(dgc, axis=0, keepdims=True) - _cumsum_rows(dgc) + dgc,
@@ -637,7 +660,8 @@ def chunk_bwd_grads(q, k, g, beta, do, cu, hs, dhs, d_in, dcg_in, da_in, dbeta_i
         if not PER_CHANNEL:
             dgt = ct.sum(dgc_token, axis=0, keepdims=True) - ct.cumsum(dgc_token, axis=0) + dgc_token
             ct.store(dg.slice(0, start, stop), (0, h), dgt)
-        ct.store(dbeta.slice(0, start, stop), (0, h), dbt.astype(dbeta.dtype))
+        if not BETA_PER_CHANNEL:
+            ct.store(dbeta.slice(0, start, stop), (0, h), dbt.astype(dbeta.dtype))
         if USE_L2:
             # through x / ||x||: dx = (dxn - xn rowsum(xn dxn)) / ||x||
             for kb in range(K // CHUNK):

@@ -112,11 +112,12 @@ class Variant:
                 self.low_mma)
 
     def bwd_values_constants(self) -> tuple:
-        return (self.n_seq, self.seq_tile, self.K, self.V, self.block_v, self.per_channel, self.use_l2, self.group)
+        return (self.n_seq, self.seq_tile, self.K, self.V, self.block_v, self.per_channel, self.beta_per_channel,
+                self.has_w, self.use_l2, self.group)
 
     def bwd_grads_constants(self) -> tuple:
         return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.V, self.block_v, self.per_channel,
-                self.use_l2, self.group)
+                self.beta_per_channel, self.use_l2, self.group)
 
     @property
     def out_block_v(self) -> int:
@@ -207,7 +208,7 @@ def signatures(variant: Variant) -> list:
 
 
 def backward_signatures(variant: Variant) -> list:
-    """[(kernel, KernelSignature)] for the backward of ``variant`` (op gdn or kda, store_ht=False):
+    """[(kernel, KernelSignature)] for the backward of ``variant`` (op gdn, kda or gdn2, store_ht=False):
     the forward recompute (gate options, gates, prepare, state pass), then chunk_bwd_intra, the reverse
     state pass, chunk_bwd_values and chunk_bwd_grads; then group_sum with grouped value heads (chunk_bwd_grads
     writes each value head's dq / dk share to f32 scratch) and gate_activation_bwd with a gate option."""
@@ -219,28 +220,30 @@ def backward_signatures(variant: Variant) -> list:
     v = variant
     f32, io = "float32", v.io_dtype
     gate_ndim = 3 if v.per_channel else 2
+    beta_ndim = 3 if v.beta_per_channel else 2
     cconv = CallingConvention.cutile_python_v1()
     intra = [array(io, 3), array(io, 3), array(io, 3), array(f32, gate_ndim), array(ct.int32, 1), array(f32, 4),
              array(f32, 4), *v.bwd_intra_constants()]
     state_pass = [array(io, 3), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, gate_ndim),
                   array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4),
                   *v.bwd_state_pass_constants()]
-    values = [array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2), array(ct.int32, 1),
-              array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, gate_ndim), array(io, 3),
-              array(f32, 4), array(f32, 4), array(f32, 4), *v.bwd_values_constants()]
+    # the write gate and its gradient: w and dw for gdn2; without a write gate the engine passes v and dv in
+    # their place (never touched), and a variant without one has w_dtype == io_dtype
+    values = [array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, beta_ndim),
+              array(v.w_dtype, 3), array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4),
+              array(f32, gate_ndim), array(io, 3), array(v.w_dtype, 3), array(f32, 4), array(f32, 4), array(f32, 4),
+              *v.bwd_values_constants()]
     dqk = f32 if v.group > 1 else io
-    grads = [array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, 2), array(io, 3),
+    grads = [array(io, 3), array(io, 3), array(f32, gate_ndim), array(v.beta_dtype, beta_ndim), array(io, 3),
              array(ct.int32, 1), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4), array(f32, 4),
              array(f32, 4), array(f32, 4), array(f32, 4), array(dqk, 3), array(dqk, 3), array(f32, gate_ndim),
-             array(v.beta_dtype, 2),
-             *v.bwd_grads_constants()]
+             array(v.beta_dtype, beta_ndim), *v.bwd_grads_constants()]
     after = []
     if v.group > 1:
         params = [array(f32, 3), array(io, 3), *v.group_sum_constants()]
         after.append((_kernels.group_sum, KernelSignature(params, cconv).with_mangled_symbol("group_sum")))
     o = v.gates
     if o.on_gate or o.on_beta:
-        beta_ndim = 3 if v.beta_per_channel else 2
         params = [array(o.g_dtype, gate_ndim), *_gate_parameter_arrays(v), array(o.beta_dtype, beta_ndim),
                   array(f32, gate_ndim), array(f32, beta_ndim), array(f32, gate_ndim), array(o.beta_dtype, beta_ndim),
                   *_gate_parameter_arrays(v), *v.gate_activation_constants()]

@@ -1,5 +1,5 @@
 """CutileLinearAttentionEngine: cuTile chunked kernels for the delta-rule ops (gdn, kda, gdn2 forward; gdn_bwd,
-kda_bwd), with grouped value heads and the gate options.
+kda_bwd, gdn2_bwd), with grouped value heads and the gate options.
 
 A forward plan runs three launches on the caller's stream (see ``_kernels``; four for per-channel gates):
 ``chunk_prepare`` over every (chunk, head), ``chunk_state_pass`` over every (sequence, head, value block) and
@@ -36,7 +36,7 @@ from ._variants import CHUNK, OP_FEATURES, GateOptions, Variant
 logger = logging.getLogger(__name__)
 
 FORWARD_OPS = tuple(OP_FEATURES)
-BACKWARD_OPS = {"gdn_bwd": "gdn", "kda_bwd": "kda"}     # backward op -> its forward
+BACKWARD_OPS = {"gdn_bwd": "gdn", "kda_bwd": "kda", "gdn2_bwd": "gdn2"}     # backward op -> its forward
 BACKWARD_BLOCK_V = 32
 HEAD_DIMS = (64, 128)
 MAX_SEQUENCES = 8191          # the chunk locator holds N + 1 boundaries in one tile
@@ -394,9 +394,9 @@ class CutileForwardPlan(CompiledPlan):
 
 
 class CutileBackwardPlan(CutileForwardPlan):
-    """A built gdn_bwd / kda_bwd plan: the forward recompute, then the dS-free terms per chunk, the reverse
-    state pass and the per-chunk gradients in two parts (``_kernels``: chunk_bwd_intra, chunk_bwd_state_pass,
-    chunk_bwd_values, chunk_bwd_grads)."""
+    """A built gdn_bwd / kda_bwd / gdn2_bwd plan: the forward recompute, then the dS-free terms per chunk, the
+    reverse state pass and the per-chunk gradients in two parts (``_kernels``: chunk_bwd_intra,
+    chunk_bwd_state_pass, chunk_bwd_values, chunk_bwd_grads)."""
 
     def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry):
         super().__init__(plan, graph, node, variant, geometry)
@@ -412,12 +412,15 @@ class CutileBackwardPlan(CutileForwardPlan):
 
     def _gradient_targets(self, slot, sc) -> dict:
         """Where chunk_bwd_grads writes dq, dk, dg and dbeta: the ports, or scratch that group_sum /
-        gate_activation_bwd read back (grouped value heads, the gate options)."""
+        gate_activation_bwd read back (grouped value heads, the gate options); and where chunk_bwd_values
+        writes the write gate's dw (gdn2; dv in its place otherwise, which the kernel then never writes
+        there)."""
         v, o = self.variant, self.variant.gates
         grouped = v.group > 1
         return {"dq": sc["dq_hv"] if grouped else slot("dq"), "dk": sc["dk_hv"] if grouped else slot("dk"),
                 "dg": sc["dg_act"] if o.on_gate else slot("dg"),
-                "dbeta": sc["dbeta_act"] if o.on_beta else slot("dbeta")}
+                "dbeta": sc["dbeta_act"] if o.on_beta else slot("dbeta"),
+                "dw": slot("dw") if v.has_w else slot("dv")}
 
     def _after_launches(self, slot, sc) -> list:
         """group_sum into dq and dk, then gate_activation_bwd, where the variant needs them."""
@@ -440,6 +443,7 @@ class CutileBackwardPlan(CutileForwardPlan):
         v = self.variant
         q, k, val, cu, do = (slot(p) for p in ("q", "k", "v", "cu_seqlens", "dO"))
         launches, g, beta = self._gate_inputs(slot, sc)
+        wgate = slot("w") if v.has_w else val          # v in its place: never read without a write gate
         out = self._gradient_targets(slot, sc)
         dummy = sc["state_dummy"]
         h0 = slot("initial_state") if v.has_h0 else dummy
@@ -448,7 +452,7 @@ class CutileBackwardPlan(CutileForwardPlan):
         launches += [
             *self._gate_launches(g, cu, sc),
             ("prepare", self._prepare_grid, self._prepare,
-             (k, val, g, beta, val, cu, sc["w"], sc["u"], sc["g"], sc["kd"], *v.prepare_constants())),
+             (k, val, g, beta, wgate, cu, sc["w"], sc["u"], sc["g"], sc["kd"], *v.prepare_constants())),
             ("state_pass", self._state_pass_grid, self._state_pass,
              (sc["kd"], sc["w"], sc["u"], sc["g"], cu, h0, sc["hs"], dummy, sc["d"], *v.state_pass_constants())),
             ("bwd_intra", self._prepare_grid, self._bwd_intra,
@@ -457,8 +461,8 @@ class CutileBackwardPlan(CutileForwardPlan):
              (do, sc["w"], sc["kd"], sc["qg"], sc["g"], cu, dht, sc["dhs"], sc["dd"], dh0,
               *v.bwd_state_pass_constants())),
             ("bwd_values", self._grads_grid, self._bwd_values,
-             (k, val, g, beta, cu, sc["hs"], sc["dd"], sc["w"], sc["u"], sc["g"], slot("dv"), sc["qg"], sc["da"],
-              sc["dbeta_v"], *v.bwd_values_constants())),
+             (k, val, g, beta, wgate, cu, sc["hs"], sc["dd"], sc["w"], sc["u"], sc["g"], slot("dv"), out["dw"],
+              sc["qg"], sc["da"], sc["dbeta_v"], *v.bwd_values_constants())),
             ("bwd_grads", self._grads_grid, self._bwd_grads,
              (q, k, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["qg"], sc["da"], sc["dbeta_v"], sc["kd"],
               sc["w"], out["dq"], out["dk"], out["dg"], out["dbeta"], *v.bwd_grads_constants())),
@@ -468,7 +472,7 @@ class CutileBackwardPlan(CutileForwardPlan):
 
 
 class CutileLinearAttentionEngine(ToolchainGatedEngine):
-    """cuTile chunked delta-rule kernels (gdn, kda, gdn2 forward) on sm_80 and newer."""
+    """cuTile chunked delta-rule kernels (gdn, kda, gdn2 and their backward ops) on sm_80 and newer."""
 
     name = "cutile_linear_attention"
     engine_id = CUTILE_BASE

@@ -4,11 +4,11 @@ src/cudnn_graph/_tile_launch.pyx).
 - CPU, no toolchain: the packer (TileLaunch) on a made-up parameter layout: extents and strides kept,
   each call's operand and workspace addresses written at their offsets, a misaligned operand refused with
   an AlignmentError naming it; the layout arithmetic and its comparison with a cubin's table.
-- CPU, with cuda.tile and tileiras: the ABI pin. A gdn forward and a gdn backward plan's kernels compile
-  for sm_90 and each cubin's own parameter table (EIATTR_KPARAM_INFO) is the layout the packer writes; a
-  cuda.tile upgrade that flattens arguments otherwise fails here rather than launching garbage.
+- CPU, with cuda.tile and tileiras: the ABI pin. A gdn forward and a gdn and gdn2 backward plan's kernels
+  compile for sm_90 and each cubin's own parameter table (EIATTR_KPARAM_INFO) is the layout the packer
+  writes; a cuda.tile upgrade that flattens arguments otherwise fails here rather than launching garbage.
 - GPU (``-m gpu``): the C path's outputs are bitwise those of the Python path (ct.launch) for gdn and kda
-  forward and gdn backward, on the first execute and on the repeated one (the fast executor).
+  forward and gdn and gdn2 backward, on the first execute and on the repeated one (the fast executor).
 """
 from __future__ import annotations
 
@@ -128,8 +128,8 @@ def test_a_cubin_table_that_differs_from_the_layout_is_a_mismatch():
 # ---------------------------------------------------------------------------- the ABI pin (toolchain)
 
 def _plan(cg, op, monkeypatch):
-    """A built cuTile plan of a small gdn / gdn_bwd graph (T=64, H=2, K=V=64) and the graph's layout,
-    with no GPU (the device query is stubbed)."""
+    """A built cuTile plan of a small gdn / gdn_bwd / gdn2_bwd graph (T=64, H=2, K=V=64) and the graph's
+    layout, with no GPU (the device query is stubbed)."""
     from cudnn_graph.engines.base import ExecutionContext
     from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
     from cudnn_graph.engines.cutile import engine as cutile_engine
@@ -148,15 +148,21 @@ def _graph(cg, op, T=64, H=2, K=64, V=64):
     t = {n: g.tensor(name=n, dim=[T, H, K if n != "v" else V], stride=[H * (K if n != "v" else V),
                                                                      K if n != "v" else V, 1])
          for n in ("q", "k", "v")}
-    gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
-    beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1])
     cu = g.tensor(name="cu_seqlens", dim=[2], stride=[1], data_type=F.INT32)
+    if op == "gdn2_bwd":                   # per-channel gate and beta, the write gate w
+        gate = g.tensor(name="g", dim=[T, H, K], stride=[H * K, K, 1], data_type=F.FLOAT)
+        beta = g.tensor(name="beta", dim=[T, H, K], stride=[H * K, K, 1])
+        writes = [g.tensor(name="w", dim=[T, H, V], stride=[H * V, V, 1])]
+    else:
+        gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
+        beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1])
+        writes = []
     if op == "gdn":
         o, _ = g.gdn(t["q"], t["k"], t["v"], gate, beta, cu_seqlens=cu)
         o.set_output(True)
     else:
         do = g.tensor(name="dO", dim=[T, H, V], stride=[H * V, V, 1])
-        for out in g.gdn_bwd(t["q"], t["k"], t["v"], gate, beta, do, cu_seqlens=cu):
+        for out in getattr(g, op)(t["q"], t["k"], t["v"], gate, beta, *writes, do, cu_seqlens=cu):
             if out is not None:
                 out.set_output(True)
     g.validate()
@@ -164,7 +170,7 @@ def _graph(cg, op, T=64, H=2, K=64, V=64):
 
 
 @needs_cutile
-@pytest.mark.parametrize("op", ["gdn", "gdn_bwd"])
+@pytest.mark.parametrize("op", ["gdn", "gdn_bwd", "gdn2_bwd"])
 def test_every_kernel_of_a_plan_has_the_parameter_layout_the_packer_writes(op, monkeypatch):
     import cudnn_graph as cg
     plan, layout = _plan(cg, op, monkeypatch)
@@ -219,12 +225,16 @@ def _host_inputs(op, T=64, H=2, K=64, V=64, seed=0):
     import ml_dtypes
     rng = np.random.default_rng(seed)
     bf = ml_dtypes.bfloat16
-    per_channel = op.startswith("kda")
+    per_channel = op.startswith(("kda", "gdn2"))
+    gdn2 = op.startswith("gdn2")
     d = {"q": rng.standard_normal((T, H, K)).astype(bf), "k": (rng.standard_normal((T, H, K)) / 8).astype(bf),
          "v": rng.standard_normal((T, H, V)).astype(bf),
          "g": (-rng.uniform(0.02, 0.5, (T, H, K) if per_channel else (T, H))).astype(np.float32),
-         "beta": rng.uniform(0.2, 0.9, (T, H)).astype(bf), "cu_seqlens": np.array([0, 20, T], np.int32),
+         "beta": rng.uniform(0.2, 0.9, (T, H, K) if gdn2 else (T, H)).astype(bf),
+         "cu_seqlens": np.array([0, 20, T], np.int32),
          "initial_state": rng.standard_normal((2, H, K, V)).astype(np.float32)}
+    if gdn2:
+        d["w"] = rng.uniform(0.2, 1.2, (T, H, V)).astype(bf)
     if op.endswith("_bwd"):
         d["dO"] = rng.standard_normal((T, H, V)).astype(bf)
     return d
@@ -234,14 +244,18 @@ def _builder(op, host):
     import cudnn_graph as cg
     F = cg.data_type
     types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT}
-    names = ["dq", "dk", "dv", "dg", "dbeta", "d_initial_state"] if op.endswith("_bwd") else ["o", "final_state"]
+    if op.endswith("_bwd"):
+        names = ["dq", "dk", "dv", "dg", "dbeta"] + (["dw"] if "w" in host else []) + ["d_initial_state"]
+    else:
+        names = ["o", "final_state"]
 
     def builder(device):
         g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device=device)
         t = {n: g.tensor(name=n, dim=list(a.shape), stride=[s // a.itemsize for s in a.strides],
                          data_type=types.get(n, F.BFLOAT16)) for n, a in host.items()}
         if op.endswith("_bwd"):
-            outs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
+            positional = [t[p] for p in ("q", "k", "v", "g", "beta", "w") if p in t]
+            outs = getattr(g, op)(*positional, t["dO"], cu_seqlens=t["cu_seqlens"],
                                   initial_state=t["initial_state"], use_qk_l2norm=True)
         else:
             outs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
@@ -286,7 +300,7 @@ def _run(op, c_launch, monkeypatch, executes=2):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", ["gdn", "kda", "gdn_bwd"])
+@pytest.mark.parametrize("op", ["gdn", "kda", "gdn_bwd", "gdn2_bwd"])
 def test_the_c_path_is_bitwise_the_python_path(op, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)

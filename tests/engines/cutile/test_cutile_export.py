@@ -89,16 +89,16 @@ def test_every_plan_variant_exports_a_cubin_for_sm90(op, knobs):
         assert buffer.getvalue()[:4] == b"\x7fELF", f"{signature.symbol} for sm_90 is not an ELF cubin"
 
 
-# The backward kernels at K = V = 64 for sm_90 (about a minute on 2 cores for both ops); K = V = 128, minutes
-# more, with CUDNN_GRAPH_EXPORT_BACKWARD=1.
+# The backward kernels at K = V = 64 for sm_90 (about a minute on 2 cores for the three ops); K = V = 128,
+# minutes more, with CUDNN_GRAPH_EXPORT_BACKWARD=1.
 BACKWARD_HEAD_DIMS = [64] + ([128] if os.environ.get("CUDNN_GRAPH_EXPORT_BACKWARD") == "1" else [])
 
 
 @needs_cutile
 @pytest.mark.parametrize("head_dim", BACKWARD_HEAD_DIMS)
-@pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("op", ["gdn", "kda", "gdn2"])
 def test_backward_kernels_export_a_cubin_for_sm90(op, head_dim):
-    """gdn_bwd / kda_bwd: the four backward kernels (the forward recompute is the forward's)."""
+    """gdn_bwd / kda_bwd / gdn2_bwd: the four backward kernels (the forward recompute is the forward's)."""
     from cuda.tile.compilation import export_kernel
     variant = _variants.Variant(op, "bfloat16", "bfloat16", "bfloat16", head_dim, head_dim, 32, 4,
                                 head_dim ** -0.5, True, True, False, has_dht=True)
@@ -137,7 +137,8 @@ def test_grouped_heads_and_gate_options_forward_kernels_export_for_sm90(op, form
 
 
 @needs_cutile
-@pytest.mark.parametrize("op, form, beta_factor", [("gdn", "softplus", 1.0), ("kda", "sigmoid", 0.0)])
+@pytest.mark.parametrize("op, form, beta_factor", [("gdn", "softplus", 1.0), ("kda", "sigmoid", 0.0),
+                                                   ("gdn2", "sigmoid", 2.0)])
 def test_grouped_heads_and_gate_options_backward_kernels_export_for_sm90(op, form, beta_factor):
     """The backward's kernels past the forward recompute, then group_sum and gate_activation_bwd."""
     signatures = _variants.backward_signatures(gated_variant(op, form, beta_factor, backward=True))
@@ -395,7 +396,7 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     assert wide and all(p.workspace_size > plans[0].workspace_size for p in wide)
 
 
-# ------------------------------------------------- the chunked backward (gdn_bwd, kda_bwd), in NumPy
+# ----------------------------------------- the chunked backward (gdn_bwd, kda_bwd, gdn2_bwd), in NumPy
 #
 # The design the cuTile backward kernels (engines/cutile/_kernels.py chunk_bwd_state_pass, chunk_bwd_grads)
 # follow (verified on the H200: tests/test_cutile_linear_attention.py). Per chunk (start state S0, cumulative
@@ -412,6 +413,9 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
 #      dW = -dD S0^T, dX = T^T dD, dCg = T^T dW, dA = -strict_tril(dX U^T + dCg W^T),
 #      the decayed products' factor gradients, the decays' log gradients, then dg = reverse in-chunk
 #      cumsum of dgc, dbeta, dv, and the L2-norm backward.
+# With C = beta * K and X = beta * V (gdn, kda; beta one per token) or X = w * V (gdn2; beta per key channel):
+#   dK += beta * dC,  dbeta = K * dC (gdn2, per channel) or rowsum(K * dC) + rowsum(V * dX),
+#   dv = beta * dX or w * dX,  dw = V * dX (gdn2).
 # float64 here, checked against engines/reference's token-by-token backward.
 
 def _tril(x, inclusive):
@@ -430,11 +434,13 @@ def chunked_backward(op, d, l2, d_o, dht):
     q, k, v, g, beta, cu = d["q"], d["k"], d["v"], d["g"], d["beta"], list(d["cu_seqlens"])
     T, H, K = q.shape
     V, N = v.shape[2], len(cu) - 1
-    per_channel = _variants.OP_FEATURES[op][0]
+    per_channel, beta_per_channel, has_w = _variants.OP_FEATURES[op]
     scale = 1.0 / math.sqrt(K)
     h0 = d.get("initial_state")
     grads = {"dq": np.zeros((T, H, K)), "dk": np.zeros((T, H, K)), "dv": np.zeros((T, H, V)),
-             "dg": np.zeros(g.shape), "dbeta": np.zeros((T, H)), "d_initial_state": np.zeros((N, H, K, V))}
+             "dg": np.zeros(g.shape), "dbeta": np.zeros(beta.shape), "d_initial_state": np.zeros((N, H, K, V))}
+    if has_w:
+        grads["dw"] = np.zeros((T, H, V))
     for n in range(N):
         for h in range(H):
             spans = [(s, min(s + C, cu[n + 1])) for s in range(cu[n], cu[n + 1], C)]
@@ -445,9 +451,11 @@ def chunked_backward(op, d, l2, d_o, dht):
                 kt, qt = (_l2(kt_raw), _l2(qt_raw)) if l2 else (kt_raw, qt_raw)
                 gt = _pad(g[:, h], s, e)
                 gc = np.cumsum(gt if per_channel else gt[:, None], 0)   # padded rows repeat the last
-                bt = _pad(beta[:, h], s, e)[:, None]
+                bt = _pad(beta[:, h], s, e)
+                bt = bt if beta_per_channel else bt[:, None]
                 vt = _pad(v[:, h], s, e)
-                ct_, xt = bt * kt, bt * vt
+                x_gate = _pad(d["w"][:, h], s, e) if has_w else bt      # X = x_gate * V
+                ct_, xt = bt * kt, x_gate * vt
                 m = gc[min(C // 2 - 1, e - s - 1)][None]
                 last = gc[e - s - 1][None]
                 an, bn = ct_ * np.exp(gc - m), kt * np.exp(m - gc)
@@ -460,8 +468,8 @@ def chunked_backward(op, d, l2, d_o, dht):
                 M = _tril(qn @ kn.T, True)
                 kg = kt * np.exp(last - gc)
                 chunks.append(dict(s=s, e=e, kt=kt, qt=qt, kt_raw=kt_raw, qt_raw=qt_raw, gc=gc, bt=bt, vt=vt,
-                                   ct=ct_, xt=xt, m=m, last=last, an=an, bn=bn, Tinv=Tinv, cg=cg, W=W, U=U,
-                                   S0=S, D=D, qn=qn, kn=kn, M=M, kg=kg))
+                                   x_gate=x_gate, ct=ct_, xt=xt, m=m, last=last, an=an, bn=bn, Tinv=Tinv, cg=cg,
+                                   W=W, U=U, S0=S, D=D, qn=qn, kn=kn, M=M, kg=kg))
                 S = np.exp(last).reshape(-1, 1) * S + kg.T @ D
             # pass 2: the reverse state pass
             dS = np.zeros((K, V)) if dht is None else np.array(dht[n, h], np.float64)
@@ -496,18 +504,23 @@ def chunked_backward(op, d, l2, d_o, dht):
                 dgc[e - s - 1] += dlast
                 dg = np.cumsum(dgc[::-1], 0)[::-1]                 # gc = cumsum(g)
                 dkt += ch["bt"] * dct
-                dbeta = np.sum(ch["kt"] * dct, 1) + np.sum(ch["vt"] * dX, 1)
-                dvt = ch["bt"] * dX
+                if beta_per_channel:
+                    dbeta = ch["kt"] * dct
+                else:
+                    dbeta = np.sum(ch["kt"] * dct, 1) + np.sum(ch["vt"] * dX, 1)
+                dvt = ch["x_gate"] * dX
                 if l2:
                     dqt, dkt = _l2_backward(ch["qt_raw"], dqt), _l2_backward(ch["kt_raw"], dkt)
                 r = e - s
                 grads["dq"][s:e, h], grads["dk"][s:e, h], grads["dv"][s:e, h] = dqt[:r], dkt[:r], dvt[:r]
                 grads["dg"][s:e, h] = dg[:r] if per_channel else np.sum(dg[:r], 1)
                 grads["dbeta"][s:e, h] = dbeta[:r]
+                if has_w:
+                    grads["dw"][s:e, h] = (ch["vt"] * dX)[:r]
     return grads
 
 
-@pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("op", ["gdn", "kda", "gdn2"])
 @pytest.mark.parametrize("cu, l2, with_h0, with_dht", [
     ([0, 150, 151, 170, 300], True, True, True),
     ([0, 64, 128], False, False, False),
@@ -518,17 +531,20 @@ def test_chunked_backward_matches_the_reference_backward(op, cu, l2, with_h0, wi
     ref = _reference()
     rng = np.random.default_rng(len(cu) + 3 * l2 + 5 * with_dht)
     T, H, K, V = cu[-1], 2, 16, 8
-    per_channel = _variants.OP_FEATURES[op][0]
+    per_channel, beta_per_channel, has_w = _variants.OP_FEATURES[op]
     N = len(cu) - 1
     d = {"q": rng.standard_normal((T, H, K)), "k": rng.standard_normal((T, H, K)) / 4,
          "v": rng.standard_normal((T, H, V)), "g": -rng.uniform(0.05, 0.7, (T, H, K) if per_channel else (T, H)),
-         "beta": rng.uniform(0.2, 0.9, (T, H)), "cu_seqlens": np.array(cu, np.int32),
+         "beta": rng.uniform(0.2, 0.9, (T, H, K) if beta_per_channel else (T, H)),
+         "cu_seqlens": np.array(cu, np.int32),
          "initial_state": rng.standard_normal((N, H, K, V)) if with_h0 else None}
+    if has_w:
+        d["w"] = rng.uniform(0.2, 1.2, (T, H, V))
     d_o = rng.standard_normal((T, H, V))
     dht = rng.standard_normal((N, H, K, V)) if with_dht else None
     want = ref.linear_attention_backward({**d, "dO": d_o, "d_final_state": dht}, {"use_qk_l2norm": l2})
     got = chunked_backward(op, d, l2, d_o, dht)
-    for name in ("dq", "dk", "dv", "dg", "dbeta", "d_initial_state"):
+    for name in ("dq", "dk", "dv", "dg", "dbeta", "d_initial_state") + (("dw",) if has_w else ()):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-8, atol=1e-8, err_msg=name)
 
 
@@ -596,15 +612,31 @@ def _grouped_gated_graph(cg, op, H=2, HV=4, K=64):
     return g
 
 
-def test_gdn2_bwd_is_declined_with_the_reason():
+def test_gdn2_bwd_is_claimed_with_per_channel_beta_the_write_gate_and_their_gradients(monkeypatch):
+    """gdn2_bwd runs gdn2's recompute and the backward kernels with per-channel beta (dbeta (T, HV, K)) and
+    the write gate (dw (T, HV, V)): its variant says so, its plans are named for the op, and the gate
+    options' scratch has beta's per-channel shape."""
     cg = _package()
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
     from cudnn_graph.engines.cutile import engine as cutile_engine
     g = _grouped_gated_graph(cg, "gdn2_bwd")
-    reason = cutile_engine._support_reason(g, g.nodes[0])
-    assert reason is not None and "gdn2_bwd has no cuTile kernel" in reason, reason
+    node = g.nodes[0]
+    monkeypatch.setattr(cutile_engine, "_compute_capability", lambda ordinal: (9, 0))   # no GPU here
+    assert cutile_engine._support_reason(g, node) is None
+    variant = cutile_engine.variant_of(g, node, 32)
+    assert variant.op == "gdn2" and variant.per_channel and variant.beta_per_channel and variant.has_w
+    assert variant.w_dtype == "bfloat16" and variant.gates.form == "softplus" and variant.gates.on_beta
+    assert set(node.outputs) >= {"dbeta", "dw"}
+    geometry = cutile_engine._Geometry(node, backward=True)
+    assert geometry.regions["dbeta_act"][1] == geometry.regions["beta_act"][1] == (100, 4, 64)
+    assert geometry.regions["dg_act"][1] == (100, 4, 64)
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None                      # reach the plans without a toolchain
+    names = [p.label for p in engine.propose_plans(g)]
+    assert names == ["cutile_gdn2_bwd_chunk64", "cutile_gdn2_bwd_chunk64_auto"]
 
 
-@pytest.mark.parametrize("op", ["gdn", "kda_bwd"])
+@pytest.mark.parametrize("op", ["gdn", "kda_bwd", "gdn2_bwd"])
 def test_grouped_heads_and_gate_options_give_their_variant_and_scratch(op, monkeypatch):
     cg = _package()
     from cudnn_graph.engines.cutile import engine as cutile_engine

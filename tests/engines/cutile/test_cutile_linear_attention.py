@@ -1,4 +1,5 @@
-"""cuTile linear-attention engine (gdn, kda, gdn2 forward) against the reference engine, on the GPU.
+"""cuTile linear-attention engine (gdn, kda, gdn2; forward and backward) against the reference engine, on
+the GPU.
 
 Each case builds the same graph twice (host: the reference engine; CUDA: the cuTile plan must be the one
 selected), feeds the same inputs from CuPy or JAX and compares o and final_state. Inputs are rounded to
@@ -202,9 +203,15 @@ def test_executes_on_the_callers_stream_with_a_workspace():
     np.testing.assert_array_equal(cp.asnumpy(fs), want["final_state"])
 
 
-# ------------------------------------------------------------------------------ backward (gdn_bwd, kda_bwd)
+# --------------------------------------------------------------------- backward (gdn_bwd, kda_bwd, gdn2_bwd)
 
 BWD_TOLERANCE = {"bfloat16": 3e-2, "float16": 1e-2}      # max |error| / max(1, max |reference|), every output
+
+
+def bwd_outputs(op, h0):
+    """The backward op's gradients in its output order (gdn2_bwd's dw after dbeta)."""
+    return (["dq", "dk", "dv", "dg", "dbeta"] + (["dw"] if op == "gdn2_bwd" else [])
+            + (["d_initial_state"] if h0 else []))
 
 
 def bwd_builder_for(op, host, io_type, l2, plan=None):
@@ -214,10 +221,11 @@ def bwd_builder_for(op, host, io_type, l2, plan=None):
         types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT, "d_final_state": F.FLOAT}
         t = {name: g.tensor(name=name, dim=list(arr.shape), stride=[s // arr.itemsize for s in arr.strides],
                             data_type=types.get(name, io_type)) for name, arr in host.items()}
-        outs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
+        positional = [t[p] for p in ("q", "k", "v", "g", "beta", "w") if p in t]
+        outs = getattr(g, op)(*positional, t["dO"], cu_seqlens=t["cu_seqlens"],
                               initial_state=t.get("initial_state"), d_final_state=t.get("d_final_state"),
                               use_qk_l2norm=l2)
-        names = ["dq", "dk", "dv", "dg", "dbeta"] + (["d_initial_state"] if "initial_state" in t else [])
+        names = bwd_outputs(op, "initial_state" in t)
         for name, tensor in zip(names, outs):
             tensor.set_output(True)
             t[name] = tensor
@@ -238,7 +246,7 @@ def run_bwd_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=Tru
     if dht:
         host["d_final_state"] = rng.standard_normal((N, H, K, V)).astype(np.float32)
     builder = bwd_builder_for(op, host, io_type, l2, plan)
-    outs = ["dq", "dk", "dv", "dg", "dbeta"] + (["d_initial_state"] if h0 else [])
+    outs = bwd_outputs(op, h0)
     want, got = _reference_and_cutile_run(builder, host, outs, producer, plan)
     errors = {}
     failures = []
@@ -257,35 +265,35 @@ def run_bwd_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=Tru
 
 # Most backward cases share one specialisation per op (K = V = 64, four sequences, states and L2 norm on), so
 # the suite compiles few kernels; K = V = 128 and T = 8192 with H = 16 have their own cases.
-@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd", "gdn2_bwd"])
 def test_backward_small_uneven_sequences_cupy(op):
     run_bwd_case(op, SMALL, K=64, V=64)
 
 
-@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd", "gdn2_bwd"])
 def test_backward_small_uneven_sequences_jax(op):
     pytest.importorskip("jax")
     run_bwd_case(op, SMALL, K=64, V=64, producer="jax", seed=2)
 
 
-@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd", "gdn2_bwd"])
 def test_backward_t2048_h4(op):
     """T = 2048 (4 x 512), H = 4."""
     run_bwd_case(op, [0, 512, 1024, 1536, 2048], H=4, K=64, V=64, seed=7)
 
 
-@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd", "gdn2_bwd"])
 def test_backward_head_dim_128(op):
     run_bwd_case(op, SMALL, K=128, V=128, seed=9)
 
 
-@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd", "gdn2_bwd"])
 def test_backward_t8192_h16_k128(op):
     """The issue's largest case: T = 8192 (4 x 2048), H = 16, K = V = 128."""
     run_bwd_case(op, BIG, H=16, K=128, V=128, seed=13)
 
 
-@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd", "gdn2_bwd"])
 @pytest.mark.parametrize("shape", [dict(cu=SMALL, K=64, V=64), dict(cu=BIG, H=16, K=128, V=128)],
                          ids=["small_k64", "t8192_h16_k128"])
 def test_backward_with_bf16_products_matches_the_reference(op, shape):
@@ -293,7 +301,7 @@ def test_backward_with_bf16_products_matches_the_reference(op, shape):
     run_bwd_case(op, seed=17, plan=f"cutile_{op}_chunk64_auto", **shape)
 
 
-@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd", "gdn2_bwd"])
 def test_backward_float16_matches_the_reference(op):
     run_bwd_case(op, SMALL, K=64, V=64, dtype="float16", seed=19)
 

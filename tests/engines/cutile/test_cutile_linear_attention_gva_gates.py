@@ -143,13 +143,14 @@ def test_gate_options_forward_with_a_bf16_raw_gate_and_fp16_io():
              param_np=ml_dtypes.bfloat16, seed=3)
 
 
-@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd", "gdn2_bwd"])
 def test_grouped_value_heads_backward(op):
     run_case(op, SMALL, attrs={"use_qk_l2norm": True}, seed=4)
 
 
 @pytest.mark.parametrize("op, gates", [("gdn_bwd", "softplus_beta_sigmoid"), ("kda_bwd", "softplus_beta_sigmoid"),
-                                       ("kda_bwd", "bounded_neg_eigval")])
+                                       ("kda_bwd", "bounded_neg_eigval"), ("gdn2_bwd", "softplus_beta_sigmoid"),
+                                       ("gdn2_bwd", "bounded_neg_eigval")])
 def test_gate_options_backward(op, gates):
     run_case(op, SMALL, attrs=GATES[gates], seed=5)
 
@@ -163,3 +164,9 @@ def test_qwen3_next_heads_t8192(op):
 @pytest.mark.parametrize("op", ["kda", "kda_bwd"])
 def test_kda_grouped_heads_t8192(op):
     run_case(op, BIG, H=8, HV=16, K=128, V=128, attrs=GATES["softplus_beta_sigmoid"], seed=7)
+
+
+def test_gdn2_bwd_grouped_heads_t8192():
+    """gdn2_bwd (per-channel beta, the write gate's dw) with 8 query/key heads, 16 value heads, K = V = 128,
+    T = 8192 as 4 x 2048, the bounded gate and 2 sigmoid(beta) in-kernel."""
+    run_case("gdn2_bwd", BIG, H=8, HV=16, K=128, V=128, attrs=GATES["bounded_neg_eigval"], seed=8)
