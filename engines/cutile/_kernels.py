@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import cuda.tile as ct
 
-CHUNK = 64
-_MID = CHUNK // 2 - 1
+from ._variants import CHUNK, SPLIT_ROW as _MID
 _ZERO = ct.PaddingMode.ZERO
 _NEG = -1.0e30
 

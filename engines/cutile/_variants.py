@@ -10,6 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CHUNK = 64
+# Per-channel decays exp(gc_t - gc_i) are formed as two factors split at this row of a chunk (_kernels), so
+# either factor spans at most CHUNK - 1 - SPLIT_ROW tokens of decay.
+SPLIT_ROW = CHUNK // 2 - 1
+# The largest exponent a split factor may reach: float32 (and bf16) overflow past 88.7, and the factor still
+# multiplies a key or query value.
+SPLIT_EXPONENT_LIMIT = 80.0
+
+
+def split_safe_lower_bound() -> float:
+    """The most negative per-token log decay for which the split factors of a per-channel decay stay finite
+    whatever the data: a bounded gate (``gate_lower_bound``) below it can overflow to inf / NaN."""
+    return -SPLIT_EXPONENT_LIMIT / (CHUNK - 1 - SPLIT_ROW)
 
 # op -> (per-channel gate, per-channel beta, write gate)
 OP_FEATURES = {

@@ -31,7 +31,7 @@ from ...data_type import DataType
 from ...errors import GraphNotSupportedError
 from ... import _progress
 from . import _toolchain
-from ._variants import CHUNK, OP_FEATURES, GateOptions, Variant
+from ._variants import CHUNK, OP_FEATURES, GateOptions, Variant, split_safe_lower_bound
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +126,16 @@ class _Geometry:
         self.workspace_size = offset
 
 
+def _unsafe_gate_bound(node) -> float | None:
+    """The bounded gate's lower bound where it lets a per-channel decay's split factors overflow, else None.
+    Unbounded gates depend on the data and are not checked here (docs/engines_cutile.md)."""
+    from cudnn_graph.ops._linear_attention import gate_transform
+    if gate_transform(node.op, node.params) != "sigmoid":
+        return None
+    bound = float(node.params["gate_lower_bound"])
+    return bound if bound < split_safe_lower_bound() else None
+
+
 def _support_reason(graph, node) -> str | None:
     """Why this engine cannot run ``node`` (None when it can)."""
     if node.op not in FORWARD_OPS and node.op not in BACKWARD_OPS:
@@ -143,6 +153,11 @@ def _support_reason(graph, node) -> str | None:
         t = node.inputs.get(port)
         if t is not None and resolve(t) not in _GATE_TYPES:
             return f"{port} is {DataType(resolve(t)).name}; expected BFLOAT16, HALF or FLOAT"
+    bound = _unsafe_gate_bound(node)
+    if bound is not None:
+        return (f"gate_lower_bound={bound:g}: the kernels split each per-channel decay around a chunk's middle row, "
+                f"and a split factor can overflow float32 for log decays below {split_safe_lower_bound():g} per "
+                f"token (a silent inf / NaN); the bound must be >= {split_safe_lower_bound():g}")
     K, V = q.dim[2], v.dim[2]
     if K not in HEAD_DIMS or V not in HEAD_DIMS:
         return f"head dims K={K}, V={V}; the cuTile kernels take K and V in {HEAD_DIMS}"

@@ -584,7 +584,7 @@ def test_state_pass_and_output_kernels_number_chunks_alike(cu):
     assert _locate(cu, int(np.sum(count)))[0] == len(cu) - 1                  # past the last chunk
 
 
-def _grouped_gated_graph(cg, op, H=2, HV=4, K=64):
+def _grouped_gated_graph(cg, op, H=2, HV=4, K=64, **attrs):
     F = cg.data_type
     g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
     T, V = 100, 64
@@ -601,7 +601,7 @@ def _grouped_gated_graph(cg, op, H=2, HV=4, K=64):
         args.append(tensor("w", (T, HV, V)))
     keywords = dict(cu_seqlens=tensor("cu", (3,), F.INT32), a_log=tensor("a_log", (HV,), F.FLOAT),
                     dt_bias=tensor("dt_bias", (HV, K) if per_channel else (HV,)), safe_gate=True,
-                    use_beta_sigmoid=True)
+                    use_beta_sigmoid=True, **attrs)
     if op.endswith("_bwd"):
         args.append(tensor("dO", (T, HV, V)))
     outs = getattr(g, op)(*args, **keywords)
@@ -610,6 +610,22 @@ def _grouped_gated_graph(cg, op, H=2, HV=4, K=64):
             out.set_output(True)
     g.validate()
     return g
+
+
+@pytest.mark.parametrize("op", ["kda", "kda_bwd", "gdn2", "gdn2_bwd"])
+def test_a_bounded_gate_that_could_overflow_the_split_decays_is_declined_naming_the_bound(op, monkeypatch):
+    """A per-channel decay is formed as two factors split at a chunk's middle row, each spanning up to 32
+    tokens: a bounded gate below -80 / 32 = -2.5 per token could make one overflow (inf / NaN on the H200 at
+    -5). The engine declines it, naming the bound and the limit, and takes the limit itself."""
+    cg = _package()
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    monkeypatch.setattr(cutile_engine, "_compute_capability", lambda ordinal: (9, 0))   # no GPU here
+    assert _variants.split_safe_lower_bound() == -2.5
+    g = _grouped_gated_graph(cg, op, gate_lower_bound=-5.0)
+    reason = cutile_engine._support_reason(g, g.nodes[0])
+    assert reason is not None and "gate_lower_bound=-5" in reason and ">= -2.5" in reason, reason
+    g = _grouped_gated_graph(cg, op, gate_lower_bound=-2.5)
+    assert cutile_engine._support_reason(g, g.nodes[0]) is None
 
 
 def test_gdn2_bwd_is_claimed_with_per_channel_beta_the_write_gate_and_their_gradients(monkeypatch):

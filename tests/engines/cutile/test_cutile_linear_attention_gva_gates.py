@@ -119,9 +119,11 @@ def run_case(op, cu, *, H=2, HV=4, K=64, V=64, dtype="bfloat16", attrs=None, see
     assert not failures, f"{op} outside tolerance {TOLERANCE[dtype]}: {report}"
 
 
+# The bounded gate at the engine's limit (engines/cutile/_variants.split_safe_lower_bound: below it the engine
+# declines; at -5 its split decays overflowed to NaN on the H200).
 GATES = {
     "softplus_beta_sigmoid": {"safe_gate": True, "use_beta_sigmoid": True, "use_qk_l2norm": True},
-    "bounded_neg_eigval": {"safe_gate": True, "gate_lower_bound": -5.0, "use_beta_sigmoid": True,
+    "bounded_neg_eigval": {"safe_gate": True, "gate_lower_bound": -2.5, "use_beta_sigmoid": True,
                            "allow_neg_eigval": True},
 }
 
