@@ -287,25 +287,35 @@ class CutileForwardPlan(CompiledPlan):
             else:
                 hook(name, lambda grid=grid, kernel=kernel, args=args: ct.launch(stream, grid, kernel, args))
 
+    def _recompute_launches(self, slot, scratch, ht) -> tuple:
+        """The forward up to its state pass (the gate options, the gate sums, chunk_prepare, chunk_state_pass
+        writing the final state to ``ht``), which a backward plan recomputes too: ``(launches, g, beta,
+        wgate)``, the last three the gate, beta and write-gate operands the kernels read (v stands in for an
+        absent write gate: never read then)."""
+        v = self.variant
+        k, val, cu = (slot(p) for p in ("k", "v", "cu_seqlens"))
+        launches, g, beta = self._gate_inputs(slot, scratch)
+        wgate = slot("w") if v.has_w else val
+        h0 = slot("initial_state") if v.has_h0 else scratch["state_dummy"]
+        launches += [
+            *self._gate_launches(g, cu, scratch),
+            ("prepare", self._prepare_grid, self._prepare,
+             (k, val, g, beta, wgate, cu, scratch["w"], scratch["u"], scratch["g"], scratch["kd"],
+              *v.prepare_constants())),
+            ("state_pass", self._state_pass_grid, self._state_pass,
+             (scratch["kd"], scratch["w"], scratch["u"], scratch["g"], cu, h0, scratch["hs"], ht, scratch["d"],
+              *v.state_pass_constants()))]
+        return launches, g, beta, wgate
+
     def _launch_list(self, slot, scratch) -> list:
         """The plan's launches in order, (name, grid, kernel, args), with ``slot(port)`` the operands and
         ``scratch[region]`` the workspace regions (Slots at execute; _c_launch's refs for the C path)."""
         v = self.variant
-        q, k, val, cu = (slot(p) for p in ("q", "k", "v", "cu_seqlens"))
-        launches, g, beta = self._gate_inputs(slot, scratch)
-        wgate = slot("w") if v.has_w else val
-        h0 = slot("initial_state") if v.has_h0 else scratch["state_dummy"]
         ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
-        launches += self._gate_launches(g, cu, scratch)
-        launches.append(("prepare", self._prepare_grid, self._prepare,
-                         (k, val, g, beta, wgate, cu, scratch["w"], scratch["u"], scratch["g"], scratch["kd"],
-                          *v.prepare_constants())))
-        launches += [
-            ("state_pass", self._state_pass_grid, self._state_pass,
-             (scratch["kd"], scratch["w"], scratch["u"], scratch["g"], cu, h0, scratch["hs"], ht, scratch["d"],
-              *v.state_pass_constants())),
-            ("output", self._output_grid, self._output,
-             (q, k, scratch["d"], scratch["g"], cu, scratch["hs"], slot("o"), *v.output_constants()))]
+        launches = self._recompute_launches(slot, scratch, ht)[0]
+        launches.append(("output", self._output_grid, self._output,
+                         (slot("q"), slot("k"), scratch["d"], scratch["g"], slot("cu_seqlens"), scratch["hs"],
+                          slot("o"), *v.output_constants())))
         return launches
 
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
@@ -457,19 +467,12 @@ class CutileBackwardPlan(CutileForwardPlan):
     def _launch_list(self, slot, sc) -> list:
         v = self.variant
         q, k, val, cu, do = (slot(p) for p in ("q", "k", "v", "cu_seqlens", "dO"))
-        launches, g, beta = self._gate_inputs(slot, sc)
-        wgate = slot("w") if v.has_w else val          # v in its place: never read without a write gate
-        out = self._gradient_targets(slot, sc)
         dummy = sc["state_dummy"]
-        h0 = slot("initial_state") if v.has_h0 else dummy
+        launches, g, beta, wgate = self._recompute_launches(slot, sc, dummy)
+        out = self._gradient_targets(slot, sc)
         dht = slot("d_final_state") if v.has_dht else dummy
         dh0 = slot("d_initial_state") if v.has_h0 else dummy
         launches += [
-            *self._gate_launches(g, cu, sc),
-            ("prepare", self._prepare_grid, self._prepare,
-             (k, val, g, beta, wgate, cu, sc["w"], sc["u"], sc["g"], sc["kd"], *v.prepare_constants())),
-            ("state_pass", self._state_pass_grid, self._state_pass,
-             (sc["kd"], sc["w"], sc["u"], sc["g"], cu, h0, sc["hs"], dummy, sc["d"], *v.state_pass_constants())),
             ("bwd_intra", self._prepare_grid, self._bwd_intra,
              (q, k, do, sc["g"], cu, sc["dd"], sc["qg"], *v.bwd_intra_constants())),
             ("bwd_state_pass", self._state_pass_grid, self._bwd_state_pass,
