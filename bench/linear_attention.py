@@ -21,7 +21,9 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
     --per-call          also the wall time per call of each forward (CUDA events around back-to-back calls, in
                         --rounds alternating rounds), which includes each side's host cost
     --variants all | NAME,NAME   also time the engine's other forward plans (knob sets: engines/cutile/engine.py
-                                 VARIANT_KNOBS; each compiles at its first call, tens of seconds)
+                                 VARIANT_KNOBS, and "cutile": the plain default with the cuTile chunk_prepare;
+                                 each compiles at its first call, tens of seconds). The default row runs the
+                                 plan the engine ranks first (the CuTe chunk_prepare's for gdn on sm_90).
     --breakdown         time each kernel launch of our plans apart with CUDA events around each launch
     --no-backward       forward only
 """
@@ -144,13 +146,15 @@ def _graph_types(torch, cudnn, x: dict) -> dict:
 
 
 def ours(torch, op: str, x: dict, variant: str = ""):
-    """(run, o, final_state, build seconds, first-call seconds, compiled plan) for our cuTile plan
-    (its variant ``variant``, '' for the default) on ``x``."""
+    """(run, o, final_state, build seconds, first-call seconds, compiled plan) for our plan on ``x``: the
+    engine's first-ranked one for ``variant`` '', else the cuTile engine's variant ``variant`` ("cutile": its
+    plain default, the cuTile chunk_prepare)."""
     import cudnn_graph as cudnn
     F = cudnn.data_type
-    name = f"cutile_{op}_chunk64" + (f"_{variant}" if variant else "")
+    name = None if not variant else f"cutile_{op}_chunk64" + ("" if variant == "cutile" else f"_{variant}")
     types = _graph_types(torch, cudnn, x)
-    g = cudnn.pygraph(io_data_type=types["q"], compute_data_type=F.FLOAT, device="cuda", router=_Prefer(name))
+    g = cudnn.pygraph(io_data_type=types["q"], compute_data_type=F.FLOAT, device="cuda",
+                      router=_Prefer(name) if name else None)
     t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types[name])
          for name, a in x.items()}
     o, fs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
@@ -160,7 +164,7 @@ def ours(torch, op: str, x: dict, variant: str = ""):
     began = time.perf_counter()
     g.build([cudnn.heur_mode.A])
     built = time.perf_counter() - began
-    if g.selected_plan.label != name:
+    if name and g.selected_plan.label != name:
         raise RuntimeError(f"plan {name} was not selected: {g.selected_plan} (declines: {g.declines})")
     out = torch.empty_like(x["v"])
     final = torch.empty_like(x["initial_state"])
@@ -311,7 +315,7 @@ def _variant_names(arg: str) -> list:
         return []
     if arg == "all":
         from cudnn_graph.engines.cutile.engine import VARIANT_KNOBS
-        return list(VARIANT_KNOBS)
+        return ["cutile", *VARIANT_KNOBS]
     return [v for v in arg.split(",") if v]
 
 
@@ -372,6 +376,7 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
 
     def our_forward(r):
         run, out, final, r["ours_build_s"], r["ours_first_call_s"], compiled = ours(torch, case.op, x, variant)
+        r["plan"] = compiled.plan.label
         state["run"] = run
         r["ours_kernels_gpu_ms"] = {}
         r["ours_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_kernels_gpu_ms"])

@@ -119,6 +119,8 @@ class KernelLaunch:
     layout: _abi.ParamLayout
     image: bytes                 # the parameter buffer with the extents and strides written
     patches: list                # (offset, source, add): source an operand index or -1 (the workspace)
+    block: tuple = (1, 1, 1)     # a tile kernel's; a CuTe DSL kernel in the plan gives its own
+    shared_bytes: int = 0        # dynamic shared memory (a CuTe DSL kernel's)
 
 
 @dataclasses.dataclass
@@ -130,8 +132,8 @@ class LaunchPlan:
     def describe(self) -> dict:
         """Plain data for a C runtime (issue 24 scope 3): no cuTile, no Python objects.
 
-        ``kernels``: in launch order, each ``{"name", "symbol", "cubin" (bytes), "grid" [3], "block"
-        [1, 1, 1], "shared_bytes" 0, "param_size", "param_offsets", "param_sizes" (per parameter), "param_image"
+        ``kernels``: in launch order, each ``{"name", "symbol", "cubin" (bytes), "grid" [3], "block" [3]
+        ([1, 1, 1] for a tile kernel), "shared_bytes" (0 for a tile kernel), "param_size", "param_offsets", "param_sizes" (per parameter), "param_image"
         (bytes), "addresses": [{"offset", "operand_uid" (None: the workspace), "add"}]}``; ``operands``:
         ``[{"uid", "name", "alignment"}]``; ``workspace_size``: bytes of scratch the addresses of
         ``operand_uid`` None are offsets into. Launch with cuLaunchKernel's ``kernelParams`` (one pointer
@@ -141,7 +143,7 @@ class LaunchPlan:
         return {
             "abi": "cutile_python_v1/int32-index",
             "kernels": [{"name": k.name, "symbol": k.symbol, "cubin": k.cubin, "grid": list(k.grid),
-                         "block": [1, 1, 1], "shared_bytes": 0, "param_size": k.layout.size,
+                         "block": list(k.block), "shared_bytes": k.shared_bytes, "param_size": k.layout.size,
                          "param_offsets": list(k.layout.offsets),
                          "param_sizes": [f.size for f in k.layout.fields], "param_image": k.image,
                          "addresses": [{"offset": o, "operand_uid": None if s < 0 else uids[s], "add": a}
@@ -191,6 +193,10 @@ def prepare(launches, workspace_size: int, arch: str, compile_kernel=_compile) -
     cconv = CallingConvention.cutile_python_v1()
     kernels = []
     for name, grid, kernel, args in launches:
+        if hasattr(kernel, "c_launch"):
+            # a CuTe DSL kernel among the tile kernels (its own cubin, parameters, block and shared memory)
+            kernels.append(kernel.c_launch(name, grid, args, operand_index))
+            continue
         params = []
         for a in args:
             if isinstance(a, (OperandRef, RegionRef)):
@@ -219,7 +225,8 @@ def load(plan: LaunchPlan, layout, workspaces, ordinal: int):
     for k in plan.kernels:
         library = library_load(k.cubin, ordinal)
         libraries.handles.append(library)
-        rows.append((library_kernel(library, k.symbol), k.grid, k.image, k.layout.offsets, k.patches))
+        rows.append((library_kernel(library, k.symbol), k.grid, k.image, k.layout.offsets, k.patches, k.block,
+                     k.shared_bytes))
     return TileLaunch.create(layout, rows, plan.operands, workspaces, ordinal, libraries)
 
 

@@ -80,6 +80,7 @@ class Variant:
     scratch_dtype: str = "float32"   # w, u, kd, the deltas and the chunk-start states of the forward
     group: int = 1          # value heads per query/key head (HV // H)
     gates: GateOptions = GateOptions()
+    prepare: str = "cutile"  # forward chunk_prepare: "cutile", or "cute" (engines/cute/_delta_prepare, sm_90)
 
     @property
     def per_channel(self) -> bool:

@@ -214,7 +214,7 @@ def tile_launch_floor_ns(TileLaunch launch, mapping, int iterations, *, stream=N
                 for i in range(iterations):
                     for k in range(n):
                         kern = launch.kernel(k)
-                        result = tile_launch(kern.function, kern.grid[0], kern.grid[1], kern.grid[2], s,
+                        result = tile_launch(kern.function, kern.grid, kern.block, kern.shared_bytes, s,
                                              params + k * TILE_MAX_PARAMS)
                         if result != 0:
                             break

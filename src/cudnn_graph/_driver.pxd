@@ -50,5 +50,5 @@ cdef class DeviceAllocation:
 
 # Kernels loaded from a cubin (cuLibraryLoadData) and launched with cuLaunchKernel: the cuTile C launch
 # path. tile_launch's entry point is resolved by library_load (call that first); it returns the CUresult.
-cdef int tile_launch(void* function, unsigned int gx, unsigned int gy, unsigned int gz, intptr_t stream,
-                     void** params) noexcept nogil
+cdef int tile_launch(void* function, const unsigned int* grid, const unsigned int* block, unsigned int shared_bytes,
+                     intptr_t stream, void** params) noexcept nogil

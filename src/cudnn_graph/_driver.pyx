@@ -877,13 +877,15 @@ ctypedef int (*cuLaunchKernel_t)(void* function, unsigned int gx, unsigned int g
 cdef cuLaunchKernel_t _launch_kernel = NULL
 
 
-cdef int tile_launch(void* function, unsigned int gx, unsigned int gy, unsigned int gz, intptr_t stream,
-                     void** params) noexcept nogil:
-    # One thread per block and no dynamic shared memory: a tile kernel's launch (the driver sizes the
-    # block from the cubin), as cuda.tile's own launch issues it.
+cdef int tile_launch(void* function, const unsigned int* grid, const unsigned int* block, unsigned int shared_bytes,
+                     intptr_t stream, void** params) noexcept nogil:
+    # A tile kernel's launch has one thread per block and no dynamic shared memory (the driver sizes the
+    # block from the cubin), as cuda.tile's own launch issues it; a CuTe DSL kernel in the same plan
+    # gives its block and dynamic shared memory.
     if _launch_kernel == NULL:
         return -1
-    return _launch_kernel(function, gx, gy, gz, 1, 1, 1, 0, <void*>stream, params, NULL)
+    return _launch_kernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
+                          <void*>stream, params, NULL)
 
 
 def library_load(bytes cubin, int device=0) -> int:

@@ -12,6 +12,8 @@ cdef enum:
 cdef struct TileKernel:
     void* function                 # CUkernel (cuLibraryGetKernel); NULL: never launched (tests)
     unsigned int grid[3]
+    unsigned int block[3]          # (1, 1, 1) for a tile kernel (the driver sizes it from the cubin)
+    unsigned int shared_bytes      # dynamic shared memory (0 for a tile kernel)
     int nbytes
     int nparams
     int npatches

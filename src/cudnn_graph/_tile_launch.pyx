@@ -62,10 +62,11 @@ cdef class TileLaunch:
 
     @staticmethod
     def create(PackLayout layout, kernels, operands, workspaces, int ordinal, keepalive):
-        """A launcher of ``kernels``, each ``(function, grid, image, offsets, patches)``: the CUkernel as an
-        int (0: never launched), a 3-tuple grid, the parameter buffer (bytes), each parameter's offset in
-        it, and per call-supplied address ``(offset, source, add)`` with ``source`` an index into
-        ``operands`` or -1 for the workspace. ``operands``: ``(uid, alignment, name)`` per graph operand
+        """A launcher of ``kernels``, each ``(function, grid, image, offsets, patches[, block,
+        shared_bytes])``: the CUkernel as an int (0: never launched), a 3-tuple grid, the parameter buffer
+        (bytes), each parameter's offset in it, per call-supplied address ``(offset, source, add)`` with
+        ``source`` an index into ``operands`` or -1 for the workspace, and for a kernel that is not a tile
+        kernel (a CuTe DSL one) its block and dynamic shared bytes (default ``(1, 1, 1)``, 0). ``operands``: ``(uid, alignment, name)`` per graph operand
         the kernels address. ``workspaces(stream)`` gives ``(base, [(stream, base), ...])``: the stream's
         workspace block and every block still alive (None where no kernel reads the workspace)."""
         cdef TileLaunch self = TileLaunch.__new__(TileLaunch)
@@ -80,18 +81,28 @@ cdef class TileLaunch:
         self._kernels = <TileKernel*>calloc(len(kernels), sizeof(TileKernel))
         if self._kernels == NULL:
             raise MemoryError()
-        for k, (function, grid, image_bytes, offsets, patches) in enumerate(kernels):
+        for k, row in enumerate(kernels):
+            function, grid, image_bytes, offsets, patches = row[:5]
+            block, shared_bytes = (row[5], row[6]) if len(row) > 5 else ((1, 1, 1), 0)
             if len(offsets) > TILE_MAX_PARAMS or len(image_bytes) > TILE_MAX_PARAM_BYTES:
                 raise InvalidArgumentError(f"kernel {k}", f"at most {TILE_MAX_PARAMS} parameters in "
                                            f"{TILE_MAX_PARAM_BYTES} bytes",
                                            f"{len(offsets)} in {len(image_bytes)} bytes")
             if len(grid) != 3 or min(grid) < 1:
                 raise InvalidArgumentError(f"kernel {k} grid", "three extents >= 1", str(tuple(grid)))
+            if len(block) != 3 or min(block) < 1 or block[0] * block[1] * block[2] > 1024:
+                raise InvalidArgumentError(f"kernel {k} block", "three extents >= 1, at most 1024 threads",
+                                           str(tuple(block)))
+            if not 0 <= shared_bytes <= 48 * 1024:
+                raise InvalidArgumentError(f"kernel {k} shared bytes", "0 to 49152 (no opt-in attribute is set)",
+                                           str(shared_bytes))
             kern = &self._kernels[k]
             self._n_kernels = k + 1          # what __dealloc__ frees from here on
             kern.function = <void*><uintptr_t>function
             for i in range(3):
                 kern.grid[i] = grid[i]
+                kern.block[i] = block[i]
+            kern.shared_bytes = shared_bytes
             kern.nbytes = len(image_bytes)
             kern.nparams = len(offsets)
             kern.npatches = len(patches)
@@ -255,7 +266,7 @@ cdef class TileLaunch:
         for k in range(self._n_kernels):
             kern = &self._kernels[k]
             self.patch(k, addresses, workspace, buffer, params)
-            result = tile_launch(kern.function, kern.grid[0], kern.grid[1], kern.grid[2], stream, params)
+            result = tile_launch(kern.function, kern.grid, kern.block, kern.shared_bytes, stream, params)
             if result != 0:
                 break
         leave_device_nogil(pushed)

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.gpu
 
 cudnn = pytest.importorskip("cudnn_graph")
 from gpu_support import gpu_run, reference_run  # noqa: E402
+from test_cutile_linear_attention import prefer_plan  # noqa: E402
 
 F = cudnn.data_type
 TOLERANCE = {"bfloat16": 3e-2, "float16": 1e-2}
@@ -64,12 +65,13 @@ def make_inputs(op, cu, *, H, HV, K, V, io_np, seed, attrs, g_np=np.float32, par
     return d
 
 
-def builder_for(op, host, io_type, attrs):
+def builder_for(op, host, io_type, attrs, plan=None):
     types = {"cu_seqlens": F.INT32, "initial_state": F.FLOAT, "d_final_state": F.FLOAT}
     np_types = {np.dtype(np.float32): F.FLOAT, np.dtype(np.float16): F.HALF}
 
     def builder(device):
-        g = cudnn.pygraph(io_data_type=io_type, compute_data_type=F.FLOAT, device=device)
+        router = prefer_plan(plan) if plan and device == "cuda" else None
+        g = cudnn.pygraph(io_data_type=io_type, compute_data_type=F.FLOAT, device=device, router=router)
         t = {name: g.tensor(name=name, dim=list(arr.shape), stride=[s // arr.itemsize for s in arr.strides],
                             data_type=types.get(name, np_types.get(arr.dtype, F.BFLOAT16)))
              for name, arr in host.items()}
@@ -92,19 +94,21 @@ def builder_for(op, host, io_type, attrs):
     return builder
 
 
-def run_case(op, cu, *, H=2, HV=4, K=64, V=64, dtype="bfloat16", attrs=None, seed=0, **kinds):
+def run_case(op, cu, *, H=2, HV=4, K=64, V=64, dtype="bfloat16", attrs=None, seed=0, plan=None, **kinds):
     import ml_dtypes
     _require_engine()
     attrs = dict(attrs or {})
     io_np = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
     io_type = {"bfloat16": F.BFLOAT16, "float16": F.HALF}[dtype]
     host = make_inputs(op, cu, H=H, HV=HV, K=K, V=V, io_np=io_np, seed=seed, attrs=attrs, **kinds)
-    builder = builder_for(op, host, io_type, attrs)
+    builder = builder_for(op, host, io_type, attrs, plan)
     g, t = builder("cpu")
     outs = [name for name in t if name not in host]
     want = reference_run(builder, host, outs)
     got, graph = gpu_run(builder, host, outs, "cupy")
     assert graph.selected_plan.engine_id == 20_200, graph.selected_plan
+    if plan:
+        assert graph.selected_plan.label == plan, graph.selected_plan
     errors, failures = {}, []
     for name in outs:
         ref = np.asarray(want[name], np.float64)

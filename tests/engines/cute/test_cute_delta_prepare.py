@@ -1,0 +1,77 @@
+"""The CuTe DSL chunk_prepare for gdn (engines/cute/_delta_prepare), on the CPU: its specialisations compile
+for sm_90a (CUTE_DSL_ARCH names the target: no GPU needed), and the cuTile plan's C launch path gets a
+record for it that matches the cubin: nine addresses then three int32 sizes, its block and its dynamic
+shared memory (at most 48 KB: the C path sets no opt-in attribute). The kernel's results against the
+reference engine are tests/engines/cutile/test_cutile_cute_prepare.py's (H200).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")    # the compile target when no GPU is there to ask
+
+pytest.importorskip("cudnn_graph")
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
+pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the C launch record is the cuTile plan's)")
+
+from cudnn_graph.engines.cute import _delta_prepare  # noqa: E402
+from cudnn_graph.engines.cutile import _abi, _c_launch  # noqa: E402
+from cudnn_graph.engines.cutile import engine as cutile_engine  # noqa: E402
+from cudnn_graph.engines.cutile._variants import Variant  # noqa: E402
+
+# (io, scratch, K, V, key heads, value heads): BF16 at the benchmark's head dims; FP16 with grouped value
+# heads, a wider V than K and f32 scratch (the products stored unstaged).
+CASES = [("bfloat16", "bfloat16", 128, 128, 16, 16), ("float16", "float32", 64, 128, 2, 4)]
+
+
+def _variant(io, scratch, K, V, n_seq=3):
+    return Variant(op="gdn", io_dtype=io, beta_dtype=io, w_dtype=io, K=K, V=V, block_v=32, n_seq=n_seq,
+                   scale=K ** -0.5, use_l2=True, has_h0=False, store_ht=False, scratch_dtype=scratch,
+                   prepare="cute")
+
+
+@pytest.mark.parametrize("io, scratch, K, V, HQ, H", CASES)
+def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, scratch, K, V, HQ, H):
+    launcher = _delta_prepare.PrepareLauncher(io, "float32", io, scratch, K, V, HQ, H, True, 3)
+    cubin, block, shared = launcher.cubin()
+    (symbol,) = _abi.kernel_symbols(cubin)
+    table = _abi.cubin_parameters(cubin, symbol)
+    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(9)] + [(72, 4), (76, 4), (80, 4)]
+    assert block == (128, 1, 1) and table.block in (None, block)
+    assert 0 < shared <= 48 * 1024
+
+
+def _refs(io, scratch, K, V, HQ, H, T=300, k_strides=None):
+    op = _c_launch.OperandRef
+    region = _c_launch.RegionRef
+    chunks = -(-T // 64) + 3
+    k = op(1, "k", io, (T, HQ, K), k_strides or (HQ * K, K, 1))
+    return (k, op(2, "v", io, (T, H, V), (H * V, V, 1)), op(3, "g", "float32", (T, H), (H, 1)),
+            op(4, "beta", io, (T, H), (H, 1)), k, op(5, "cu_seqlens", "int32", (4,), (1,)),
+            region("w", 256, scratch, (chunks, H, 64, K)), region("u", 4096, scratch, (chunks, H, 64, V)),
+            region("g", 8192, "float32", (T, H)), region("kd", 65536, scratch, (chunks, H, 64, K))), chunks
+
+
+def _c_record(io, scratch, K, V, HQ, H, **kw):
+    args, chunks = _refs(io, scratch, K, V, HQ, H, **kw)
+    geometry = type("G", (), {"HQ": HQ, "H": H})()
+    launch = cutile_engine._CutePrepareLaunch(_variant(io, scratch, K, V), geometry, fallback=None)
+    index = {}
+    return launch.c_launch("prepare", (chunks, H, 1), args, lambda ref: index.setdefault(ref.uid, len(index))), chunks
+
+
+def test_the_c_launch_record_patches_each_address_and_writes_the_sizes():
+    import struct
+    record, chunks = _c_record("bfloat16", "bfloat16", 128, 128, 16, 16)
+    assert record.grid == (chunks, 16, 1) and record.block == (128, 1, 1) and record.shared_bytes > 0
+    # k, v, g, beta and cu_seqlens are operands 0-4; w, u, g_out and kd are workspace offsets
+    assert record.patches == [(0, 0, 0), (8, 1, 0), (16, 2, 0), (24, 3, 0), (32, 4, 0), (40, -1, 256),
+                              (48, -1, 4096), (56, -1, 8192), (64, -1, 65536)]
+    assert struct.unpack_from("<iii", record.image, 72) == (300, chunks, 3)
+
+
+def test_a_key_tensor_that_is_not_packed_keeps_the_python_launch_path():
+    with pytest.raises(_c_launch.Unsupported, match="tensor 'k' has strides .* packed row-major"):
+        _c_record("bfloat16", "bfloat16", 64, 64, 2, 2, k_strides=(2 * 64 + 8, 64, 1))
