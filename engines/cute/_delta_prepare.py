@@ -23,26 +23,18 @@ CTA holds its operands in about 60 KB and four CTAs share an SM. The steps, 128 
 """
 from __future__ import annotations
 
-import tempfile
-import warnings
-
 import cuda.bindings.driver as cuda
 
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr, range_constexpr
-from cutlass.cute.runtime import make_ptr
 from cutlass.memory import SmemAllocator
 
-CHUNK = 64
-THREADS = 128
-_PAD = 8                     # elements of padding per shared row (16 bytes): rows start on other banks
-_SEG = 8                     # elements per global access of a row (16 bytes)
-
-_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": cutlass.Float32}
+from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD as _PAD, SEG as _SEG, THREADS, ChunkKernel, KernelLauncher,
+                           compile_kernel, shared_field, shared_struct)
 
 
-class DeltaPrepare:
+class DeltaPrepare(ChunkKernel):
     """One specialisation: the input type, the gate and beta types, K, V, the value heads per key head
     (``group``), the key heads ``HQ``, the value heads ``H`` and whether keys are L2-normalised.
     ``compile()`` gives a launcher ``(k, v, g, beta, cu, w, u, g_out, kd, tokens, chunks, n_seq, stream)``
@@ -52,10 +44,7 @@ class DeltaPrepare:
                  HQ: int, H: int, use_l2: bool):
         if H % HQ:
             raise ValueError(f"value heads {H} are not a multiple of the key heads {HQ}")
-        self.io = _DTYPES[io_dtype]
-        self.g_type = _DTYPES[g_dtype]
-        self.beta_type = _DTYPES[beta_dtype]
-        self.scratch = _DTYPES[scratch_dtype]
+        self.io = DTYPES[io_dtype]
         self.K, self.V, self.HQ, self.H = K, V, HQ, H
         self.group = H // HQ
         self.use_l2 = use_l2
@@ -71,14 +60,10 @@ class DeltaPrepare:
         cumulative gates, beta and the chunk locator's scan."""
         width = self._row_width
 
-        def field(dtype, count):
-            return cute.struct.Align[cute.struct.MemRange[dtype, count], 16]
-
-        # Built from an annotations dict: this module's annotations are strings (postponed evaluation).
-        fields = {"kv": field(self.io, CHUNK * width), "a": field(Float32, CHUNK * (CHUNK + _PAD)),
-                  "gc": field(Float32, CHUNK), "beta": field(Float32, CHUNK), "scan": field(Int32, THREADS),
-                  "where": field(Int32, 4)}
-        return cute.struct(type("DeltaPrepareStorage", (), {"__annotations__": fields}))
+        return shared_struct("DeltaPrepareStorage", {
+            "kv": shared_field(self.io, CHUNK * width), "a": shared_field(Float32, CHUNK * (CHUNK + _PAD)),
+            "gc": shared_field(Float32, CHUNK), "beta": shared_field(Float32, CHUNK),
+            "scan": shared_field(Int32, THREADS), "where": shared_field(Int32, 4)})
 
     def shared_bytes(self) -> int:
         return self.shared_storage().size_in_bytes()
@@ -171,52 +156,9 @@ class DeltaPrepare:
             # stored; v is read into k's place once w is out
             self.product_out(tiled_mma, sTw, sK, mW, c, h, K, tidx)
             cute.arch.sync_threads()
-            self.load_values(mV, sV, start, count, h, tidx)
+            self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
             cute.arch.sync_threads()
             self.product_out(tiled_mma, sTu, sV, mU, c, h, V, tidx)
-
-    @cute.jit
-    def locate_chunk(self, mCu: cute.Tensor, n_seq: Int32, c: Int32, tidx: Int32, sScan: cute.Tensor,
-                     sWhere: cute.Tensor):
-        """sWhere = (sequence, first token, token count) of global chunk c; sequence = n_seq past the last
-        chunk. Sequences are taken 128 at a time: each thread counts one's chunks, a block-wide scan gives
-        where each sequence's chunks start, and the thread whose range holds c writes the answer."""
-        if tidx == 0:
-            sWhere[0] = n_seq
-            sWhere[1] = Int32(0)
-            sWhere[2] = Int32(0)
-        carried = Int32(0)
-        blocks = (n_seq + THREADS - 1) // THREADS
-        for b in cutlass.range(blocks):
-            i = b * THREADS + tidx
-            lo = Int32(0)
-            hi = Int32(0)
-            if i < n_seq:
-                lo = mCu[i]
-                hi = mCu[i + 1]
-            n_chunks = (hi - lo + CHUNK - 1) // CHUNK
-            cute.arch.sync_threads()
-            sScan[tidx] = n_chunks
-            cute.arch.sync_threads()
-            # inclusive Hillis-Steele scan over the 128 counts
-            for step in range_constexpr(7):
-                d = 1 << step
-                add = Int32(0)
-                if tidx >= d:
-                    add = sScan[tidx - d]
-                cute.arch.sync_threads()
-                sScan[tidx] = sScan[tidx] + add
-                cute.arch.sync_threads()
-            ends = carried + sScan[tidx]
-            first = ends - n_chunks
-            if i < n_seq:
-                if c >= first:
-                    if c < ends:
-                        sWhere[0] = i
-                        begin = lo + (c - first) * CHUNK
-                        sWhere[1] = begin
-                        sWhere[2] = cutlass.min(hi - begin, CHUNK)
-            carried = carried + sScan[THREADS - 1]
 
     @cute.jit
     def load_keys(self, mK: cute.Tensor, mKd: cute.Tensor, sK: cute.Tensor, sGc: cute.Tensor, start: Int32,
@@ -239,31 +181,11 @@ class DeltaPrepare:
                 raw.fill(0.0)
             x = raw.load().to(Float32)
             if const_expr(self.use_l2):
-                ss = (x * x).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
-                for lane in range_constexpr(segs.bit_length() - 1):
-                    ss = ss + cute.arch.shuffle_sync_bfly(ss, 1 << lane)
-                inv = cutlass.select_(ss > Float32(0.0), cute.math.rsqrt(ss), Float32(0.0))
-                x = x * inv
+                x = x * self.row_inverse_norm(x, segs)
             raw.store(x.to(self.io))
             cute.autovec_copy(raw, cute.local_tile(sK, (1, _SEG), (row, seg)))
             out.store((x * cute.math.exp(sGc[CHUNK - 1] - sGc[row])).to(mKd.element_type))
             cute.autovec_copy(out, cute.local_tile(gKd, (1, _SEG), (row, seg)))
-
-    @cute.jit
-    def load_values(self, mV: cute.Tensor, sV: cute.Tensor, start: Int32, count: Int32, h: Int32, tidx: Int32):
-        """v's rows into shared memory as load_keys reads k."""
-        segs = self.V // _SEG
-        rows_per_pass = THREADS // segs
-        seg = tidx % segs
-        gV = mV[None, h, None]
-        raw = cute.make_rmem_tensor((1, _SEG), self.io)
-        for p in range_constexpr(CHUNK // rows_per_pass):
-            row = tidx // segs + p * rows_per_pass
-            if row < count:
-                cute.autovec_copy(cute.local_tile(gV, (1, _SEG), (start + row, seg)), raw)
-            else:
-                raw.fill(0.0)
-            cute.autovec_copy(raw, cute.local_tile(sV, (1, _SEG), (row, seg)))
 
     @cute.jit
     def form_a(self, tiled_mma: cute.TiledMma, sK: cute.Tensor, sA: cute.Tensor, sGc: cute.Tensor,
@@ -311,135 +233,42 @@ class DeltaPrepare:
     @cute.jit
     def product_out(self, tiled_mma: cute.TiledMma, sT: cute.Tensor, sX: cute.Tensor, mOut: cute.Tensor,
                     c: Int32, h: Int32, width: cutlass.Constexpr, tidx: Int32):
-        """mOut[c, h] = sT (64 x 64) @ sX (64 x width), X read transposed as the MMA's K-major B. The
-        product is staged in sX's place (X is dead once every warp has its share) and stored in 16-byte
-        row segments (coalesced; the accumulators' own layout would write 4 bytes a lane)."""
+        """mOut[c, h] = sT (64 x 64) @ sX (64 x width), staged in sX's place (X is dead once every warp
+        has its share; f32 scratch needs twice X's room and is stored from the accumulators)."""
         thr = tiled_mma.get_slice(tidx)
-        xt = cute.make_tensor(sX.iterator, cute.make_layout((width, CHUNK), stride=(1, self._row_width)))
-        tA = thr.partition_A(sT)
-        tB = thr.partition_B(xt)
         acc = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, width)), Float32)
         acc.fill(0.0)
-        rA = tiled_mma.make_fragment_A(tA[None, None, 0])
-        rB = tiled_mma.make_fragment_B(tB[None, None, 0])
-        for kb in range_constexpr(cute.size(tA, mode=[2])):
-            cute.autovec_copy(tA[None, None, kb], rA)
-            cute.autovec_copy(tB[None, None, kb], rB)
-            cute.gemm(tiled_mma, acc, rA, rB, acc)
-        out = cute.make_rmem_tensor(acc.shape, mOut.element_type)
-        out.store(acc.load().to(mOut.element_type))
+        self.product_bt(tiled_mma, acc, sT, sX, CHUNK, width, self._row_width, tidx)
         gOut = mOut[c, h, None, None]
         if const_expr(mOut.element_type.width != self.io.width):
-            cute.autovec_copy(out, thr.partition_C(gOut))     # f32 scratch: twice X's room, stored as it is
+            out = cute.make_rmem_tensor(acc.shape, mOut.element_type)
+            out.store(acc.load().to(mOut.element_type))
+            cute.autovec_copy(out, thr.partition_C(gOut))
         else:
             stage = cute.make_tensor(cute.recast_ptr(sX.iterator, dtype=mOut.element_type),
                                      cute.make_layout((CHUNK, width), stride=(self._row_width, 1)))
-            cute.arch.sync_threads()
-            cute.autovec_copy(out, thr.partition_C(stage))
-            cute.arch.sync_threads()
-            segs = width // _SEG
-            rows_per_pass = THREADS // segs
-            seg = tidx % segs
-            for p in range_constexpr(CHUNK // rows_per_pass):
-                row = tidx // segs + p * rows_per_pass
-                cute.autovec_copy(cute.local_tile(stage, (1, _SEG), (row, seg)),
-                                  cute.local_tile(gOut, (1, _SEG), (row, seg)))
-
-
-_ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-
-def compile_prepare(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int, HQ: int,
-                    H: int, use_l2: bool):
-    """Compile one specialisation (CUTE_DSL_ARCH / the current GPU decides the target); the result is
-    called with DSL pointers and sizes (``DeltaPrepare.__call__``'s arguments)."""
-    kernel = DeltaPrepare(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2)
-    ptrs = [_pointer(d, 4096, a) for d, a in _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype)]
-    with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="cudnn_graph_cute_") as dump:
-        # the register-resident loops are unrolled at trace time on purpose (static register indices)
-        warnings.filterwarnings("ignore", message="This static loop has")
-        # the cubin is kept (``__cubin__``) for the C launch path; the DSL's copy on disk goes with ``dump``
-        compiled = cute.compile(kernel, *ptrs, Int32(64), Int32(1), Int32(1), cuda.CUstream(0),
-                                options=f"--keep-cubin --dump-dir {dump}")
-    return compiled, kernel.shared_bytes()
+            self.store_staged(tiled_mma, acc, stage, gOut, 0, CHUNK, width, tidx)
 
 
 def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str) -> tuple:
     """(element type, assumed address alignment) of each pointer argument, in order: k, v, g, beta,
     cu_seqlens, w, u, g_out, kd. The row-major tiles (rows of K or V elements) are assumed 16-byte aligned,
     the per-token vectors element-aligned."""
-    return ((io_dtype, 16), (io_dtype, 16), (g_dtype, _ITEMSIZE[g_dtype]), (beta_dtype, _ITEMSIZE[beta_dtype]),
+    return ((io_dtype, 16), (io_dtype, 16), (g_dtype, ITEMSIZE[g_dtype]), (beta_dtype, ITEMSIZE[beta_dtype]),
             ("int32", 4), (scratch_dtype, 16), (scratch_dtype, 16), ("float32", 4), (scratch_dtype, 16))
 
 
-def _pointer(dtype: str, address: int, align: int):
-    cdt = cutlass.Int32 if dtype == "int32" else _DTYPES[dtype]
-    return make_ptr(cdt, address, cute.AddressSpace.gmem, assumed_align=align)
+def compile_prepare(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int, HQ: int,
+                    H: int, use_l2: bool):
+    """(compiled kernel, dynamic shared bytes) of one specialisation (CUTE_DSL_ARCH / the current GPU
+    decides the target); the kernel is called with DSL pointers and sizes (``DeltaPrepare.__call__``)."""
+    return compile_kernel(DeltaPrepare(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2),
+                          _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype))
 
 
-class PrepareLauncher:
-    """A compiled specialisation and the checks that its launch is valid for the buffers at hand:
-    ``launcher(stream, k, v, g, beta, cu, w, u, g_out, kd)`` with Slots (the engine's operands and
-    workspace regions) launches and returns True, or returns False without launching when a buffer is not
-    packed row-major or not aligned as the kernel assumes (the caller runs its cuTile kernel instead)."""
-
-    dsl_launch = True
-
-    def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int, HQ: int,
-                 H: int, use_l2: bool, n_seq: int):
-        self._key = (io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2)
-        self._types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype)
-        self.n_seq = n_seq
-        self._compiled = None
-        self._shared_bytes = 0
-        self._streams = {}
-
-    def compile(self) -> None:
-        if self._compiled is None:
-            self._compiled, self._shared_bytes = _compiled(self._key)
-
-    def cubin(self) -> tuple:
-        """(cubin, block, dynamic shared bytes) of the kernel, for a launch from C: its parameters are the
-        nine addresses of ``__call__`` then tokens, chunks and sequences as int32."""
-        self.compile()
-        cubin = self._compiled.__cubin__
-        if not cubin:
-            raise RuntimeError("the CuTe DSL kept no cubin of the chunk_prepare kernel")
-        return bytes(cubin), (THREADS, 1, 1), self._shared_bytes
-
-    def usable(self, slots) -> bool:
-        """Whether every slot is packed row-major and aligned as the kernel assumes."""
-        for slot, (_, align) in zip(slots, self._types):
-            if slot.data_ptr % align:
-                return False
-            expected, step = [], 1
-            for extent in reversed(slot.shape):
-                expected.append(step)
-                step *= extent
-            if tuple(slot.strides) != tuple(reversed(expected)) and slot.numel > 1:
-                return False
-        return True
-
-    def __call__(self, stream: int, slots, chunks: int) -> bool:
-        if not self.usable(slots):
-            return False
-        self.compile()
-        handle = self._streams.get(stream)
-        if handle is None:
-            handle = self._streams[stream] = cuda.CUstream(stream)
-        tokens = slots[0].shape[0]
-        self._compiled(*[_pointer(d, s.data_ptr, a) for (d, a), s in zip(self._types, slots)], Int32(tokens),
-                       Int32(chunks), Int32(self.n_seq), handle)
-        return True
-
-
-_COMPILED = {}
-
-
-def _compiled(key):
-    """(compiled kernel, its dynamic shared bytes), one compile per specialisation per process (sizes are
-    runtime arguments)."""
-    found = _COMPILED.get(key)
-    if found is None:
-        found = _COMPILED[key] = compile_prepare(*key)
-    return found
+def prepare_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int, HQ: int,
+                     H: int, use_l2: bool, n_seq: int) -> KernelLauncher:
+    """The launcher of one specialisation; its slots: k, v, g, beta, cu_seqlens, w, u, g_out, kd."""
+    key = ("chunk_prepare", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2)
+    return KernelLauncher(lambda: DeltaPrepare(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2),
+                          key, _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype), n_seq)

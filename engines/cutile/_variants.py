@@ -81,6 +81,7 @@ class Variant:
     group: int = 1          # value heads per query/key head (HV // H)
     gates: GateOptions = GateOptions()
     prepare: str = "cutile"  # forward chunk_prepare: "cutile", or "cute" (engines/cute/_delta_prepare, sm_90)
+    output: str = "cutile"   # forward chunk_output: "cutile", or "cute" (engines/cute/_delta_output, sm_90)
 
     @property
     def per_channel(self) -> bool:

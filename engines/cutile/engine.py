@@ -62,8 +62,10 @@ def _cdiv(a: int, b: int) -> int:
 # float32; mma: input type of the w / u, state and output products ("auto": BF16 for BF16 inputs, as fla,
 # else TF32; the UT inverse is TF32 always).
 # The default was measured fastest on the H200 (issue 8 note).
-DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "output_block_v": 0, "scratch": "io", "prepare": "cutile"}
+DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "output_block_v": 0, "scratch": "io", "prepare": "cutile",
+                 "output": "cutile"}
 VARIANT_KNOBS = {
+    "cute": {"prepare": "cute", "output": "cute"},
     "cute_prepare": {"prepare": "cute"},
     "tf32": {"mma": "tf32"},
     "bv64": {"block_v": 64},
@@ -73,7 +75,7 @@ VARIANT_KNOBS = {
     "f32_scratch": {"scratch": "f32"},
 }
 MMA_TYPES = ("auto", "tf32", "bf16")
-PREPARE_KERNELS = ("cutile", "cute")
+KERNEL_SOURCES = ("cutile", "cute")     # the prepare / output knobs: the cuTile kernel or the CuTe DSL one
 
 # execute() launches from C (compiled cubins, prebuilt parameters; _c_launch) where it can; False: every
 # launch through ct.launch (the tests' reference for the C path's outputs).
@@ -178,22 +180,33 @@ def _support_reason(graph, node) -> str | None:
     return None
 
 
-class _CutePrepareLaunch:
-    """chunk_prepare through the CuTe DSL kernel (engines/cute/_delta_prepare), or through the cuTile one
-    for a call whose buffers that kernel does not take (not packed row-major, or misaligned)."""
+class _CuteLaunch:
+    """A cuTile launch through a CuTe DSL kernel (engines/cute/_delta_prepare, _delta_output: gdn on sm_90)
+    that takes the same arguments, or through the cuTile kernel for a call whose buffers the CuTe one does
+    not take (not packed row-major, or misaligned). ``operands(args)`` picks the CuTe kernel's buffers from
+    the cuTile kernel's arguments, in its pointer order."""
 
-    def __init__(self, variant: Variant, geometry: "_Geometry", fallback):
-        from ..cute._delta_prepare import PrepareLauncher
-        self._launcher = PrepareLauncher(variant.io_dtype, variant.gates.g_dtype if not variant.gates.on_gate
-                                         else "float32", variant.beta_dtype, variant.scratch_dtype, variant.K,
-                                         variant.V, geometry.HQ, geometry.H, variant.use_l2, variant.n_seq)
+    def __init__(self, launcher, fallback, operands):
+        self._launcher = launcher
         self._fallback = fallback
+        self._operands = operands
 
     @staticmethod
-    def _operands(args: tuple) -> tuple:
-        """The kernel's buffers among chunk_prepare's arguments: k, v, g, beta, cu_seqlens, w, u, g_out, kd."""
-        k, v, g, beta, _wgate, cu, w, u, g_out, kd = args[:10]
-        return k, v, g, beta, cu, w, u, g_out, kd
+    def prepare(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
+        """chunk_prepare: the CuTe kernel reads k, v, g, beta, cu_seqlens and writes w, u, g_out, kd."""
+        from ..cute._delta_prepare import prepare_launcher
+        g_dtype = "float32" if variant.gates.on_gate else variant.gates.g_dtype
+        launcher = prepare_launcher(variant.io_dtype, g_dtype, variant.beta_dtype, variant.scratch_dtype, variant.K,
+                                    variant.V, geometry.HQ, geometry.H, variant.use_l2, variant.n_seq)
+        return _CuteLaunch(launcher, fallback, lambda a: (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9]))
+
+    @staticmethod
+    def output(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
+        """chunk_output: the CuTe kernel reads q, k, d, the cumulative gates, cu_seqlens, hs and writes o."""
+        from ..cute._delta_output import output_launcher
+        launcher = output_launcher(variant.io_dtype, variant.K, variant.V, geometry.HQ, geometry.H, variant.use_l2,
+                                   variant.scale, variant.n_seq)
+        return _CuteLaunch(launcher, fallback, lambda a: a[:7])
 
     def __call__(self, stream: int, grid: tuple, args: tuple) -> None:
         if not self._launcher(stream, self._operands(args), grid[0]):
@@ -201,7 +214,7 @@ class _CutePrepareLaunch:
             ct.launch(stream, grid, self._fallback, args)
 
     def c_launch(self, name: str, grid: tuple, args: tuple, operand_index):
-        """This launch for the C path (``_c_launch.prepare``): the CuTe cubin, its parameter buffer (nine
+        """This launch for the C path (``_c_launch.prepare``): the CuTe cubin, its parameter buffer (the
         addresses, then tokens, chunks and sequences as int32; checked against the cubin's own table) and
         its block and dynamic shared memory. Unsupported where an operand is not packed row-major."""
         import struct
@@ -210,11 +223,11 @@ class _CutePrepareLaunch:
         for ref in refs:
             if tuple(ref.strides) != _c_launch.RegionRef("", 0, ref.dtype, tuple(ref.shape)).strides:
                 raise _c_launch.Unsupported(f"{_c_launch._label(ref)} has strides {ref.strides}; the CuTe "
-                                            "chunk_prepare reads packed row-major buffers")
+                                            f"{name} kernel reads packed row-major buffers")
         cubin, block, shared = self._launcher.cubin()
         symbols = _abi.kernel_symbols(cubin)
         if len(symbols) != 1:
-            raise _c_launch.Unsupported(f"the CuTe chunk_prepare's cubin has kernels {symbols}; expected one")
+            raise _c_launch.Unsupported(f"the CuTe {name} kernel's cubin has kernels {symbols}; expected one")
         symbol = symbols[0]
         n = len(refs)
         fields = [_abi.Field(i, "address", 0, 8 * i, 8) for i in range(n)]
@@ -239,7 +252,9 @@ class CutileForwardPlan(CompiledPlan):
         self._gates, self._prepare, self._state_pass, self._output = _kernels.forward_kernels(variant.per_channel)
         self._gate_activation = _kernels.gate_activation
         if variant.prepare == "cute":
-            self._prepare = _CutePrepareLaunch(variant, geometry, self._prepare)
+            self._prepare = _CuteLaunch.prepare(variant, geometry, self._prepare)
+        if variant.output == "cute":
+            self._output = _CuteLaunch.output(variant, geometry, self._output)
         self.variant = variant
         self._geometry = geometry
         self._device = graph.device_code
@@ -338,7 +353,7 @@ class CutileForwardPlan(CompiledPlan):
         import cuda.tile as ct
         hook = self.launch_hook
         for name, grid, kernel, args in launches:
-            if isinstance(kernel, _CutePrepareLaunch):
+            if isinstance(kernel, _CuteLaunch):
                 run = (lambda grid=grid, kernel=kernel, args=args: kernel(stream, grid, args))
             else:
                 run = (lambda grid=grid, kernel=kernel, args=args: ct.launch(stream, grid, kernel, args))
@@ -578,20 +593,20 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                engine=self, priority=10.0 if mma == "tf32" else 1.0, workspace_size=size)
                     for mma in ("tf32", "auto")]
         plans = []
-        cute_prepare = _cute_prepare_reason(graph, node) is None
+        cute_prepare = _cute_kernels_reason(graph, node) is None
         for suffix, extra in (("", {}), *VARIANT_KNOBS.items()):
             knobs = {**DEFAULT_KNOBS, **extra}
             V = node.inputs["v"].dim[2]
             if V % max(knobs["block_v"], knobs["output_block_v"]) or extra.get("output_block_v") == V:
                 continue     # a block wider than V, or the same kernels as the default
-            if knobs["prepare"] == "cute" and not cute_prepare:
+            if "cute" in (knobs["prepare"], knobs["output"]) and not cute_prepare:
                 continue
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
-            # The default ranks first, except where the CuTe chunk_prepare can run: that plan measured
-            # faster on the H200 (chunk_prepare 0.117 vs 0.243 ms at 4 x 2048 tokens, 16 heads, K = V = 128,
-            # bf16; docs/engines_cutile.md). The other variants are there to be pinned (plan index, a
-            # router) or timed.
-            priority = 20.0 if suffix == "cute_prepare" else 10.0 if not suffix else 1.0
+            # The default ranks first, except where the CuTe kernels can run (gdn on sm_90): those plans
+            # measured faster on the H200 (chunk_prepare 0.117 vs 0.243 ms at 4 x 2048 tokens, 16 heads,
+            # K = V = 128, bf16; docs/engines_cutile.md). The other variants are there to be pinned (plan
+            # index, a router) or timed.
+            priority = {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self, priority=priority,
                                     workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
                                                              ).workspace_size))
@@ -627,24 +642,31 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         if output_block_v not in (0, 32, 64, 128) or (output_block_v and geometry.V % output_block_v):
             raise GraphNotSupportedError(f"output_block_v={output_block_v} is not 0 or one of 32, 64, 128 "
                                          f"dividing V={geometry.V}")
-        if knobs["prepare"] not in PREPARE_KERNELS:
-            raise GraphNotSupportedError(f"prepare={knobs['prepare']!r}; expected one of {PREPARE_KERNELS}")
-        if knobs["prepare"] == "cute":
-            reason = _cute_prepare_reason(graph, node)
-            if reason is not None:
-                raise GraphNotSupportedError(f"prepare='cute': {reason}")
+        for knob in ("prepare", "output"):
+            if knobs[knob] not in KERNEL_SOURCES:
+                raise GraphNotSupportedError(f"{knob}={knobs[knob]!r}; expected one of {KERNEL_SOURCES}")
+            if knobs[knob] == "cute":
+                reason = _cute_kernels_reason(graph, node)
+                if reason is not None:
+                    raise GraphNotSupportedError(f"{knob}='cute': {reason}")
+        if knobs["output"] == "cute" and (not io_scratch or output_block_v):
+            raise GraphNotSupportedError("output='cute' reads the deltas and states in the input type over all "
+                                         f"of V (scratch='io', output_block_v=0); got scratch={knobs['scratch']!r}, "
+                                         f"output_block_v={output_block_v}")
         low = {"bf16": True, "tf32": False}.get(knobs["mma"])   # None: auto
         variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
                                       output_block_v=output_block_v or geometry.V,
-                                      scratch_dtype=io_scratch or "float32", prepare=knobs["prepare"])
+                                      scratch_dtype=io_scratch or "float32", prepare=knobs["prepare"],
+                                      output=knobs["output"])
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 
-def _cute_prepare_reason(graph, node) -> str | None:
-    """Why the CuTe DSL chunk_prepare (engines/cute/_delta_prepare) cannot stand in for the cuTile one for
-    this node, or None when it can: gdn's forward (a per-token gate) on sm_90 with the DSL installed."""
+def _cute_kernels_reason(graph, node) -> str | None:
+    """Why the CuTe DSL chunk_prepare and chunk_output (engines/cute/_delta_prepare, _delta_output) cannot
+    stand in for the cuTile ones for this node, or None when they can: gdn's forward (a per-token gate) on
+    sm_90 with the DSL installed."""
     if node.op != "gdn":
-        return f"the CuTe chunk_prepare takes gdn's per-token gate; {node.op} is not gdn"
+        return f"the CuTe kernels take gdn's per-token gate; {node.op} is not gdn"
     try:
         from ..cute import _toolchain as cute_toolchain     # the package refuses to import without the DSL
     except ImportError as exc:
@@ -657,7 +679,7 @@ def _cute_prepare_reason(graph, node) -> str | None:
     except RuntimeError as exc:
         return f"no CUDA device to query ({exc})"
     if cc != (9, 0):
-        return f"the CuTe chunk_prepare is built for sm_90; device {graph.device[1]} is sm_{cc[0]}{cc[1]}"
+        return f"the CuTe kernels are built for sm_90; device {graph.device[1]} is sm_{cc[0]}{cc[1]}"
     return None
 
 

@@ -34,7 +34,7 @@ def _variant(io, scratch, K, V, n_seq=3):
 
 @pytest.mark.parametrize("io, scratch, K, V, HQ, H", CASES)
 def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, scratch, K, V, HQ, H):
-    launcher = _delta_prepare.PrepareLauncher(io, "float32", io, scratch, K, V, HQ, H, True, 3)
+    launcher = _delta_prepare.prepare_launcher(io, "float32", io, scratch, K, V, HQ, H, True, 3)
     cubin, block, shared = launcher.cubin()
     (symbol,) = _abi.kernel_symbols(cubin)
     table = _abi.cubin_parameters(cubin, symbol)
@@ -57,7 +57,7 @@ def _refs(io, scratch, K, V, HQ, H, T=300, k_strides=None):
 def _c_record(io, scratch, K, V, HQ, H, **kw):
     args, chunks = _refs(io, scratch, K, V, HQ, H, **kw)
     geometry = type("G", (), {"HQ": HQ, "H": H})()
-    launch = cutile_engine._CutePrepareLaunch(_variant(io, scratch, K, V), geometry, fallback=None)
+    launch = cutile_engine._CuteLaunch.prepare(_variant(io, scratch, K, V), geometry, fallback=None)
     index = {}
     return launch.c_launch("prepare", (chunks, H, 1), args, lambda ref: index.setdefault(ref.uid, len(index))), chunks
 

@@ -374,20 +374,20 @@ def test_declines_do_not_repeat_the_engine_name():
     assert engine.name not in message
 
 
-def _proposed(cg, g, cute_prepare_reason=None):
+def _proposed(cg, g, cute_reason=None):
     """The engine's plans for ``g`` with the device checks stubbed (no GPU here to query); the CuTe
-    chunk_prepare's own check answers ``cute_prepare_reason``."""
+    kernels' own check answers ``cute_reason``."""
     from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
     from cudnn_graph.engines.cutile import engine as cutile_engine
     engine = CutileLinearAttentionEngine()
     engine.missing = None
-    saved = cutile_engine._support_reason, cutile_engine._cute_prepare_reason
+    saved = cutile_engine._support_reason, cutile_engine._cute_kernels_reason
     cutile_engine._support_reason = lambda graph, node: None
-    cutile_engine._cute_prepare_reason = lambda graph, node: cute_prepare_reason
+    cutile_engine._cute_kernels_reason = lambda graph, node: cute_reason
     try:
         return engine.propose_plans(g)
     finally:
-        cutile_engine._support_reason, cutile_engine._cute_prepare_reason = saved
+        cutile_engine._support_reason, cutile_engine._cute_kernels_reason = saved
 
 
 def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
@@ -395,40 +395,40 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     from cudnn_graph.engines.cutile import engine as cutile_engine
     g = _gdn_graph(cg, cg.data_type.BFLOAT16, 128, 128)
     g.validate()
-    plans = _proposed(cg, g, cute_prepare_reason="not sm_90")
+    plans = _proposed(cg, g, cute_reason="not sm_90")
     names = [p.label for p in plans]
     assert names[0] == "cutile_gdn_chunk64" and plans[0].knobs == cutile_engine.DEFAULT_KNOBS
-    assert names[1:] == [f"cutile_gdn_chunk64_{v}" for v in cutile_engine.VARIANT_KNOBS if v != "cute_prepare"]
+    assert names[1:] == [f"cutile_gdn_chunk64_{v}" for v in cutile_engine.VARIANT_KNOBS if not v.startswith("cute")]
     assert all(p.priority < plans[0].priority for p in plans[1:])
     wide = [p for p in plans if p.knobs["scratch"] == "f32"]
     assert wide and all(p.workspace_size > plans[0].workspace_size for p in wide)
 
 
-def test_the_cute_prepare_plan_ranks_first_where_its_kernel_can_run():
+def test_the_cute_plan_ranks_first_where_its_kernels_can_run():
     cg = _package()
     g = _gdn_graph(cg, cg.data_type.BFLOAT16, 128, 128)
     g.validate()
     plans = _proposed(cg, g)
     best = max(plans, key=lambda p: p.priority)
-    assert best.label == "cutile_gdn_chunk64_cute_prepare" and best.knobs["prepare"] == "cute"
+    assert best.label == "cutile_gdn_chunk64_cute" and best.knobs["prepare"] == best.knobs["output"] == "cute"
     assert sum(p.priority == best.priority for p in plans) == 1
 
 
-def test_the_cute_prepare_plan_is_left_out_where_its_kernel_cannot_run():
+def test_the_cute_plans_are_left_out_where_their_kernels_cannot_run():
     cg = _package()
     g = _gdn_graph(cg, cg.data_type.BFLOAT16, 128, 128)
     g.validate()
-    names = [p.label for p in _proposed(cg, g, cute_prepare_reason="the CuTe chunk_prepare is built for sm_90")]
-    assert "cutile_gdn_chunk64_cute_prepare" not in names and "cutile_gdn_chunk64" in names
+    names = [p.label for p in _proposed(cg, g, cute_reason="the CuTe kernels are built for sm_90")]
+    assert not [n for n in names if "cute" in n.removeprefix("cutile")] and "cutile_gdn_chunk64" in names
 
 
-def test_the_cute_prepare_takes_gdn_alone_and_says_why_not():
+def test_the_cute_kernels_take_gdn_alone_and_say_why_not():
     _package()
     import types
     from cudnn_graph.engines.cutile import engine as cutile_engine
     for op in ("kda", "gdn2", "gdn_bwd"):
-        reason = cutile_engine._cute_prepare_reason(None, types.SimpleNamespace(op=op))
-        assert reason == f"the CuTe chunk_prepare takes gdn's per-token gate; {op} is not gdn"
+        reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op))
+        assert reason == f"the CuTe kernels take gdn's per-token gate; {op} is not gdn"
 
 
 # ----------------------------------------- the chunked backward (gdn_bwd, kda_bwd, gdn2_bwd), in NumPy

@@ -1,0 +1,242 @@
+"""What the CuTe DSL kernels of the chunked delta rule share (engines/cute/_delta_prepare, _delta_output):
+the chunk geometry, the chunk locator, row loads and stores in 16-byte segments, a tile product whose B
+operand is read transposed from shared memory, and the launcher the cuTile plan calls.
+
+Each kernel runs one CTA of 128 threads per (chunk of 64 tokens, value head) and takes bare pointers and
+three int32 sizes (tokens, chunks, sequences), so that a launch from C fills its parameters as the cuTile
+kernels' are filled (engines/cutile/engine.py ``_CuteLaunch.c_launch``).
+"""
+from __future__ import annotations
+
+import tempfile
+import warnings
+
+import cuda.bindings.driver as cuda
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr, range_constexpr
+from cutlass.cute.runtime import make_ptr
+
+CHUNK = 64
+THREADS = 128
+PAD = 8                      # elements of padding per shared row (16 bytes): rows start on other banks
+SEG = 8                      # elements per global access of a row (16 bytes)
+MAX_SHARED_BYTES = 48 * 1024  # the C path launches without the opt-in attribute for more
+
+DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": cutlass.Float32}
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4}
+
+
+def shared_field(dtype, count):
+    """A 16-byte aligned array of ``count`` ``dtype`` elements as a shared-storage struct field."""
+    return cute.struct.Align[cute.struct.MemRange[dtype, count], 16]
+
+
+def shared_struct(name: str, fields: dict):
+    """A shared-storage struct from a {name: shared_field} dict (the kernels' modules postpone annotation
+    evaluation, so the struct cannot be written as a class body)."""
+    return cute.struct(type(name, (), {"__annotations__": fields}))
+
+
+class ChunkKernel:
+    """Device helpers of the chunk kernels; subclasses set ``io`` (the input type)."""
+
+    @cute.jit
+    def locate_chunk(self, mCu: cute.Tensor, n_seq: Int32, c: Int32, tidx: Int32, sScan: cute.Tensor,
+                     sWhere: cute.Tensor):
+        """sWhere = (sequence, first token, token count) of global chunk c; sequence = n_seq past the last
+        chunk. Sequences are taken 128 at a time: each thread counts one's chunks, a block-wide scan gives
+        where each sequence's chunks start, and the thread whose range holds c writes the answer."""
+        if tidx == 0:
+            sWhere[0] = n_seq
+            sWhere[1] = Int32(0)
+            sWhere[2] = Int32(0)
+        carried = Int32(0)
+        blocks = (n_seq + THREADS - 1) // THREADS
+        for b in cutlass.range(blocks):
+            i = b * THREADS + tidx
+            lo = Int32(0)
+            hi = Int32(0)
+            if i < n_seq:
+                lo = mCu[i]
+                hi = mCu[i + 1]
+            n_chunks = (hi - lo + CHUNK - 1) // CHUNK
+            cute.arch.sync_threads()
+            sScan[tidx] = n_chunks
+            cute.arch.sync_threads()
+            # inclusive Hillis-Steele scan over the 128 counts
+            for step in range_constexpr(7):
+                d = 1 << step
+                add = Int32(0)
+                if tidx >= d:
+                    add = sScan[tidx - d]
+                cute.arch.sync_threads()
+                sScan[tidx] = sScan[tidx] + add
+                cute.arch.sync_threads()
+            ends = carried + sScan[tidx]
+            first = ends - n_chunks
+            if i < n_seq:
+                if c >= first:
+                    if c < ends:
+                        sWhere[0] = i
+                        begin = lo + (c - first) * CHUNK
+                        sWhere[1] = begin
+                        sWhere[2] = cutlass.min(hi - begin, CHUNK)
+            carried = carried + sScan[THREADS - 1]
+
+    @cute.jit
+    def load_rows(self, src: cute.Tensor, dst: cute.Tensor, start: Int32, count: Int32, width: cutlass.Constexpr,
+                  normalise: cutlass.Constexpr, tidx: Int32):
+        """Rows [start, start + 64) of ``src`` (tokens x width) into ``dst`` (64 x width, shared) in 16-byte
+        segments (a warp reads whole rows: coalesced), zeros past ``count``; L2-normalised per row when
+        ``normalise`` (the row's lanes sum their squares by shuffles)."""
+        segs = width // SEG
+        rows_per_pass = THREADS // segs
+        seg = tidx % segs
+        raw = cute.make_rmem_tensor((1, SEG), self.io)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            if row < count:
+                cute.autovec_copy(cute.local_tile(src, (1, SEG), (start + row, seg)), raw)
+            else:
+                raw.fill(0.0)
+            if const_expr(normalise):
+                x = raw.load().to(Float32)
+                x = x * self.row_inverse_norm(x, segs)
+                raw.store(x.to(self.io))
+            cute.autovec_copy(raw, cute.local_tile(dst, (1, SEG), (row, seg)))
+
+    @cute.jit
+    def row_inverse_norm(self, x, segs: cutlass.Constexpr):
+        """1 / ||row|| over the ``segs`` lanes that hold a row's segments (0 for a zero row)."""
+        ss = (x * x).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+        for lane in range_constexpr(segs.bit_length() - 1):
+            ss = ss + cute.arch.shuffle_sync_bfly(ss, 1 << lane)
+        return cutlass.select_(ss > Float32(0.0), cute.math.rsqrt(ss), Float32(0.0))
+
+    @cute.jit
+    def product_bt(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, sX: cute.Tensor,
+                   rows: cutlass.Constexpr, width: cutlass.Constexpr, row_stride: cutlass.Constexpr, tidx: Int32):
+        """acc (64 x width) += sA (64 x rows) @ X, X (rows x width, row-major, ``row_stride`` apart in shared
+        memory) read transposed as the MMA's K-major B operand."""
+        xt = cute.make_tensor(sX.iterator, cute.make_layout((width, rows), stride=(1, row_stride)))
+        self.product(tiled_mma, acc, sA, xt, tidx)
+
+    @cute.jit
+    def product(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor, tidx: Int32):
+        """acc (M x N) += sA (M x K) @ sB^T, sB given as N x K (shared memory, any layout), a k-block of 16
+        at a time in registers."""
+        thr = tiled_mma.get_slice(tidx)
+        tA = thr.partition_A(sA)
+        tB = thr.partition_B(sB)
+        rA = tiled_mma.make_fragment_A(tA[None, None, 0])
+        rB = tiled_mma.make_fragment_B(tB[None, None, 0])
+        for kb in range_constexpr(cute.size(tA, mode=[2])):
+            cute.autovec_copy(tA[None, None, kb], rA)
+            cute.autovec_copy(tB[None, None, kb], rB)
+            cute.gemm(tiled_mma, acc, rA, rB, acc)
+
+    @cute.jit
+    def store_staged(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, stage: cute.Tensor, dst: cute.Tensor,
+                     start: Int32, count: Int32, width: cutlass.Constexpr, tidx: Int32):
+        """acc (64 x width, f32) in ``dst``'s type through ``stage`` (shared, 64 x width, free to overwrite
+        once every thread is past the barrier here) into ``dst``'s rows start + [0, count) in 16-byte
+        segments (coalesced; the accumulators' own layout would write 4 bytes a lane)."""
+        thr = tiled_mma.get_slice(tidx)
+        out = cute.make_rmem_tensor(acc.shape, dst.element_type)
+        out.store(acc.load().to(dst.element_type))
+        cute.arch.sync_threads()
+        cute.autovec_copy(out, thr.partition_C(stage))
+        cute.arch.sync_threads()
+        segs = width // SEG
+        rows_per_pass = THREADS // segs
+        seg = tidx % segs
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            if row < count:
+                cute.autovec_copy(cute.local_tile(stage, (1, SEG), (row, seg)),
+                                  cute.local_tile(dst, (1, SEG), (start + row, seg)))
+
+
+def pointer(dtype: str, address: int, align: int):
+    cdt = cutlass.Int32 if dtype == "int32" else DTYPES[dtype]
+    return make_ptr(cdt, address, cute.AddressSpace.gmem, assumed_align=align)
+
+
+def compile_kernel(kernel, pointer_types):
+    """(compiled kernel, its dynamic shared bytes): ``kernel`` (a ChunkKernel with ``__call__`` taking the
+    pointers, tokens, chunks, sequences and a stream) compiled for CUTE_DSL_ARCH / the current GPU, its
+    cubin kept (``__cubin__``) for the C launch path."""
+    ptrs = [pointer(d, 4096, a) for d, a in pointer_types]
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="cudnn_graph_cute_") as dump:
+        # the register-resident loops are unrolled at trace time on purpose (static register indices)
+        warnings.filterwarnings("ignore", message="This static loop has")
+        compiled = cute.compile(kernel, *ptrs, Int32(64), Int32(1), Int32(1), cuda.CUstream(0),
+                                options=f"--keep-cubin --dump-dir {dump}")
+    shared = kernel.shared_bytes()
+    if shared > MAX_SHARED_BYTES:
+        raise ValueError(f"{type(kernel).__name__} takes {shared} bytes of shared memory; at most "
+                         f"{MAX_SHARED_BYTES} launch without an opt-in")
+    return compiled, shared
+
+
+_COMPILED = {}
+
+
+class KernelLauncher:
+    """One specialisation of a chunk kernel, compiled at first use (once per process) and the checks that
+    its launch is valid for the buffers at hand: ``launcher(stream, slots, chunks)`` with Slots (the
+    engine's operands and workspace regions, in the kernel's pointer order) launches and returns True, or
+    returns False without launching when a buffer is not packed row-major or not aligned as the kernel
+    assumes (the caller runs its cuTile kernel instead)."""
+
+    def __init__(self, make_kernel, key: tuple, pointer_types: tuple, n_seq: int):
+        self._make_kernel = make_kernel
+        self._key = key
+        self._types = pointer_types
+        self.n_seq = n_seq
+        self._compiled = None
+        self._shared_bytes = 0
+        self._streams = {}
+
+    def compile(self) -> None:
+        if self._compiled is None:
+            found = _COMPILED.get(self._key)
+            if found is None:
+                found = _COMPILED[self._key] = compile_kernel(self._make_kernel(), self._types)
+            self._compiled, self._shared_bytes = found
+
+    def cubin(self) -> tuple:
+        """(cubin, block, dynamic shared bytes) of the kernel, for a launch from C: its parameters are the
+        addresses in pointer order, then tokens, chunks and sequences as int32."""
+        self.compile()
+        cubin = self._compiled.__cubin__
+        if not cubin:
+            raise RuntimeError(f"the CuTe DSL kept no cubin of {self._key[0]}")
+        return bytes(cubin), (THREADS, 1, 1), self._shared_bytes
+
+    def usable(self, slots) -> bool:
+        """Whether every slot is packed row-major and aligned as the kernel assumes."""
+        for slot, (_, align) in zip(slots, self._types):
+            if slot.data_ptr % align:
+                return False
+            expected, step = [], 1
+            for extent in reversed(slot.shape):
+                expected.append(step)
+                step *= extent
+            if tuple(slot.strides) != tuple(reversed(expected)) and slot.numel > 1:
+                return False
+        return True
+
+    def __call__(self, stream: int, slots, chunks: int) -> bool:
+        if not self.usable(slots):
+            return False
+        self.compile()
+        handle = self._streams.get(stream)
+        if handle is None:
+            handle = self._streams[stream] = cuda.CUstream(stream)
+        tokens = slots[0].shape[0]
+        self._compiled(*[pointer(d, s.data_ptr, a) for (d, a), s in zip(self._types, slots)], Int32(tokens),
+                       Int32(chunks), Int32(self.n_seq), handle)
+        return True

@@ -1,0 +1,35 @@
+"""The CuTe DSL chunk_output for gdn (engines/cute/_delta_output), on the CPU: its specialisations compile for
+sm_90a with the parameters the cuTile plan's C launch path writes (seven addresses, then tokens, chunks and
+sequences as int32), a block of 128 and at most 48 KB of dynamic shared memory. The kernel's results are
+tests/engines/cutile/test_cutile_cute_kernels.py's (H200).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")    # the compile target when no GPU is there to ask
+
+pytest.importorskip("cudnn_graph")
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
+pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
+
+from cudnn_graph.engines.cute import _delta_output  # noqa: E402
+from cudnn_graph.engines.cutile import _abi  # noqa: E402
+
+
+@pytest.mark.parametrize("io, K, V, HQ, H", [("bfloat16", 128, 128, 16, 16), ("float16", 64, 128, 2, 4)])
+def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, HQ, H):
+    launcher = _delta_output.output_launcher(io, K, V, HQ, H, True, K ** -0.5, 3)
+    cubin, block, shared = launcher.cubin()
+    (symbol,) = _abi.kernel_symbols(cubin)
+    table = _abi.cubin_parameters(cubin, symbol)
+    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(7)] + [(56, 4), (60, 4), (64, 4)]
+    assert block == (128, 1, 1) and table.block in (None, block)
+    assert 0 < shared <= 48 * 1024
+
+
+def test_grouped_heads_must_divide():
+    with pytest.raises(ValueError, match="value heads 3 are not a multiple of the key heads 2"):
+        _delta_output.DeltaOutput("bfloat16", 64, 64, 2, 3, True, 0.125)
