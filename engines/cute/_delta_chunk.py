@@ -86,11 +86,24 @@ class ChunkKernel:
             carried = carried + sScan[THREADS - 1]
 
     @cute.jit
+    def chunk_of_block(self, mCu: cute.Tensor, n_seq: Int32, tidx: Int32, storage):
+        """(chunk, sequence, first token, token count) of this CTA's chunk (blockIdx.x), every thread past
+        the barrier; sequence == n_seq past the last chunk. ``storage`` has int32 fields ``scan`` (THREADS)
+        and ``where`` (4)."""
+        c, _, _ = cute.arch.block_idx()
+        sWhere = cute.make_tensor(storage.where.data_ptr(), cute.make_layout((4,)))
+        self.locate_chunk(mCu, n_seq, c, tidx, cute.make_tensor(storage.scan.data_ptr(), cute.make_layout((THREADS,))),
+                          sWhere)
+        cute.arch.sync_threads()
+        return c, sWhere[0], sWhere[1], sWhere[2]
+
+    @cute.jit
     def load_rows(self, src: cute.Tensor, dst: cute.Tensor, start: Int32, count: Int32, width: cutlass.Constexpr,
-                  normalise: cutlass.Constexpr, tidx: Int32):
+                  normalise: cutlass.Constexpr, tidx: Int32, also=None):
         """Rows [start, start + 64) of ``src`` (tokens x width) into ``dst`` (64 x width, shared) in 16-byte
         segments (a warp reads whole rows: coalesced), zeros past ``count``; L2-normalised per row when
-        ``normalise`` (the row's lanes sum their squares by shuffles)."""
+        ``normalise`` (the row's lanes sum their squares by shuffles). ``also(row, seg, x)``, when given, is
+        traced into the loop with each segment's f32 values (after the norm)."""
         segs = width // SEG
         rows_per_pass = THREADS // segs
         seg = tidx % segs
@@ -101,10 +114,13 @@ class ChunkKernel:
                 cute.autovec_copy(cute.local_tile(src, (1, SEG), (start + row, seg)), raw)
             else:
                 raw.fill(0.0)
-            if const_expr(normalise):
+            if const_expr(normalise or also is not None):
                 x = raw.load().to(Float32)
-                x = x * self.row_inverse_norm(x, segs)
-                raw.store(x.to(self.io))
+                if const_expr(normalise):
+                    x = x * self.row_inverse_norm(x, segs)
+                    raw.store(x.to(self.io))
+                if const_expr(also is not None):
+                    also(row, seg, x)
             cute.autovec_copy(raw, cute.local_tile(dst, (1, SEG), (row, seg)))
 
     @cute.jit

@@ -82,7 +82,7 @@ class DeltaOutput(ChunkKernel):
         tiled_mma = cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(io, Float32, (16, 8, 16)),
                                         cute.make_layout((4, 1, 1)))
         tidx, _, _ = cute.arch.thread_idx()
-        c, h, _ = cute.arch.block_idx()
+        _, h, _ = cute.arch.block_idx()
         hk = h // self.group
         thr = tiled_mma.get_slice(tidx)
 
@@ -93,14 +93,8 @@ class DeltaOutput(ChunkKernel):
         sX = cute.make_tensor(storage.x.data_ptr(), cute.make_layout((CHUNK, V), stride=(width, 1)))
         sAttn = cute.make_tensor(storage.attn.data_ptr(), cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + PAD, 1)))
         sGc = cute.make_tensor(storage.gc.data_ptr(), cute.make_layout((CHUNK,)))
-        sScan = cute.make_tensor(storage.scan.data_ptr(), cute.make_layout((THREADS,)))
-        sWhere = cute.make_tensor(storage.where.data_ptr(), cute.make_layout((4,)))
 
-        self.locate_chunk(mCu, n_seq, c, tidx, sScan, sWhere)
-        cute.arch.sync_threads()
-        seq = sWhere[0]
-        start = sWhere[1]
-        count = sWhere[2]
+        c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
             if tidx < CHUNK:
                 sGc[tidx] = mG[start + cutlass.min(tidx, count - 1), h]

@@ -100,7 +100,7 @@ class DeltaPrepare(ChunkKernel):
         tiled_mma = cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(io, Float32, (16, 8, 16)),
                                         cute.make_layout((4, 1, 1)))
         tidx, _, _ = cute.arch.thread_idx()
-        c, h, _ = cute.arch.block_idx()
+        _, h, _ = cute.arch.block_idx()
         hk = h // self.group
 
         storage = SmemAllocator().allocate(self.shared_storage())
@@ -114,15 +114,9 @@ class DeltaPrepare(ChunkKernel):
         sTu = cute.make_tensor(cute.recast_ptr(sA.iterator, dtype=io) + cute.cosize(t_layout), t_layout)
         sGc = cute.make_tensor(storage.gc.data_ptr(), cute.make_layout((CHUNK,)))
         sBeta = cute.make_tensor(storage.beta.data_ptr(), cute.make_layout((CHUNK,)))
-        sScan = cute.make_tensor(storage.scan.data_ptr(), cute.make_layout((THREADS,)))
-        sWhere = cute.make_tensor(storage.where.data_ptr(), cute.make_layout((4,)))
 
         # 1. which sequence and tokens chunk c covers
-        self.locate_chunk(mCu, n_seq, c, tidx, sScan, sWhere)
-        cute.arch.sync_threads()
-        seq = sWhere[0]
-        start = sWhere[1]
-        count = sWhere[2]
+        c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
             # 2. gates and beta (a row a thread), then k and v (two threads a row)
             if tidx < CHUNK:
@@ -163,29 +157,16 @@ class DeltaPrepare(ChunkKernel):
     @cute.jit
     def load_keys(self, mK: cute.Tensor, mKd: cute.Tensor, sK: cute.Tensor, sGc: cute.Tensor, start: Int32,
                   count: Int32, c: Int32, h: Int32, hk: Int32, tidx: Int32):
-        """k's rows in 16-byte segments (a warp reads whole rows: coalesced), zeros past the chunk's end; the
-        row's L2 norm over the lanes that hold it (shuffles); k into shared memory, kd to the scratch."""
-        K = self.K
-        segs = K // _SEG
-        rows_per_pass = THREADS // segs
-        seg = tidx % segs
-        gK = mK[None, hk, None]
+        """k's rows into shared memory (``load_rows``, L2-normalised when asked) and, from the same
+        registers, kd = k e^(gc_last - gc) to the scratch."""
         gKd = mKd[c, h, None, None]
-        raw = cute.make_rmem_tensor((1, _SEG), self.io)
         out = cute.make_rmem_tensor((1, _SEG), mKd.element_type)
-        for p in range_constexpr(CHUNK // rows_per_pass):
-            row = tidx // segs + p * rows_per_pass
-            if row < count:
-                cute.autovec_copy(cute.local_tile(gK, (1, _SEG), (start + row, seg)), raw)
-            else:
-                raw.fill(0.0)
-            x = raw.load().to(Float32)
-            if const_expr(self.use_l2):
-                x = x * self.row_inverse_norm(x, segs)
-            raw.store(x.to(self.io))
-            cute.autovec_copy(raw, cute.local_tile(sK, (1, _SEG), (row, seg)))
+
+        def write_kd(row, seg, x):
             out.store((x * cute.math.exp(sGc[CHUNK - 1] - sGc[row])).to(mKd.element_type))
             cute.autovec_copy(out, cute.local_tile(gKd, (1, _SEG), (row, seg)))
+
+        self.load_rows(mK[None, hk, None], sK, start, count, self.K, self.use_l2, tidx, also=write_kd)
 
     @cute.jit
     def form_a(self, tiled_mma: cute.TiledMma, sK: cute.Tensor, sA: cute.Tensor, sGc: cute.Tensor,
