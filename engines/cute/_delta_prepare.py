@@ -171,17 +171,11 @@ class DeltaPrepare(ChunkKernel):
     @cute.jit
     def form_a(self, tiled_mma: cute.TiledMma, sK: cute.Tensor, sA: cute.Tensor, sGc: cute.Tensor,
                sBeta: cute.Tensor, tidx: Int32):
+        """A = beta_t (k_t . k_i) e^(gc_t - gc_i) for i < t, else 0, into sA (f32)."""
         thr = tiled_mma.get_slice(tidx)
-        tA = thr.partition_A(sK)
-        tB = thr.partition_B(sK)
         acc = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
         acc.fill(0.0)
-        rA = tiled_mma.make_fragment_A(tA[None, None, 0])
-        rB = tiled_mma.make_fragment_B(tB[None, None, 0])
-        for kb in range_constexpr(cute.size(tA, mode=[2])):
-            cute.autovec_copy(tA[None, None, kb], rA)
-            cute.autovec_copy(tB[None, None, kb], rB)
-            cute.gemm(tiled_mma, acc, rA, rB, acc)
+        self.product(tiled_mma, acc, sK, sK, tidx)
         coords = thr.partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
         for e in range_constexpr(cute.size(acc)):
             t, i = coords[e]
