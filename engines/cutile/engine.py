@@ -603,9 +603,9 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                 continue
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
             # The default ranks first, except where the CuTe kernels can run (gdn on sm_90): those plans
-            # measured faster on the H200 (chunk_prepare 0.117 vs 0.243 ms at 4 x 2048 tokens, 16 heads,
-            # K = V = 128, bf16; docs/engines_cutile.md). The other variants are there to be pinned (plan
-            # index, a router) or timed.
+            # measured faster on the H200 (the forward 0.312 / 0.313 vs 0.441 ms at 4 x 2048 tokens, 16 heads,
+            # K = V = 128, bf16, and ahead at every case measured; docs/engines_cutile.md). The other
+            # variants are there to be pinned (plan index, a router) or timed.
             priority = {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self, priority=priority,
                                     workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
