@@ -75,3 +75,32 @@ def test_the_c_launch_record_patches_each_address_and_writes_the_sizes():
 def test_a_key_tensor_that_is_not_packed_keeps_the_python_launch_path():
     with pytest.raises(_c_launch.Unsupported, match="tensor 'k' has strides .* packed row-major"):
         _c_record("bfloat16", "bfloat16", 64, 64, 2, 2, k_strides=(2 * 64 + 8, 64, 1))
+
+
+def _slot(address, shape, strides=None):
+    import types
+    if strides is None:
+        strides, step = [], 1
+        for extent in reversed(shape):
+            strides.insert(0, step)
+            step *= extent
+    numel = 1
+    for extent in shape:
+        numel *= extent
+    return types.SimpleNamespace(data_ptr=address, shape=tuple(shape), strides=tuple(strides), numel=numel)
+
+
+def _slots(k_address=4096, k_strides=None, g_address=8192):
+    T, HQ, H, K, chunks = 100, 2, 2, 64, 5
+    return [_slot(k_address, (T, HQ, K), k_strides), _slot(4096, (T, H, K)), _slot(g_address, (T, H)),
+            _slot(4096, (T, H)), _slot(4096, (4,)), _slot(4096, (chunks, H, 64, K)), _slot(4096, (chunks, H, 64, K)),
+            _slot(4096, (T, H)), _slot(4096, (chunks, H, 64, K))]
+
+
+def test_buffers_the_kernel_cannot_take_send_the_call_to_the_cutile_kernel():
+    # usable() False: _CuteLaunch launches the cuTile chunk_prepare instead (nothing is compiled to ask)
+    launcher = _delta_prepare.prepare_launcher("bfloat16", "float32", "bfloat16", "bfloat16", 64, 64, 2, 2, True, 3)
+    assert launcher.usable(_slots())
+    assert launcher.usable(_slots(g_address=4100))                   # f32 gates need 4-byte alignment only
+    assert not launcher.usable(_slots(k_address=4104))               # k rows are read in 16-byte segments
+    assert not launcher.usable(_slots(k_strides=(2 * 64 + 8, 64, 1)))  # padded rows: not packed
