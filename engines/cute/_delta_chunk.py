@@ -8,6 +8,7 @@ kernels' are filled (engines/cutile/engine.py ``_CuteLaunch.c_launch``).
 """
 from __future__ import annotations
 
+import logging
 import tempfile
 import warnings
 
@@ -23,6 +24,8 @@ THREADS = 128
 PAD = 8                      # elements of padding per shared row (16 bytes): rows start on other banks
 SEG = 8                      # elements per global access of a row (16 bytes)
 MAX_SHARED_BYTES = 48 * 1024  # the C path launches without the opt-in attribute for more
+
+logger = logging.getLogger(__name__)
 
 DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": cutlass.Float32}
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4}
@@ -213,20 +216,31 @@ class KernelLauncher:
         self._types = pointer_types
         self.n_seq = n_seq
         self._compiled = None
+        self._failed = None            # why the compile failed: every call then goes to the cuTile kernel
         self._shared_bytes = 0
         self._streams = {}
 
-    def compile(self) -> None:
-        if self._compiled is None:
-            found = _COMPILED.get(self._key)
-            if found is None:
-                found = _COMPILED[self._key] = compile_kernel(self._make_kernel(), self._types)
-            self._compiled, self._shared_bytes = found
+    def compile(self) -> bool:
+        """Whether the kernel is compiled (at the first call); a failure is logged once, not raised: the
+        caller's cuTile kernel computes the same."""
+        if self._compiled is None and self._failed is None:
+            try:
+                found = _COMPILED.get(self._key)
+                if found is None:
+                    found = _COMPILED[self._key] = compile_kernel(self._make_kernel(), self._types)
+                self._compiled, self._shared_bytes = found
+            except Exception as exc:      # noqa: BLE001  (a DSL failure of any kind: the cuTile kernel runs)
+                self._failed = f"{type(exc).__name__}: {exc}"
+                logger.warning("the CuTe %s kernel did not compile (%s); its cuTile kernel runs instead",
+                               self._key[0], self._failed)
+        return self._compiled is not None
 
     def cubin(self) -> tuple:
         """(cubin, block, dynamic shared bytes) of the kernel, for a launch from C: its parameters are the
-        addresses in pointer order, then tokens, chunks and sequences as int32."""
-        self.compile()
+        addresses in pointer order, then tokens, chunks and sequences as int32. RuntimeError when the
+        kernel did not compile."""
+        if not self.compile():
+            raise RuntimeError(f"the CuTe {self._key[0]} kernel did not compile: {self._failed}")
         cubin = self._compiled.__cubin__
         if not cubin:
             raise RuntimeError(f"the CuTe DSL kept no cubin of {self._key[0]}")
@@ -246,9 +260,8 @@ class KernelLauncher:
         return True
 
     def __call__(self, stream: int, slots, chunks: int) -> bool:
-        if not self.usable(slots):
+        if not self.usable(slots) or not self.compile():
             return False
-        self.compile()
         handle = self._streams.get(stream)
         if handle is None:
             handle = self._streams[stream] = cuda.CUstream(stream)

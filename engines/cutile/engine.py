@@ -224,7 +224,10 @@ class _CuteLaunch:
             if tuple(ref.strides) != _c_launch.RegionRef("", 0, ref.dtype, tuple(ref.shape)).strides:
                 raise _c_launch.Unsupported(f"{_c_launch._label(ref)} has strides {ref.strides}; the CuTe "
                                             f"{name} kernel reads packed row-major buffers")
-        cubin, block, shared = self._launcher.cubin()
+        try:
+            cubin, block, shared = self._launcher.cubin()
+        except RuntimeError as exc:
+            raise _c_launch.Unsupported(str(exc)) from exc
         symbols = _abi.kernel_symbols(cubin)
         if len(symbols) != 1:
             raise _c_launch.Unsupported(f"the CuTe {name} kernel's cubin has kernels {symbols}; expected one")
@@ -664,9 +667,13 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
 def _cute_kernels_reason(graph, node) -> str | None:
     """Why the CuTe DSL chunk_prepare and chunk_output (engines/cute/_delta_prepare, _delta_output) cannot
     stand in for the cuTile ones for this node, or None when they can: gdn's forward (a per-token gate) on
-    sm_90 with the DSL installed."""
+    device 0, sm_90, with the DSL installed."""
     if node.op != "gdn":
         return f"the CuTe kernels take gdn's per-token gate; {node.op} is not gdn"
+    if graph.device[1] != 0:
+        # The DSL's own call launches on the CUDA runtime's current device; the Python launch path has no
+        # device switch for these kernels and no second GPU has run them (issue 27).
+        return f"the CuTe kernels run on CUDA device 0; this graph is on device {graph.device[1]}"
     try:
         from ..cute import _toolchain as cute_toolchain     # the package refuses to import without the DSL
     except ImportError as exc:

@@ -104,3 +104,21 @@ def test_buffers_the_kernel_cannot_take_send_the_call_to_the_cutile_kernel():
     assert launcher.usable(_slots(g_address=4100))                   # f32 gates need 4-byte alignment only
     assert not launcher.usable(_slots(k_address=4104))               # k rows are read in 16-byte segments
     assert not launcher.usable(_slots(k_strides=(2 * 64 + 8, 64, 1)))  # padded rows: not packed
+
+
+def test_a_kernel_that_does_not_compile_sends_every_call_to_the_cutile_kernel(caplog):
+    from cudnn_graph.engines.cute import _delta_chunk
+
+    def broken():
+        raise RuntimeError("no such MLIR pass")
+
+    launcher = _delta_chunk.KernelLauncher(broken, ("chunk_prepare", "broken"),
+                                           _delta_prepare._pointer_types("bfloat16", "float32", "bfloat16", "bfloat16"), 3)
+    with caplog.at_level("WARNING"):
+        assert launcher(0, _slots(), 5) is False
+        assert launcher(0, _slots(), 5) is False
+    assert [r.getMessage() for r in caplog.records].count(
+        "the CuTe chunk_prepare kernel did not compile (RuntimeError: no such MLIR pass); its cuTile kernel runs "
+        "instead") == 1
+    with pytest.raises(RuntimeError, match="did not compile: RuntimeError: no such MLIR pass"):
+        launcher.cubin()

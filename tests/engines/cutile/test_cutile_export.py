@@ -422,6 +422,15 @@ def test_the_cute_plans_are_left_out_where_their_kernels_cannot_run():
     assert not [n for n in names if "cute" in n.removeprefix("cutile")] and "cutile_gdn_chunk64" in names
 
 
+def test_the_cute_kernels_stay_on_device_0():
+    _package()
+    import types
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    graph = types.SimpleNamespace(device=("cuda", 1))
+    reason = cutile_engine._cute_kernels_reason(graph, types.SimpleNamespace(op="gdn"))
+    assert reason == "the CuTe kernels run on CUDA device 0; this graph is on device 1"
+
+
 def test_the_cute_kernels_take_gdn_alone_and_say_why_not():
     _package()
     import types
