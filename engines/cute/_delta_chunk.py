@@ -19,6 +19,8 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr, range_constexpr
 from cutlass.cute.runtime import make_ptr
 
+from ..._layout import row_major_strides
+
 CHUNK = 64
 THREADS = 128
 PAD = 8                      # elements of padding per shared row (16 bytes): rows start on other banks
@@ -251,11 +253,7 @@ class KernelLauncher:
         for slot, (_, align) in zip(slots, self._types):
             if slot.data_ptr % align:
                 return False
-            expected, step = [], 1
-            for extent in reversed(slot.shape):
-                expected.append(step)
-                step *= extent
-            if tuple(slot.strides) != tuple(reversed(expected)) and slot.numel > 1:
+            if tuple(slot.strides) != row_major_strides(slot.shape) and slot.numel > 1:
                 return False
         return True
 

@@ -8,18 +8,19 @@ e^(gc_t - gc_i)`` for i < t.
 
 Why a second implementation of the same kernel: tileiras gives the cuTile one about 224 KB of shared
 memory, so one CTA runs per SM with nothing to overlap its serial chain (docs/engines_cutile.md). Here the
-CTA holds its operands in about 60 KB and four CTAs share an SM. The steps, 128 threads (four warps):
+CTA holds its operands in about 37 KB and several CTAs share an SM. The steps, 128 threads (four warps):
 
 1. locate the chunk from ``cu_seqlens`` on the device (a block-wide scan of per-sequence chunk counts);
-2. the gate's in-chunk sums and beta (threads 0-63, a row each), then k (L2-normalised when asked) and v
-   into shared memory, two threads a row; ``kd`` straight from those registers to global memory;
+2. the gate's in-chunk sums and beta (threads 0-63, a row each), then k (L2-normalised when asked) into
+   shared memory in 16-byte row segments; ``kd`` straight from those registers to global memory;
 3. ``k k^T`` on the tensor cores (mma.sync m16n8k16, BF16 / FP16 in, f32 out), masked and scaled into
    ``A`` (f32, shared);
 4. ``T`` by forward substitution in f32, one column per thread (64 threads): column c of ``(I + A) T = I``
    needs only the rows above it, kept in registers, while A's rows are broadcast from shared memory;
 5. ``w = (T diag(beta e^gc)) k`` and ``u = (T diag(beta)) v`` on the tensor cores, with T's column
-   scales folded in before it is rounded to the input type (fla's precision: T in the input type);
-   stored to the chunk-major scratch.
+   scales folded in before it is rounded to the input type (fla's precision: T in the input type); v is
+   read into k's buffer once w is out; each product staged in its operand's place and stored to the
+   chunk-major scratch in 16-byte segments.
 """
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD as _PAD, SEG as _SEG, TH
 
 class DeltaPrepare(ChunkKernel):
     """One specialisation: the input type, the gate and beta types, K, V, the value heads per key head
-    (``group``), the key heads ``HQ``, the value heads ``H`` and whether keys are L2-normalised.
-    ``compile()`` gives a launcher ``(k, v, g, beta, cu, w, u, g_out, kd, tokens, chunks, n_seq, stream)``
-    taking addresses and ints."""
+    (``group``), the key heads ``HQ``, the value heads ``H`` and whether keys are L2-normalised. Called (once
+    compiled: ``compile_prepare``) with DSL pointers to k, v, g, beta, cu_seqlens, w, u, g_out, kd, then
+    tokens, chunks, sequences and a stream."""
 
     def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
                  HQ: int, H: int, use_l2: bool):

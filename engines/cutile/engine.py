@@ -218,10 +218,11 @@ class _CuteLaunch:
         addresses, then tokens, chunks and sequences as int32; checked against the cubin's own table) and
         its block and dynamic shared memory. Unsupported where an operand is not packed row-major."""
         import struct
+        from ..._layout import row_major_strides
         from . import _abi, _c_launch
         refs = self._operands(args)
         for ref in refs:
-            if tuple(ref.strides) != _c_launch.RegionRef("", 0, ref.dtype, tuple(ref.shape)).strides:
+            if tuple(ref.strides) != row_major_strides(ref.shape):
                 raise _c_launch.Unsupported(f"{_c_launch._label(ref)} has strides {ref.strides}; the CuTe "
                                             f"{name} kernel reads packed row-major buffers")
         try:
