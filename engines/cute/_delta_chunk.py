@@ -140,9 +140,25 @@ class ChunkKernel:
     def product_bt(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, sX: cute.Tensor,
                    rows: cutlass.Constexpr, width: cutlass.Constexpr, row_stride: cutlass.Constexpr, tidx: Int32):
         """acc (64 x width) += sA (64 x rows) @ X, X (rows x width, row-major, ``row_stride`` apart in shared
-        memory) read transposed as the MMA's K-major B operand."""
+        memory) read transposed as the MMA's K-major B operand by ldmatrix.trans (a lane's K-pairs are not
+        adjacent in X: element loads would take 16 bits each). ldmatrix needs 16-byte aligned rows of 8."""
         xt = cute.make_tensor(sX.iterator, cute.make_layout((width, rows), stride=(1, row_stride)))
-        self.product(tiled_mma, acc, sA, xt, tidx)
+        thr = tiled_mma.get_slice(tidx)
+        tA = thr.partition_A(sA)
+        rA = tiled_mma.make_fragment_A(tA[None, None, 0])
+        # the whole B fragment, as the ldmatrix copy retiles it (a k-block's slice does not retile); each
+        # slice is written and read once, so its registers are live a k-block at a time
+        rB = tiled_mma.make_fragment_B(thr.partition_B(xt))
+        copy_b = cute.make_tiled_copy_B(
+            cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=2), self.io),
+            tiled_mma)
+        thr_b = copy_b.get_slice(tidx)
+        sB = thr_b.partition_S(xt)
+        rB_view = thr_b.retile(rB)
+        for kb in range_constexpr(cute.size(tA, mode=[2])):
+            cute.autovec_copy(tA[None, None, kb], rA)
+            cute.copy(copy_b, sB[None, None, kb], rB_view[None, None, kb])
+            cute.gemm(tiled_mma, acc, rA, rB[None, None, kb], acc)
 
     @cute.jit
     def product(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor, tidx: Int32):
