@@ -194,10 +194,11 @@ class DeltaPrepare(ChunkKernel):
         tcol = cute.make_rmem_tensor((CHUNK,), Float32)
         if tidx < CHUNK:
             for r in range_constexpr(CHUNK):
-                acc = Float32(0.0)
+                # four partial sums: a row's dot product is four dependent FMA chains, not one
+                part = [Float32(0.0), Float32(0.0), Float32(0.0), Float32(0.0)]
                 for j in range_constexpr(r):
-                    acc = acc - sA[r, j] * tcol[j]
-                tcol[r] = cutlass.select_(r == tidx, Float32(1.0), acc)
+                    part[j % 4] = part[j % 4] - sA[r, j] * tcol[j]
+                tcol[r] = cutlass.select_(r == tidx, Float32(1.0), (part[0] + part[1]) + (part[2] + part[3]))
         cute.arch.sync_threads()
         if tidx < CHUNK:
             scale_u = sBeta[tidx]
