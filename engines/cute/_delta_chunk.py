@@ -20,8 +20,8 @@ from cutlass import Float32, Int32, const_expr, range_constexpr
 from cutlass.cute.runtime import make_ptr
 
 from ..._layout import row_major_strides
+from ..cutile._variants import CHUNK, SPLIT_ROW     # the chunk and the per-channel decays' split row
 
-CHUNK = 64
 THREADS = 128
 PAD = 8                      # elements of padding per shared row (16 bytes): rows start on other banks
 SEG = 8                      # elements per global access of a row (16 bytes)
@@ -104,11 +104,12 @@ class ChunkKernel:
 
     @cute.jit
     def load_rows(self, src: cute.Tensor, dst: cute.Tensor, start: Int32, count: Int32, width: cutlass.Constexpr,
-                  normalise: cutlass.Constexpr, tidx: Int32, also=None):
+                  normalise: cutlass.Constexpr, tidx: Int32, also=None, store=None):
         """Rows [start, start + 64) of ``src`` (tokens x width) into ``dst`` (64 x width, shared) in 16-byte
         segments (a warp reads whole rows: coalesced), zeros past ``count``; L2-normalised per row when
         ``normalise`` (the row's lanes sum their squares by shuffles). ``also(row, seg, x)``, when given, is
-        traced into the loop with each segment's f32 values (after the norm)."""
+        traced into the loop with each segment's f32 values (after the norm); ``store(row, seg, x)``, when
+        given, gives the f32 values written to ``dst`` instead of x."""
         segs = width // SEG
         rows_per_pass = THREADS // segs
         seg = tidx % segs
@@ -119,13 +120,15 @@ class ChunkKernel:
                 cute.autovec_copy(cute.local_tile(src, (1, SEG), (start + row, seg)), raw)
             else:
                 raw.fill(0.0)
-            if const_expr(normalise or also is not None):
+            if const_expr(normalise or also is not None or store is not None):
                 x = raw.load().to(Float32)
                 if const_expr(normalise):
                     x = x * self.row_inverse_norm(x, segs)
                     raw.store(x.to(self.io))
                 if const_expr(also is not None):
                     also(row, seg, x)
+                if const_expr(store is not None):
+                    raw.store(store(row, seg, x).to(self.io))
             cute.autovec_copy(raw, cute.local_tile(dst, (1, SEG), (row, seg)))
 
     @cute.jit

@@ -31,7 +31,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr, range_constexpr
 from cutlass.memory import SmemAllocator
 
-from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD as _PAD, SEG as _SEG, THREADS, ChunkKernel, KernelLauncher,
+from ._delta_chunk import (CHUNK, SPLIT_ROW as _SPLIT_ROW, DTYPES, ITEMSIZE, PAD as _PAD, SEG as _SEG, THREADS, ChunkKernel, KernelLauncher,
                            compile_kernel, shared_field, shared_struct)
 
 
@@ -42,13 +42,16 @@ class DeltaPrepare(ChunkKernel):
     tokens, chunks, sequences and a stream."""
 
     def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
-                 HQ: int, H: int, use_l2: bool):
+                 HQ: int, H: int, use_l2: bool, per_channel: bool = False):
         if H % HQ:
             raise ValueError(f"value heads {H} are not a multiple of the key heads {HQ}")
         self.io = DTYPES[io_dtype]
         self.K, self.V, self.HQ, self.H = K, V, HQ, H
         self.group = H // HQ
         self.use_l2 = use_l2
+        # kda: per-channel decays, their in-chunk sums read from g_out (chunk_gates wrote them); A's
+        # operands carry the decay split around the chunk's row SPLIT_ROW, as the cuTile kernel's
+        self.per_channel = per_channel
 
     @property
     def _row_width(self) -> int:
@@ -98,6 +101,7 @@ class DeltaPrepare(ChunkKernel):
         mKd = cute.make_tensor(pkd, cute.make_layout((chunks, H, CHUNK, K),
                                                      stride=(H * CHUNK * K, CHUNK * K, K, 1)))
         mGo = cute.make_tensor(pgo, cute.make_layout((tokens, H), stride=(H, 1)))
+        mGs = cute.make_tensor(pgo, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))   # per channel
         tiled_mma = cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(io, Float32, (16, 8, 16)),
                                         cute.make_layout((4, 1, 1)))
         tidx, _, _ = cute.arch.thread_idx()
@@ -119,41 +123,115 @@ class DeltaPrepare(ChunkKernel):
         # 1. which sequence and tokens chunk c covers
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
-            # 2. gates and beta (a row a thread), then k and v (two threads a row)
-            if tidx < CHUNK:
-                gv = Float32(0.0)
-                bv = Float32(0.0)
-                if tidx < count:
-                    gv = mG[start + tidx, h].to(Float32)
-                    bv = mB[start + tidx, h].to(Float32)
-                sGc[tidx] = gv
-                sBeta[tidx] = bv
-            cute.arch.sync_threads()
-            gc = Float32(0.0)
-            if tidx < CHUNK:
-                for j in range_constexpr(CHUNK):
-                    gc = gc + cutlass.select_(j <= tidx, sGc[j], Float32(0.0))
-            cute.arch.sync_threads()
-            if tidx < CHUNK:
-                sGc[tidx] = gc
-                if tidx < count:
-                    mGo[start + tidx, h] = gc
-            cute.arch.sync_threads()
-            self.load_keys(mK, mKd, sK, sGc, start, count, c, h, hk, tidx)
-            cute.arch.sync_threads()
-            # 3. A = beta_t (k_t . k_i) e^(gc_t - gc_i), i < t
-            self.form_a(tiled_mma, sK, sA, sGc, sBeta, tidx)
-            cute.arch.sync_threads()
-            # 4. T = (I + A)^-1, a column a thread
-            self.invert_column(sA, sTw, sTu, sGc, sBeta, tidx)
-            cute.arch.sync_threads()
-            # 5. w = T diag(beta e^gc) k, u = T diag(beta) v; each staged in its operand's place, then
-            # stored; v is read into k's place once w is out
-            self.product_out(tiled_mma, sTw, sK, mW, c, h, K, tidx)
-            cute.arch.sync_threads()
-            self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
-            cute.arch.sync_threads()
-            self.product_out(tiled_mma, sTu, sV, mU, c, h, V, tidx)
+            if const_expr(self.per_channel):
+                self.prepare_per_channel(tiled_mma, mK, mV, mB, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
+                                         sBeta, c, h, hk, start, count, tidx)
+            else:
+                self.prepare_per_token(tiled_mma, mK, mV, mG, mB, mGo, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
+                                       sBeta, c, h, hk, start, count, tidx)
+
+    @cute.jit
+    def load_beta(self, mB: cute.Tensor, sBeta: cute.Tensor, h: Int32, start: Int32, count: Int32, tidx: Int32):
+        if tidx < CHUNK:
+            bv = Float32(0.0)
+            if tidx < count:
+                bv = mB[start + tidx, h].to(Float32)
+            sBeta[tidx] = bv
+
+    @cute.jit
+    def prepare_per_token(self, tiled_mma, mK, mV, mG, mB, mGo, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc, sBeta,
+                          c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32):
+        """gdn: the gate's in-chunk sums (written to g_out), then A, T, w and u."""
+        K, V = self.K, self.V
+        # 2. gates and beta (a row a thread), then k
+        self.load_beta(mB, sBeta, h, start, count, tidx)
+        if tidx < CHUNK:
+            gv = Float32(0.0)
+            if tidx < count:
+                gv = mG[start + tidx, h].to(Float32)
+            sGc[tidx] = gv
+        cute.arch.sync_threads()
+        gc = Float32(0.0)
+        if tidx < CHUNK:
+            for j in range_constexpr(CHUNK):
+                gc = gc + cutlass.select_(j <= tidx, sGc[j], Float32(0.0))
+        cute.arch.sync_threads()
+        if tidx < CHUNK:
+            sGc[tidx] = gc
+            if tidx < count:
+                mGo[start + tidx, h] = gc
+        cute.arch.sync_threads()
+        self.load_keys(mK, mKd, sK, sGc, start, count, c, h, hk, tidx)
+        cute.arch.sync_threads()
+        # 3. A = beta_t (k_t . k_i) e^(gc_t - gc_i), i < t
+        self.form_a(tiled_mma, sK, sK, sA, sGc, sBeta, tidx)
+        cute.arch.sync_threads()
+        # 4. T = (I + A)^-1, a column a thread
+        self.invert_column(sA, sTw, sTu, sGc, sBeta, tidx)
+        cute.arch.sync_threads()
+        # 5. w = T diag(beta e^gc) k, u = T diag(beta) v; each staged in its operand's place, then
+        # stored; v is read into k's place once w is out
+        self.product_out(tiled_mma, sTw, sK, mW, c, h, K, tidx)
+        cute.arch.sync_threads()
+        self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
+        cute.arch.sync_threads()
+        self.product_out(tiled_mma, sTu, sV, mU, c, h, V, tidx)
+
+    @cute.jit
+    def prepare_per_channel(self, tiled_mma, mK, mV, mB, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc, sBeta,
+                            c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32):
+        """kda: A from k e^(gc - gc_mid) and k e^(gc_mid - gc) (the split: each factor spans at most half a
+        chunk of decay), T scaled by beta alone, w = T diag(beta) (k e^gc): k is read a second time for it
+        (A's right operand takes A's place, the left k's)."""
+        K, V = self.K, self.V
+        gS = mGs[None, h, None]
+        last = start + count - 1
+        mid = start + cutlass.min(count - 1, _SPLIT_ROW)
+        self.load_beta(mB, sBeta, h, start, count, tidx)
+        gKd = mKd[c, h, None, None]
+        out = cute.make_rmem_tensor((1, _SEG), mKd.element_type)
+        sums = cute.make_rmem_tensor((1, _SEG), Float32)
+        pivot = cute.make_rmem_tensor((1, _SEG), Float32)
+        end = cute.make_rmem_tensor((1, _SEG), Float32)
+        sR = cute.make_tensor(cute.recast_ptr(sA.iterator, dtype=self.io), sK.layout)
+
+        def gate_rows(row, seg):
+            # rows past the chunk's end repeat its last row (their k is zero, and the decays stay finite)
+            cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (start + cutlass.min(row, count - 1), seg)), sums)
+            cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (mid, seg)), pivot)
+            return sums.load()
+
+        def left(row, seg, x):
+            gc = gate_rows(row, seg)
+            right = x * cute.math.exp(pivot.load() - gc)
+            cute.autovec_copy(self.as_io(right), cute.local_tile(sR, (1, _SEG), (row, seg)))
+            cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (last, seg)), end)
+            out.store((x * cute.math.exp(end.load() - gc)).to(mKd.element_type))
+            cute.autovec_copy(out, cute.local_tile(gKd, (1, _SEG), (row, seg)))
+            return x * cute.math.exp(gc - pivot.load())
+
+        cute.arch.sync_threads()
+        self.load_rows(mK[None, hk, None], sK, start, count, K, self.use_l2, tidx, store=left)
+        cute.arch.sync_threads()
+        # A = beta_t sum_d k_td k_id e^(gc_td - gc_id), i < t: the decays are in the operands
+        self.form_a(tiled_mma, sK, sR, sA, sGc, sBeta, tidx)
+        cute.arch.sync_threads()
+        self.invert_column(sA, sTw, sTu, sGc, sBeta, tidx)
+        cute.arch.sync_threads()
+        self.load_rows(mK[None, hk, None], sK, start, count, K, self.use_l2, tidx,
+                       store=lambda row, seg, x: x * cute.math.exp(gate_rows(row, seg)))
+        cute.arch.sync_threads()
+        self.product_out(tiled_mma, sTw, sK, mW, c, h, K, tidx)
+        cute.arch.sync_threads()
+        self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
+        cute.arch.sync_threads()
+        self.product_out(tiled_mma, sTu, sV, mU, c, h, V, tidx)
+
+    @cute.jit
+    def as_io(self, x):
+        frag = cute.make_rmem_tensor((1, _SEG), self.io)
+        frag.store(x.to(self.io))
+        return frag
 
     @cute.jit
     def load_keys(self, mK: cute.Tensor, mKd: cute.Tensor, sK: cute.Tensor, sGc: cute.Tensor, start: Int32,
@@ -170,19 +248,25 @@ class DeltaPrepare(ChunkKernel):
         self.load_rows(mK[None, hk, None], sK, start, count, self.K, self.use_l2, tidx, also=write_kd)
 
     @cute.jit
-    def form_a(self, tiled_mma: cute.TiledMma, sK: cute.Tensor, sA: cute.Tensor, sGc: cute.Tensor,
-               sBeta: cute.Tensor, tidx: Int32):
-        """A = beta_t (k_t . k_i) e^(gc_t - gc_i) for i < t, else 0, into sA (f32)."""
+    def form_a(self, tiled_mma: cute.TiledMma, sL: cute.Tensor, sR: cute.Tensor, sA: cute.Tensor,
+               sGc: cute.Tensor, sBeta: cute.Tensor, tidx: Int32):
+        """A = beta_t (l_t . r_i) for i < t, else 0, into sA (f32), times e^(gc_t - gc_i) for a per-token
+        gate (a per-channel one is in l and r). sR may lie in sA's place: every warp has read it before the
+        barrier here."""
         thr = tiled_mma.get_slice(tidx)
         acc = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
         acc.fill(0.0)
-        self.product(tiled_mma, acc, sK, sK, tidx)
+        self.product(tiled_mma, acc, sL, sR, tidx)
+        cute.arch.sync_threads()
         coords = thr.partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
         for e in range_constexpr(cute.size(acc)):
             t, i = coords[e]
             val = Float32(0.0)
             if i < t:
-                val = acc[e] * sBeta[t] * cute.math.exp(sGc[t] - sGc[i])
+                if const_expr(self.per_channel):
+                    val = acc[e] * sBeta[t]
+                else:
+                    val = acc[e] * sBeta[t] * cute.math.exp(sGc[t] - sGc[i])
             sA[t, i] = val
 
     @cute.jit
@@ -202,7 +286,9 @@ class DeltaPrepare(ChunkKernel):
         cute.arch.sync_threads()
         if tidx < CHUNK:
             scale_u = sBeta[tidx]
-            scale_w = scale_u * cute.math.exp(sGc[tidx])
+            scale_w = scale_u
+            if const_expr(not self.per_channel):
+                scale_w = scale_u * cute.math.exp(sGc[tidx])
             for r in range_constexpr(CHUNK):
                 sTw[r, tidx] = (tcol[r] * scale_w).to(self.io)
                 sTu[r, tidx] = (tcol[r] * scale_u).to(self.io)
@@ -229,23 +315,26 @@ class DeltaPrepare(ChunkKernel):
 
 def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str) -> tuple:
     """(element type, assumed address alignment) of each pointer argument, in order: k, v, g, beta,
-    cu_seqlens, w, u, g_out, kd. The row-major tiles (rows of K or V elements) are assumed 16-byte aligned,
-    the per-token vectors element-aligned."""
+    cu_seqlens, w, u, g_out, kd. The row-major tiles (rows of K or V elements) and g_out (a workspace
+    region; kda's gate sums are read in 32-byte row segments) are assumed 16-byte aligned, the per-token
+    inputs element-aligned."""
     return ((io_dtype, 16), (io_dtype, 16), (g_dtype, ITEMSIZE[g_dtype]), (beta_dtype, ITEMSIZE[beta_dtype]),
-            ("int32", 4), (scratch_dtype, 16), (scratch_dtype, 16), ("float32", 4), (scratch_dtype, 16))
+            ("int32", 4), (scratch_dtype, 16), (scratch_dtype, 16), ("float32", 16), (scratch_dtype, 16))
 
 
 def compile_prepare(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int, HQ: int,
-                    H: int, use_l2: bool):
+                    H: int, use_l2: bool, per_channel: bool = False):
     """(compiled kernel, dynamic shared bytes) of one specialisation (CUTE_DSL_ARCH / the current GPU
     decides the target); the kernel is called with DSL pointers and sizes (``DeltaPrepare.__call__``)."""
-    return compile_kernel(DeltaPrepare(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2),
-                          _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype))
+    return compile_kernel(DeltaPrepare(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
+                                       per_channel), _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype))
 
 
 def prepare_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int, HQ: int,
-                     H: int, use_l2: bool, n_seq: int) -> KernelLauncher:
-    """The launcher of one specialisation; its slots: k, v, g, beta, cu_seqlens, w, u, g_out, kd."""
-    key = ("chunk_prepare", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2)
-    return KernelLauncher(lambda: DeltaPrepare(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2),
+                     H: int, use_l2: bool, n_seq: int, per_channel: bool = False) -> KernelLauncher:
+    """The launcher of one specialisation; its slots: k, v, g, beta, cu_seqlens, w, u, g_out, kd (kda:
+    g_out holds the per-channel gate sums, read; gdn: the per-token sums, written)."""
+    key = ("chunk_prepare", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, per_channel)
+    return KernelLauncher(lambda: DeltaPrepare(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
+                                               per_channel),
                           key, _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype), n_seq)

@@ -197,7 +197,8 @@ class _CuteLaunch:
         from ..cute._delta_prepare import prepare_launcher
         g_dtype = "float32" if variant.gates.on_gate else variant.gates.g_dtype
         launcher = prepare_launcher(variant.io_dtype, g_dtype, variant.beta_dtype, variant.scratch_dtype, variant.K,
-                                    variant.V, geometry.HQ, geometry.H, variant.use_l2, variant.n_seq)
+                                    variant.V, geometry.HQ, geometry.H, variant.use_l2, variant.n_seq,
+                                    per_channel=variant.per_channel)
         return _CuteLaunch(launcher, fallback, lambda a: (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9]))
 
     @staticmethod
@@ -597,13 +598,13 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                engine=self, priority=10.0 if mma == "tf32" else 1.0, workspace_size=size)
                     for mma in ("tf32", "auto")]
         plans = []
-        cute_prepare = _cute_kernels_reason(graph, node) is None
+        cute_ok = {kernel: _cute_kernels_reason(graph, node, kernel) is None for kernel in ("prepare", "output")}
         for suffix, extra in (("", {}), *VARIANT_KNOBS.items()):
             knobs = {**DEFAULT_KNOBS, **extra}
             V = node.inputs["v"].dim[2]
             if V % max(knobs["block_v"], knobs["output_block_v"]) or extra.get("output_block_v") == V:
                 continue     # a block wider than V, or the same kernels as the default
-            if "cute" in (knobs["prepare"], knobs["output"]) and not cute_prepare:
+            if any(knobs[kernel] == "cute" and not ok for kernel, ok in cute_ok.items()):
                 continue
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
             # The default ranks first, except where the CuTe kernels can run (gdn on sm_90): those plans
@@ -650,7 +651,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             if knobs[knob] not in KERNEL_SOURCES:
                 raise GraphNotSupportedError(f"{knob}={knobs[knob]!r}; expected one of {KERNEL_SOURCES}")
             if knobs[knob] == "cute":
-                reason = _cute_kernels_reason(graph, node)
+                reason = _cute_kernels_reason(graph, node, knob)
                 if reason is not None:
                     raise GraphNotSupportedError(f"{knob}='cute': {reason}")
         if knobs["output"] == "cute" and (not io_scratch or output_block_v):
@@ -665,12 +666,16 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 
-def _cute_kernels_reason(graph, node) -> str | None:
-    """Why the CuTe DSL chunk_prepare and chunk_output (engines/cute/_delta_prepare, _delta_output) cannot
-    stand in for the cuTile ones for this node, or None when they can: gdn's forward (a per-token gate) on
-    device 0, sm_90, with the DSL installed."""
-    if node.op != "gdn":
-        return f"the CuTe kernels take gdn's per-token gate; {node.op} is not gdn"
+CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn",)}     # the ops each CuTe kernel computes
+
+
+def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
+    """Why the CuTe DSL ``kernel`` ("prepare": engines/cute/_delta_prepare; "output": _delta_output) cannot
+    stand in for the cuTile one for this node, or None when it can: chunk_prepare for gdn and kda (scalar
+    beta, no write gate), chunk_output for gdn (a per-token gate), on device 0, sm_90, with the DSL
+    installed."""
+    if node.op not in CUTE_OPS[kernel]:
+        return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
     if graph.device[1] != 0:
         # The DSL's own call launches on the CUDA runtime's current device; the Python launch path has no
         # device switch for these kernels and no second GPU has run them (issue 27).

@@ -32,9 +32,11 @@ def _variant(io, scratch, K, V, n_seq=3):
                    prepare="cute")
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("io, scratch, K, V, HQ, H", CASES)
-def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, scratch, K, V, HQ, H):
-    launcher = _delta_prepare.prepare_launcher(io, "float32", io, scratch, K, V, HQ, H, True, 3)
+def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, scratch, K, V, HQ, H, per_channel):
+    launcher = _delta_prepare.prepare_launcher(io, "float32", io, scratch, K, V, HQ, H, True, 3,
+                                               per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
     (symbol,) = _abi.kernel_symbols(cubin)
     table = _abi.cubin_parameters(cubin, symbol)

@@ -383,7 +383,7 @@ def _proposed(cg, g, cute_reason=None):
     engine.missing = None
     saved = cutile_engine._support_reason, cutile_engine._cute_kernels_reason
     cutile_engine._support_reason = lambda graph, node: None
-    cutile_engine._cute_kernels_reason = lambda graph, node: cute_reason
+    cutile_engine._cute_kernels_reason = lambda graph, node, kernel="output": cute_reason
     try:
         return engine.propose_plans(g)
     finally:
@@ -436,8 +436,11 @@ def test_the_cute_kernels_take_gdn_alone_and_say_why_not():
     import types
     from cudnn_graph.engines.cutile import engine as cutile_engine
     for op in ("kda", "gdn2", "gdn_bwd"):
-        reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op))
-        assert reason == f"the CuTe kernels take gdn's per-token gate; {op} is not gdn"
+        reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op), "output")
+        assert reason == f"the CuTe chunk_output computes gdn, not {op}"
+    for op in ("gdn2", "kda_bwd"):
+        reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op), "prepare")
+        assert reason == f"the CuTe chunk_prepare computes gdn / kda, not {op}"
 
 
 # ----------------------------------------- the chunked backward (gdn_bwd, kda_bwd, gdn2_bwd), in NumPy
