@@ -164,6 +164,34 @@ class ChunkKernel:
             cute.gemm(tiled_mma, acc, rA, rB[None, None, kb], acc)
 
     @cute.jit
+    def product_tt(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sY: cute.Tensor, sX: cute.Tensor,
+                   rows: cutlass.Constexpr, m: cutlass.Constexpr, width: cutlass.Constexpr,
+                   y_stride: cutlass.Constexpr, x_stride: cutlass.Constexpr, tidx: Int32):
+        """acc (m x width) += Y^T @ X with Y (rows x m) and X (rows x width) row-major in shared memory
+        (``y_stride`` / ``x_stride`` apart): both operands read transposed by ldmatrix.trans."""
+        yt = cute.make_tensor(sY.iterator, cute.make_layout((m, rows), stride=(1, y_stride)))
+        xt = cute.make_tensor(sX.iterator, cute.make_layout((width, rows), stride=(1, x_stride)))
+        thr = tiled_mma.get_slice(tidx)
+        rA = tiled_mma.make_fragment_A(thr.partition_A(yt))
+        rB = tiled_mma.make_fragment_B(thr.partition_B(xt))
+        copy_a = cute.make_tiled_copy_A(
+            cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), self.io),
+            tiled_mma)
+        copy_b = cute.make_tiled_copy_B(
+            cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=2), self.io),
+            tiled_mma)
+        thr_a = copy_a.get_slice(tidx)
+        thr_b = copy_b.get_slice(tidx)
+        sA_src = thr_a.partition_S(yt)
+        sB_src = thr_b.partition_S(xt)
+        rA_view = thr_a.retile(rA)
+        rB_view = thr_b.retile(rB)
+        for kb in range_constexpr(cute.size(rA, mode=[2])):
+            cute.copy(copy_a, sA_src[None, None, kb], rA_view[None, None, kb])
+            cute.copy(copy_b, sB_src[None, None, kb], rB_view[None, None, kb])
+            cute.gemm(tiled_mma, acc, rA[None, None, kb], rB[None, None, kb], acc)
+
+    @cute.jit
     def product(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor, tidx: Int32):
         """acc (M x N) += sA (M x K) @ sB^T, sB given as N x K (shared memory, any layout), a k-block of 16
         at a time in registers."""

@@ -82,6 +82,7 @@ class Variant:
     gates: GateOptions = GateOptions()
     prepare: str = "cutile"  # forward chunk_prepare: "cutile", or "cute" (engines/cute/_delta_prepare, sm_90)
     output: str = "cutile"   # forward chunk_output: "cutile", or "cute" (engines/cute/_delta_output, sm_90)
+    state_pass: str = "cutile"  # forward chunk_state_pass: "cutile", or "cute" (engines/cute/_delta_state)
 
     @property
     def per_channel(self) -> bool:

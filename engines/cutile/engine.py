@@ -63,8 +63,9 @@ def _cdiv(a: int, b: int) -> int:
 # else TF32; the UT inverse is TF32 always).
 # The default was measured fastest on the H200 (issue 8 note).
 DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "output_block_v": 0, "scratch": "io", "prepare": "cutile",
-                 "output": "cutile"}
+                 "output": "cutile", "state_pass": "cutile"}
 VARIANT_KNOBS = {
+    "cute_all": {"prepare": "cute", "output": "cute", "state_pass": "cute"},
     "cute": {"prepare": "cute", "output": "cute"},
     "cute_prepare": {"prepare": "cute"},
     "tf32": {"mma": "tf32"},
@@ -209,6 +210,15 @@ class _CuteLaunch:
                                    variant.scale, variant.n_seq)
         return _CuteLaunch(launcher, fallback, lambda a: a[:7])
 
+    @staticmethod
+    def state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
+        """chunk_state_pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0 and writes
+        hs, ht, d."""
+        from ..cute._delta_state import state_pass_launcher
+        launcher = state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
+                                       variant.has_h0, variant.store_ht, variant.n_seq)
+        return _CuteLaunch(launcher, fallback, lambda a: a[:9])
+
     def __call__(self, stream: int, grid: tuple, args: tuple) -> None:
         if not self._launcher(stream, self._operands(args), grid[0]):
             import cuda.tile as ct
@@ -260,6 +270,8 @@ class CutileForwardPlan(CompiledPlan):
             self._prepare = _CuteLaunch.prepare(variant, geometry, self._prepare)
         if variant.output == "cute":
             self._output = _CuteLaunch.output(variant, geometry, self._output)
+        if variant.state_pass == "cute":
+            self._state_pass = _CuteLaunch.state_pass(variant, geometry, self._state_pass)
         self.variant = variant
         self._geometry = geometry
         self._device = graph.device_code
@@ -598,7 +610,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                engine=self, priority=10.0 if mma == "tf32" else 1.0, workspace_size=size)
                     for mma in ("tf32", "auto")]
         plans = []
-        cute_ok = {kernel: _cute_kernels_reason(graph, node, kernel) is None for kernel in ("prepare", "output")}
+        cute_ok = {kernel: _cute_kernels_reason(graph, node, kernel) is None for kernel in CUTE_OPS}
         for suffix, extra in (("", {}), *VARIANT_KNOBS.items()):
             knobs = {**DEFAULT_KNOBS, **extra}
             V = node.inputs["v"].dim[2]
@@ -611,6 +623,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             # measured faster on the H200 (the forward 0.312 / 0.313 vs 0.441 ms at 4 x 2048 tokens, 16 heads,
             # K = V = 128, bf16, and ahead at every case measured; docs/engines_cutile.md). The other
             # variants are there to be pinned (plan index, a router) or timed.
+            # cute_all (the CuTe state pass too) is not yet measured: it ranks with the other variants
             priority = {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self, priority=priority,
                                     workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
@@ -647,13 +660,16 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         if output_block_v not in (0, 32, 64, 128) or (output_block_v and geometry.V % output_block_v):
             raise GraphNotSupportedError(f"output_block_v={output_block_v} is not 0 or one of 32, 64, 128 "
                                          f"dividing V={geometry.V}")
-        for knob in ("prepare", "output"):
+        for knob in ("prepare", "output", "state_pass"):
             if knobs[knob] not in KERNEL_SOURCES:
                 raise GraphNotSupportedError(f"{knob}={knobs[knob]!r}; expected one of {KERNEL_SOURCES}")
             if knobs[knob] == "cute":
                 reason = _cute_kernels_reason(graph, node, knob)
                 if reason is not None:
                     raise GraphNotSupportedError(f"{knob}='cute': {reason}")
+        if knobs["state_pass"] == "cute" and not io_scratch:
+            raise GraphNotSupportedError("state_pass='cute' reads and writes the scratch in the input type "
+                                         f"(scratch='io'); got scratch={knobs['scratch']!r}")
         if knobs["output"] == "cute" and (not io_scratch or output_block_v):
             raise GraphNotSupportedError("output='cute' reads the deltas and states in the input type over all "
                                          f"of V (scratch='io', output_block_v=0); got scratch={knobs['scratch']!r}, "
@@ -662,11 +678,11 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
                                       output_block_v=output_block_v or geometry.V,
                                       scratch_dtype=io_scratch or "float32", prepare=knobs["prepare"],
-                                      output=knobs["output"])
+                                      output=knobs["output"], state_pass=knobs["state_pass"])
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 
-CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn",)}     # the ops each CuTe kernel computes
+CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn",), "state_pass": ("gdn",)}     # the ops each CuTe kernel computes
 
 
 def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:

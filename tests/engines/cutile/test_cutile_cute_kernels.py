@@ -18,7 +18,7 @@ cudnn = pytest.importorskip("cudnn_graph")
 import test_cutile_linear_attention as forward  # noqa: E402
 import test_cutile_linear_attention_gva_gates as gva  # noqa: E402
 
-PLANS = ["cutile_gdn_chunk64_cute_prepare", "cutile_gdn_chunk64_cute"]
+PLANS = ["cutile_gdn_chunk64_cute_prepare", "cutile_gdn_chunk64_cute", "cutile_gdn_chunk64_cute_all"]
 
 
 @pytest.fixture(autouse=True)

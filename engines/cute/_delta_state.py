@@ -1,0 +1,166 @@
+"""The chunked delta rule's state pass for a per-token (scalar) gate in CuTe DSL, for sm_90.
+
+What ``engines/cutile/_kernels.chunk_state_pass`` computes for gdn, from the same workspace regions, per
+(sequence, value head, block of BV value columns), chunk after chunk::
+
+    hs[c] = S (the state at the chunk's start),   D = U - W S  -> d[c],   S <- e^(gc_last) S + KD^T D
+
+The K x BV state stays in f32 accumulators for the whole sequence; its products take it rounded to the input
+type (fla's h kernel does the same). Per chunk: W and KD (64 x K each) into shared memory in coalesced
+16-byte segments, S's input-type copy into a small buffer (also hs's store), D = U - W S with U read in
+the accumulators' own layout, D into the small buffer (d's store), then KD^T D with both operands through
+ldmatrix.trans. About 45 KB of shared memory (K = 128, BV = 32).
+"""
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr, range_constexpr
+from cutlass.memory import SmemAllocator
+
+from ._delta_chunk import (CHUNK, DTYPES, PAD, SEG, THREADS, ChunkKernel, KernelLauncher, compile_kernel,
+                           shared_field, shared_struct)
+
+
+class DeltaStatePass(ChunkKernel):
+    """One specialisation: the input (scratch) type, K, V, the value columns per CTA ``BV``, the value heads
+    ``H`` and whether an initial state is read / the final state written."""
+
+    def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool):
+        if V % BV or BV % SEG:
+            raise ValueError(f"BV = {BV} must divide V = {V} and be a multiple of {SEG}")
+        self.io = DTYPES[io_dtype]
+        self.K, self.V, self.BV, self.H = K, V, BV, H
+        self.has_h0, self.store_ht = has_h0, store_ht
+
+    def shared_storage(self):
+        return shared_struct("DeltaStateStorage", {
+            "w": shared_field(self.io, CHUNK * (self.K + PAD)), "kd": shared_field(self.io, CHUNK * (self.K + PAD)),
+            "s": shared_field(self.io, max(self.K, CHUNK) * (self.BV + PAD)), "first": shared_field(Int32, THREADS)})
+
+    def shared_bytes(self) -> int:
+        return self.shared_storage().size_in_bytes()
+
+    @cute.jit
+    def __call__(self, pkd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
+                 ph0: cute.Pointer, phs: cute.Pointer, pht: cute.Pointer, pd: cute.Pointer, tokens: Int32,
+                 chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pkd, pw, pu, pg, pcu, ph0, phs, pht, pd, tokens, chunks, n_seq).launch(
+            grid=[n_seq, self.H, self.V // self.BV], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream)
+
+    @cute.kernel
+    def kernel(self, pkd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
+               ph0: cute.Pointer, phs: cute.Pointer, pht: cute.Pointer, pd: cute.Pointer, tokens: Int32,
+               chunks: Int32, n_seq: Int32):
+        K, V, BV, H = self.K, self.V, self.BV, self.H
+        io = self.io
+        by_chunk_k = cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1))
+        by_chunk_v = cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1))
+        states = cute.make_layout((n_seq, H, K, V), stride=(H * K * V, K * V, V, 1))
+        mKd = cute.make_tensor(pkd, by_chunk_k)
+        mW = cute.make_tensor(pw, by_chunk_k)
+        mU = cute.make_tensor(pu, by_chunk_v)
+        mD = cute.make_tensor(pd, by_chunk_v)
+        mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
+        mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
+        mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
+        mH0 = cute.make_tensor(ph0, states)
+        mHt = cute.make_tensor(pht, states)
+        tiled_mma = cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(io, Float32, (16, 8, 16)),
+                                        cute.make_layout((4, 1, 1)))
+        tidx, _, _ = cute.arch.thread_idx()
+        n, h, vb = cute.arch.block_idx()
+        thr = tiled_mma.get_slice(tidx)
+        storage = SmemAllocator().allocate(self.shared_storage())
+        sW = cute.make_tensor(storage.w.data_ptr(), cute.make_layout((CHUNK, K), stride=(K + PAD, 1)))
+        sKd = cute.make_tensor(storage.kd.data_ptr(), cute.make_layout((CHUNK, K), stride=(K + PAD, 1)))
+        sS = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((K, BV), stride=(BV + PAD, 1)))
+        sDelta = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((CHUNK, BV), stride=(BV + PAD, 1)))
+        sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((THREADS,)))
+
+        bos = mCu[n]
+        eos = mCu[n + 1]
+        first = self.first_chunk(mCu, n, tidx, sFirst)
+        n_chunks = (eos - bos + CHUNK - 1) // CHUNK
+        col = vb * BV
+        state = cute.make_rmem_tensor(thr.partition_shape_C((K, BV)), Float32)
+        if const_expr(self.has_h0):
+            h0 = cute.make_rmem_tensor(state.shape, Float32)
+            cute.autovec_copy(thr.partition_C(cute.local_tile(mH0[n, h, None, None], (K, BV), (0, vb))), h0)
+            state.store(h0.load())
+        else:
+            state.fill(0.0)
+        s_io = cute.make_rmem_tensor(state.shape, io)
+        delta = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, BV)), Float32)
+        u_part = cute.make_rmem_tensor(delta.shape, io)
+        d_io = cute.make_rmem_tensor(delta.shape, io)
+        for j in cutlass.range(n_chunks):
+            c = first + j
+            start = bos + j * CHUNK
+            cute.arch.sync_threads()
+            self.load_rows(mW[c, h, None, None], sW, 0, CHUNK, K, False, tidx)
+            self.load_rows(mKd[c, h, None, None], sKd, 0, CHUNK, K, False, tidx)
+            cute.autovec_copy(thr.partition_C(cute.local_tile(mU[c, h, None, None], (CHUNK, BV), (0, vb))), u_part)
+            s_io.store(state.load().to(io))
+            cute.autovec_copy(s_io, thr.partition_C(sS))
+            cute.arch.sync_threads()
+            self.copy_block(sS, cute.local_tile(mHs[c, h, None, None], (K, BV), (0, vb)), K, tidx)
+            # D = U - W S
+            delta.fill(0.0)
+            self.product_bt(tiled_mma, delta, sW, sS, K, BV, BV + PAD, tidx)
+            delta.store(u_part.load().to(Float32) - delta.load())
+            cute.arch.sync_threads()
+            d_io.store(delta.load().to(io))
+            cute.autovec_copy(d_io, thr.partition_C(sDelta))
+            cute.arch.sync_threads()
+            self.copy_block(sDelta, cute.local_tile(mD[c, h, None, None], (CHUNK, BV), (0, vb)), CHUNK, tidx)
+            # S <- e^(gc_last) S + KD^T D
+            decay = cute.math.exp(mG[cutlass.min(start + CHUNK, eos) - 1, h])
+            state.store(state.load() * decay)
+            self.product_tt(tiled_mma, state, sKd, sDelta, CHUNK, K, BV, K + PAD, BV + PAD, tidx)
+        if const_expr(self.store_ht):
+            cute.autovec_copy(state, thr.partition_C(cute.local_tile(mHt[n, h, None, None], (K, BV), (0, vb))))
+
+    @cute.jit
+    def first_chunk(self, mCu: cute.Tensor, n: Int32, tidx: Int32, sFirst: cute.Tensor):
+        """The global index of sequence n's first chunk: the chunk counts of the sequences before it, summed
+        128 at a time over the block."""
+        part = Int32(0)
+        for i in cutlass.range(tidx, n, THREADS):
+            part = part + (mCu[i + 1] - mCu[i] + CHUNK - 1) // CHUNK
+        sFirst[tidx] = part
+        cute.arch.sync_threads()
+        total = Int32(0)
+        for i in range_constexpr(THREADS):
+            total = total + sFirst[i]
+        return total
+
+    @cute.jit
+    def copy_block(self, src: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr, tidx: Int32):
+        """src (rows x BV, shared) into dst (rows x BV, global) in 16-byte segments."""
+        segs = self.BV // SEG
+        for i in range_constexpr(rows * segs // THREADS):
+            q = tidx + i * THREADS
+            row = q // segs
+            seg = q % segs
+            cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)), cute.local_tile(dst, (1, SEG), (row, seg)))
+
+
+def _pointer_types(io_dtype: str) -> tuple:
+    """kd, w, u, g (the per-token cumulative gates, f32), cu_seqlens, h0 (f32), hs, ht (f32), d."""
+    return ((io_dtype, 16), (io_dtype, 16), (io_dtype, 16), ("float32", 4), ("int32", 4), ("float32", 16),
+            (io_dtype, 16), ("float32", 16), (io_dtype, 16))
+
+
+def compile_state_pass(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool):
+    return compile_kernel(DeltaStatePass(io_dtype, K, V, BV, H, has_h0, store_ht), _pointer_types(io_dtype))
+
+
+def state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
+                        n_seq: int) -> KernelLauncher:
+    """The launcher of one specialisation; its slots: kd, w, u, g, cu_seqlens, h0, hs, ht, d."""
+    key = ("chunk_state_pass", io_dtype, K, V, BV, H, has_h0, store_ht)
+    return KernelLauncher(lambda: DeltaStatePass(io_dtype, K, V, BV, H, has_h0, store_ht), key,
+                          _pointer_types(io_dtype), n_seq)
