@@ -131,6 +131,33 @@ class ChunkKernel:
                     raw.store(store(row, seg, x).to(self.io))
             cute.autovec_copy(raw, cute.local_tile(dst, (1, SEG), (row, seg)))
 
+    def row_registers(self, width: int):
+        """A thread's share of a 64 x ``width`` block held in registers between ``fetch_rows`` and
+        ``put_rows``: one 16-byte segment per pass of 128 threads, each segment contiguous."""
+        passes = CHUNK * width // (THREADS * SEG)
+        return cute.make_rmem_tensor(cute.make_layout((passes, SEG), stride=(SEG, 1)), self.io)
+
+    @cute.jit
+    def fetch_rows(self, src: cute.Tensor, regs: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
+        """All 64 rows of ``src`` (64 x width, global) into ``regs`` (``row_registers``): the loads are
+        issued and not waited on until ``put_rows`` reads the registers, so a chunk's rows can be in
+        flight while the previous chunk is computed (the kernels have no shared memory left for a second
+        buffer under the 48 KB the C path launches with)."""
+        segs = width // SEG
+        rows_per_pass = THREADS // segs
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            cute.autovec_copy(cute.local_tile(src, (1, SEG), (tidx // segs + p * rows_per_pass, tidx % segs)),
+                              cute.local_tile(regs, (1, SEG), (p, 0)))
+
+    @cute.jit
+    def put_rows(self, regs: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
+        """What ``fetch_rows`` loaded into ``dst`` (64 x width, shared), in the same segments."""
+        segs = width // SEG
+        rows_per_pass = THREADS // segs
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            cute.autovec_copy(cute.local_tile(regs, (1, SEG), (p, 0)),
+                              cute.local_tile(dst, (1, SEG), (tidx // segs + p * rows_per_pass, tidx % segs)))
+
     @cute.jit
     def row_inverse_norm(self, x, segs: cutlass.Constexpr):
         """1 / ||row|| over the ``segs`` lanes that hold a row's segments (0 for a zero row)."""

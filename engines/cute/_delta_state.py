@@ -96,13 +96,26 @@ class DeltaStatePass(ChunkKernel):
         delta = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, BV)), Float32)
         u_part = cute.make_rmem_tensor(delta.shape, io)
         d_io = cute.make_rmem_tensor(delta.shape, io)
+        # Chunk j + 1's W, KD, U and closing gate are loaded into registers while chunk j is computed: the
+        # pass is a chain of dependent steps, so each step's global-load latency would otherwise add up.
+        next_w = self.row_registers(K)
+        next_kd = self.row_registers(K)
+        next_u = cute.make_rmem_tensor(delta.shape, io)
+        next_decay = cute.make_rmem_tensor((1,), Float32)
+        if n_chunks > 0:     # an empty sequence's "first" chunk may lie past the workspace
+            self.fetch_chunk(mW, mKd, mU, mG, thr, next_w, next_kd, next_u, next_decay, first, h, vb,
+                             cutlass.min(bos + CHUNK, eos) - 1, tidx)
         for j in cutlass.range(n_chunks):
             c = first + j
-            start = bos + j * CHUNK
             cute.arch.sync_threads()
-            self.load_rows(mW[c, h, None, None], sW, 0, CHUNK, K, False, tidx)
-            self.load_rows(mKd[c, h, None, None], sKd, 0, CHUNK, K, False, tidx)
-            cute.autovec_copy(thr.partition_C(cute.local_tile(mU[c, h, None, None], (CHUNK, BV), (0, vb))), u_part)
+            self.put_rows(next_w, sW, K, tidx)
+            self.put_rows(next_kd, sKd, K, tidx)
+            u_part.store(next_u.load())
+            decay = next_decay[0]
+            # the last chunk fetches itself again (a wasted load rather than a branch in the chain)
+            following = cutlass.min(j + 1, n_chunks - 1)
+            self.fetch_chunk(mW, mKd, mU, mG, thr, next_w, next_kd, next_u, next_decay, first + following, h, vb,
+                             cutlass.min(bos + (following + 1) * CHUNK, eos) - 1, tidx)
             s_io.store(state.load().to(io))
             cute.autovec_copy(s_io, thr.partition_C(sS))
             cute.arch.sync_threads()
@@ -117,11 +130,21 @@ class DeltaStatePass(ChunkKernel):
             cute.arch.sync_threads()
             self.copy_block(sDelta, cute.local_tile(mD[c, h, None, None], (CHUNK, BV), (0, vb)), CHUNK, tidx)
             # S <- e^(gc_last) S + KD^T D
-            decay = cute.math.exp(mG[cutlass.min(start + CHUNK, eos) - 1, h])
-            state.store(state.load() * decay)
+            state.store(state.load() * cute.math.exp(decay))
             self.product_tt(tiled_mma, state, sKd, sDelta, CHUNK, K, BV, K + PAD, BV + PAD, tidx)
         if const_expr(self.store_ht):
             cute.autovec_copy(state, thr.partition_C(cute.local_tile(mHt[n, h, None, None], (K, BV), (0, vb))))
+
+    @cute.jit
+    def fetch_chunk(self, mW: cute.Tensor, mKd: cute.Tensor, mU: cute.Tensor, mG: cute.Tensor, thr, next_w: cute.Tensor,
+                    next_kd: cute.Tensor, next_u: cute.Tensor, next_decay: cute.Tensor, c: Int32, h: Int32, vb: Int32,
+                    last_row: Int32, tidx: Int32):
+        """Chunk c's W and KD rows, this thread's U fragment and the gate sum at the chunk's last row into
+        registers (issued, not waited on)."""
+        self.fetch_rows(mW[c, h, None, None], next_w, self.K, tidx)
+        self.fetch_rows(mKd[c, h, None, None], next_kd, self.K, tidx)
+        cute.autovec_copy(thr.partition_C(cute.local_tile(mU[c, h, None, None], (CHUNK, self.BV), (0, vb))), next_u)
+        next_decay[0] = mG[last_row, h]
 
     @cute.jit
     def first_chunk(self, mCu: cute.Tensor, n: Int32, tidx: Int32, sFirst: cute.Tensor):

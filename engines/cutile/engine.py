@@ -611,6 +611,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                     for mma in ("tf32", "auto")]
         plans = []
         cute_ok = {kernel: _cute_kernels_reason(graph, node, kernel) is None for kernel in CUTE_OPS}
+        io_dtype = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
         for suffix, extra in (("", {}), *VARIANT_KNOBS.items()):
             knobs = {**DEFAULT_KNOBS, **extra}
             V = node.inputs["v"].dim[2]
@@ -619,12 +620,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             if any(knobs[kernel] == "cute" and not ok for kernel, ok in cute_ok.items()):
                 continue
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
-            # The default ranks first, except where the CuTe kernels can run (gdn on sm_90): those plans
-            # measured faster on the H200 (the forward 0.312 / 0.313 vs 0.441 ms at 4 x 2048 tokens, 16 heads,
-            # K = V = 128, bf16, and ahead at every case measured; docs/engines_cutile.md). The other
-            # variants are there to be pinned (plan index, a router) or timed.
-            # cute_all (the CuTe state pass too) is not yet measured: it ranks with the other variants
-            priority = {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
+            priority = _forward_priority(suffix, io_dtype)
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self, priority=priority,
                                     workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
                                                              ).workspace_size))
@@ -680,6 +676,17 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                       scratch_dtype=io_scratch or "float32", prepare=knobs["prepare"],
                                       output=knobs["output"], state_pass=knobs["state_pass"])
         return CutileForwardPlan(plan, graph, node, variant, geometry)
+
+
+def _forward_priority(suffix: str, io_dtype: str) -> float:
+    """A forward plan variant's rank (higher first). The default ranks first, except where the CuTe kernels
+    can run (sm_90): those plans measured faster on the H200 at every case timed (docs/engines_cutile.md):
+    ``cute`` (CuTe prepare and output, the cuTile state pass) first for BF16; ``cute_all`` (the CuTe state
+    pass too) first for FP16, where the cuTile state pass takes TF32 products. The other variants are there
+    to be pinned (plan index, a router) or timed."""
+    if suffix == "cute_all" and io_dtype == "float16":
+        return 25.0
+    return {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
 
 
 CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn",), "state_pass": ("gdn",)}     # the ops each CuTe kernel computes

@@ -404,13 +404,16 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     assert wide and all(p.workspace_size > plans[0].workspace_size for p in wide)
 
 
-def test_the_cute_plan_ranks_first_where_its_kernels_can_run():
+@pytest.mark.parametrize("dtype, first, state_pass", [("BFLOAT16", "cute", "cutile"), ("HALF", "cute_all", "cute")])
+def test_the_cute_plan_ranks_first_where_its_kernels_can_run(dtype, first, state_pass):
+    # FP16: the CuTe state pass too (the cuTile one takes TF32 products for FP16 inputs)
     cg = _package()
-    g = _gdn_graph(cg, cg.data_type.BFLOAT16, 128, 128)
+    g = _gdn_graph(cg, getattr(cg.data_type, dtype), 128, 128)
     g.validate()
     plans = _proposed(cg, g)
     best = max(plans, key=lambda p: p.priority)
-    assert best.label == "cutile_gdn_chunk64_cute" and best.knobs["prepare"] == best.knobs["output"] == "cute"
+    assert best.label == f"cutile_gdn_chunk64_{first}" and best.knobs["prepare"] == best.knobs["output"] == "cute"
+    assert best.knobs["state_pass"] == state_pass
     assert sum(p.priority == best.priority for p in plans) == 1
 
 
