@@ -49,7 +49,8 @@ class DeltaPrepare(ChunkKernel):
         self.K, self.V, self.HQ, self.H = K, V, HQ, H
         self.group = H // HQ
         self.use_l2 = use_l2
-        # kda: per-channel decays, their in-chunk sums read from g_out (chunk_gates wrote them); A's
+        # kda: per-channel decays; their in-chunk sums are formed here into g_out (what the cuTile engine's
+        # chunk_gates launch computes, saved a launch and a pass over g) and read back from it; A's
         # operands carry the decay split around the chunk's row SPLIT_ROW, as the cuTile kernel's
         self.per_channel = per_channel
 
@@ -102,6 +103,7 @@ class DeltaPrepare(ChunkKernel):
                                                      stride=(H * CHUNK * K, CHUNK * K, K, 1)))
         mGo = cute.make_tensor(pgo, cute.make_layout((tokens, H), stride=(H, 1)))
         mGs = cute.make_tensor(pgo, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))   # per channel
+        mGc = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))
         tiled_mma = cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(io, Float32, (16, 8, 16)),
                                         cute.make_layout((4, 1, 1)))
         tidx, _, _ = cute.arch.thread_idx()
@@ -124,7 +126,7 @@ class DeltaPrepare(ChunkKernel):
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
             if const_expr(self.per_channel):
-                self.prepare_per_channel(tiled_mma, mK, mV, mB, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
+                self.prepare_per_channel(tiled_mma, mK, mV, mB, mGc, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
                                          sBeta, c, h, hk, start, count, tidx)
             else:
                 self.prepare_per_token(tiled_mma, mK, mV, mG, mB, mGo, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
@@ -178,13 +180,14 @@ class DeltaPrepare(ChunkKernel):
         self.product_out(tiled_mma, sTu, sV, mU, c, h, V, tidx)
 
     @cute.jit
-    def prepare_per_channel(self, tiled_mma, mK, mV, mB, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc, sBeta,
+    def prepare_per_channel(self, tiled_mma, mK, mV, mB, mGc, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc, sBeta,
                             c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32):
-        """kda: A from k e^(gc - gc_mid) and k e^(gc_mid - gc) (the split: each factor spans at most half a
-        chunk of decay), T scaled by beta alone, w = T diag(beta) (k e^gc): k is read a second time for it
-        (A's right operand takes A's place, the left k's)."""
+        """kda: the gates' in-chunk sums gc into g_out, then A from k e^(gc - gc_mid) and k e^(gc_mid - gc)
+        (the split: each factor spans at most half a chunk of decay), T scaled by beta alone, w = T diag(beta)
+        (k e^gc): k is read a second time for it (A's right operand takes A's place, the left k's)."""
         K, V = self.K, self.V
         gS = mGs[None, h, None]
+        self.gate_sums(mGc[None, h, None], gS, start, count, tidx)
         last = start + count - 1
         mid = start + cutlass.min(count - 1, _SPLIT_ROW)
         self.load_beta(mB, sBeta, h, start, count, tidx)
@@ -226,6 +229,19 @@ class DeltaPrepare(ChunkKernel):
         self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
         cute.arch.sync_threads()
         self.product_out(tiled_mma, sTu, sV, mU, c, h, V, tidx)
+
+    @cute.jit
+    def gate_sums(self, gRaw: cute.Tensor, gS: cute.Tensor, start: Int32, count: Int32, tidx: Int32):
+        """The chunk's per-channel cumulative gate sums (rows start .. start + count of ``gRaw``, tokens x K)
+        into ``gS`` (g_out), one channel per thread (a warp's rows are contiguous: coalesced); the chunk's
+        rows are unrolled so their loads are all in flight at once. Later reads of ``gS`` by other threads
+        come after a barrier (it orders the block's global writes too)."""
+        if tidx < self.K:
+            total = Float32(0.0)
+            for row in range_constexpr(CHUNK):
+                if row < count:
+                    total = total + gRaw[start + row, tidx].to(Float32)
+                    gS[start + row, tidx] = total
 
     @cute.jit
     def as_io(self, x):

@@ -181,16 +181,24 @@ def _support_reason(graph, node) -> str | None:
     return None
 
 
+def _gates_grid(variant: Variant, geometry: "_Geometry") -> tuple:
+    """chunk_gates' grid: per chunk, value head and block of the variant's gate_block key channels."""
+    return (geometry.chunks, geometry.H, geometry.K // variant.gate_block)
+
+
 class _CuteLaunch:
-    """A cuTile launch through a CuTe DSL kernel (engines/cute/_delta_prepare, _delta_output: gdn on sm_90)
-    that takes the same arguments, or through the cuTile kernel for a call whose buffers the CuTe one does
-    not take (not packed row-major, or misaligned). ``operands(args)`` picks the CuTe kernel's buffers from
+    """A cuTile launch through a CuTe DSL kernel (engines/cute/_delta_prepare, _delta_state, _delta_output:
+    sm_90) that takes the same arguments, or through the cuTile kernel for a call whose buffers the CuTe one
+    does not take (not packed row-major, or misaligned). ``operands(args)`` picks the CuTe kernel's buffers from
     the cuTile kernel's arguments, in its pointer order."""
 
-    def __init__(self, launcher, fallback, operands):
+    def __init__(self, launcher, fallback, operands, fallback_first=None):
         self._launcher = launcher
         self._fallback = fallback
         self._operands = operands
+        # (kernel, grid, args(args)): a cuTile launch the fallback needs first, for work the CuTe kernel
+        # does itself (kda's gate sums)
+        self._fallback_first = fallback_first
 
     @staticmethod
     def prepare(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
@@ -200,7 +208,15 @@ class _CuteLaunch:
         launcher = prepare_launcher(variant.io_dtype, g_dtype, variant.beta_dtype, variant.scratch_dtype, variant.K,
                                     variant.V, geometry.HQ, geometry.H, variant.use_l2, variant.n_seq,
                                     per_channel=variant.per_channel)
-        return _CuteLaunch(launcher, fallback, lambda a: (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9]))
+        first = None
+        if variant.per_channel:
+            # the CuTe kernel forms kda's gate sums itself (the plan has no gates launch); its cuTile
+            # stand-in reads them, so chunk_gates runs before it: (g, cu_seqlens, g_out)
+            from . import _kernels
+            first = (_kernels.forward_kernels(True)[0], _gates_grid(variant, geometry),
+                     lambda a: (a[2], a[5], a[8], *variant.gates_constants()))
+        return _CuteLaunch(launcher, fallback, lambda a: (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9]),
+                           first)
 
     @staticmethod
     def output(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
@@ -222,6 +238,9 @@ class _CuteLaunch:
     def __call__(self, stream: int, grid: tuple, args: tuple) -> None:
         if not self._launcher(stream, self._operands(args), grid[0]):
             import cuda.tile as ct
+            if self._fallback_first is not None:
+                kernel, first_grid, first_args = self._fallback_first
+                ct.launch(stream, first_grid, kernel, first_args(args))
             ct.launch(stream, grid, self._fallback, args)
 
     def c_launch(self, name: str, grid: tuple, args: tuple, operand_index):
@@ -314,12 +333,12 @@ class CutileForwardPlan(CompiledPlan):
         return views
 
     def _gate_launches(self, g, cu, scratch) -> list:
-        """Per-channel gates (kda, gdn2) get their in-chunk sums from a launch of their own."""
+        """Per-channel gates (kda, gdn2) get their in-chunk sums from a launch of their own (except where the
+    CuTe chunk_prepare forms them)."""
         v = self.variant
-        if not v.per_channel:
+        if not v.per_channel or v.prepare == "cute":     # the CuTe chunk_prepare forms them itself
             return []
-        grid = (self._geometry.chunks, self._geometry.H, self._geometry.K // v.gate_block)
-        return [("gates", grid, self._gates, (g, cu, scratch["g"], *v.gates_constants()))]
+        return [("gates", _gates_grid(v, self._geometry), self._gates, (g, cu, scratch["g"], *v.gates_constants()))]
 
     def _gate_inputs(self, slot, scratch) -> tuple:
         """(launches, g, beta): the gate_activation launch where a gate option is on, and the g / beta the

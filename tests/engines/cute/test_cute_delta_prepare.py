@@ -1,8 +1,9 @@
-"""The CuTe DSL chunk_prepare for gdn (engines/cute/_delta_prepare), on the CPU: its specialisations compile
+"""The CuTe DSL chunk_prepare for gdn and kda (engines/cute/_delta_prepare), on the CPU: its specialisations compile
 for sm_90a (CUTE_DSL_ARCH names the target: no GPU needed), and the cuTile plan's C launch path gets a
 record for it that matches the cubin: nine addresses then three int32 sizes, its block and its dynamic
 shared memory (at most 48 KB: the C path sets no opt-in attribute). The kernel's results against the
-reference engine are tests/engines/cutile/test_cutile_cute_prepare.py's (H200).
+reference engine are tests/engines/cutile/test_cutile_cute_kernels.py's (H200). kda's plans with it have no
+gates launch (the kernel forms the gate sums), and its cuTile stand-in runs chunk_gates first.
 """
 from __future__ import annotations
 
@@ -124,3 +125,35 @@ def test_a_kernel_that_does_not_compile_sends_every_call_to_the_cutile_kernel(ca
         "instead") == 1
     with pytest.raises(RuntimeError, match="did not compile: RuntimeError: no such MLIR pass"):
         launcher.cubin()
+
+
+def _kda_variant(prepare):
+    return Variant(op="kda", io_dtype="bfloat16", beta_dtype="bfloat16", w_dtype="bfloat16", K=64, V=64, block_v=32,
+                   n_seq=3, scale=0.125, use_l2=True, has_h0=False, store_ht=False, scratch_dtype="bfloat16",
+                   prepare=prepare)
+
+
+def test_kda_plans_with_the_cute_prepare_have_no_gates_launch():
+    # the CuTe kernel forms the per-channel gate sums itself; the cuTile prepare reads chunk_gates' output
+    import types
+    geometry = types.SimpleNamespace(chunks=5, H=2, HQ=2, K=64)
+    scratch = {"g": "g_out"}
+    for prepare, names in (("cute", []), ("cutile", ["gates"])):
+        plan = types.SimpleNamespace(variant=_kda_variant(prepare), _geometry=geometry, _gates="chunk_gates")
+        launches = cutile_engine.CutileForwardPlan._gate_launches(plan, "g", "cu", scratch)
+        assert [launch[0] for launch in launches] == names
+
+
+def test_the_kda_cute_prepare_falls_back_to_chunk_gates_then_the_cutile_prepare(monkeypatch):
+    import types
+    import cuda.tile as ct
+    launched = []
+    monkeypatch.setattr(ct, "launch", lambda stream, grid, kernel, args: launched.append((grid, kernel, args[:3])))
+    geometry = types.SimpleNamespace(chunks=5, H=2, HQ=2, K=64)
+    launch = cutile_engine._CuteLaunch.prepare(_kda_variant("cute"), geometry, fallback="cutile_prepare")
+    launch._launcher = lambda stream, slots, chunks: False          # buffers the CuTe kernel does not take
+    args = ("k", "v", "g", "beta", "wgate", "cu", "w", "u", "g_out", "kd")
+    launch(0, (5, 2, 1), args)
+    (gates_grid, gates_kernel, gates_args), (grid, kernel, first_args) = launched
+    assert gates_grid[:2] == (5, 2) and gates_args == ("g", "cu", "g_out")
+    assert gates_kernel is not None and (grid, kernel, first_args) == ((5, 2, 1), "cutile_prepare", ("k", "v", "g"))
