@@ -1,6 +1,7 @@
-"""The chunked delta rule's output for a per-token (scalar) gate in CuTe DSL, for sm_90.
+"""The chunked delta rule's output in CuTe DSL, for sm_90: a per-token (scalar) gate (gdn) or per-channel
+gates (kda).
 
-What ``engines/cutile/_kernels.chunk_output`` computes for gdn, from the same workspace regions (the
+What ``engines/cutile/_kernels.chunk_output`` computes for gdn and kda, from the same workspace regions (the
 chunk-start states ``hs`` and deltas ``d`` of the state pass, the cumulative gates), per (chunk of 64
 tokens, value head) over all of V::
 
@@ -17,6 +18,10 @@ and attn in about 45 KB of shared memory (several CTAs an SM):
 3. the state product over K in blocks of 64 rows of S0, then ``attn d``, each operand read into the one
    buffer in turn (k's, once attn is formed), all into one set of f32 accumulators;
 4. o's valid rows stored through shared memory in 16-byte segments.
+
+Per-channel gates (kda) cannot scale attn after the product: the decay is in its operands instead, split
+at the chunk's row SPLIT_ROW as the cuTile kernel's (``q e^(gc - gc_mid)`` and ``k e^(gc_mid - gc)``:
+either factor spans at most half a chunk of decay), and q is read a second time for ``scale q e^gc``.
 """
 from __future__ import annotations
 
@@ -27,15 +32,17 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr, range_constexpr
 from cutlass.memory import SmemAllocator
 
-from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD, SEG, THREADS, ChunkKernel, KernelLauncher, compile_kernel,
-                           shared_field, shared_struct)
+from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD, SEG, SPLIT_ROW, THREADS, ChunkKernel, KernelLauncher,
+                           compile_kernel, shared_field, shared_struct)
 
 
 class DeltaOutput(ChunkKernel):
     """One specialisation: the input type (also the scratch type of d and hs), K, V, the key heads ``HQ``,
-    the value heads ``H``, whether q and k are L2-normalised, and the scale."""
+    the value heads ``H``, whether q and k are L2-normalised, the scale and whether the gates are per
+    channel (kda: g holds their in-chunk sums, tokens x value heads x K)."""
 
-    def __init__(self, io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float):
+    def __init__(self, io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
+                 per_channel: bool = False):
         if H % HQ:
             raise ValueError(f"value heads {H} are not a multiple of the key heads {HQ}")
         if K % CHUNK:
@@ -45,6 +52,7 @@ class DeltaOutput(ChunkKernel):
         self.group = H // HQ
         self.use_l2 = use_l2
         self.scale = float(scale)
+        self.per_channel = per_channel
 
     @property
     def _row_width(self) -> int:
@@ -76,6 +84,7 @@ class DeltaOutput(ChunkKernel):
         mK = cute.make_tensor(pk, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
         mD = cute.make_tensor(pd, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1)))
         mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
+        mGs = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))    # per channel
         mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
         mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
         mO = cute.make_tensor(po, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
@@ -96,24 +105,12 @@ class DeltaOutput(ChunkKernel):
 
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
-            if tidx < CHUNK:
-                sGc[tidx] = mG[start + cutlass.min(tidx, count - 1), h]
-            self.load_rows(mQ[None, hk, None], sQ, start, count, K, self.use_l2, tidx)
-            self.load_rows(mK[None, hk, None], sK, start, count, K, self.use_l2, tidx)
-            cute.arch.sync_threads()
-            # attn = scale (q k^T) e^(gc_t - gc_j), j <= t
-            scores = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
-            scores.fill(0.0)
-            self.product(tiled_mma, scores, sQ, sK, tidx)
-            coords = thr.partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
-            for e in range_constexpr(cute.size(scores)):
-                t, j = coords[e]
-                val = Float32(0.0)
-                if j <= t:
-                    val = scores[e] * self.scale * cute.math.exp(sGc[t] - sGc[j])
-                sAttn[t, j] = val.to(io)
-            cute.arch.sync_threads()
-            self.scale_query_rows(sQ, sGc, tidx)
+            if const_expr(self.per_channel):
+                self.scores_per_channel(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mGs[None, h, None],
+                                        sQ, sK, sAttn, start, count, tidx)
+            else:
+                self.scores_per_token(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mG, sQ, sK, sAttn,
+                                      sGc, h, start, count, tidx)
             out = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, V)), Float32)
             out.fill(0.0)
             # (scale q e^gc) S0, 64 rows of S0 at a time through the operand buffer
@@ -131,6 +128,67 @@ class DeltaOutput(ChunkKernel):
             self.store_staged(tiled_mma, out, stage, mO[None, h, None], start, count, V, tidx)
 
     @cute.jit
+    def scores_per_token(self, tiled_mma, thr, gQ: cute.Tensor, gK: cute.Tensor, mG: cute.Tensor, sQ: cute.Tensor,
+                         sK: cute.Tensor, sAttn: cute.Tensor, sGc: cute.Tensor, h: Int32, start: Int32, count: Int32,
+                         tidx: Int32):
+        """gdn: attn = scale (q k^T) e^(gc_t - gc_j), j <= t, then q's rows times scale e^gc in place."""
+        if tidx < CHUNK:
+            sGc[tidx] = mG[start + cutlass.min(tidx, count - 1), h]
+        self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx)
+        self.load_rows(gK, sK, start, count, self.K, self.use_l2, tidx)
+        cute.arch.sync_threads()
+        scores = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
+        scores.fill(0.0)
+        self.product(tiled_mma, scores, sQ, sK, tidx)
+        coords = thr.partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
+        for e in range_constexpr(cute.size(scores)):
+            t, j = coords[e]
+            val = Float32(0.0)
+            if j <= t:
+                val = scores[e] * self.scale * cute.math.exp(sGc[t] - sGc[j])
+            sAttn[t, j] = val.to(self.io)
+        cute.arch.sync_threads()
+        self.scale_query_rows(sQ, sGc, tidx)
+
+    @cute.jit
+    def scores_per_channel(self, tiled_mma, thr, gQ: cute.Tensor, gK: cute.Tensor, gS: cute.Tensor, sQ: cute.Tensor,
+                           sK: cute.Tensor, sAttn: cute.Tensor, start: Int32, count: Int32, tidx: Int32):
+        """kda: attn = scale (q e^(gc - gc_mid)) (k e^(gc_mid - gc))^T, j <= t, then q read again as
+        scale q e^gc (gS: the gates' in-chunk sums, tokens x K; rows past the chunk's end repeat its last:
+        their q and k rows are zero, and the factors stay finite)."""
+        mid = start + cutlass.min(count - 1, SPLIT_ROW)
+        sums = cute.make_rmem_tensor((1, SEG), Float32)
+        pivot = cute.make_rmem_tensor((1, SEG), Float32)
+
+        def gates(row, seg):
+            cute.autovec_copy(cute.local_tile(gS, (1, SEG), (start + cutlass.min(row, count - 1), seg)), sums)
+            cute.autovec_copy(cute.local_tile(gS, (1, SEG), (mid, seg)), pivot)
+            return sums.load() - pivot.load()
+
+        self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx,
+                       store=lambda row, seg, x: x * cute.math.exp(gates(row, seg)))
+        self.load_rows(gK, sK, start, count, self.K, self.use_l2, tidx,
+                       store=lambda row, seg, x: x * cute.math.exp(-gates(row, seg)))
+        cute.arch.sync_threads()
+        scores = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
+        scores.fill(0.0)
+        self.product(tiled_mma, scores, sQ, sK, tidx)
+        coords = thr.partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
+        for e in range_constexpr(cute.size(scores)):
+            t, j = coords[e]
+            val = Float32(0.0)
+            if j <= t:
+                val = scores[e] * self.scale
+            sAttn[t, j] = val.to(self.io)
+        cute.arch.sync_threads()
+
+        def scaled(row, seg, x):
+            cute.autovec_copy(cute.local_tile(gS, (1, SEG), (start + cutlass.min(row, count - 1), seg)), sums)
+            return x * (cute.math.exp(sums.load()) * self.scale)
+
+        self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx, store=scaled)
+
+    @cute.jit
     def scale_query_rows(self, sQ: cute.Tensor, sGc: cute.Tensor, tidx: Int32):
         """q's rows times scale e^gc, in place (after every warp has read q for the scores)."""
         segs = self.K // SEG
@@ -145,21 +203,23 @@ class DeltaOutput(ChunkKernel):
             cute.autovec_copy(frag, part)
 
 
-def _pointer_types(io_dtype: str) -> tuple:
-    """(element type, assumed alignment) of each pointer: q, k, d, g (the stored cumulative gates, f32),
-    cu_seqlens, hs, o."""
-    return ((io_dtype, 16), (io_dtype, 16), (io_dtype, 16), ("float32", 4), ("int32", 4), (io_dtype, 16),
-            (io_dtype, 16))
+def _pointer_types(io_dtype: str, per_channel: bool = False) -> tuple:
+    """(element type, assumed alignment) of each pointer: q, k, d, g (the stored cumulative gates, f32;
+    per channel, read in 32-byte row segments), cu_seqlens, hs, o."""
+    return ((io_dtype, 16), (io_dtype, 16), (io_dtype, 16), ("float32", 16 if per_channel else 4), ("int32", 4),
+            (io_dtype, 16), (io_dtype, 16))
 
 
-def compile_output(io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float):
+def compile_output(io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
+                   per_channel: bool = False):
     """(compiled kernel, dynamic shared bytes) of one specialisation."""
-    return compile_kernel(DeltaOutput(io_dtype, K, V, HQ, H, use_l2, scale), _pointer_types(io_dtype))
+    return compile_kernel(DeltaOutput(io_dtype, K, V, HQ, H, use_l2, scale, per_channel),
+                          _pointer_types(io_dtype, per_channel))
 
 
 def output_launcher(io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
-                    n_seq: int) -> KernelLauncher:
+                    n_seq: int, per_channel: bool = False) -> KernelLauncher:
     """The launcher of one specialisation; its slots: q, k, d, g, cu_seqlens, hs, o."""
-    key = ("chunk_output", io_dtype, K, V, HQ, H, use_l2, float(scale))
-    return KernelLauncher(lambda: DeltaOutput(io_dtype, K, V, HQ, H, use_l2, scale), key, _pointer_types(io_dtype),
-                          n_seq)
+    key = ("chunk_output", io_dtype, K, V, HQ, H, use_l2, float(scale), per_channel)
+    return KernelLauncher(lambda: DeltaOutput(io_dtype, K, V, HQ, H, use_l2, scale, per_channel), key,
+                          _pointer_types(io_dtype, per_channel), n_seq)

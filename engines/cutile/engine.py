@@ -223,7 +223,7 @@ class _CuteLaunch:
         """chunk_output: the CuTe kernel reads q, k, d, the cumulative gates, cu_seqlens, hs and writes o."""
         from ..cute._delta_output import output_launcher
         launcher = output_launcher(variant.io_dtype, variant.K, variant.V, geometry.HQ, geometry.H, variant.use_l2,
-                                   variant.scale, variant.n_seq)
+                                   variant.scale, variant.n_seq, per_channel=variant.per_channel)
         return _CuteLaunch(launcher, fallback, lambda a: a[:7])
 
     @staticmethod
@@ -708,14 +708,14 @@ def _forward_priority(suffix: str, io_dtype: str) -> float:
     return {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
 
 
-CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn",), "state_pass": ("gdn",)}     # the ops each CuTe kernel computes
+CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn",)}     # the ops each CuTe kernel computes
 
 
 def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
-    """Why the CuTe DSL ``kernel`` ("prepare": engines/cute/_delta_prepare; "output": _delta_output) cannot
-    stand in for the cuTile one for this node, or None when it can: chunk_prepare for gdn and kda (scalar
-    beta, no write gate), chunk_output for gdn (a per-token gate), on device 0, sm_90, with the DSL
-    installed."""
+    """Why the CuTe DSL ``kernel`` ("prepare": engines/cute/_delta_prepare; "output": _delta_output;
+    "state_pass": _delta_state) cannot stand in for the cuTile one for this node, or None when it can:
+    chunk_prepare and chunk_output for gdn and kda (scalar beta, no write gate), chunk_state_pass for gdn (a
+    per-token gate), on device 0, sm_90, with the DSL installed."""
     if node.op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
     if graph.device[1] != 0:

@@ -1,4 +1,4 @@
-"""The CuTe DSL chunk_output for gdn (engines/cute/_delta_output), on the CPU: its specialisations compile for
+"""The CuTe DSL chunk_output for gdn and kda (engines/cute/_delta_output), on the CPU: its specialisations compile for
 sm_90a with the parameters the cuTile plan's C launch path writes (seven addresses, then tokens, chunks and
 sequences as int32), a block of 128 and at most 48 KB of dynamic shared memory. The kernel's results are
 tests/engines/cutile/test_cutile_cute_kernels.py's (H200).
@@ -19,9 +19,10 @@ from cudnn_graph.engines.cute import _delta_output  # noqa: E402
 from cudnn_graph.engines.cutile import _abi  # noqa: E402
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("io, K, V, HQ, H", [("bfloat16", 128, 128, 16, 16), ("float16", 64, 128, 2, 4)])
-def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, HQ, H):
-    launcher = _delta_output.output_launcher(io, K, V, HQ, H, True, K ** -0.5, 3)
+def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, HQ, H, per_channel):
+    launcher = _delta_output.output_launcher(io, K, V, HQ, H, True, K ** -0.5, 3, per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
     (symbol,) = _abi.kernel_symbols(cubin)
     table = _abi.cubin_parameters(cubin, symbol)
@@ -33,3 +34,9 @@ def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, HQ,
 def test_grouped_heads_must_divide():
     with pytest.raises(ValueError, match="value heads 3 are not a multiple of the key heads 2"):
         _delta_output.DeltaOutput("bfloat16", 64, 64, 2, 3, True, 0.125)
+
+
+def test_per_channel_gate_sums_are_assumed_16_byte_aligned():
+    # kda's gate sums are read in 32-byte row segments; gdn's one f32 per token
+    assert _delta_output._pointer_types("bfloat16", per_channel=True)[3] == ("float32", 16)
+    assert _delta_output._pointer_types("bfloat16")[3] == ("float32", 4)

@@ -3,7 +3,8 @@ _delta_output) in the cuTile plan, against the reference engine, on an sm_90 GPU
 
 gdn: ``cutile_gdn_chunk64_cute_prepare`` (the CuTe chunk_prepare, then the cuTile state pass and output
 over what it wrote), ``cutile_gdn_chunk64_cute`` (the CuTe output too) and ``_cute_all`` (the CuTe state
-pass too); kda: ``cutile_kda_chunk64_cute_prepare`` (the per-channel CuTe chunk_prepare). Each case pins the plan
+pass too); kda: ``cutile_kda_chunk64_cute_prepare`` (the per-channel CuTe chunk_prepare) and ``_cute``
+(its CuTe output too). Each case pins the plan
 and compares o and final_state as the cuTile engine's own tests do (same inputs, tolerances per output
 type): uneven sequences with a length-1 one, both head dims, FP16 without L2 norm or states, grouped value
 heads, the gate options, and T = 8192 over 16 heads (test_cutile_export.py pins, on the CPU, which graphs
@@ -61,24 +62,29 @@ def test_gate_options(plan):
     gva.run_case("gdn", gva.SMALL, H=2, HV=4, attrs=gva.GATES["softplus_beta_sigmoid"], seed=25, plan=plan)
 
 
-# kda: the CuTe chunk_prepare (per-channel decays) before the cuTile state pass and output
-KDA_PLAN = "cutile_kda_chunk64_cute_prepare"
+# kda: the CuTe chunk_prepare (per-channel decays, the gate sums formed in it) before the cuTile state pass,
+# and the CuTe chunk_output too
+KDA_PLANS = ["cutile_kda_chunk64_cute_prepare", "cutile_kda_chunk64_cute"]
 
 
+@pytest.mark.parametrize("plan", KDA_PLANS)
 @pytest.mark.parametrize("K, V", [(128, 128), (64, 64), (64, 128)])
-def test_kda_uneven_sequences_bf16(K, V):
-    forward.run_case("kda", forward.SMALL, K=K, V=V, seed=31, plan=KDA_PLAN)
+def test_kda_uneven_sequences_bf16(plan, K, V):
+    forward.run_case("kda", forward.SMALL, K=K, V=V, seed=31, plan=plan)
 
 
-def test_kda_float16_without_state_or_l2norm():
+@pytest.mark.parametrize("plan", KDA_PLANS)
+def test_kda_float16_without_state_or_l2norm(plan):
     forward.run_case("kda", [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False, seed=32,
-                     plan=KDA_PLAN)
+                     plan=plan)
 
 
-def test_kda_long_sequences_h16():
-    forward.run_case("kda", forward.BIG, H=16, seed=33, plan=KDA_PLAN)
+@pytest.mark.parametrize("plan", KDA_PLANS)
+def test_kda_long_sequences_h16(plan):
+    forward.run_case("kda", forward.BIG, H=16, seed=33, plan=plan)
 
 
+@pytest.mark.parametrize("plan", KDA_PLANS)
 @pytest.mark.parametrize("gates", ["softplus_beta_sigmoid", "bounded_neg_eigval"])
-def test_kda_grouped_value_heads_and_gates(gates):
-    gva.run_case("kda", gva.SMALL, H=2, HV=4, K=128, V=128, attrs=gva.GATES[gates], seed=34, plan=KDA_PLAN)
+def test_kda_grouped_value_heads_and_gates(plan, gates):
+    gva.run_case("kda", gva.SMALL, H=2, HV=4, K=128, V=128, attrs=gva.GATES[gates], seed=34, plan=plan)

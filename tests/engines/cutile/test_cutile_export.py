@@ -434,16 +434,17 @@ def test_the_cute_kernels_stay_on_device_0():
     assert reason == "the CuTe kernels run on CUDA device 0; this graph is on device 1"
 
 
-def test_the_cute_kernels_take_gdn_alone_and_say_why_not():
+def test_the_cute_kernels_say_which_ops_they_compute():
     _package()
     import types
     from cudnn_graph.engines.cutile import engine as cutile_engine
-    for op in ("kda", "gdn2", "gdn_bwd"):
-        reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op), "output")
-        assert reason == f"the CuTe chunk_output computes gdn, not {op}"
     for op in ("gdn2", "kda_bwd"):
-        reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op), "prepare")
-        assert reason == f"the CuTe chunk_prepare computes gdn / kda, not {op}"
+        for kernel in ("prepare", "output"):
+            reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op), kernel)
+            assert reason == f"the CuTe chunk_{kernel} computes gdn / kda, not {op}"
+    for op in ("kda", "gdn2", "gdn_bwd"):
+        reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op), "state_pass")
+        assert reason == f"the CuTe chunk_state_pass computes gdn, not {op}"
 
 
 # ----------------------------------------- the chunked backward (gdn_bwd, kda_bwd, gdn2_bwd), in NumPy
