@@ -1,9 +1,12 @@
-"""The chunked delta rule's state pass for a per-token (scalar) gate in CuTe DSL, for sm_90.
+"""The chunked delta rule's state pass in CuTe DSL, for sm_90: a per-token (scalar) gate (gdn) or
+per-channel gates (kda).
 
-What ``engines/cutile/_kernels.chunk_state_pass`` computes for gdn, from the same workspace regions, per
+What ``engines/cutile/_kernels.chunk_state_pass`` computes for gdn and kda, from the same workspace regions, per
 (sequence, value head, block of BV value columns), chunk after chunk::
 
     hs[c] = S (the state at the chunk's start),   D = U - W S  -> d[c],   S <- e^(gc_last) S + KD^T D
+
+(per channel, e^(gc_last) scales each of the state's K rows by its own channel's decay).
 
 The K x BV state stays in f32 accumulators for the whole sequence; its products take it rounded to the input
 type (fla's h kernel does the same). Per chunk: W and KD (64 x K each) into shared memory in coalesced
@@ -26,19 +29,23 @@ from ._delta_chunk import (CHUNK, DTYPES, PAD, SEG, THREADS, ChunkKernel, Kernel
 
 class DeltaStatePass(ChunkKernel):
     """One specialisation: the input (scratch) type, K, V, the value columns per CTA ``BV``, the value heads
-    ``H`` and whether an initial state is read / the final state written."""
+    ``H``, whether an initial state is read / the final state written and whether the gates are per channel
+    (kda: g holds their in-chunk sums, tokens x value heads x K)."""
 
-    def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool):
+    def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
+                 per_channel: bool = False):
         if V % BV or BV % SEG:
             raise ValueError(f"BV = {BV} must divide V = {V} and be a multiple of {SEG}")
         self.io = DTYPES[io_dtype]
         self.K, self.V, self.BV, self.H = K, V, BV, H
         self.has_h0, self.store_ht = has_h0, store_ht
+        self.per_channel = per_channel
 
     def shared_storage(self):
         return shared_struct("DeltaStateStorage", {
             "w": shared_field(self.io, CHUNK * (self.K + PAD)), "kd": shared_field(self.io, CHUNK * (self.K + PAD)),
-            "s": shared_field(self.io, max(self.K, CHUNK) * (self.BV + PAD)), "first": shared_field(Int32, THREADS)})
+            "s": shared_field(self.io, max(self.K, CHUNK) * (self.BV + PAD)), "first": shared_field(Int32, THREADS),
+            "decay": shared_field(Float32, self.K if self.per_channel else 1)})
 
     def shared_bytes(self) -> int:
         return self.shared_storage().size_in_bytes()
@@ -63,7 +70,10 @@ class DeltaStatePass(ChunkKernel):
         mW = cute.make_tensor(pw, by_chunk_k)
         mU = cute.make_tensor(pu, by_chunk_v)
         mD = cute.make_tensor(pd, by_chunk_v)
-        mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
+        if const_expr(self.per_channel):
+            mG = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))
+        else:
+            mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
         mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
         mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
         mH0 = cute.make_tensor(ph0, states)
@@ -79,6 +89,8 @@ class DeltaStatePass(ChunkKernel):
         sS = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((K, BV), stride=(BV + PAD, 1)))
         sDelta = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((CHUNK, BV), stride=(BV + PAD, 1)))
         sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((THREADS,)))
+        sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
+        state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
 
         bos = mCu[n]
         eos = mCu[n + 1]
@@ -112,6 +124,9 @@ class DeltaStatePass(ChunkKernel):
             self.put_rows(next_kd, sKd, K, tidx)
             u_part.store(next_u.load())
             decay = next_decay[0]
+            if const_expr(self.per_channel):
+                if tidx < K:
+                    sDecay[tidx] = cute.math.exp(decay)
             # the last chunk fetches itself again (a wasted load rather than a branch in the chain)
             following = cutlass.min(j + 1, n_chunks - 1)
             self.fetch_chunk(mW, mKd, mU, mG, thr, next_w, next_kd, next_u, next_decay, first + following, h, vb,
@@ -130,7 +145,11 @@ class DeltaStatePass(ChunkKernel):
             cute.arch.sync_threads()
             self.copy_block(sDelta, cute.local_tile(mD[c, h, None, None], (CHUNK, BV), (0, vb)), CHUNK, tidx)
             # S <- e^(gc_last) S + KD^T D
-            state.store(state.load() * cute.math.exp(decay))
+            if const_expr(self.per_channel):
+                for e in range_constexpr(cute.size(state)):
+                    state[e] = state[e] * sDecay[state_rows[e][0]]
+            else:
+                state.store(state.load() * cute.math.exp(decay))
             self.product_tt(tiled_mma, state, sKd, sDelta, CHUNK, K, BV, K + PAD, BV + PAD, tidx)
         if const_expr(self.store_ht):
             cute.autovec_copy(state, thr.partition_C(cute.local_tile(mHt[n, h, None, None], (K, BV), (0, vb))))
@@ -139,12 +158,16 @@ class DeltaStatePass(ChunkKernel):
     def fetch_chunk(self, mW: cute.Tensor, mKd: cute.Tensor, mU: cute.Tensor, mG: cute.Tensor, thr, next_w: cute.Tensor,
                     next_kd: cute.Tensor, next_u: cute.Tensor, next_decay: cute.Tensor, c: Int32, h: Int32, vb: Int32,
                     last_row: Int32, tidx: Int32):
-        """Chunk c's W and KD rows, this thread's U fragment and the gate sum at the chunk's last row into
-        registers (issued, not waited on)."""
+        """Chunk c's W and KD rows, this thread's U fragment and the gate sum at the chunk's last row (per
+        channel: channel tidx's) into registers (issued, not waited on)."""
         self.fetch_rows(mW[c, h, None, None], next_w, self.K, tidx)
         self.fetch_rows(mKd[c, h, None, None], next_kd, self.K, tidx)
         cute.autovec_copy(thr.partition_C(cute.local_tile(mU[c, h, None, None], (CHUNK, self.BV), (0, vb))), next_u)
-        next_decay[0] = mG[last_row, h]
+        if const_expr(self.per_channel):
+            if tidx < self.K:
+                next_decay[0] = mG[last_row, h, tidx]
+        else:
+            next_decay[0] = mG[last_row, h]
 
     @cute.jit
     def first_chunk(self, mCu: cute.Tensor, n: Int32, tidx: Int32, sFirst: cute.Tensor):
@@ -172,18 +195,21 @@ class DeltaStatePass(ChunkKernel):
 
 
 def _pointer_types(io_dtype: str) -> tuple:
-    """kd, w, u, g (the per-token cumulative gates, f32), cu_seqlens, h0 (f32), hs, ht (f32), d."""
+    """kd, w, u, g (the cumulative gates, f32: per token, or per channel), cu_seqlens, h0 (f32), hs, ht (f32),
+    d."""
     return ((io_dtype, 16), (io_dtype, 16), (io_dtype, 16), ("float32", 4), ("int32", 4), ("float32", 16),
             (io_dtype, 16), ("float32", 16), (io_dtype, 16))
 
 
-def compile_state_pass(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool):
-    return compile_kernel(DeltaStatePass(io_dtype, K, V, BV, H, has_h0, store_ht), _pointer_types(io_dtype))
+def compile_state_pass(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
+                       per_channel: bool = False):
+    return compile_kernel(DeltaStatePass(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel),
+                          _pointer_types(io_dtype))
 
 
 def state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
-                        n_seq: int) -> KernelLauncher:
+                        n_seq: int, per_channel: bool = False) -> KernelLauncher:
     """The launcher of one specialisation; its slots: kd, w, u, g, cu_seqlens, h0, hs, ht, d."""
-    key = ("chunk_state_pass", io_dtype, K, V, BV, H, has_h0, store_ht)
-    return KernelLauncher(lambda: DeltaStatePass(io_dtype, K, V, BV, H, has_h0, store_ht), key,
+    key = ("chunk_state_pass", io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
+    return KernelLauncher(lambda: DeltaStatePass(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel), key,
                           _pointer_types(io_dtype), n_seq)

@@ -232,7 +232,7 @@ class _CuteLaunch:
         hs, ht, d."""
         from ..cute._delta_state import state_pass_launcher
         launcher = state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
-                                       variant.has_h0, variant.store_ht, variant.n_seq)
+                                       variant.has_h0, variant.store_ht, variant.n_seq, per_channel=variant.per_channel)
         return _CuteLaunch(launcher, fallback, lambda a: a[:9])
 
     def __call__(self, stream: int, grid: tuple, args: tuple) -> None:
@@ -708,14 +708,13 @@ def _forward_priority(suffix: str, io_dtype: str) -> float:
     return {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
 
 
-CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn",)}     # the ops each CuTe kernel computes
+CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn", "kda")}     # the ops each CuTe kernel computes
 
 
 def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
     """Why the CuTe DSL ``kernel`` ("prepare": engines/cute/_delta_prepare; "output": _delta_output;
-    "state_pass": _delta_state) cannot stand in for the cuTile one for this node, or None when it can:
-    chunk_prepare and chunk_output for gdn and kda (scalar beta, no write gate), chunk_state_pass for gdn (a
-    per-token gate), on device 0, sm_90, with the DSL installed."""
+    "state_pass": _delta_state) cannot stand in for the cuTile one for this node, or None when it can: gdn
+    and kda (scalar beta, no write gate), on device 0, sm_90, with the DSL installed."""
     if node.op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
     if graph.device[1] != 0:

@@ -3,8 +3,8 @@ _delta_output) in the cuTile plan, against the reference engine, on an sm_90 GPU
 
 gdn: ``cutile_gdn_chunk64_cute_prepare`` (the CuTe chunk_prepare, then the cuTile state pass and output
 over what it wrote), ``cutile_gdn_chunk64_cute`` (the CuTe output too) and ``_cute_all`` (the CuTe state
-pass too); kda: ``cutile_kda_chunk64_cute_prepare`` (the per-channel CuTe chunk_prepare) and ``_cute``
-(its CuTe output too). Each case pins the plan
+pass too); kda: ``cutile_kda_chunk64_cute_prepare`` (the per-channel CuTe chunk_prepare), ``_cute``
+(its CuTe output too) and ``_cute_all``. Each case pins the plan
 and compares o and final_state as the cuTile engine's own tests do (same inputs, tolerances per output
 type): uneven sequences with a length-1 one, both head dims, FP16 without L2 norm or states, grouped value
 heads, the gate options, and T = 8192 over 16 heads (test_cutile_export.py pins, on the CPU, which graphs
@@ -62,9 +62,9 @@ def test_gate_options(plan):
     gva.run_case("gdn", gva.SMALL, H=2, HV=4, attrs=gva.GATES["softplus_beta_sigmoid"], seed=25, plan=plan)
 
 
-# kda: the CuTe chunk_prepare (per-channel decays, the gate sums formed in it) before the cuTile state pass,
-# and the CuTe chunk_output too
-KDA_PLANS = ["cutile_kda_chunk64_cute_prepare", "cutile_kda_chunk64_cute"]
+# kda: the CuTe chunk_prepare (per-channel decays, the gate sums formed in it) before the cuTile state pass
+# and output, the CuTe chunk_output too, and all three CuTe kernels
+KDA_PLANS = ["cutile_kda_chunk64_cute_prepare", "cutile_kda_chunk64_cute", "cutile_kda_chunk64_cute_all"]
 
 
 @pytest.mark.parametrize("plan", KDA_PLANS)

@@ -438,13 +438,10 @@ def test_the_cute_kernels_say_which_ops_they_compute():
     _package()
     import types
     from cudnn_graph.engines.cutile import engine as cutile_engine
-    for op in ("gdn2", "kda_bwd"):
-        for kernel in ("prepare", "output"):
+    for op in ("gdn2", "kda_bwd", "gdn_bwd"):
+        for kernel in ("prepare", "output", "state_pass"):
             reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op), kernel)
             assert reason == f"the CuTe chunk_{kernel} computes gdn / kda, not {op}"
-    for op in ("kda", "gdn2", "gdn_bwd"):
-        reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op), "state_pass")
-        assert reason == f"the CuTe chunk_state_pass computes gdn, not {op}"
 
 
 # ----------------------------------------- the chunked backward (gdn_bwd, kda_bwd, gdn2_bwd), in NumPy
