@@ -639,7 +639,8 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             if any(knobs[kernel] == "cute" and not ok for kernel, ok in cute_ok.items()):
                 continue
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
-            priority = _forward_priority(suffix, io_dtype)
+            ctas = (node.inputs["cu_seqlens"].dim[0] - 1) * node.inputs["v"].dim[1] * (V // knobs["block_v"])
+            priority = _forward_priority(suffix, io_dtype, node.inputs["q"].dim[2], ctas)
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self, priority=priority,
                                     workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
                                                              ).workspace_size))
@@ -697,14 +698,22 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 
-def _forward_priority(suffix: str, io_dtype: str) -> float:
+# The CuTe state pass (one CTA per sequence, value head and 32 value columns, a chain of dependent chunk
+# steps) was faster than the cuTile one on the H200 where its CTAs fill the 132 SMs: 89 vs 97 us at 4 x 2048
+# tokens, 16 heads, K = V = 128 (256 CTAs), but 809 vs 686 us for one sequence of 32k tokens (64 CTAs), and
+# 49 vs 37 us at K = 64 (docs/engines_cutile.md). The H200's SM count, the one sm_90 part measured.
+STATE_PASS_FILL = 132
+
+
+def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) -> float:
     """A forward plan variant's rank (higher first). The default ranks first, except where the CuTe kernels
-    can run (sm_90): those plans measured faster on the H200 at every case timed (docs/engines_cutile.md):
-    ``cute`` (CuTe prepare and output, the cuTile state pass) first for BF16; ``cute_all`` (the CuTe state
-    pass too) first for FP16, where the cuTile state pass takes TF32 products. The other variants are there
-    to be pinned (plan index, a router) or timed."""
-    if suffix == "cute_all" and io_dtype == "float16":
-        return 25.0
+    can run (sm_90): those plans measured faster on the H200 at every case timed (docs/engines_cutile.md).
+    ``cute`` (CuTe prepare and output, the cuTile state pass) first, but ``cute_all`` (the CuTe state pass
+    too) for FP16 (the cuTile state pass takes TF32 products there) and for K = 128 where the state pass's
+    ``state_pass_ctas`` fill the GPU. The other variants are there to be pinned (plan index, a router) or
+    timed."""
+    if suffix == "cute_all":
+        return 25.0 if io_dtype == "float16" or (K >= 128 and state_pass_ctas >= STATE_PASS_FILL) else 12.0
     return {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
 
 

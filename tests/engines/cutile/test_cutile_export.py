@@ -314,16 +314,16 @@ def test_engine_is_absent_from_the_manifest_without_cuda_tile_and_declines_witho
         assert "cuda.tile" in engine.missing
 
 
-def _gdn_graph(cg, io_type, K, V):
+def _gdn_graph(cg, io_type, K, V, H=2, n_seq=2):
     F = cg.data_type
     g = cg.pygraph(io_data_type=io_type, compute_data_type=F.FLOAT, device="cuda")
-    T, H = 100, 2
+    T = 100
     q = g.tensor(name="q", dim=[T, H, K], stride=[H * K, K, 1], data_type=io_type)
     k = g.tensor(name="k", dim=[T, H, K], stride=[H * K, K, 1], data_type=io_type)
     v = g.tensor(name="v", dim=[T, H, V], stride=[H * V, V, 1], data_type=io_type)
     gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
     beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1], data_type=io_type)
-    cu = g.tensor(name="cu", dim=[3], stride=[1], data_type=F.INT32)
+    cu = g.tensor(name="cu", dim=[n_seq + 1], stride=[1], data_type=F.INT32)
     o, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu)
     o.set_output(True)
     return g
@@ -404,11 +404,15 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     assert wide and all(p.workspace_size > plans[0].workspace_size for p in wide)
 
 
-@pytest.mark.parametrize("dtype, first, state_pass", [("BFLOAT16", "cute", "cutile"), ("HALF", "cute_all", "cute")])
-def test_the_cute_plan_ranks_first_where_its_kernels_can_run(dtype, first, state_pass):
-    # FP16: the CuTe state pass too (the cuTile one takes TF32 products for FP16 inputs)
+@pytest.mark.parametrize("dtype, K, H, n_seq, first, state_pass", [
+    ("BFLOAT16", 128, 2, 2, "cute", "cutile"),        # 16 state-pass CTAs: the cuTile state pass
+    ("BFLOAT16", 128, 16, 4, "cute_all", "cute"),     # 256 CTAs (4 x 2048 tokens' shape): the CuTe one
+    ("BFLOAT16", 64, 16, 4, "cute", "cutile"),        # K = 64: the cuTile one
+    ("HALF", 128, 2, 2, "cute_all", "cute"),          # FP16: the CuTe one (the cuTile one takes TF32 products)
+])
+def test_the_cute_plan_ranks_first_where_its_kernels_can_run(dtype, K, H, n_seq, first, state_pass):
     cg = _package()
-    g = _gdn_graph(cg, getattr(cg.data_type, dtype), 128, 128)
+    g = _gdn_graph(cg, getattr(cg.data_type, dtype), K, K, H=H, n_seq=n_seq)
     g.validate()
     plans = _proposed(cg, g)
     best = max(plans, key=lambda p: p.priority)
