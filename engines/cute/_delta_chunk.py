@@ -166,6 +166,13 @@ class ChunkKernel:
             ss = ss + cute.arch.shuffle_sync_bfly(ss, 1 << lane)
         return cutlass.select_(ss > Float32(0.0), cute.math.rsqrt(ss), Float32(0.0))
 
+    def transposed_copy(self, tiled_mma: cute.TiledMma, operand: str):
+        """The ldmatrix.trans copy that reads the MMA's ``operand`` ("A": four 8 x 8 matrices a warp, "B": two)
+        from a row-major shared tile viewed transposed (traced into the caller's kernel)."""
+        atom = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=True,
+                                                                     num_matrices=4 if operand == "A" else 2), self.io)
+        return cute.make_tiled_copy_A(atom, tiled_mma) if operand == "A" else cute.make_tiled_copy_B(atom, tiled_mma)
+
     @cute.jit
     def product_bt(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, sX: cute.Tensor,
                    rows: cutlass.Constexpr, width: cutlass.Constexpr, row_stride: cutlass.Constexpr, tidx: Int32):
@@ -179,9 +186,7 @@ class ChunkKernel:
         # the whole B fragment, as the ldmatrix copy retiles it (a k-block's slice does not retile); each
         # slice is written and read once, so its registers are live a k-block at a time
         rB = tiled_mma.make_fragment_B(thr.partition_B(xt))
-        copy_b = cute.make_tiled_copy_B(
-            cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=2), self.io),
-            tiled_mma)
+        copy_b = self.transposed_copy(tiled_mma, "B")
         thr_b = copy_b.get_slice(tidx)
         sB = thr_b.partition_S(xt)
         rB_view = thr_b.retile(rB)
@@ -201,12 +206,8 @@ class ChunkKernel:
         thr = tiled_mma.get_slice(tidx)
         rA = tiled_mma.make_fragment_A(thr.partition_A(yt))
         rB = tiled_mma.make_fragment_B(thr.partition_B(xt))
-        copy_a = cute.make_tiled_copy_A(
-            cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), self.io),
-            tiled_mma)
-        copy_b = cute.make_tiled_copy_B(
-            cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=2), self.io),
-            tiled_mma)
+        copy_a = self.transposed_copy(tiled_mma, "A")
+        copy_b = self.transposed_copy(tiled_mma, "B")
         thr_a = copy_a.get_slice(tidx)
         thr_b = copy_b.get_slice(tidx)
         sA_src = thr_a.partition_S(yt)

@@ -137,16 +137,7 @@ class DeltaOutput(ChunkKernel):
         self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx)
         self.load_rows(gK, sK, start, count, self.K, self.use_l2, tidx)
         cute.arch.sync_threads()
-        scores = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
-        scores.fill(0.0)
-        self.product(tiled_mma, scores, sQ, sK, tidx)
-        coords = thr.partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
-        for e in range_constexpr(cute.size(scores)):
-            t, j = coords[e]
-            val = Float32(0.0)
-            if j <= t:
-                val = scores[e] * self.scale * cute.math.exp(sGc[t] - sGc[j])
-            sAttn[t, j] = val.to(self.io)
+        self.masked_scores(tiled_mma, thr, sQ, sK, sAttn, sGc, True, tidx)
         cute.arch.sync_threads()
         self.scale_query_rows(sQ, sGc, tidx)
 
@@ -170,6 +161,20 @@ class DeltaOutput(ChunkKernel):
         self.load_rows(gK, sK, start, count, self.K, self.use_l2, tidx,
                        store=lambda row, seg, x: x * cute.math.exp(-gates(row, seg)))
         cute.arch.sync_threads()
+        self.masked_scores(tiled_mma, thr, sQ, sK, sAttn, None, False, tidx)
+        cute.arch.sync_threads()
+
+        def scaled(row, seg, x):
+            cute.autovec_copy(cute.local_tile(gS, (1, SEG), (start + cutlass.min(row, count - 1), seg)), sums)
+            return x * (cute.math.exp(sums.load()) * self.scale)
+
+        self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx, store=scaled)
+
+    @cute.jit
+    def masked_scores(self, tiled_mma, thr, sQ: cute.Tensor, sK: cute.Tensor, sAttn: cute.Tensor, sGc,
+                      decayed: cutlass.Constexpr, tidx: Int32):
+        """attn = scale (q k^T) for j <= t, else 0, into sAttn in the input type; times e^(gc_t - gc_j) when
+        ``decayed`` (a per-token gate; per-channel decays are in the operands already)."""
         scores = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
         scores.fill(0.0)
         self.product(tiled_mma, scores, sQ, sK, tidx)
@@ -179,14 +184,9 @@ class DeltaOutput(ChunkKernel):
             val = Float32(0.0)
             if j <= t:
                 val = scores[e] * self.scale
+                if const_expr(decayed):
+                    val = val * cute.math.exp(sGc[t] - sGc[j])
             sAttn[t, j] = val.to(self.io)
-        cute.arch.sync_threads()
-
-        def scaled(row, seg, x):
-            cute.autovec_copy(cute.local_tile(gS, (1, SEG), (start + cutlass.min(row, count - 1), seg)), sums)
-            return x * (cute.math.exp(sums.load()) * self.scale)
-
-        self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx, store=scaled)
 
     @cute.jit
     def scale_query_rows(self, sQ: cute.Tensor, sGc: cute.Tensor, tidx: Int32):

@@ -171,13 +171,8 @@ class DeltaPrepare(ChunkKernel):
         # 4. T = (I + A)^-1, a column a thread
         self.invert_column(sA, sTw, sTu, sGc, sBeta, tidx)
         cute.arch.sync_threads()
-        # 5. w = T diag(beta e^gc) k, u = T diag(beta) v; each staged in its operand's place, then
-        # stored; v is read into k's place once w is out
-        self.product_out(tiled_mma, sTw, sK, mW, c, h, K, tidx)
-        cute.arch.sync_threads()
-        self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
-        cute.arch.sync_threads()
-        self.product_out(tiled_mma, sTu, sV, mU, c, h, V, tidx)
+        # 5. w = T diag(beta e^gc) k, u = T diag(beta) v
+        self.w_and_u(tiled_mma, mV, mW, mU, sK, sV, sTw, sTu, c, h, start, count, tidx)
 
     @cute.jit
     def prepare_per_channel(self, tiled_mma, mK, mV, mB, mGc, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc, sBeta,
@@ -224,11 +219,18 @@ class DeltaPrepare(ChunkKernel):
         self.load_rows(mK[None, hk, None], sK, start, count, K, self.use_l2, tidx,
                        store=lambda row, seg, x: x * cute.math.exp(gate_rows(row, seg)))
         cute.arch.sync_threads()
-        self.product_out(tiled_mma, sTw, sK, mW, c, h, K, tidx)
+        self.w_and_u(tiled_mma, mV, mW, mU, sK, sV, sTw, sTu, c, h, start, count, tidx)
+
+    @cute.jit
+    def w_and_u(self, tiled_mma, mV: cute.Tensor, mW: cute.Tensor, mU: cute.Tensor, sK: cute.Tensor, sV: cute.Tensor,
+                sTw: cute.Tensor, sTu: cute.Tensor, c: Int32, h: Int32, start: Int32, count: Int32, tidx: Int32):
+        """w = Tw k (sK holds k as w's product needs it) and u = Tu v, each staged in its operand's place and
+        stored; v is read into k's place once w is out."""
+        self.product_out(tiled_mma, sTw, sK, mW, c, h, self.K, tidx)
         cute.arch.sync_threads()
-        self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
+        self.load_rows(mV[None, h, None], sV, start, count, self.V, False, tidx)
         cute.arch.sync_threads()
-        self.product_out(tiled_mma, sTu, sV, mU, c, h, V, tidx)
+        self.product_out(tiled_mma, sTu, sV, mU, c, h, self.V, tidx)
 
     @cute.jit
     def gate_sums(self, gRaw: cute.Tensor, gS: cute.Tensor, start: Int32, count: Int32, tidx: Int32):

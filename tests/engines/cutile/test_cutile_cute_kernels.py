@@ -20,7 +20,10 @@ cudnn = pytest.importorskip("cudnn_graph")
 import test_cutile_linear_attention as forward  # noqa: E402
 import test_cutile_linear_attention_gva_gates as gva  # noqa: E402
 
-PLANS = ["cutile_gdn_chunk64_cute_prepare", "cutile_gdn_chunk64_cute", "cutile_gdn_chunk64_cute_all"]
+# (op, plan): every plan with a CuTe kernel in it
+OP_PLANS = [("gdn", f"cutile_gdn_chunk64_{v}") for v in ("cute_prepare", "cute", "cute_all")] + \
+           [("kda", f"cutile_kda_chunk64_{v}") for v in ("cute_prepare", "cute", "cute_all")]
+SEEDS = {"gdn": 20, "kda": 30}
 
 
 @pytest.fixture(autouse=True)
@@ -34,57 +37,34 @@ def _sm90_with_the_dsl():
     pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
 
 
-@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize("op, plan", OP_PLANS)
 @pytest.mark.parametrize("K, V", [(128, 128), (64, 64), (64, 128)])
-def test_uneven_sequences_bf16(plan, K, V):
-    forward.run_case("gdn", forward.SMALL, K=K, V=V, seed=21, plan=plan)
+def test_uneven_sequences_bf16(op, plan, K, V):
+    forward.run_case(op, forward.SMALL, K=K, V=V, seed=SEEDS[op] + 1, plan=plan)
 
 
-@pytest.mark.parametrize("plan", PLANS)
-def test_float16_without_state_or_l2norm(plan):
-    forward.run_case("gdn", [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False, seed=22,
+@pytest.mark.parametrize("op, plan", OP_PLANS)
+def test_float16_without_state_or_l2norm(op, plan):
+    forward.run_case(op, [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False, seed=SEEDS[op] + 2,
                      plan=plan)
 
 
-@pytest.mark.parametrize("plan", PLANS)
-def test_long_sequences_h16(plan):
-    forward.run_case("gdn", forward.BIG, H=16, seed=23, plan=plan)
+@pytest.mark.parametrize("op, plan", OP_PLANS)
+def test_long_sequences_h16(op, plan):
+    forward.run_case(op, forward.BIG, H=16, seed=SEEDS[op] + 3, plan=plan)
 
 
-@pytest.mark.parametrize("plan", PLANS)
-def test_grouped_value_heads(plan):
-    gva.run_case("gdn", gva.SMALL, H=2, HV=4, K=128, V=128, seed=24, plan=plan)
+@pytest.mark.parametrize("op, plan", [(op, plan) for op, plan in OP_PLANS if op == "gdn"])
+def test_grouped_value_heads(op, plan):
+    gva.run_case(op, gva.SMALL, H=2, HV=4, K=128, V=128, seed=SEEDS[op] + 4, plan=plan)
 
 
-@pytest.mark.parametrize("plan", PLANS)
-def test_gate_options(plan):
-    # gdn's gate options: the softplus gate from a_log / dt_bias and beta through a sigmoid (gate_lower_bound is kda's)
-    gva.run_case("gdn", gva.SMALL, H=2, HV=4, attrs=gva.GATES["softplus_beta_sigmoid"], seed=25, plan=plan)
-
-
-# kda: the CuTe chunk_prepare (per-channel decays, the gate sums formed in it) before the cuTile state pass
-# and output, the CuTe chunk_output too, and all three CuTe kernels
-KDA_PLANS = ["cutile_kda_chunk64_cute_prepare", "cutile_kda_chunk64_cute", "cutile_kda_chunk64_cute_all"]
-
-
-@pytest.mark.parametrize("plan", KDA_PLANS)
-@pytest.mark.parametrize("K, V", [(128, 128), (64, 64), (64, 128)])
-def test_kda_uneven_sequences_bf16(plan, K, V):
-    forward.run_case("kda", forward.SMALL, K=K, V=V, seed=31, plan=plan)
-
-
-@pytest.mark.parametrize("plan", KDA_PLANS)
-def test_kda_float16_without_state_or_l2norm(plan):
-    forward.run_case("kda", [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False, seed=32,
-                     plan=plan)
-
-
-@pytest.mark.parametrize("plan", KDA_PLANS)
-def test_kda_long_sequences_h16(plan):
-    forward.run_case("kda", forward.BIG, H=16, seed=33, plan=plan)
-
-
-@pytest.mark.parametrize("plan", KDA_PLANS)
-@pytest.mark.parametrize("gates", ["softplus_beta_sigmoid", "bounded_neg_eigval"])
-def test_kda_grouped_value_heads_and_gates(plan, gates):
-    gva.run_case("kda", gva.SMALL, H=2, HV=4, K=128, V=128, attrs=gva.GATES[gates], seed=34, plan=plan)
+# the gate options (with grouped value heads): the softplus gate from a_log / dt_bias and beta through a
+# sigmoid, and kda's bounded gate
+@pytest.mark.parametrize("op, plan, gates", [(op, plan, "softplus_beta_sigmoid") for op, plan in OP_PLANS] +
+                         [(op, plan, "bounded_neg_eigval") for op, plan in OP_PLANS if op == "kda"])
+def test_gate_options(op, plan, gates):
+    if op == "gdn":
+        gva.run_case(op, gva.SMALL, H=2, HV=4, attrs=gva.GATES[gates], seed=25, plan=plan)
+    else:
+        gva.run_case(op, gva.SMALL, H=2, HV=4, K=128, V=128, attrs=gva.GATES[gates], seed=34, plan=plan)
