@@ -31,7 +31,7 @@ from ...data_type import DataType
 from ...errors import GraphNotSupportedError
 from ... import _progress
 from . import _toolchain
-from ._variants import CHUNK, OP_FEATURES, GateOptions, Variant, split_safe_lower_bound
+from ._variants import CHUNK, OP_FEATURES, SPLIT_EXPONENT_LIMIT, GateOptions, Variant, split_safe_lower_bound
 
 logger = logging.getLogger(__name__)
 
@@ -723,9 +723,16 @@ CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": (
 def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
     """Why the CuTe DSL ``kernel`` ("prepare": engines/cute/_delta_prepare; "output": _delta_output;
     "state_pass": _delta_state) cannot stand in for the cuTile one for this node, or None when it can: gdn
-    and kda (scalar beta, no write gate), on device 0, sm_90, with the DSL installed."""
+    and kda (scalar beta, no write gate; kda's prepare and output with BF16 inputs), on device 0, sm_90,
+    with the DSL installed."""
     if node.op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
+    if OP_FEATURES[node.op][0] and kernel in ("prepare", "output") and \
+            _IO_TYPES.get(GraphView.of(graph).data_type(node.inputs["q"])) == "float16":
+        # The per-channel decays enter these kernels' products as two factors in the input type; each may
+        # reach e^SPLIT_EXPONENT_LIMIT, and FP16 overflows past e^11 (the cuTile kernels take TF32 for FP16)
+        return (f"the CuTe chunk_{kernel} holds {node.op}'s split decay factors (up to e^{SPLIT_EXPONENT_LIMIT:g}) "
+                f"in the input type, and FP16 overflows past e^11 (BF16 does not)")
     if graph.device[1] != 0:
         # The DSL's own call launches on the CUDA runtime's current device; the Python launch path has no
         # device switch for these kernels and no second GPU has run them (issue 27).

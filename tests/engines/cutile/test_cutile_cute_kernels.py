@@ -43,7 +43,8 @@ def test_uneven_sequences_bf16(op, plan, K, V):
     forward.run_case(op, forward.SMALL, K=K, V=V, seed=SEEDS[op] + 1, plan=plan)
 
 
-@pytest.mark.parametrize("op, plan", OP_PLANS)
+# kda's CuTe prepare and output take BF16 only (test_cutile_export.py: FP16 cannot hold the split decays)
+@pytest.mark.parametrize("op, plan", [(op, plan) for op, plan in OP_PLANS if op == "gdn"])
 def test_float16_without_state_or_l2norm(op, plan):
     forward.run_case(op, [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False, seed=SEEDS[op] + 2,
                      plan=plan)

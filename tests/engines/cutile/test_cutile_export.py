@@ -721,3 +721,26 @@ def test_grouped_heads_and_gate_options_give_their_variant_and_scratch(op, monke
     assert {"g_act", "beta_act"} <= set(geometry.regions)
     assert ({"dq_hv", "dk_hv", "dg_act", "dbeta_act"} <= set(geometry.regions)) == op.endswith("_bwd")
     assert geometry.regions["dq_hv" if op.endswith("_bwd") else "g_act"][1][:2] == (100, 4)
+
+
+@pytest.mark.parametrize("kernel, refused", [("prepare", True), ("output", True), ("state_pass", False)])
+def test_kda_with_float16_inputs_keeps_the_cutile_prepare_and_output(kernel, refused):
+    # their split decay factors (up to e^80) live in the input type: FP16 would overflow to inf
+    cg = _package()
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    F = cg.data_type
+    g = cg.pygraph(io_data_type=F.HALF, compute_data_type=F.FLOAT, device="cuda")
+    T, H, K = 100, 2, 64
+    q, k, v = (g.tensor(name=n, dim=[T, H, K], stride=[H * K, K, 1], data_type=F.HALF) for n in "qkv")
+    gate = g.tensor(name="g", dim=[T, H, K], stride=[H * K, K, 1], data_type=F.FLOAT)
+    beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1], data_type=F.HALF)
+    cu = g.tensor(name="cu", dim=[3], stride=[1], data_type=F.INT32)
+    o, _ = g.kda(q, k, v, gate, beta, cu_seqlens=cu)
+    o.set_output(True)
+    g.validate()
+    reason = cutile_engine._cute_kernels_reason(g, g.nodes[0], kernel)
+    if refused:
+        assert reason == (f"the CuTe chunk_{kernel} holds kda's split decay factors (up to e^80) in the input type, "
+                          "and FP16 overflows past e^11 (BF16 does not)")
+    else:
+        assert reason is None or "FP16" not in reason
