@@ -18,6 +18,7 @@ import io
 import logging
 import struct
 
+from ..._layout import row_major_strides
 from . import _abi
 
 logger = logging.getLogger(__name__)
@@ -47,11 +48,7 @@ class RegionRef:
 
     @property
     def strides(self) -> tuple:
-        out, step = [], 1
-        for d in reversed(self.shape):
-            out.append(step)
-            step *= d
-        return tuple(reversed(out))
+        return row_major_strides(self.shape)
 
 
 class Unsupported(Exception):
