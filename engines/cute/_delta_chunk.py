@@ -102,6 +102,16 @@ class ChunkKernel:
         cute.arch.sync_threads()
         return c, sWhere[0], sWhere[1], sWhere[2]
 
+    def set_heads(self, io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool) -> None:
+        """The specialisation's input type, head dims, key heads ``HQ`` and value heads ``H`` (a multiple of
+        HQ: ``group`` value heads read each key head) and whether keys (and queries) are L2-normalised."""
+        if H % HQ:
+            raise ValueError(f"value heads {H} are not a multiple of the key heads {HQ}")
+        self.io = DTYPES[io_dtype]
+        self.K, self.V, self.HQ, self.H = K, V, HQ, H
+        self.group = H // HQ
+        self.use_l2 = use_l2
+
     @cute.jit
     def load_rows(self, src: cute.Tensor, dst: cute.Tensor, start: Int32, count: Int32, width: cutlass.Constexpr,
                   normalise: cutlass.Constexpr, tidx: Int32, also=None, store=None):

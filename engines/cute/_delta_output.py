@@ -32,7 +32,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr, range_constexpr
 from cutlass.memory import SmemAllocator
 
-from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD, SEG, SPLIT_ROW, THREADS, ChunkKernel, KernelLauncher,
+from ._delta_chunk import (CHUNK, PAD, SEG, SPLIT_ROW, THREADS, ChunkKernel, KernelLauncher,
                            compile_kernel, shared_field, shared_struct)
 
 
@@ -43,14 +43,9 @@ class DeltaOutput(ChunkKernel):
 
     def __init__(self, io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
                  per_channel: bool = False):
-        if H % HQ:
-            raise ValueError(f"value heads {H} are not a multiple of the key heads {HQ}")
+        self.set_heads(io_dtype, K, V, HQ, H, use_l2)
         if K % CHUNK:
             raise ValueError(f"K = {K} is not a multiple of {CHUNK}")
-        self.io = DTYPES[io_dtype]
-        self.K, self.V, self.HQ, self.H = K, V, HQ, H
-        self.group = H // HQ
-        self.use_l2 = use_l2
         self.scale = float(scale)
         self.per_channel = per_channel
 

@@ -31,7 +31,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr, range_constexpr
 from cutlass.memory import SmemAllocator
 
-from ._delta_chunk import (CHUNK, SPLIT_ROW as _SPLIT_ROW, DTYPES, ITEMSIZE, PAD as _PAD, SEG as _SEG, THREADS, ChunkKernel, KernelLauncher,
+from ._delta_chunk import (CHUNK, SPLIT_ROW as _SPLIT_ROW, ITEMSIZE, PAD as _PAD, SEG as _SEG, THREADS, ChunkKernel, KernelLauncher,
                            compile_kernel, shared_field, shared_struct)
 
 
@@ -43,12 +43,7 @@ class DeltaPrepare(ChunkKernel):
 
     def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
                  HQ: int, H: int, use_l2: bool, per_channel: bool = False):
-        if H % HQ:
-            raise ValueError(f"value heads {H} are not a multiple of the key heads {HQ}")
-        self.io = DTYPES[io_dtype]
-        self.K, self.V, self.HQ, self.H = K, V, HQ, H
-        self.group = H // HQ
-        self.use_l2 = use_l2
+        self.set_heads(io_dtype, K, V, HQ, H, use_l2)
         # kda: per-channel decays; their in-chunk sums are formed here into g_out (what the cuTile engine's
         # chunk_gates launch computes, saved a launch and a pass over g) and read back from it; A's
         # operands carry the decay split around the chunk's row SPLIT_ROW, as the cuTile kernel's

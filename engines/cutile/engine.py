@@ -333,10 +333,10 @@ class CutileForwardPlan(CompiledPlan):
         return views
 
     def _gate_launches(self, g, cu, scratch) -> list:
-        """Per-channel gates (kda, gdn2) get their in-chunk sums from a launch of their own (except where the
-    CuTe chunk_prepare forms them)."""
+        """Per-channel gates (kda, gdn2) get their in-chunk sums from a launch of their own, except where the
+        CuTe chunk_prepare forms them itself."""
         v = self.variant
-        if not v.per_channel or v.prepare == "cute":     # the CuTe chunk_prepare forms them itself
+        if not v.per_channel or v.prepare == "cute":
             return []
         return [("gates", _gates_grid(v, self._geometry), self._gates, (g, cu, scratch["g"], *v.gates_constants()))]
 
