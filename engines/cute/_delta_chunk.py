@@ -102,6 +102,12 @@ class ChunkKernel:
         cute.arch.sync_threads()
         return c, sWhere[0], sWhere[1], sWhere[2]
 
+    def warp_mma(self) -> cute.TiledMma:
+        """The tile products' MMA: mma.sync m16n8k16 (input type in, f32 out), the block's four warps along M
+        (traced into the caller's kernel)."""
+        return cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(self.io, Float32, (16, 8, 16)),
+                                   cute.make_layout((THREADS // 32, 1, 1)))
+
     def set_heads(self, io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool) -> None:
         """The specialisation's input type, head dims, key heads ``HQ`` and value heads ``H`` (a multiple of
         HQ: ``group`` value heads read each key head) and whether keys (and queries) are L2-normalised."""

@@ -83,8 +83,7 @@ class DeltaOutput(ChunkKernel):
         mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
         mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
         mO = cute.make_tensor(po, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
-        tiled_mma = cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(io, Float32, (16, 8, 16)),
-                                        cute.make_layout((4, 1, 1)))
+        tiled_mma = self.warp_mma()
         tidx, _, _ = cute.arch.thread_idx()
         _, h, _ = cute.arch.block_idx()
         hk = h // self.group

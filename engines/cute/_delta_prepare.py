@@ -99,8 +99,7 @@ class DeltaPrepare(ChunkKernel):
         mGo = cute.make_tensor(pgo, cute.make_layout((tokens, H), stride=(H, 1)))
         mGs = cute.make_tensor(pgo, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))   # per channel
         mGc = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))
-        tiled_mma = cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(io, Float32, (16, 8, 16)),
-                                        cute.make_layout((4, 1, 1)))
+        tiled_mma = self.warp_mma()
         tidx, _, _ = cute.arch.thread_idx()
         _, h, _ = cute.arch.block_idx()
         hk = h // self.group

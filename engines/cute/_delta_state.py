@@ -78,8 +78,7 @@ class DeltaStatePass(ChunkKernel):
         mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
         mH0 = cute.make_tensor(ph0, states)
         mHt = cute.make_tensor(pht, states)
-        tiled_mma = cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(io, Float32, (16, 8, 16)),
-                                        cute.make_layout((4, 1, 1)))
+        tiled_mma = self.warp_mma()
         tidx, _, _ = cute.arch.thread_idx()
         n, h, vb = cute.arch.block_idx()
         thr = tiled_mma.get_slice(tidx)
