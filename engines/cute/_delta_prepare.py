@@ -235,14 +235,19 @@ class DeltaPrepare(ChunkKernel):
     @cute.jit
     def gate_sums(self, gRaw: cute.Tensor, gS: cute.Tensor, start: Int32, count: Int32, tidx: Int32):
         """The chunk's per-channel cumulative gate sums (rows start .. start + count of ``gRaw``, tokens x K)
-        into ``gS`` (g_out), one channel per thread (a warp's rows are contiguous: coalesced); the chunk's
-        rows are unrolled so their loads are all in flight at once. Later reads of ``gS`` by other threads
-        come after a barrier (it orders the block's global writes too)."""
+        into ``gS`` (g_out), one channel per thread (a warp's rows are contiguous: coalesced). All 64 rows
+        are loaded into registers before the first store: a store to g_out between two loads of g would
+        order them (both are global memory the compiler cannot tell apart), and the loads would run one
+        after another (rows past the chunk's end repeat its last: an in-bounds load, never stored). Later
+        reads of ``gS`` by other threads come after a barrier (it orders the block's global writes too)."""
         if tidx < self.K:
+            rows = cute.make_rmem_tensor((CHUNK,), Float32)
+            for row in range_constexpr(CHUNK):
+                rows[row] = gRaw[start + cutlass.min(row, count - 1), tidx].to(Float32)
             total = Float32(0.0)
             for row in range_constexpr(CHUNK):
+                total = total + rows[row]
                 if row < count:
-                    total = total + gRaw[start + row, tidx].to(Float32)
                     gS[start + row, tidx] = total
 
     @cute.jit
