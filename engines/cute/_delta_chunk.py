@@ -107,29 +107,37 @@ class ChunkKernel:
                   normalise: cutlass.Constexpr, tidx: Int32, also=None, store=None):
         """Rows [start, start + 64) of ``src`` (tokens x width) into ``dst`` (64 x width, shared) in 16-byte
         segments (a warp reads whole rows: coalesced), zeros past ``count``; L2-normalised per row when
-        ``normalise`` (the row's lanes sum their squares by shuffles). ``also(row, seg, x)``, when given, is
-        traced into the loop with each segment's f32 values (after the norm); ``store(row, seg, x)``, when
-        given, gives the f32 values written to ``dst`` instead of x."""
+        ``normalise`` (the row's lanes sum their squares by shuffles). ``also(p, row, seg, x)``, when given, is
+        traced into the loop with each segment's f32 values (after the norm; p: the pass, a trace-time
+        constant, to index registers with); ``store(p, row, seg, x)``, when given, gives the f32 values
+        written to ``dst`` instead of x. Every row's load is issued before the
+        first row is processed: a hook that stores to global memory (kd) between two loads would order them
+        (the compiler cannot tell the buffers apart), and each row would wait out the previous one's
+        latency."""
         segs = width // SEG
         rows_per_pass = THREADS // segs
         seg = tidx % segs
-        raw = cute.make_rmem_tensor((1, SEG), self.io)
+        raw = self.row_registers(width)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
+            part = cute.local_tile(raw, (1, SEG), (p, 0))
             if row < count:
-                cute.autovec_copy(cute.local_tile(src, (1, SEG), (start + row, seg)), raw)
+                cute.autovec_copy(cute.local_tile(src, (1, SEG), (start + row, seg)), part)
             else:
-                raw.fill(0.0)
+                part.fill(0.0)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            part = cute.local_tile(raw, (1, SEG), (p, 0))
             if const_expr(normalise or also is not None or store is not None):
-                x = raw.load().to(Float32)
+                x = part.load().to(Float32)
                 if const_expr(normalise):
                     x = x * self.row_inverse_norm(x, segs)
-                    raw.store(x.to(self.io))
+                    part.store(x.to(self.io))
                 if const_expr(also is not None):
-                    also(row, seg, x)
+                    also(p, row, seg, x)
                 if const_expr(store is not None):
-                    raw.store(store(row, seg, x).to(self.io))
-            cute.autovec_copy(raw, cute.local_tile(dst, (1, SEG), (row, seg)))
+                    part.store(store(p, row, seg, x).to(self.io))
+            cute.autovec_copy(part, cute.local_tile(dst, (1, SEG), (row, seg)))
 
     def row_registers(self, width: int):
         """A thread's share of a 64 x ``width`` block held in registers between ``fetch_rows`` and

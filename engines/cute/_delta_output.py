@@ -150,21 +150,22 @@ class DeltaOutput(ChunkKernel):
         mid = start + cutlass.min(count - 1, SPLIT_ROW)
         sums = cute.make_rmem_tensor((1, SEG), Float32)
         pivot = cute.make_rmem_tensor((1, SEG), Float32)
+        # a thread reads the same K segment of every row it loads: the pivot row's segment once
+        cute.autovec_copy(cute.local_tile(gS, (1, SEG), (mid, tidx % (self.K // SEG))), pivot)
 
         def gates(row, seg):
             cute.autovec_copy(cute.local_tile(gS, (1, SEG), (start + cutlass.min(row, count - 1), seg)), sums)
-            cute.autovec_copy(cute.local_tile(gS, (1, SEG), (mid, seg)), pivot)
             return sums.load() - pivot.load()
 
         self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx,
-                       store=lambda row, seg, x: x * cute.math.exp(gates(row, seg)))
+                       store=lambda p, row, seg, x: x * cute.math.exp(gates(row, seg)))
         self.load_rows(gK, sK, start, count, self.K, self.use_l2, tidx,
-                       store=lambda row, seg, x: x * cute.math.exp(-gates(row, seg)))
+                       store=lambda p, row, seg, x: x * cute.math.exp(-gates(row, seg)))
         cute.arch.sync_threads()
         self.masked_scores(tiled_mma, thr, sQ, sK, sAttn, None, False, tidx)
         cute.arch.sync_threads()
 
-        def scaled(row, seg, x):
+        def scaled(p, row, seg, x):
             cute.autovec_copy(cute.local_tile(gS, (1, SEG), (start + cutlass.min(row, count - 1), seg)), sums)
             return x * (cute.math.exp(sums.load()) * self.scale)
 
