@@ -290,8 +290,9 @@ _COMPILED = {}
 
 class KernelLauncher:
     """One specialisation of a chunk kernel, compiled at first use (once per process) and the checks that
-    its launch is valid for the buffers at hand: ``launcher(stream, slots, chunks)`` with Slots (the
-    engine's operands and workspace regions, in the kernel's pointer order) launches and returns True, or
+    its launch is valid for the buffers at hand: ``launcher(stream, slots, tokens, chunks)`` with Slots (the
+    engine's operands and workspace regions, in the kernel's pointer order; tokens and chunks: the plan's
+    token count and its bound on chunks, whatever the kernel's grid) launches and returns True, or
     returns False without launching when a buffer is not packed row-major or not aligned as the kernel
     assumes (the caller runs its cuTile kernel instead)."""
 
@@ -340,13 +341,12 @@ class KernelLauncher:
                 return False
         return True
 
-    def __call__(self, stream: int, slots, chunks: int) -> bool:
+    def __call__(self, stream: int, slots, tokens: int, chunks: int) -> bool:
         if not self.usable(slots) or not self.compile():
             return False
         handle = self._streams.get(stream)
         if handle is None:
             handle = self._streams[stream] = cuda.CUstream(stream)
-        tokens = slots[0].shape[0]
         self._compiled(*[pointer(d, s.data_ptr, a) for (d, a), s in zip(self._types, slots)], Int32(tokens),
                        Int32(chunks), Int32(self.n_seq), handle)
         return True

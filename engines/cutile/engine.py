@@ -192,10 +192,12 @@ class _CuteLaunch:
     does not take (not packed row-major, or misaligned). ``operands(args)`` picks the CuTe kernel's buffers from
     the cuTile kernel's arguments, in its pointer order."""
 
-    def __init__(self, launcher, fallback, operands, fallback_first=None):
+    def __init__(self, launcher, fallback, operands, geometry: "_Geometry", fallback_first=None):
         self._launcher = launcher
         self._fallback = fallback
         self._operands = operands
+        # the kernels' three int32 sizes besides the sequences: tokens and the bound on chunks
+        self._sizes = (geometry.T, geometry.chunks)
         # (kernel, grid, args(args)): a cuTile launch the fallback needs first, for work the CuTe kernel
         # does itself (kda's gate sums)
         self._fallback_first = fallback_first
@@ -216,7 +218,7 @@ class _CuteLaunch:
             first = (_kernels.forward_kernels(True)[0], _gates_grid(variant, geometry),
                      lambda a: (a[2], a[5], a[8], *variant.gates_constants()))
         return _CuteLaunch(launcher, fallback, lambda a: (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9]),
-                           first)
+                           geometry, first)
 
     @staticmethod
     def output(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
@@ -224,7 +226,7 @@ class _CuteLaunch:
         from ..cute._delta_output import output_launcher
         launcher = output_launcher(variant.io_dtype, variant.K, variant.V, geometry.HQ, geometry.H, variant.use_l2,
                                    variant.scale, variant.n_seq, per_channel=variant.per_channel)
-        return _CuteLaunch(launcher, fallback, lambda a: a[:7])
+        return _CuteLaunch(launcher, fallback, lambda a: a[:7], geometry)
 
     @staticmethod
     def state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
@@ -233,10 +235,10 @@ class _CuteLaunch:
         from ..cute._delta_state import state_pass_launcher
         launcher = state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
                                        variant.has_h0, variant.store_ht, variant.n_seq, per_channel=variant.per_channel)
-        return _CuteLaunch(launcher, fallback, lambda a: a[:9])
+        return _CuteLaunch(launcher, fallback, lambda a: a[:9], geometry)
 
     def __call__(self, stream: int, grid: tuple, args: tuple) -> None:
-        if not self._launcher(stream, self._operands(args), grid[0]):
+        if not self._launcher(stream, self._operands(args), *self._sizes):
             import cuda.tile as ct
             if self._fallback_first is not None:
                 kernel, first_grid, first_args = self._fallback_first
@@ -269,7 +271,7 @@ class _CuteLaunch:
         layout = _abi.ParamLayout(tuple(fields), 8 * n + 12)
         layout.check_against(_abi.cubin_parameters(cubin, symbol))
         image = bytearray(layout.size)
-        struct.pack_into("<iii", image, 8 * n, refs[0].shape[0], grid[0], self._launcher.n_seq)
+        struct.pack_into("<iii", image, 8 * n, *self._sizes, self._launcher.n_seq)
         patches = [(8 * i, operand_index(r), 0) if isinstance(r, _c_launch.OperandRef) else (8 * i, -1, r.offset)
                    for i, r in enumerate(refs)]
         grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
