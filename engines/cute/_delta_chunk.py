@@ -174,10 +174,11 @@ class ChunkKernel:
             ss = ss + cute.arch.shuffle_sync_bfly(ss, 1 << lane)
         return cutlass.select_(ss > Float32(0.0), cute.math.rsqrt(ss), Float32(0.0))
 
-    def transposed_copy(self, tiled_mma: cute.TiledMma, operand: str):
-        """The ldmatrix.trans copy that reads the MMA's ``operand`` ("A": four 8 x 8 matrices a warp, "B": two)
-        from a row-major shared tile viewed transposed (traced into the caller's kernel)."""
-        atom = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=True,
+    def ldmatrix_copy(self, tiled_mma: cute.TiledMma, operand: str, transpose: bool):
+        """The ldmatrix copy that reads the MMA's ``operand`` ("A": four 8 x 8 matrices a warp, "B": two) from
+        a shared tile whose rows of 8 start 16-byte aligned: as stored (K contiguous), or viewed transposed
+        with ``transpose`` (traced into the caller's kernel)."""
+        atom = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=transpose,
                                                                      num_matrices=4 if operand == "A" else 2), self.io)
         return cute.make_tiled_copy_A(atom, tiled_mma) if operand == "A" else cute.make_tiled_copy_B(atom, tiled_mma)
 
@@ -189,19 +190,30 @@ class ChunkKernel:
         adjacent in X: element loads would take 16 bits each). ldmatrix needs 16-byte aligned rows of 8."""
         xt = cute.make_tensor(sX.iterator, cute.make_layout((width, rows), stride=(1, row_stride)))
         thr = tiled_mma.get_slice(tidx)
-        tA = thr.partition_A(sA)
-        rA = tiled_mma.make_fragment_A(tA[None, None, 0])
-        # the whole B fragment, as the ldmatrix copy retiles it (a k-block's slice does not retile); each
-        # slice is written and read once, so its registers are live a k-block at a time
+        # whole fragments, as the ldmatrix copies retile them (a k-block's slice does not retile); each slice
+        # is written and read once, so its registers are live a k-block at a time
+        rA = tiled_mma.make_fragment_A(thr.partition_A(sA))
         rB = tiled_mma.make_fragment_B(thr.partition_B(xt))
-        copy_b = self.transposed_copy(tiled_mma, "B")
+        self.ldmatrix_gemm(tiled_mma, acc, rA, rB, sA, xt, False, True, tidx)
+
+    @cute.jit
+    def ldmatrix_gemm(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, rA: cute.Tensor, rB: cute.Tensor,
+                      sA: cute.Tensor, sB: cute.Tensor, a_transposed: cutlass.Constexpr,
+                      b_transposed: cutlass.Constexpr, tidx: Int32):
+        """acc += A B over the k-blocks of the whole fragments rA, rB, each k-block's operands read from the
+        shared views sA (M x K) and sB (N x K) by ldmatrix (transposed where the view is)."""
+        copy_a = self.ldmatrix_copy(tiled_mma, "A", a_transposed)
+        copy_b = self.ldmatrix_copy(tiled_mma, "B", b_transposed)
+        thr_a = copy_a.get_slice(tidx)
         thr_b = copy_b.get_slice(tidx)
-        sB = thr_b.partition_S(xt)
+        sA_src = thr_a.partition_S(sA)
+        sB_src = thr_b.partition_S(sB)
+        rA_view = thr_a.retile(rA)
         rB_view = thr_b.retile(rB)
-        for kb in range_constexpr(cute.size(tA, mode=[2])):
-            cute.autovec_copy(tA[None, None, kb], rA)
-            cute.copy(copy_b, sB[None, None, kb], rB_view[None, None, kb])
-            cute.gemm(tiled_mma, acc, rA, rB[None, None, kb], acc)
+        for kb in range_constexpr(cute.size(rA, mode=[2])):
+            cute.copy(copy_a, sA_src[None, None, kb], rA_view[None, None, kb])
+            cute.copy(copy_b, sB_src[None, None, kb], rB_view[None, None, kb])
+            cute.gemm(tiled_mma, acc, rA[None, None, kb], rB[None, None, kb], acc)
 
     @cute.jit
     def product_tt(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sY: cute.Tensor, sX: cute.Tensor,
@@ -214,32 +226,16 @@ class ChunkKernel:
         thr = tiled_mma.get_slice(tidx)
         rA = tiled_mma.make_fragment_A(thr.partition_A(yt))
         rB = tiled_mma.make_fragment_B(thr.partition_B(xt))
-        copy_a = self.transposed_copy(tiled_mma, "A")
-        copy_b = self.transposed_copy(tiled_mma, "B")
-        thr_a = copy_a.get_slice(tidx)
-        thr_b = copy_b.get_slice(tidx)
-        sA_src = thr_a.partition_S(yt)
-        sB_src = thr_b.partition_S(xt)
-        rA_view = thr_a.retile(rA)
-        rB_view = thr_b.retile(rB)
-        for kb in range_constexpr(cute.size(rA, mode=[2])):
-            cute.copy(copy_a, sA_src[None, None, kb], rA_view[None, None, kb])
-            cute.copy(copy_b, sB_src[None, None, kb], rB_view[None, None, kb])
-            cute.gemm(tiled_mma, acc, rA[None, None, kb], rB[None, None, kb], acc)
+        self.ldmatrix_gemm(tiled_mma, acc, rA, rB, yt, xt, True, True, tidx)
 
     @cute.jit
     def product(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor, tidx: Int32):
-        """acc (M x N) += sA (M x K) @ sB^T, sB given as N x K (shared memory, any layout), a k-block of 16
-        at a time in registers."""
+        """acc (M x N) += sA (M x K) @ sB^T, sB given as N x K (shared memory, K contiguous, rows of 8 starting
+        16-byte aligned), both read by ldmatrix."""
         thr = tiled_mma.get_slice(tidx)
-        tA = thr.partition_A(sA)
-        tB = thr.partition_B(sB)
-        rA = tiled_mma.make_fragment_A(tA[None, None, 0])
-        rB = tiled_mma.make_fragment_B(tB[None, None, 0])
-        for kb in range_constexpr(cute.size(tA, mode=[2])):
-            cute.autovec_copy(tA[None, None, kb], rA)
-            cute.autovec_copy(tB[None, None, kb], rB)
-            cute.gemm(tiled_mma, acc, rA, rB, acc)
+        rA = tiled_mma.make_fragment_A(thr.partition_A(sA))
+        rB = tiled_mma.make_fragment_B(thr.partition_B(sB))
+        self.ldmatrix_gemm(tiled_mma, acc, rA, rB, sA, sB, False, False, tidx)
 
     @cute.jit
     def store_staged(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, stage: cute.Tensor, dst: cute.Tensor,
