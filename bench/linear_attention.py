@@ -24,6 +24,8 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
                                  VARIANT_KNOBS, and "cutile": the plain default with the cuTile chunk_prepare;
                                  each compiles at its first call, tens of seconds). The default row runs the
                                  plan the engine ranks first (the CuTe chunk_prepare's for gdn on sm_90).
+    --bwd-variants NAME,NAME   also time these backward plans (cutile_<op>_bwd_chunk64_<NAME>: auto,
+                                 cute_prepare) in the default row
     --breakdown         time each kernel launch of our plans apart with CUDA events around each launch
     --no-backward       forward only
 """
@@ -349,6 +351,12 @@ def row_lines(r: dict) -> list:
                      f"fla {_fmt(r, 'fla_fwd_ms', '.3f')}")
     if r.get("kernels_ms"):
         lines.append("  our launches (events): " + ", ".join(f"{k} {v:.3f}" for k, v in r["kernels_ms"].items()))
+    for key in r:
+        if key.startswith("ours_bwd_") and key.endswith("_gpu_ms") and key != "ours_bwd_gpu_ms" \
+                and not key.endswith("kernels_gpu_ms"):
+            kernels = r.get(key.replace("_gpu_ms", "_kernels_gpu_ms")) or {}
+            lines.append(f"  backward plan {key[len('ours_bwd_'):-len('_gpu_ms')]}: {r[key]:.3f} ("
+                         + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()) + ")")
     lines += [f"  {key}: {r[key]}" for key in r if key.endswith("_error")]
     return lines
 
@@ -394,6 +402,13 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
         r["ours_bwd_kernels_gpu_ms"] = {}
         r["ours_bwd_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_bwd_kernels_gpu_ms"])
 
+    def our_backward_variant(name):
+        def measure(r):
+            run, _, _ = ours_backward(torch, case.op, x, name)
+            r[f"ours_bwd_{name}_kernels_gpu_ms"] = {}
+            r[f"ours_bwd_{name}_gpu_ms"] = gpu_ms(torch, run, args.iters, r[f"ours_bwd_{name}_kernels_gpu_ms"])
+        return measure
+
     def fla_bwd(r):
         r["fla_bwd_kernels_gpu_ms"] = {}
         r["fla_bwd_gpu_ms"] = gpu_ms(torch, fla_backward(torch, case.op, x), args.iters, r["fla_bwd_kernels_gpu_ms"])
@@ -403,6 +418,8 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
     _measure("ours", row, our_forward)
     if args.backward and not variant:
         _measure("ours_bwd", row, our_backward)
+        for name in _variant_names(args.bwd_variants):
+            _measure(f"ours_bwd_{name}", row, our_backward_variant(name))
         _measure("fla_bwd", row, fla_bwd)
     if row.get("ours_gpu_ms") and row.get("fla_gpu_ms"):
         row["ours_over_fla_gpu"] = row["ours_gpu_ms"] / row["fla_gpu_ms"]
@@ -425,6 +442,8 @@ def main(argv=None) -> None:
     parser.add_argument("--per-call", action="store_true", help="also the wall time per forward call (events)")
     parser.add_argument("--rounds", type=int, default=5, help="with --per-call: alternating fla / ours rounds")
     parser.add_argument("--no-backward", dest="backward", action="store_false", help="forward only")
+    parser.add_argument("--bwd-variants", default="", help="a comma list of backward plan variants to time too "
+                        "(cutile_<op>_bwd_chunk64_<variant>: auto, cute_prepare)")
     args = parser.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
     unknown = [s for s in shapes if s not in SHAPES]

@@ -123,29 +123,37 @@ class ChunkKernel:
                   normalise: cutlass.Constexpr, tidx: Int32, also=None, store=None):
         """Rows [start, start + 64) of ``src`` (tokens x width) into ``dst`` (64 x width, shared) in 16-byte
         segments (a warp reads whole rows: coalesced), zeros past ``count``; L2-normalised per row when
-        ``normalise`` (the row's lanes sum their squares by shuffles). ``also(row, seg, x)``, when given, is
-        traced into the loop with each segment's f32 values (after the norm); ``store(row, seg, x)``, when
-        given, gives the f32 values written to ``dst`` instead of x."""
+        ``normalise`` (the row's lanes sum their squares by shuffles). ``also(p, row, seg, x)``, when given, is
+        traced into the loop with each segment's f32 values (after the norm; p: the pass, a trace-time
+        constant, to index registers with); ``store(p, row, seg, x)``, when given, gives the f32 values
+        written to ``dst`` instead of x. Every row's load is issued before the
+        first row is processed: a hook that stores to global memory (kd) between two loads would order them
+        (the compiler cannot tell the buffers apart), and each row would wait out the previous one's
+        latency."""
         segs = width // SEG
         rows_per_pass = THREADS // segs
         seg = tidx % segs
-        raw = cute.make_rmem_tensor((1, SEG), self.io)
+        raw = self.row_registers(width)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
+            part = cute.local_tile(raw, (1, SEG), (p, 0))
             if row < count:
-                cute.autovec_copy(cute.local_tile(src, (1, SEG), (start + row, seg)), raw)
+                cute.autovec_copy(cute.local_tile(src, (1, SEG), (start + row, seg)), part)
             else:
-                raw.fill(0.0)
+                part.fill(0.0)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            part = cute.local_tile(raw, (1, SEG), (p, 0))
             if const_expr(normalise or also is not None or store is not None):
-                x = raw.load().to(Float32)
+                x = part.load().to(Float32)
                 if const_expr(normalise):
                     x = x * self.row_inverse_norm(x, segs)
-                    raw.store(x.to(self.io))
+                    part.store(x.to(self.io))
                 if const_expr(also is not None):
-                    also(row, seg, x)
+                    also(p, row, seg, x)
                 if const_expr(store is not None):
-                    raw.store(store(row, seg, x).to(self.io))
-            cute.autovec_copy(raw, cute.local_tile(dst, (1, SEG), (row, seg)))
+                    part.store(store(p, row, seg, x).to(self.io))
+            cute.autovec_copy(part, cute.local_tile(dst, (1, SEG), (row, seg)))
 
     def row_registers(self, width: int):
         """A thread's share of a 64 x ``width`` block held in registers between ``fetch_rows`` and
@@ -182,10 +190,11 @@ class ChunkKernel:
             ss = ss + cute.arch.shuffle_sync_bfly(ss, 1 << lane)
         return cutlass.select_(ss > Float32(0.0), cute.math.rsqrt(ss), Float32(0.0))
 
-    def transposed_copy(self, tiled_mma: cute.TiledMma, operand: str):
-        """The ldmatrix.trans copy that reads the MMA's ``operand`` ("A": four 8 x 8 matrices a warp, "B": two)
-        from a row-major shared tile viewed transposed (traced into the caller's kernel)."""
-        atom = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=True,
+    def ldmatrix_copy(self, tiled_mma: cute.TiledMma, operand: str, transpose: bool):
+        """The ldmatrix copy that reads the MMA's ``operand`` ("A": four 8 x 8 matrices a warp, "B": two) from
+        a shared tile whose rows of 8 start 16-byte aligned: as stored (K contiguous), or viewed transposed
+        with ``transpose`` (traced into the caller's kernel)."""
+        atom = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=transpose,
                                                                      num_matrices=4 if operand == "A" else 2), self.io)
         return cute.make_tiled_copy_A(atom, tiled_mma) if operand == "A" else cute.make_tiled_copy_B(atom, tiled_mma)
 
@@ -197,19 +206,30 @@ class ChunkKernel:
         adjacent in X: element loads would take 16 bits each). ldmatrix needs 16-byte aligned rows of 8."""
         xt = cute.make_tensor(sX.iterator, cute.make_layout((width, rows), stride=(1, row_stride)))
         thr = tiled_mma.get_slice(tidx)
-        tA = thr.partition_A(sA)
-        rA = tiled_mma.make_fragment_A(tA[None, None, 0])
-        # the whole B fragment, as the ldmatrix copy retiles it (a k-block's slice does not retile); each
-        # slice is written and read once, so its registers are live a k-block at a time
+        # whole fragments, as the ldmatrix copies retile them (a k-block's slice does not retile); each slice
+        # is written and read once, so its registers are live a k-block at a time
+        rA = tiled_mma.make_fragment_A(thr.partition_A(sA))
         rB = tiled_mma.make_fragment_B(thr.partition_B(xt))
-        copy_b = self.transposed_copy(tiled_mma, "B")
+        self.ldmatrix_gemm(tiled_mma, acc, rA, rB, sA, xt, False, True, tidx)
+
+    @cute.jit
+    def ldmatrix_gemm(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, rA: cute.Tensor, rB: cute.Tensor,
+                      sA: cute.Tensor, sB: cute.Tensor, a_transposed: cutlass.Constexpr,
+                      b_transposed: cutlass.Constexpr, tidx: Int32):
+        """acc += A B over the k-blocks of the whole fragments rA, rB, each k-block's operands read from the
+        shared views sA (M x K) and sB (N x K) by ldmatrix (transposed where the view is)."""
+        copy_a = self.ldmatrix_copy(tiled_mma, "A", a_transposed)
+        copy_b = self.ldmatrix_copy(tiled_mma, "B", b_transposed)
+        thr_a = copy_a.get_slice(tidx)
         thr_b = copy_b.get_slice(tidx)
-        sB = thr_b.partition_S(xt)
+        sA_src = thr_a.partition_S(sA)
+        sB_src = thr_b.partition_S(sB)
+        rA_view = thr_a.retile(rA)
         rB_view = thr_b.retile(rB)
-        for kb in range_constexpr(cute.size(tA, mode=[2])):
-            cute.autovec_copy(tA[None, None, kb], rA)
-            cute.copy(copy_b, sB[None, None, kb], rB_view[None, None, kb])
-            cute.gemm(tiled_mma, acc, rA, rB[None, None, kb], acc)
+        for kb in range_constexpr(cute.size(rA, mode=[2])):
+            cute.copy(copy_a, sA_src[None, None, kb], rA_view[None, None, kb])
+            cute.copy(copy_b, sB_src[None, None, kb], rB_view[None, None, kb])
+            cute.gemm(tiled_mma, acc, rA[None, None, kb], rB[None, None, kb], acc)
 
     @cute.jit
     def product_tt(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sY: cute.Tensor, sX: cute.Tensor,
@@ -222,32 +242,16 @@ class ChunkKernel:
         thr = tiled_mma.get_slice(tidx)
         rA = tiled_mma.make_fragment_A(thr.partition_A(yt))
         rB = tiled_mma.make_fragment_B(thr.partition_B(xt))
-        copy_a = self.transposed_copy(tiled_mma, "A")
-        copy_b = self.transposed_copy(tiled_mma, "B")
-        thr_a = copy_a.get_slice(tidx)
-        thr_b = copy_b.get_slice(tidx)
-        sA_src = thr_a.partition_S(yt)
-        sB_src = thr_b.partition_S(xt)
-        rA_view = thr_a.retile(rA)
-        rB_view = thr_b.retile(rB)
-        for kb in range_constexpr(cute.size(rA, mode=[2])):
-            cute.copy(copy_a, sA_src[None, None, kb], rA_view[None, None, kb])
-            cute.copy(copy_b, sB_src[None, None, kb], rB_view[None, None, kb])
-            cute.gemm(tiled_mma, acc, rA[None, None, kb], rB[None, None, kb], acc)
+        self.ldmatrix_gemm(tiled_mma, acc, rA, rB, yt, xt, True, True, tidx)
 
     @cute.jit
     def product(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor, tidx: Int32):
-        """acc (M x N) += sA (M x K) @ sB^T, sB given as N x K (shared memory, any layout), a k-block of 16
-        at a time in registers."""
+        """acc (M x N) += sA (M x K) @ sB^T, sB given as N x K (shared memory, K contiguous, rows of 8 starting
+        16-byte aligned), both read by ldmatrix."""
         thr = tiled_mma.get_slice(tidx)
-        tA = thr.partition_A(sA)
-        tB = thr.partition_B(sB)
-        rA = tiled_mma.make_fragment_A(tA[None, None, 0])
-        rB = tiled_mma.make_fragment_B(tB[None, None, 0])
-        for kb in range_constexpr(cute.size(tA, mode=[2])):
-            cute.autovec_copy(tA[None, None, kb], rA)
-            cute.autovec_copy(tB[None, None, kb], rB)
-            cute.gemm(tiled_mma, acc, rA, rB, acc)
+        rA = tiled_mma.make_fragment_A(thr.partition_A(sA))
+        rB = tiled_mma.make_fragment_B(thr.partition_B(sB))
+        self.ldmatrix_gemm(tiled_mma, acc, rA, rB, sA, sB, False, False, tidx)
 
     @cute.jit
     def store_staged(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, stage: cute.Tensor, dst: cute.Tensor,
@@ -298,8 +302,9 @@ _COMPILED = {}
 
 class KernelLauncher:
     """One specialisation of a chunk kernel, compiled at first use (once per process) and the checks that
-    its launch is valid for the buffers at hand: ``launcher(stream, slots, chunks)`` with Slots (the
-    engine's operands and workspace regions, in the kernel's pointer order) launches and returns True, or
+    its launch is valid for the buffers at hand: ``launcher(stream, slots, tokens, chunks)`` with Slots (the
+    engine's operands and workspace regions, in the kernel's pointer order; tokens and chunks: the plan's
+    token count and its bound on chunks, whatever the kernel's grid) launches and returns True, or
     returns False without launching when a buffer is not packed row-major or not aligned as the kernel
     assumes (the caller runs its cuTile kernel instead)."""
 
@@ -348,13 +353,12 @@ class KernelLauncher:
                 return False
         return True
 
-    def __call__(self, stream: int, slots, chunks: int) -> bool:
+    def __call__(self, stream: int, slots, tokens: int, chunks: int) -> bool:
         if not self.usable(slots) or not self.compile():
             return False
         handle = self._streams.get(stream)
         if handle is None:
             handle = self._streams[stream] = cuda.CUstream(stream)
-        tokens = slots[0].shape[0]
         self._compiled(*[pointer(d, s.data_ptr, a) for (d, a), s in zip(self._types, slots)], Int32(tokens),
                        Int32(chunks), Int32(self.n_seq), handle)
         return True

@@ -21,7 +21,8 @@ and attn in about 45 KB of shared memory (several CTAs an SM):
 
 Per-channel gates (kda) cannot scale attn after the product: the decay is in its operands instead, split
 at the chunk's row SPLIT_ROW as the cuTile kernel's (``q e^(gc - gc_mid)`` and ``k e^(gc_mid - gc)``:
-either factor spans at most half a chunk of decay), and q is read a second time for ``scale q e^gc``.
+either factor spans at most half a chunk of decay), and q's copy is rescaled by ``scale e^gc_mid`` for
+``scale q e^gc``.
 """
 from __future__ import annotations
 
@@ -138,31 +139,50 @@ class DeltaOutput(ChunkKernel):
     @cute.jit
     def scores_per_channel(self, tiled_mma, thr, gQ: cute.Tensor, gK: cute.Tensor, gS: cute.Tensor, sQ: cute.Tensor,
                            sK: cute.Tensor, sAttn: cute.Tensor, start: Int32, count: Int32, tidx: Int32):
-        """kda: attn = scale (q e^(gc - gc_mid)) (k e^(gc_mid - gc))^T, j <= t, then q read again as
-        scale q e^gc (gS: the gates' in-chunk sums, tokens x K; rows past the chunk's end repeat its last:
-        their q and k rows are zero, and the factors stay finite)."""
+        """kda: attn = scale (q e^(gc - gc_mid)) (k e^(gc_mid - gc))^T, j <= t, then q's copy rescaled in
+        place by scale e^(gc_mid) to scale q e^gc (gS: the gates' in-chunk sums, tokens x K; rows past the
+        chunk's end repeat its last: their q and k rows are zero, and the factors stay finite). Each gate row
+        is read once for q and k together (the gates are twice q's bytes); the rescale rounds q a second
+        time to the input type instead of reading q and the gates again."""
+        K = self.K
+        segs = K // SEG
+        rows_per_pass = THREADS // segs
+        seg = tidx % segs
         mid = start + cutlass.min(count - 1, SPLIT_ROW)
-        sums = cute.make_rmem_tensor((1, SEG), Float32)
         pivot = cute.make_rmem_tensor((1, SEG), Float32)
-
-        def gates(row, seg):
+        sums = cute.make_rmem_tensor((1, SEG), Float32)
+        q_raw = cute.make_rmem_tensor((1, SEG), self.io)
+        k_raw = cute.make_rmem_tensor((1, SEG), self.io)
+        # a thread reads the same K segment of every row: the pivot row's segment once
+        cute.autovec_copy(cute.local_tile(gS, (1, SEG), (mid, seg)), pivot)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            if row < count:
+                cute.autovec_copy(cute.local_tile(gQ, (1, SEG), (start + row, seg)), q_raw)
+                cute.autovec_copy(cute.local_tile(gK, (1, SEG), (start + row, seg)), k_raw)
+            else:
+                q_raw.fill(0.0)
+                k_raw.fill(0.0)
             cute.autovec_copy(cute.local_tile(gS, (1, SEG), (start + cutlass.min(row, count - 1), seg)), sums)
-            cute.autovec_copy(cute.local_tile(gS, (1, SEG), (mid, seg)), pivot)
-            return sums.load() - pivot.load()
-
-        self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx,
-                       store=lambda row, seg, x: x * cute.math.exp(gates(row, seg)))
-        self.load_rows(gK, sK, start, count, self.K, self.use_l2, tidx,
-                       store=lambda row, seg, x: x * cute.math.exp(-gates(row, seg)))
+            x_q = q_raw.load().to(Float32)
+            x_k = k_raw.load().to(Float32)
+            if const_expr(self.use_l2):
+                x_q = x_q * self.row_inverse_norm(x_q, segs)
+                x_k = x_k * self.row_inverse_norm(x_k, segs)
+            split = sums.load() - pivot.load()
+            q_raw.store((x_q * cute.math.exp(split)).to(self.io))
+            k_raw.store((x_k * cute.math.exp(-split)).to(self.io))
+            cute.autovec_copy(q_raw, cute.local_tile(sQ, (1, SEG), (row, seg)))
+            cute.autovec_copy(k_raw, cute.local_tile(sK, (1, SEG), (row, seg)))
         cute.arch.sync_threads()
         self.masked_scores(tiled_mma, thr, sQ, sK, sAttn, None, False, tidx)
         cute.arch.sync_threads()
-
-        def scaled(row, seg, x):
-            cute.autovec_copy(cute.local_tile(gS, (1, SEG), (start + cutlass.min(row, count - 1), seg)), sums)
-            return x * (cute.math.exp(sums.load()) * self.scale)
-
-        self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx, store=scaled)
+        factor = cute.math.exp(pivot.load()) * self.scale
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            part = cute.local_tile(sQ, (1, SEG), (tidx // segs + p * rows_per_pass, seg))
+            cute.autovec_copy(part, q_raw)
+            q_raw.store((q_raw.load().to(Float32) * factor).to(self.io))
+            cute.autovec_copy(q_raw, part)
 
     @cute.jit
     def masked_scores(self, tiled_mma, thr, sQ: cute.Tensor, sK: cute.Tensor, sAttn: cute.Tensor, sGc,

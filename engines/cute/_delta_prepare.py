@@ -181,7 +181,10 @@ class DeltaPrepare(ChunkKernel):
         mid = start + cutlass.min(count - 1, _SPLIT_ROW)
         self.load_beta(mB, sBeta, h, start, count, tidx)
         gKd = mKd[c, h, None, None]
-        out = cute.make_rmem_tensor((1, _SEG), mKd.element_type)
+        segs = K // _SEG
+        rows_per_pass = THREADS // segs
+        kd_rows = cute.make_rmem_tensor(cute.make_layout((CHUNK // rows_per_pass, _SEG), stride=(_SEG, 1)),
+                                        mKd.element_type)
         sums = cute.make_rmem_tensor((1, _SEG), Float32)
         pivot = cute.make_rmem_tensor((1, _SEG), Float32)
         end = cute.make_rmem_tensor((1, _SEG), Float32)
@@ -190,20 +193,24 @@ class DeltaPrepare(ChunkKernel):
         def gate_rows(row, seg):
             # rows past the chunk's end repeat its last row (their k is zero, and the decays stay finite)
             cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (start + cutlass.min(row, count - 1), seg)), sums)
-            cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (mid, seg)), pivot)
             return sums.load()
 
-        def left(row, seg, x):
+        def left(p, row, seg, x):
             gc = gate_rows(row, seg)
             right = x * cute.math.exp(pivot.load() - gc)
             cute.autovec_copy(self.as_io(right), cute.local_tile(sR, (1, _SEG), (row, seg)))
-            cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (last, seg)), end)
-            out.store((x * cute.math.exp(end.load() - gc)).to(mKd.element_type))
-            cute.autovec_copy(out, cute.local_tile(gKd, (1, _SEG), (row, seg)))
+            # kd is stored after the loop: a global store here would order the next row's gate loads
+            cute.local_tile(kd_rows, (1, _SEG), (p, 0)).store((x * cute.math.exp(end.load() - gc)).to(mKd.element_type))
             return x * cute.math.exp(gc - pivot.load())
 
         cute.arch.sync_threads()
+        # a thread reads the same K segment of every row it loads: the pivot and last rows' segments once
+        cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (mid, tidx % segs)), pivot)
+        cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (last, tidx % segs)), end)
         self.load_rows(mK[None, hk, None], sK, start, count, K, self.use_l2, tidx, store=left)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            cute.autovec_copy(cute.local_tile(kd_rows, (1, _SEG), (p, 0)),
+                              cute.local_tile(gKd, (1, _SEG), (tidx // segs + p * rows_per_pass, tidx % segs)))
         cute.arch.sync_threads()
         # A = beta_t sum_d k_td k_id e^(gc_td - gc_id), i < t: the decays are in the operands
         self.form_a(tiled_mma, sK, sR, sA, sGc, sBeta, tidx)
@@ -211,7 +218,7 @@ class DeltaPrepare(ChunkKernel):
         self.invert_column(sA, sTw, sTu, sGc, sBeta, tidx)
         cute.arch.sync_threads()
         self.load_rows(mK[None, hk, None], sK, start, count, K, self.use_l2, tidx,
-                       store=lambda row, seg, x: x * cute.math.exp(gate_rows(row, seg)))
+                       store=lambda p, row, seg, x: x * cute.math.exp(gate_rows(row, seg)))
         cute.arch.sync_threads()
         self.w_and_u(tiled_mma, mV, mW, mU, sK, sV, sTw, sTu, c, h, start, count, tidx)
 
@@ -229,14 +236,19 @@ class DeltaPrepare(ChunkKernel):
     @cute.jit
     def gate_sums(self, gRaw: cute.Tensor, gS: cute.Tensor, start: Int32, count: Int32, tidx: Int32):
         """The chunk's per-channel cumulative gate sums (rows start .. start + count of ``gRaw``, tokens x K)
-        into ``gS`` (g_out), one channel per thread (a warp's rows are contiguous: coalesced); the chunk's
-        rows are unrolled so their loads are all in flight at once. Later reads of ``gS`` by other threads
-        come after a barrier (it orders the block's global writes too)."""
+        into ``gS`` (g_out), one channel per thread (a warp's rows are contiguous: coalesced). All 64 rows
+        are loaded into registers before the first store: a store to g_out between two loads of g would
+        order them (both are global memory the compiler cannot tell apart), and the loads would run one
+        after another (rows past the chunk's end repeat its last: an in-bounds load, never stored). Later
+        reads of ``gS`` by other threads come after a barrier (it orders the block's global writes too)."""
         if tidx < self.K:
+            rows = cute.make_rmem_tensor((CHUNK,), Float32)
+            for row in range_constexpr(CHUNK):
+                rows[row] = gRaw[start + cutlass.min(row, count - 1), tidx].to(Float32)
             total = Float32(0.0)
             for row in range_constexpr(CHUNK):
+                total = total + rows[row]
                 if row < count:
-                    total = total + gRaw[start + row, tidx].to(Float32)
                     gS[start + row, tidx] = total
 
     @cute.jit
@@ -253,7 +265,7 @@ class DeltaPrepare(ChunkKernel):
         gKd = mKd[c, h, None, None]
         out = cute.make_rmem_tensor((1, _SEG), mKd.element_type)
 
-        def write_kd(row, seg, x):
+        def write_kd(p, row, seg, x):
             out.store((x * cute.math.exp(sGc[CHUNK - 1] - sGc[row])).to(mKd.element_type))
             cute.autovec_copy(out, cute.local_tile(gKd, (1, _SEG), (row, seg)))
 

@@ -192,10 +192,12 @@ class _CuteLaunch:
     does not take (not packed row-major, or misaligned). ``operands(args)`` picks the CuTe kernel's buffers from
     the cuTile kernel's arguments, in its pointer order."""
 
-    def __init__(self, launcher, fallback, operands, fallback_first=None):
+    def __init__(self, launcher, fallback, operands, geometry: "_Geometry", fallback_first=None):
         self._launcher = launcher
         self._fallback = fallback
         self._operands = operands
+        # the kernels' three int32 sizes besides the sequences: tokens and the bound on chunks
+        self._sizes = (geometry.T, geometry.chunks)
         # (kernel, grid, args(args)): a cuTile launch the fallback needs first, for work the CuTe kernel
         # does itself (kda's gate sums)
         self._fallback_first = fallback_first
@@ -216,7 +218,7 @@ class _CuteLaunch:
             first = (_kernels.forward_kernels(True)[0], _gates_grid(variant, geometry),
                      lambda a: (a[2], a[5], a[8], *variant.gates_constants()))
         return _CuteLaunch(launcher, fallback, lambda a: (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9]),
-                           first)
+                           geometry, first)
 
     @staticmethod
     def output(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
@@ -224,7 +226,7 @@ class _CuteLaunch:
         from ..cute._delta_output import output_launcher
         launcher = output_launcher(variant.io_dtype, variant.K, variant.V, geometry.HQ, geometry.H, variant.use_l2,
                                    variant.scale, variant.n_seq, per_channel=variant.per_channel)
-        return _CuteLaunch(launcher, fallback, lambda a: a[:7])
+        return _CuteLaunch(launcher, fallback, lambda a: a[:7], geometry)
 
     @staticmethod
     def state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
@@ -233,10 +235,10 @@ class _CuteLaunch:
         from ..cute._delta_state import state_pass_launcher
         launcher = state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
                                        variant.has_h0, variant.store_ht, variant.n_seq, per_channel=variant.per_channel)
-        return _CuteLaunch(launcher, fallback, lambda a: a[:9])
+        return _CuteLaunch(launcher, fallback, lambda a: a[:9], geometry)
 
     def __call__(self, stream: int, grid: tuple, args: tuple) -> None:
-        if not self._launcher(stream, self._operands(args), grid[0]):
+        if not self._launcher(stream, self._operands(args), *self._sizes):
             import cuda.tile as ct
             if self._fallback_first is not None:
                 kernel, first_grid, first_args = self._fallback_first
@@ -269,7 +271,7 @@ class _CuteLaunch:
         layout = _abi.ParamLayout(tuple(fields), 8 * n + 12)
         layout.check_against(_abi.cubin_parameters(cubin, symbol))
         image = bytearray(layout.size)
-        struct.pack_into("<iii", image, 8 * n, refs[0].shape[0], grid[0], self._launcher.n_seq)
+        struct.pack_into("<iii", image, 8 * n, *self._sizes, self._launcher.n_seq)
         patches = [(8 * i, operand_index(r), 0) if isinstance(r, _c_launch.OperandRef) else (8 * i, -1, r.offset)
                    for i, r in enumerate(refs)]
         grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
@@ -623,11 +625,15 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         self._require_toolchain()
         if node.op in BACKWARD_OPS:
             size = _Geometry(node, backward=True).workspace_size
-            # mma: the forward recompute's and the reverse state pass's products (the gradients stay TF32)
-            return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, "mma": mma},
-                               name=f"cutile_{node.op}_chunk64" + ("" if mma == "tf32" else f"_{mma}"),
-                               engine=self, priority=10.0 if mma == "tf32" else 1.0, workspace_size=size)
-                    for mma in ("tf32", "auto")]
+            # mma: the forward recompute's and the reverse state pass's products (the gradients stay TF32);
+            # cute_prepare: the recompute's chunk_prepare in CuTe DSL (sm_90; not yet measured: ranked below)
+            variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
+            if _cute_kernels_reason(graph, node, "prepare") is None:
+                variants.append(("cute_prepare", {"mma": "tf32", "prepare": "cute"}, 5.0))
+            return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, **knobs},
+                               name=f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else ""),
+                               engine=self, priority=priority, workspace_size=size)
+                    for suffix, knobs, priority in variants]
         plans = []
         cute_ok = {kernel: _cute_kernels_reason(graph, node, kernel) is None for kernel in CUTE_OPS}
         io_dtype = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
@@ -661,7 +667,16 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             if mma not in MMA_TYPES:
                 raise GraphNotSupportedError(f"mma={mma!r}; expected one of {MMA_TYPES}")
             low = {"bf16": True, "tf32": False}.get(mma)   # None: auto
-            return CutileBackwardPlan(plan, graph, node, variant_of(graph, node, block_v, low_mma=low), geometry)
+            variant = variant_of(graph, node, block_v, low_mma=low)
+            prepare = plan.knobs.get("prepare", "cutile")
+            if prepare not in KERNEL_SOURCES:
+                raise GraphNotSupportedError(f"prepare={prepare!r}; expected one of {KERNEL_SOURCES}")
+            if prepare == "cute":
+                reason = _cute_kernels_reason(graph, node, "prepare")
+                if reason is not None:
+                    raise GraphNotSupportedError(f"prepare='cute': {reason}")
+                variant = dataclasses.replace(variant, prepare="cute")
+            return CutileBackwardPlan(plan, graph, node, variant, geometry)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         if knobs["scratch"] not in ("f32", "io"):
             raise GraphNotSupportedError(f"scratch={knobs['scratch']!r}; expected 'f32' or 'io'")
@@ -723,15 +738,16 @@ CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": (
 def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
     """Why the CuTe DSL ``kernel`` ("prepare": engines/cute/_delta_prepare; "output": _delta_output;
     "state_pass": _delta_state) cannot stand in for the cuTile one for this node, or None when it can: gdn
-    and kda (scalar beta, no write gate; kda's prepare and output with BF16 inputs), on device 0, sm_90,
-    with the DSL installed."""
-    if node.op not in CUTE_OPS[kernel]:
+    and kda (scalar beta, no write gate; kda's prepare and output with BF16 inputs; the prepare also for
+    their backward's recompute), on device 0, sm_90, with the DSL installed."""
+    op = BACKWARD_OPS.get(node.op, node.op) if kernel == "prepare" else node.op   # a backward's recompute
+    if op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
-    if OP_FEATURES[node.op][0] and kernel in ("prepare", "output") and \
+    if OP_FEATURES[op][0] and kernel in ("prepare", "output") and \
             _IO_TYPES.get(GraphView.of(graph).data_type(node.inputs["q"])) == "float16":
         # The per-channel decays enter these kernels' products as two factors in the input type; each may
         # reach e^SPLIT_EXPONENT_LIMIT, and FP16 overflows past e^11 (the cuTile kernels take TF32 for FP16)
-        return (f"the CuTe chunk_{kernel} holds {node.op}'s split decay factors (up to e^{SPLIT_EXPONENT_LIMIT:g}) "
+        return (f"the CuTe chunk_{kernel} holds {op}'s split decay factors (up to e^{SPLIT_EXPONENT_LIMIT:g}) "
                 f"in the input type, and FP16 overflows past e^11 (BF16 does not)")
     if graph.device[1] != 0:
         # The DSL's own call launches on the CUDA runtime's current device; the Python launch path has no

@@ -59,7 +59,7 @@ def _refs(io, scratch, K, V, HQ, H, T=300, k_strides=None):
 
 def _c_record(io, scratch, K, V, HQ, H, **kw):
     args, chunks = _refs(io, scratch, K, V, HQ, H, **kw)
-    geometry = type("G", (), {"HQ": HQ, "H": H})()
+    geometry = type("G", (), {"HQ": HQ, "H": H, "T": 300, "chunks": chunks})()
     launch = cutile_engine._CuteLaunch.prepare(_variant(io, scratch, K, V), geometry, fallback=None)
     index = {}
     return launch.c_launch("prepare", (chunks, H, 1), args, lambda ref: index.setdefault(ref.uid, len(index))), chunks
@@ -118,8 +118,8 @@ def test_a_kernel_that_does_not_compile_sends_every_call_to_the_cutile_kernel(ca
     launcher = _delta_chunk.KernelLauncher(broken, ("chunk_prepare", "broken"),
                                            _delta_prepare._pointer_types("bfloat16", "float32", "bfloat16", "bfloat16"), 3)
     with caplog.at_level("WARNING"):
-        assert launcher(0, _slots(), 5) is False
-        assert launcher(0, _slots(), 5) is False
+        assert launcher(0, _slots(), 100, 5) is False
+        assert launcher(0, _slots(), 100, 5) is False
     assert [r.getMessage() for r in caplog.records].count(
         "the CuTe chunk_prepare kernel did not compile (RuntimeError: no such MLIR pass); its cuTile kernel runs "
         "instead") == 1
@@ -149,9 +149,9 @@ def test_the_kda_cute_prepare_falls_back_to_chunk_gates_then_the_cutile_prepare(
     import cuda.tile as ct
     launched = []
     monkeypatch.setattr(ct, "launch", lambda stream, grid, kernel, args: launched.append((grid, kernel, args[:3])))
-    geometry = types.SimpleNamespace(chunks=5, H=2, HQ=2, K=64)
+    geometry = types.SimpleNamespace(T=100, chunks=5, H=2, HQ=2, K=64)
     launch = cutile_engine._CuteLaunch.prepare(_kda_variant("cute"), geometry, fallback="cutile_prepare")
-    launch._launcher = lambda stream, slots, chunks: False          # buffers the CuTe kernel does not take
+    launch._launcher = lambda stream, slots, tokens, chunks: False   # buffers the CuTe kernel does not take
     args = ("k", "v", "g", "beta", "wgate", "cu", "w", "u", "g_out", "kd")
     launch(0, (5, 2, 1), args)
     (gates_grid, gates_kernel, gates_args), (grid, kernel, first_args) = launched

@@ -31,3 +31,28 @@ def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, BV,
 def test_a_value_block_must_divide_v():
     with pytest.raises(ValueError, match="BV = 48 must divide V = 128"):
         _delta_state.DeltaStatePass("bfloat16", 128, 128, 48, 2, False, False)
+
+
+def test_the_c_launch_record_writes_the_plan_sizes_not_the_grid():
+    # the state pass's grid is (sequences, heads, V / BV); its kernel still takes tokens and the chunk bound
+    import struct
+    from cudnn_graph.engines.cutile import _c_launch
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    from cudnn_graph.engines.cutile._variants import Variant
+    T, H, K, V, N = 300, 2, 64, 64, 3
+    chunks = -(-T // 64) + N
+    variant = Variant(op="gdn", io_dtype="bfloat16", beta_dtype="bfloat16", w_dtype="bfloat16", K=K, V=V, block_v=32,
+                      n_seq=N, scale=K ** -0.5, use_l2=True, has_h0=True, store_ht=True, scratch_dtype="bfloat16",
+                      state_pass="cute")
+    geometry = type("G", (), {"H": H, "T": T, "chunks": chunks})()
+    launch = cutile_engine._CuteLaunch.state_pass(variant, geometry, fallback=None)
+    op, region = _c_launch.OperandRef, _c_launch.RegionRef
+    args = (region("kd", 256, "bfloat16", (chunks, H, 64, K)), region("w", 4096, "bfloat16", (chunks, H, 64, K)),
+            region("u", 8192, "bfloat16", (chunks, H, 64, V)), region("g", 16384, "float32", (T, H)),
+            op(1, "cu_seqlens", "int32", (N + 1,), (1,)), op(2, "initial_state", "float32", (N, H, K, V), (H * K * V, K * V, V, 1)),
+            region("hs", 32768, "bfloat16", (chunks, H, K, V)), op(3, "final_state", "float32", (N, H, K, V), (H * K * V, K * V, V, 1)),
+            region("d", 65536, "bfloat16", (chunks, H, 64, V)))
+    index = {}
+    record = launch.c_launch("state_pass", (N, H, V // 32), args, lambda ref: index.setdefault(ref.uid, len(index)))
+    assert record.grid == (N, H, V // 32) and record.block == (128, 1, 1)
+    assert struct.unpack_from("<iii", record.image, 72) == (T, chunks, N)

@@ -69,3 +69,10 @@ def test_gate_options(op, plan, gates):
         gva.run_case(op, gva.SMALL, H=2, HV=4, attrs=gva.GATES[gates], seed=25, plan=plan)
     else:
         gva.run_case(op, gva.SMALL, H=2, HV=4, K=128, V=128, attrs=gva.GATES[gates], seed=34, plan=plan)
+
+
+# the backward's forward recompute on the CuTe chunk_prepare (f32 scratch)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128)])
+def test_backward_recompute_on_the_cute_prepare(op, K, V):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=41, plan=f"cutile_{op}_chunk64_cute_prepare")

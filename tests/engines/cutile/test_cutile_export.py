@@ -442,8 +442,10 @@ def test_the_cute_kernels_say_which_ops_they_compute():
     _package()
     import types
     from cudnn_graph.engines.cutile import engine as cutile_engine
-    for op in ("gdn2", "kda_bwd", "gdn_bwd"):
-        for kernel in ("prepare", "output", "state_pass"):
+    # the backward ops' recompute may take the CuTe prepare (checked further: device, dtype); nothing else
+    for op, kernels in (("gdn2", ("prepare", "output", "state_pass")), ("gdn2_bwd", ("prepare", "output")),
+                        ("kda_bwd", ("output", "state_pass")), ("gdn_bwd", ("output", "state_pass"))):
+        for kernel in kernels:
             reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op), kernel)
             assert reason == f"the CuTe chunk_{kernel} computes gdn / kda, not {op}"
 
@@ -744,3 +746,16 @@ def test_kda_with_float16_inputs_keeps_the_cutile_prepare_and_output(kernel, ref
                           "and FP16 overflows past e^11 (BF16 does not)")
     else:
         assert reason is None or "FP16" not in reason
+
+
+def test_the_backward_offers_its_recompute_on_the_cute_prepare_where_that_can_run():
+    # proposed (ranked below the default until measured) where the CuTe chunk_prepare runs
+    cg = _package()
+    for op in ("gdn_bwd", "kda_bwd"):
+        g = _grouped_gated_graph(cg, op)
+        by_name = {p.label: p for p in _proposed(cg, g)}
+        name = f"cutile_{op}_chunk64_cute_prepare"
+        assert by_name[name].knobs["prepare"] == "cute"
+        assert by_name[f"cutile_{op}_chunk64"].priority > by_name[name].priority
+        plans = _proposed(cg, g, cute_reason="not sm_90")
+        assert not [p for p in plans if p.label.endswith("cute_prepare")]
