@@ -748,14 +748,14 @@ def test_kda_with_float16_inputs_keeps_the_cutile_prepare_and_output(kernel, ref
         assert reason is None or "FP16" not in reason
 
 
-def test_the_backward_offers_its_recompute_on_the_cute_prepare_where_that_can_run():
-    # proposed (ranked below the default until measured) where the CuTe chunk_prepare runs
+def test_the_backward_ranks_its_recompute_on_the_cute_prepare_first_where_that_can_run():
+    # first where the CuTe chunk_prepare runs (measured faster on the H200), absent elsewhere
     cg = _package()
     for op in ("gdn_bwd", "kda_bwd"):
         g = _grouped_gated_graph(cg, op)
         by_name = {p.label: p for p in _proposed(cg, g)}
         name = f"cutile_{op}_chunk64_cute_prepare"
         assert by_name[name].knobs["prepare"] == "cute"
-        assert by_name[f"cutile_{op}_chunk64"].priority > by_name[name].priority
+        assert max(by_name.values(), key=lambda p: p.priority) is by_name[name]
         plans = _proposed(cg, g, cute_reason="not sm_90")
         assert not [p for p in plans if p.label.endswith("cute_prepare")]
