@@ -155,6 +155,20 @@ class ChunkKernel:
                     part.store(store(p, row, seg, x).to(self.io))
             cute.autovec_copy(part, cute.local_tile(dst, (1, SEG), (row, seg)))
 
+    @cute.jit
+    def scale_rows(self, sX: cute.Tensor, scale, width: cutlass.Constexpr, tidx: Int32):
+        """sX (64 x width, shared) times ``scale`` (one segment's f32 factors) in place, over the segments
+        ``load_rows`` gives this thread (one column segment, a row each pass): a per-channel rescale of
+        rows this thread stored needs no barrier before it."""
+        segs = width // SEG
+        rows_per_pass = THREADS // segs
+        vals = cute.make_rmem_tensor((1, SEG), self.io)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            part = cute.local_tile(sX, (1, SEG), (tidx // segs + p * rows_per_pass, tidx % segs))
+            cute.autovec_copy(part, vals)
+            vals.store((vals.load().to(Float32) * scale).to(self.io))
+            cute.autovec_copy(vals, part)
+
     def row_registers(self, width: int):
         """A thread's share of a 64 x ``width`` block held in registers between ``fetch_rows`` and
         ``put_rows``: one 16-byte segment per pass of 128 threads, each segment contiguous."""

@@ -177,12 +177,7 @@ class DeltaOutput(ChunkKernel):
         cute.arch.sync_threads()
         self.masked_scores(tiled_mma, thr, sQ, sK, sAttn, None, False, tidx)
         cute.arch.sync_threads()
-        factor = cute.math.exp(pivot.load()) * self.scale
-        for p in range_constexpr(CHUNK // rows_per_pass):
-            part = cute.local_tile(sQ, (1, SEG), (tidx // segs + p * rows_per_pass, seg))
-            cute.autovec_copy(part, q_raw)
-            q_raw.store((q_raw.load().to(Float32) * factor).to(self.io))
-            cute.autovec_copy(q_raw, part)
+        self.scale_rows(sQ, cute.math.exp(pivot.load()) * self.scale, K, tidx)
 
     @cute.jit
     def masked_scores(self, tiled_mma, thr, sQ: cute.Tensor, sK: cute.Tensor, sAttn: cute.Tensor, sGc,

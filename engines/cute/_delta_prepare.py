@@ -173,7 +173,8 @@ class DeltaPrepare(ChunkKernel):
                             c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32):
         """kda: the gates' in-chunk sums gc into g_out, then A from k e^(gc - gc_mid) and k e^(gc_mid - gc)
         (the split: each factor spans at most half a chunk of decay), T scaled by beta alone, w = T diag(beta)
-        (k e^gc): k is read a second time for it (A's right operand takes A's place, the left k's)."""
+        (k e^gc), its right operand A's left one rescaled in place by e^gc_mid (per channel): reading k and
+        the gate sums again cost a second pass over both (the sums are f32, twice k's bytes)."""
         K, V = self.K, self.V
         gS = mGs[None, h, None]
         self.gate_sums(mGc[None, h, None], gS, start, count, tidx)
@@ -214,11 +215,12 @@ class DeltaPrepare(ChunkKernel):
         cute.arch.sync_threads()
         # A = beta_t sum_d k_td k_id e^(gc_td - gc_id), i < t: the decays are in the operands
         self.form_a(tiled_mma, sK, sR, sA, sGc, sBeta, tidx)
+        # k e^(gc - gc_mid) e^gc_mid = k e^gc, w's operand: each thread rescales the segments it stored (its
+        # pivot registers hold their channels); form_a's barrier is past every read of sK as A's operand,
+        # and the substitution's barrier orders these writes before w's product
+        self.scale_rows(sK, cute.math.exp(pivot.load()), K, tidx)
         cute.arch.sync_threads()
         self.invert_column(sA, sTw, sTu, sGc, sBeta, tidx)
-        cute.arch.sync_threads()
-        self.load_rows(mK[None, hk, None], sK, start, count, K, self.use_l2, tidx,
-                       store=lambda p, row, seg, x: x * cute.math.exp(gate_rows(row, seg)))
         cute.arch.sync_threads()
         self.w_and_u(tiled_mma, mV, mW, mU, sK, sV, sTw, sTu, c, h, start, count, tidx)
 
