@@ -327,7 +327,10 @@ print(json.dumps({"graphs": state.cached_graphs, "support": runner.cuda_graph_su
 
 def test_packs_with_host_operands_are_never_replayed(fake_cuda, tmp_path):
     out, records = run_child(PROLOGUE + """
-scale = np.array([2.0], np.float32)              # a by-value scalar the caller may change in place
+# a by-value scalar the caller may change in place; the stand-in driver calls [0x100000, 0x80000000) device
+# memory, where a small array of a non-PIE Python's heap can land: the scalar lives in an mmap'ed block
+scale = np.zeros(1 << 16, np.float32)[:1]
+assert not 0x100000 <= scale.ctypes.data < 0x80000000, hex(scale.ctypes.data)
 for value in (2.0, 3.0, 4.0):
     scale[0] = value
     runner.run(layout.pack({3: 0x100000, 5: 0x200000, 7: scale}), stream=0)
