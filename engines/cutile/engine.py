@@ -66,6 +66,8 @@ DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "output_block_v": 0, "scratch": "
                  "output": "cutile", "state_pass": "cutile"}
 VARIANT_KNOBS = {
     "cute_all": {"prepare": "cute", "output": "cute", "state_pass": "cute"},
+    # the CuTe state pass with eight warps and 64 value columns a CTA (engines/cute/_delta_state)
+    "cute_all_bv64": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64},
     "cute": {"prepare": "cute", "output": "cute"},
     "cute_prepare": {"prepare": "cute"},
     "tf32": {"mma": "tf32"},
