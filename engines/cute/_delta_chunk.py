@@ -134,6 +134,14 @@ class ChunkKernel:
         first row is processed: a hook that stores to global memory (kd) between two loads would order them
         (the compiler cannot tell the buffers apart), and each row would wait out the previous one's
         latency."""
+        self.put_loaded_rows(self.issue_rows(src, start, count, width, tidx), dst, width, normalise, tidx, also,
+                             store)
+
+    @cute.jit
+    def issue_rows(self, src: cute.Tensor, start: Int32, count: Int32, width: cutlass.Constexpr, tidx: Int32):
+        """``load_rows``' first half: rows [start, start + 64) of ``src`` into a thread's registers
+        (``row_registers``), zeros past ``count``; the loads are issued, not waited on, so that a caller can
+        have several blocks' loads in flight before it processes any."""
         segs = width // SEG
         rows_per_pass = self.threads // segs
         seg = tidx % segs
@@ -145,6 +153,16 @@ class ChunkKernel:
                 cute.autovec_copy(cute.local_tile(src, (1, SEG), (start + row, seg)), part)
             else:
                 part.fill(0.0)
+        return raw
+
+    @cute.jit
+    def put_loaded_rows(self, raw: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr,
+                        normalise: cutlass.Constexpr, tidx: Int32, also=None, store=None):
+        """``load_rows``' second half: what ``issue_rows`` loaded, normalised and passed through the hooks
+        as ``load_rows`` says, into ``dst``."""
+        segs = width // SEG
+        rows_per_pass = self.threads // segs
+        seg = tidx % segs
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
             part = cute.local_tile(raw, (1, SEG), (p, 0))
