@@ -28,6 +28,11 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
                                  cute_prepare) in the default row
     --breakdown         time each kernel launch of our plans apart with CUDA events around each launch
     --no-backward       forward only
+    --cases OP:SHAPE:DTYPE:DIM,...   exactly these rows (e.g. gdn:4x2048_h16:bf16:128), instead of --ops /
+                                 --shapes / --full
+
+Each row also records the wall seconds each measurement took (``wall_s``: fla's autotuning and compiles, our
+plans' builds), to plan a run within a time limit.
 """
 from __future__ import annotations
 
@@ -77,6 +82,23 @@ class Case:
     @property
     def heads(self) -> int:
         return SHAPES[self.shape][1]
+
+
+def parse_cases(text: str) -> list:
+    """``--cases``: OP:SHAPE:DTYPE:DIM rows, comma-separated (ValueError naming a malformed one).
+
+    >>> parse_cases("gdn:4x2048_h16:bf16:128")
+    [Case(op='gdn', shape='4x2048_h16', dtype='bf16', head_dim=128)]
+    """
+    out = []
+    for item in (c for c in text.split(",") if c):
+        parts = item.split(":")
+        if len(parts) != 4 or parts[0] not in ("gdn", "kda") or parts[1] not in SHAPES \
+                or parts[2] not in ("bf16", "fp16") or parts[3] not in ("64", "128"):
+            raise ValueError(f"case {item!r}: expected OP:SHAPE:DTYPE:DIM with OP gdn or kda, SHAPE one of "
+                             f"{', '.join(SHAPES)}, DTYPE bf16 or fp16, DIM 64 or 128")
+        out.append(Case(parts[0], parts[1], parts[2], int(parts[3])))
+    return out
 
 
 def cases(ops: list, shapes: list, full: bool) -> list:
@@ -358,15 +380,21 @@ def row_lines(r: dict) -> list:
             lines.append(f"  backward plan {key[len('ours_bwd_'):-len('_gpu_ms')]}: {r[key]:.3f} ("
                          + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()) + ")")
     lines += [f"  {key}: {r[key]}" for key in r if key.endswith("_error")]
+    if r.get("wall_s"):
+        lines.append("  wall seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in r["wall_s"].items()))
     return lines
 
 
 def _measure(what: str, row: dict, fn) -> None:
-    """Run ``fn(row)``; an exception becomes ``row[what + '_error']`` (the other measurements go on)."""
+    """Run ``fn(row)``; an exception becomes ``row[what + '_error']`` (the other measurements go on). Its wall
+    seconds go to ``row['wall_s'][what]``."""
+    began = time.perf_counter()
     try:
         fn(row)
     except Exception as exc:                   # noqa: BLE001  (report and go on)
         row[f"{what}_error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+    finally:
+        row.setdefault("wall_s", {})[what] = round(time.perf_counter() - began, 1)
 
 
 def measure_case(torch, case: Case, args, variant: str = "") -> dict:
@@ -444,13 +472,20 @@ def main(argv=None) -> None:
     parser.add_argument("--no-backward", dest="backward", action="store_false", help="forward only")
     parser.add_argument("--bwd-variants", default="", help="a comma list of backward plan variants to time too "
                         "(cutile_<op>_bwd_chunk64_<variant>: auto, cute_prepare)")
+    parser.add_argument("--cases", default="", help="exactly these rows: OP:SHAPE:DTYPE:DIM,... "
+                        "(e.g. gdn:4x2048_h16:bf16:128)")
     args = parser.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         parser.error(f"unknown shapes {unknown}; known: {', '.join(SHAPES)}")
+    try:
+        picked = parse_cases(args.cases) if args.cases else cases([op for op in args.ops.split(",") if op], shapes,
+                                                                 args.full)
+    except ValueError as exc:
+        parser.error(str(exc))
     rows = []
-    for case in cases([op for op in args.ops.split(",") if op], shapes, args.full):
+    for case in picked:
         for variant in [""] + _variant_names(args.variants):
             row = measure_case(torch, case, args, variant)
             rows.append(row)

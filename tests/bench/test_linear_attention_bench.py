@@ -1,0 +1,36 @@
+"""bench/linear_attention.py's host-side pieces (no GPU, no torch): the --cases rows and the wall seconds each
+measurement of a row took."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from _helpers import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+import linear_attention as bench  # noqa: E402
+
+
+def test_cases_name_exact_rows():
+    assert bench.parse_cases("gdn:4x2048_h16:bf16:128,kda:short_h16:fp16:64") == [
+        bench.Case("gdn", "4x2048_h16", "bf16", 128), bench.Case("kda", "short_h16", "fp16", 64)]
+
+
+@pytest.mark.parametrize("text", ["gdn:4x2048_h16:bf16", "gla:4x2048_h16:bf16:128", "gdn:8x1024:bf16:128",
+                                  "gdn:4x2048_h16:fp32:128", "gdn:4x2048_h16:bf16:96"])
+def test_a_malformed_case_is_refused_by_name(text):
+    with pytest.raises(ValueError, match=f"case '{text}': expected OP:SHAPE:DTYPE:DIM"):
+        bench.parse_cases(text)
+
+
+def test_each_measurement_records_its_wall_seconds_even_when_it_fails():
+    row = {"op": "gdn", "shape": "4x2048_h16", "dtype": "bf16", "K": 128, "variant": "default"}
+    bench._measure("ours", row, lambda r: r.update(ours_gpu_ms=0.25))
+
+    def fails(r):
+        raise RuntimeError("no fla")
+    bench._measure("fla", row, fails)
+    assert set(row["wall_s"]) == {"ours", "fla"} and all(v >= 0.0 for v in row["wall_s"].values())
+    assert row["fla_error"] == "RuntimeError: no fla"
+    assert any(line.startswith("  wall seconds: ours ") for line in bench.row_lines(row))
