@@ -186,34 +186,38 @@ class DeltaPrepare(ChunkKernel):
         gKd = mKd[c, h, None, None]
         segs = K // _SEG
         rows_per_pass = THREADS // segs
-        kd_rows = cute.make_rmem_tensor(cute.make_layout((CHUNK // rows_per_pass, _SEG), stride=(_SEG, 1)),
-                                        mKd.element_type)
-        sums = cute.make_rmem_tensor((1, _SEG), Float32)
+        kd_row = cute.make_rmem_tensor((1, _SEG), mKd.element_type)
+        passes = CHUNK // rows_per_pass
+        # two sets of a pass's gate registers: the next pass's gate loads are issued before this pass is
+        # processed (its shared stores between them made each pass a global round trip)
+        sums = [cute.make_rmem_tensor((1, _SEG), Float32) for _ in range(2)]
         pivot = cute.make_rmem_tensor((1, _SEG), Float32)
         end = cute.make_rmem_tensor((1, _SEG), Float32)
         sR = cute.make_tensor(cute.recast_ptr(sA.iterator, dtype=self.io), sK.layout)
 
-        def gate_rows(row, seg):
+        def fetch_gates(p):
             # rows past the chunk's end repeat its last row (their k is zero, and the decays stay finite)
-            cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (start + cutlass.min(row, count - 1), seg)), sums)
-            return sums.load()
+            row = tidx // segs + p * rows_per_pass
+            cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (start + cutlass.min(row, count - 1), tidx % segs)),
+                              sums[p % 2])
 
         def left(p, row, seg, x):
-            gc = gate_rows(row, seg)
+            if const_expr(p + 1 < passes):
+                fetch_gates(p + 1)
+            gc = sums[p % 2].load()
             right = x * cute.math.exp(pivot.load() - gc)
             cute.autovec_copy(self.as_io(right), cute.local_tile(sR, (1, _SEG), (row, seg)))
-            # kd is stored after the loop: a global store here would order the next row's gate loads
-            cute.local_tile(kd_rows, (1, _SEG), (p, 0)).store((x * cute.math.exp(end.load() - gc)).to(mKd.element_type))
+            # kd straight to global: the next pass's gate loads are issued already, so the store orders none
+            kd_row.store((x * cute.math.exp(end.load() - gc)).to(mKd.element_type))
+            cute.autovec_copy(kd_row, cute.local_tile(gKd, (1, _SEG), (row, seg)))
             return x * cute.math.exp(gc - pivot.load())
 
         cute.arch.sync_threads()
         # a thread reads the same K segment of every row it loads: the pivot and last rows' segments once
         cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (mid, tidx % segs)), pivot)
         cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (last, tidx % segs)), end)
+        fetch_gates(0)
         self.load_rows(mK[None, hk, None], sK, start, count, K, self.use_l2, tidx, store=left)
-        for p in range_constexpr(CHUNK // rows_per_pass):
-            cute.autovec_copy(cute.local_tile(kd_rows, (1, _SEG), (p, 0)),
-                              cute.local_tile(gKd, (1, _SEG), (tidx // segs + p * rows_per_pass, tidx % segs)))
         cute.arch.sync_threads()
         # A = beta_t sum_d k_td k_id e^(gc_td - gc_id), i < t: the decays are in the operands
         self.form_a(tiled_mma, sK, sR, sA, sGc, sBeta, tidx)
