@@ -241,19 +241,18 @@ class ChunkKernel:
         memory) read transposed as the MMA's K-major B operand by ldmatrix.trans (a lane's K-pairs are not
         adjacent in X: element loads would take 16 bits each). ldmatrix needs 16-byte aligned rows of 8."""
         xt = cute.make_tensor(sX.iterator, cute.make_layout((width, rows), stride=(1, row_stride)))
+        self.ldmatrix_gemm(tiled_mma, acc, sA, xt, False, True, tidx)
+
+    @cute.jit
+    def ldmatrix_gemm(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor,
+                      a_transposed: cutlass.Constexpr, b_transposed: cutlass.Constexpr, tidx: Int32):
+        """acc += A B over the k-blocks, each k-block's operands read from the shared views sA (M x K) and
+        sB (N x K) by ldmatrix (transposed where the view is)."""
         thr = tiled_mma.get_slice(tidx)
         # whole fragments, as the ldmatrix copies retile them (a k-block's slice does not retile); each slice
         # is written and read once, so its registers are live a k-block at a time
         rA = tiled_mma.make_fragment_A(thr.partition_A(sA))
-        rB = tiled_mma.make_fragment_B(thr.partition_B(xt))
-        self.ldmatrix_gemm(tiled_mma, acc, rA, rB, sA, xt, False, True, tidx)
-
-    @cute.jit
-    def ldmatrix_gemm(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, rA: cute.Tensor, rB: cute.Tensor,
-                      sA: cute.Tensor, sB: cute.Tensor, a_transposed: cutlass.Constexpr,
-                      b_transposed: cutlass.Constexpr, tidx: Int32):
-        """acc += A B over the k-blocks of the whole fragments rA, rB, each k-block's operands read from the
-        shared views sA (M x K) and sB (N x K) by ldmatrix (transposed where the view is)."""
+        rB = tiled_mma.make_fragment_B(thr.partition_B(sB))
         copy_a = self.ldmatrix_copy(tiled_mma, "A", a_transposed)
         copy_b = self.ldmatrix_copy(tiled_mma, "B", b_transposed)
         thr_a = copy_a.get_slice(tidx)
@@ -275,19 +274,13 @@ class ChunkKernel:
         (``y_stride`` / ``x_stride`` apart): both operands read transposed by ldmatrix.trans."""
         yt = cute.make_tensor(sY.iterator, cute.make_layout((m, rows), stride=(1, y_stride)))
         xt = cute.make_tensor(sX.iterator, cute.make_layout((width, rows), stride=(1, x_stride)))
-        thr = tiled_mma.get_slice(tidx)
-        rA = tiled_mma.make_fragment_A(thr.partition_A(yt))
-        rB = tiled_mma.make_fragment_B(thr.partition_B(xt))
-        self.ldmatrix_gemm(tiled_mma, acc, rA, rB, yt, xt, True, True, tidx)
+        self.ldmatrix_gemm(tiled_mma, acc, yt, xt, True, True, tidx)
 
     @cute.jit
     def product(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor, tidx: Int32):
         """acc (M x N) += sA (M x K) @ sB^T, sB given as N x K (shared memory, K contiguous, rows of 8 starting
         16-byte aligned), both read by ldmatrix."""
-        thr = tiled_mma.get_slice(tidx)
-        rA = tiled_mma.make_fragment_A(thr.partition_A(sA))
-        rB = tiled_mma.make_fragment_B(thr.partition_B(sB))
-        self.ldmatrix_gemm(tiled_mma, acc, rA, rB, sA, sB, False, False, tidx)
+        self.ldmatrix_gemm(tiled_mma, acc, sA, sB, False, False, tidx)
 
     @cute.jit
     def store_staged(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, stage: cute.Tensor, dst: cute.Tensor,

@@ -673,15 +673,9 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             if mma not in MMA_TYPES:
                 raise GraphNotSupportedError(f"mma={mma!r}; expected one of {MMA_TYPES}")
             low = {"bf16": True, "tf32": False}.get(mma)   # None: auto
-            variant = variant_of(graph, node, block_v, low_mma=low)
-            prepare = plan.knobs.get("prepare", "cutile")
-            if prepare not in KERNEL_SOURCES:
-                raise GraphNotSupportedError(f"prepare={prepare!r}; expected one of {KERNEL_SOURCES}")
-            if prepare == "cute":
-                reason = _cute_kernels_reason(graph, node, "prepare")
-                if reason is not None:
-                    raise GraphNotSupportedError(f"prepare='cute': {reason}")
-                variant = dataclasses.replace(variant, prepare="cute")
+            variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
+                                          prepare=_kernel_source(graph, node, "prepare",
+                                                                 plan.knobs.get("prepare", "cutile")))
             return CutileBackwardPlan(plan, graph, node, variant, geometry)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         if knobs["scratch"] not in ("f32", "io"):
@@ -698,12 +692,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             raise GraphNotSupportedError(f"output_block_v={output_block_v} is not 0 or one of 32, 64, 128 "
                                          f"dividing V={geometry.V}")
         for knob in ("prepare", "output", "state_pass"):
-            if knobs[knob] not in KERNEL_SOURCES:
-                raise GraphNotSupportedError(f"{knob}={knobs[knob]!r}; expected one of {KERNEL_SOURCES}")
-            if knobs[knob] == "cute":
-                reason = _cute_kernels_reason(graph, node, knob)
-                if reason is not None:
-                    raise GraphNotSupportedError(f"{knob}='cute': {reason}")
+            _kernel_source(graph, node, knob, knobs[knob])
         if knobs["state_pass"] == "cute" and not io_scratch:
             raise GraphNotSupportedError("state_pass='cute' reads and writes the scratch in the input type "
                                          f"(scratch='io'); got scratch={knobs['scratch']!r}")
@@ -773,6 +762,18 @@ def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
     if cc != (9, 0):
         return f"the CuTe kernels are built for sm_90; device {graph.device[1]} is sm_{cc[0]}{cc[1]}"
     return None
+
+
+def _kernel_source(graph, node, kernel: str, source: str) -> str:
+    """A kernel-source knob's value (``prepare``, ``output``, ``state_pass``: the cuTile kernel or the CuTe
+    DSL one), checked: GraphNotSupportedError for an unknown source or a CuTe kernel that cannot run here."""
+    if source not in KERNEL_SOURCES:
+        raise GraphNotSupportedError(f"{kernel}={source!r}; expected one of {KERNEL_SOURCES}")
+    if source == "cute":
+        reason = _cute_kernels_reason(graph, node, kernel)
+        if reason is not None:
+            raise GraphNotSupportedError(f"{kernel}='cute': {reason}")
+    return source
 
 
 def _softplus_per_channel(node) -> bool:
