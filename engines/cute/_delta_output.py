@@ -16,8 +16,8 @@ and attn in about 45 KB of shared memory (several CTAs an SM):
 2. q and k rows (L2-normalised when asked) into shared memory; ``q k^T`` on the tensor cores, masked,
    decayed and scaled into ``attn`` in the input type; q's rows scaled by ``scale e^gc`` in place;
 3. the state product over K in blocks of 64 rows of S0, then ``attn d``, each operand read into the one
-   buffer in turn (k's, once attn is formed), all into one set of f32 accumulators; gdn loads S0's first
-   block into registers before q and k, so that its loads overlap theirs and the scores;
+   buffer in turn (k's, once attn is formed), all into one set of f32 accumulators; S0's first block is
+   loaded into registers before q and k, so that its loads overlap theirs and the scores;
 4. o's valid rows stored through shared memory in 16-byte segments.
 
 Per-channel gates (kda) cannot scale attn after the product: the decay is in its operands instead, split
@@ -101,12 +101,10 @@ class DeltaOutput(ChunkKernel):
 
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
-            # gdn: S0's first 64 rows are loaded into registers now, to be in flight with q's and k's (the scores
-            # do not need them; k's buffer takes them once the scores are formed). kda pipelines its scores'
-            # loads instead: with both, its registers went 112 -> 142 at K = 128 (three CTAs an SM, not four)
+            # S0's first 64 rows are loaded into registers now, to be in flight with q's and k's (the scores
+            # do not need them; k's buffer takes them once the scores are formed)
             hs_first = self.row_registers(V)
-            if const_expr(not self.per_channel):
-                self.fetch_rows(cute.local_tile(mHs[c, h, None, None], (CHUNK, V), (0, 0)), hs_first, V, tidx)
+            self.fetch_rows(cute.local_tile(mHs[c, h, None, None], (CHUNK, V), (0, 0)), hs_first, V, tidx)
             if const_expr(self.per_channel):
                 self.scores_per_channel(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mGs[None, h, None],
                                         sQ, sK, sAttn, start, count, tidx)
@@ -118,7 +116,7 @@ class DeltaOutput(ChunkKernel):
             # (scale q e^gc) S0, 64 rows of S0 at a time through the operand buffer
             for half in range_constexpr(K // CHUNK):
                 cute.arch.sync_threads()
-                if const_expr(half == 0 and not self.per_channel):
+                if const_expr(half == 0):
                     self.put_rows(hs_first, sX, V, tidx)
                 else:
                     self.load_rows(mHs[c, h, None, None], sX, half * CHUNK, CHUNK, V, False, tidx)
@@ -163,12 +161,12 @@ class DeltaOutput(ChunkKernel):
         seg = tidx % segs
         mid = start + cutlass.min(count - 1, SPLIT_ROW)
         pivot = cute.make_rmem_tensor((1, SEG), Float32)
-        # two sets of a pass's registers: the next pass's loads are issued before this one is processed
-        # (a pass's shared stores between its loads and the next pass's made each pass a global round trip)
-        passes = [(cute.make_rmem_tensor((1, SEG), self.io), cute.make_rmem_tensor((1, SEG), self.io),
-                   cute.make_rmem_tensor((1, SEG), Float32)) for _ in range(2)]
-
-        def fetch(p, q_raw, k_raw, sums):
+        sums = cute.make_rmem_tensor((1, SEG), Float32)
+        q_raw = cute.make_rmem_tensor((1, SEG), self.io)
+        k_raw = cute.make_rmem_tensor((1, SEG), self.io)
+        # a thread reads the same K segment of every row: the pivot row's segment once
+        cute.autovec_copy(cute.local_tile(gS, (1, SEG), (mid, seg)), pivot)
+        for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
             if row < count:
                 cute.autovec_copy(cute.local_tile(gQ, (1, SEG), (start + row, seg)), q_raw)
@@ -177,15 +175,6 @@ class DeltaOutput(ChunkKernel):
                 q_raw.fill(0.0)
                 k_raw.fill(0.0)
             cute.autovec_copy(cute.local_tile(gS, (1, SEG), (start + cutlass.min(row, count - 1), seg)), sums)
-
-        # a thread reads the same K segment of every row: the pivot row's segment once
-        cute.autovec_copy(cute.local_tile(gS, (1, SEG), (mid, seg)), pivot)
-        fetch(0, *passes[0])
-        for p in range_constexpr(CHUNK // rows_per_pass):
-            if const_expr(p + 1 < CHUNK // rows_per_pass):
-                fetch(p + 1, *passes[(p + 1) % 2])
-            q_raw, k_raw, sums = passes[p % 2]
-            row = tidx // segs + p * rows_per_pass
             x_q = q_raw.load().to(Float32)
             x_k = k_raw.load().to(Float32)
             if const_expr(self.use_l2):
