@@ -45,7 +45,10 @@ def shared_struct(name: str, fields: dict):
 
 
 class ChunkKernel:
-    """Device helpers of the chunk kernels; subclasses set ``io`` (the input type)."""
+    """Device helpers of the chunk kernels; subclasses set ``io`` (the input type) and may widen
+    ``threads`` (the block: the row helpers and ``warp_mma`` spread over it; ``locate_chunk`` takes 128)."""
+
+    threads = THREADS
 
     @cute.jit
     def locate_chunk(self, mCu: cute.Tensor, n_seq: Int32, c: Int32, tidx: Int32, sScan: cute.Tensor,
@@ -103,10 +106,11 @@ class ChunkKernel:
         return c, sWhere[0], sWhere[1], sWhere[2]
 
     def warp_mma(self) -> cute.TiledMma:
-        """The tile products' MMA: mma.sync m16n8k16 (input type in, f32 out), the block's four warps along M
-        (traced into the caller's kernel)."""
+        """The tile products' MMA: mma.sync m16n8k16 (input type in, f32 out), four warps along M (a wider
+        block's further warps along N; traced into the caller's kernel)."""
+        warps = self.threads // 32
         return cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(self.io, Float32, (16, 8, 16)),
-                                   cute.make_layout((THREADS // 32, 1, 1)))
+                                   cute.make_layout((4, warps // 4, 1)))
 
     def set_heads(self, io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool) -> None:
         """The specialisation's input type, head dims, key heads ``HQ`` and value heads ``H`` (a multiple of
@@ -130,8 +134,16 @@ class ChunkKernel:
         first row is processed: a hook that stores to global memory (kd) between two loads would order them
         (the compiler cannot tell the buffers apart), and each row would wait out the previous one's
         latency."""
+        self.put_loaded_rows(self.issue_rows(src, start, count, width, tidx), dst, width, normalise, tidx, also,
+                             store)
+
+    @cute.jit
+    def issue_rows(self, src: cute.Tensor, start: Int32, count: Int32, width: cutlass.Constexpr, tidx: Int32):
+        """``load_rows``' first half: rows [start, start + 64) of ``src`` into a thread's registers
+        (``row_registers``), zeros past ``count``; the loads are issued, not waited on, so that a caller can
+        have several blocks' loads in flight before it processes any."""
         segs = width // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         seg = tidx % segs
         raw = self.row_registers(width)
         for p in range_constexpr(CHUNK // rows_per_pass):
@@ -141,6 +153,16 @@ class ChunkKernel:
                 cute.autovec_copy(cute.local_tile(src, (1, SEG), (start + row, seg)), part)
             else:
                 part.fill(0.0)
+        return raw
+
+    @cute.jit
+    def put_loaded_rows(self, raw: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr,
+                        normalise: cutlass.Constexpr, tidx: Int32, also=None, store=None):
+        """``load_rows``' second half: what ``issue_rows`` loaded, normalised and passed through the hooks
+        as ``load_rows`` says, into ``dst``."""
+        segs = width // SEG
+        rows_per_pass = self.threads // segs
+        seg = tidx % segs
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
             part = cute.local_tile(raw, (1, SEG), (p, 0))
@@ -161,7 +183,7 @@ class ChunkKernel:
         ``load_rows`` gives this thread (one column segment, a row each pass): a per-channel rescale of
         rows this thread stored needs no barrier before it."""
         segs = width // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         vals = cute.make_rmem_tensor((1, SEG), self.io)
         for p in range_constexpr(CHUNK // rows_per_pass):
             part = cute.local_tile(sX, (1, SEG), (tidx // segs + p * rows_per_pass, tidx % segs))
@@ -172,7 +194,7 @@ class ChunkKernel:
     def row_registers(self, width: int):
         """A thread's share of a 64 x ``width`` block held in registers between ``fetch_rows`` and
         ``put_rows``: one 16-byte segment per pass of 128 threads, each segment contiguous."""
-        passes = CHUNK * width // (THREADS * SEG)
+        passes = CHUNK * width // (self.threads * SEG)
         return cute.make_rmem_tensor(cute.make_layout((passes, SEG), stride=(SEG, 1)), self.io)
 
     @cute.jit
@@ -182,7 +204,7 @@ class ChunkKernel:
         flight while the previous chunk is computed (the kernels have no shared memory left for a second
         buffer under the 48 KB the C path launches with)."""
         segs = width // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         for p in range_constexpr(CHUNK // rows_per_pass):
             cute.autovec_copy(cute.local_tile(src, (1, SEG), (tidx // segs + p * rows_per_pass, tidx % segs)),
                               cute.local_tile(regs, (1, SEG), (p, 0)))
@@ -191,7 +213,7 @@ class ChunkKernel:
     def put_rows(self, regs: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
         """What ``fetch_rows`` loaded into ``dst`` (64 x width, shared), in the same segments."""
         segs = width // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         for p in range_constexpr(CHUNK // rows_per_pass):
             cute.autovec_copy(cute.local_tile(regs, (1, SEG), (p, 0)),
                               cute.local_tile(dst, (1, SEG), (tidx // segs + p * rows_per_pass, tidx % segs)))
@@ -273,7 +295,7 @@ class ChunkKernel:
         cute.autovec_copy(out, thr.partition_C(stage))
         cute.arch.sync_threads()
         segs = width // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         seg = tidx % segs
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
@@ -323,6 +345,7 @@ class KernelLauncher:
         self._compiled = None
         self._failed = None            # why the compile failed: every call then goes to the cuTile kernel
         self._shared_bytes = 0
+        self._threads = THREADS
         self._streams = {}
 
     def compile(self) -> bool:
@@ -332,8 +355,9 @@ class KernelLauncher:
             try:
                 found = _COMPILED.get(self._key)
                 if found is None:
-                    found = _COMPILED[self._key] = compile_kernel(self._make_kernel(), self._types)
-                self._compiled, self._shared_bytes = found
+                    kernel = self._make_kernel()
+                    found = _COMPILED[self._key] = (*compile_kernel(kernel, self._types), kernel.threads)
+                self._compiled, self._shared_bytes, self._threads = found
             except Exception as exc:      # noqa: BLE001  (a DSL failure of any kind: the cuTile kernel runs)
                 self._failed = f"{type(exc).__name__}: {exc}"
                 logger.warning("the CuTe %s kernel did not compile (%s); its cuTile kernel runs instead",
@@ -349,7 +373,7 @@ class KernelLauncher:
         cubin = self._compiled.__cubin__
         if not cubin:
             raise RuntimeError(f"the CuTe DSL kept no cubin of {self._key[0]}")
-        return bytes(cubin), (THREADS, 1, 1), self._shared_bytes
+        return bytes(cubin), (self._threads, 1, 1), self._shared_bytes
 
     def usable(self, slots) -> bool:
         """Whether every slot is packed row-major and aligned as the kernel assumes."""

@@ -15,8 +15,10 @@ CTA holds its operands in about 37 KB and several CTAs share an SM. The steps, 1
    shared memory in 16-byte row segments; ``kd`` straight from those registers to global memory;
 3. ``k k^T`` on the tensor cores (mma.sync m16n8k16, BF16 / FP16 in, f32 out), masked and scaled into
    ``A`` (f32, shared);
-4. ``T`` by forward substitution in f32, one column per thread (64 threads): column c of ``(I + A) T = I``
-   needs only the rows above it, kept in registers, while A's rows are broadcast from shared memory;
+4. ``T`` in f32 by forward substitution, one column per thread: column c of ``(I + A) T = I`` needs only the
+   rows above it, kept in registers, while A's rows are broadcast from shared memory; for gdn in 32-row
+   blocks (the two diagonal blocks' inverses at once, a warp each, then the off-diagonal block
+   ``-T22 A21 T11`` on all four warps);
 5. ``w = (T diag(beta e^gc)) k`` and ``u = (T diag(beta)) v`` on the tensor cores, with T's column
    scales folded in before it is rounded to the input type (fla's precision: T in the input type); v is
    read into k's buffer once w is out; each product staged in its operand's place and stored to the
@@ -184,34 +186,38 @@ class DeltaPrepare(ChunkKernel):
         gKd = mKd[c, h, None, None]
         segs = K // _SEG
         rows_per_pass = THREADS // segs
-        kd_rows = cute.make_rmem_tensor(cute.make_layout((CHUNK // rows_per_pass, _SEG), stride=(_SEG, 1)),
-                                        mKd.element_type)
-        sums = cute.make_rmem_tensor((1, _SEG), Float32)
+        kd_row = cute.make_rmem_tensor((1, _SEG), mKd.element_type)
+        passes = CHUNK // rows_per_pass
+        # two sets of a pass's gate registers: the next pass's gate loads are issued before this pass is
+        # processed (its shared stores between them made each pass a global round trip)
+        sums = [cute.make_rmem_tensor((1, _SEG), Float32) for _ in range(2)]
         pivot = cute.make_rmem_tensor((1, _SEG), Float32)
         end = cute.make_rmem_tensor((1, _SEG), Float32)
         sR = cute.make_tensor(cute.recast_ptr(sA.iterator, dtype=self.io), sK.layout)
 
-        def gate_rows(row, seg):
+        def fetch_gates(p):
             # rows past the chunk's end repeat its last row (their k is zero, and the decays stay finite)
-            cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (start + cutlass.min(row, count - 1), seg)), sums)
-            return sums.load()
+            row = tidx // segs + p * rows_per_pass
+            cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (start + cutlass.min(row, count - 1), tidx % segs)),
+                              sums[p % 2])
 
         def left(p, row, seg, x):
-            gc = gate_rows(row, seg)
+            if const_expr(p + 1 < passes):
+                fetch_gates(p + 1)
+            gc = sums[p % 2].load()
             right = x * cute.math.exp(pivot.load() - gc)
             cute.autovec_copy(self.as_io(right), cute.local_tile(sR, (1, _SEG), (row, seg)))
-            # kd is stored after the loop: a global store here would order the next row's gate loads
-            cute.local_tile(kd_rows, (1, _SEG), (p, 0)).store((x * cute.math.exp(end.load() - gc)).to(mKd.element_type))
+            # kd straight to global: the next pass's gate loads are issued already, so the store orders none
+            kd_row.store((x * cute.math.exp(end.load() - gc)).to(mKd.element_type))
+            cute.autovec_copy(kd_row, cute.local_tile(gKd, (1, _SEG), (row, seg)))
             return x * cute.math.exp(gc - pivot.load())
 
         cute.arch.sync_threads()
         # a thread reads the same K segment of every row it loads: the pivot and last rows' segments once
         cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (mid, tidx % segs)), pivot)
         cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (last, tidx % segs)), end)
+        fetch_gates(0)
         self.load_rows(mK[None, hk, None], sK, start, count, K, self.use_l2, tidx, store=left)
-        for p in range_constexpr(CHUNK // rows_per_pass):
-            cute.autovec_copy(cute.local_tile(kd_rows, (1, _SEG), (p, 0)),
-                              cute.local_tile(gKd, (1, _SEG), (tidx // segs + p * rows_per_pass, tidx % segs)))
         cute.arch.sync_threads()
         # A = beta_t sum_d k_td k_id e^(gc_td - gc_id), i < t: the decays are in the operands
         self.form_a(tiled_mma, sK, sR, sA, sGc, sBeta, tidx)
@@ -298,17 +304,16 @@ class DeltaPrepare(ChunkKernel):
     @cute.jit
     def invert_column(self, sA: cute.Tensor, sTw: cute.Tensor, sTu: cute.Tensor, sGc: cute.Tensor,
                       sBeta: cute.Tensor, tidx: Int32):
-        """Column ``tidx`` (threads 0-63) of T = (I + A)^-1 by forward substitution: T[r] = -sum_{j<r}
-        A[r, j] T[j] below the diagonal, 1 on it, 0 above (the sum is zero there already: T[j] = 0 for
-        j < col). Every thread reaches the barrier between A's last read and T's writes over it."""
+        """Column ``tidx`` (threads 0-63) of T = (I + A)^-1, scaled into sTw / sTu over A's place. gdn: in
+        32-row blocks (``invert_blocks``); kda: one forward substitution over all 64 rows (the blocked form
+        took 145 registers in kda's specialisation against 97, and 100 in gdn's: the cause was not found).
+        Every thread reaches the barrier between T's last read of A and its writes over it."""
         tcol = cute.make_rmem_tensor((CHUNK,), Float32)
-        if tidx < CHUNK:
-            for r in range_constexpr(CHUNK):
-                # four partial sums: a row's dot product is four dependent FMA chains, not one
-                part = [Float32(0.0), Float32(0.0), Float32(0.0), Float32(0.0)]
-                for j in range_constexpr(r):
-                    part[j % 4] = part[j % 4] - sA[r, j] * tcol[j]
-                tcol[r] = cutlass.select_(r == tidx, Float32(1.0), (part[0] + part[1]) + (part[2] + part[3]))
+        if const_expr(self.per_channel):
+            if tidx < CHUNK:
+                self.substitute(sA, tcol, 0, tidx, CHUNK)
+        else:
+            self.invert_blocks(sA, tcol, tidx)
         cute.arch.sync_threads()
         if tidx < CHUNK:
             scale_u = sBeta[tidx]
@@ -318,6 +323,71 @@ class DeltaPrepare(ChunkKernel):
             for r in range_constexpr(CHUNK):
                 sTw[r, tidx] = (tcol[r] * scale_w).to(self.io)
                 sTu[r, tidx] = (tcol[r] * scale_u).to(self.io)
+
+    @cute.jit
+    def invert_blocks(self, sA: cute.Tensor, tcol: cute.Tensor, tidx: Int32):
+        """Column ``tidx`` of T = (I + A)^-1 into ``tcol`` (threads 0-63), in 32-row blocks: with A = [[A11, 0],
+        [A21, A22]], T11 = (I + A11)^-1 and T22 = (I + A22)^-1 at once by forward substitution (warp 0 and
+        warp 1, a column a thread), then T21 = -T22 (A21 T11) as two 32 x 32 x 32 products on all four warps.
+        The one 64-row substitution was the kernel's longest dependent chain (one warp's 2,016 FMAs while two
+        warps idled); here the chain is a 32-row substitution and two products. Each block of T is written
+        over the block of A no later step reads: T11 over A11, T22 over A22, A21 T11 over A12 (zero, never
+        read), T21 over A21."""
+        half = CHUNK // 2
+        tblock = cute.make_rmem_tensor((half,), Float32)
+        if tidx < half:
+            self.substitute(sA, tblock, 0, tidx, half)
+        elif tidx < CHUNK:
+            self.substitute(sA, tblock, half, tidx - half, half)
+        cute.arch.sync_threads()
+        if tidx < CHUNK:
+            base = (tidx // half) * half
+            for r in range_constexpr(half):
+                sA[base + r, tidx] = tblock[r]
+        cute.arch.sync_threads()
+        # A21 T11 into A12's place: a thread takes column tidx % 32 of its warp's eight rows; rolled over j
+        # (unrolled by 4): a full unroll hoisted all 256 loads and took 11 more registers
+        col = tidx % half
+        rows = (tidx // half) * 8
+        acc = cute.make_rmem_tensor((8,), Float32)
+        acc.fill(0.0)
+        for j in cutlass.range(half, unroll=4):
+            t_j = sA[j, col]
+            for i in range_constexpr(8):
+                acc[i] = acc[i] + sA[half + rows + i, j] * t_j
+        for i in range_constexpr(8):
+            sA[rows + i, half + col] = acc[i]
+        cute.arch.sync_threads()
+        # T21 = -T22 (A21 T11) over A21 (T22 is unit lower triangular: its zeros above the diagonal are read)
+        acc.fill(0.0)
+        for j in cutlass.range(half, unroll=4):
+            x_j = sA[j, half + col]
+            for i in range_constexpr(8):
+                acc[i] = acc[i] + sA[half + rows + i, half + j] * x_j
+        for i in range_constexpr(8):
+            sA[half + rows + i, col] = -acc[i]
+        cute.arch.sync_threads()
+        if tidx < CHUNK:
+            for r in range_constexpr(CHUNK):
+                if const_expr(r < half):
+                    # rows above T22 are zero (A12's place holds the product, not T)
+                    tcol[r] = cutlass.select_(tidx < half, sA[r, tidx], Float32(0.0))
+                else:
+                    tcol[r] = sA[r, tidx]
+
+    @cute.jit
+    def substitute(self, sA: cute.Tensor, tcol: cute.Tensor, base: cutlass.Constexpr, col: Int32,
+                   rows: cutlass.Constexpr):
+        """Column ``col`` of (I + A[base:base+rows, base:base+rows])^-1 into ``tcol`` by forward substitution:
+        T[r] = -sum_{j<r} A[r, j] T[j] below the diagonal, 1 on it, 0 above (the sum is zero there already:
+        T[j] = 0 for j < col). ``base`` is a trace-time constant so that A's rows are read in 16-byte
+        vectors."""
+        for r in range_constexpr(rows):
+            # four partial sums: a row's dot product is four dependent FMA chains, not one
+            part = [Float32(0.0), Float32(0.0), Float32(0.0), Float32(0.0)]
+            for j in range_constexpr(r):
+                part[j % 4] = part[j % 4] - sA[base + r, base + j] * tcol[j]
+            tcol[r] = cutlass.select_(r == col, Float32(1.0), (part[0] + part[1]) + (part[2] + part[3]))
 
     @cute.jit
     def product_out(self, tiled_mma: cute.TiledMma, sT: cute.Tensor, sX: cute.Tensor, mOut: cute.Tensor,

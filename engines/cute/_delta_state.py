@@ -12,7 +12,13 @@ The K x BV state stays in f32 accumulators for the whole sequence; its products 
 type (fla's h kernel does the same). Per chunk: W and KD (64 x K each) into shared memory in coalesced
 16-byte segments, S's input-type copy into a small buffer (also hs's store), D = U - W S with U read in
 the accumulators' own layout, D into the small buffer (d's store), then KD^T D with both operands through
-ldmatrix.trans. About 45 KB of shared memory (K = 128, BV = 32).
+ldmatrix.trans. About 45 KB of shared memory (K = 128, BV = 32: four warps).
+
+BV = 64 takes eight warps (the extra four along the value columns), so that each CTA reads W and KD for
+twice the columns: the W and KD traffic per column halves, each warp's share of the products stays as at
+BV = 32. Its KD goes into W's buffer once W S is done (the S buffer alone is 18 KB at BV = 64, and the C
+path launches with at most 48 KB), so KD's registers are refilled for the next chunk from the middle of a
+step rather than its start.
 """
 from __future__ import annotations
 
@@ -23,8 +29,12 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr, range_constexpr
 from cutlass.memory import SmemAllocator
 
-from ._delta_chunk import (CHUNK, DTYPES, PAD, SEG, THREADS, ChunkKernel, KernelLauncher, compile_kernel,
+from ._delta_chunk import (CHUNK, DTYPES, PAD, SEG, ChunkKernel, KernelLauncher, compile_kernel,
                            shared_field, shared_struct)
+
+
+# the warps a CTA takes for its BV value columns (four along the chunk's rows, the rest along the columns)
+WARPS_OF_BV = {32: 4, 64: 8}
 
 
 class DeltaStatePass(ChunkKernel):
@@ -34,8 +44,11 @@ class DeltaStatePass(ChunkKernel):
 
     def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
                  per_channel: bool = False):
-        if V % BV or BV % SEG:
-            raise ValueError(f"BV = {BV} must divide V = {V} and be a multiple of {SEG}")
+        if V % BV or BV not in WARPS_OF_BV:
+            raise ValueError(f"BV = {BV} must divide V = {V} and be one of {sorted(WARPS_OF_BV)}")
+        self.threads = 32 * WARPS_OF_BV[BV]
+        # eight warps share one buffer between W and KD (see the module docstring)
+        self.kd_in_w = BV > 32
         self.io = DTYPES[io_dtype]
         self.K, self.V, self.BV, self.H = K, V, BV, H
         self.has_h0, self.store_ht = has_h0, store_ht
@@ -43,8 +56,9 @@ class DeltaStatePass(ChunkKernel):
 
     def shared_storage(self):
         return shared_struct("DeltaStateStorage", {
-            "w": shared_field(self.io, CHUNK * (self.K + PAD)), "kd": shared_field(self.io, CHUNK * (self.K + PAD)),
-            "s": shared_field(self.io, max(self.K, CHUNK) * (self.BV + PAD)), "first": shared_field(Int32, THREADS),
+            "w": shared_field(self.io, CHUNK * (self.K + PAD)),
+            "kd": shared_field(self.io, 8 if self.kd_in_w else CHUNK * (self.K + PAD)),
+            "s": shared_field(self.io, max(self.K, CHUNK) * (self.BV + PAD)), "first": shared_field(Int32, self.threads),
             "decay": shared_field(Float32, self.K if self.per_channel else 1)})
 
     def shared_bytes(self) -> int:
@@ -55,7 +69,8 @@ class DeltaStatePass(ChunkKernel):
                  ph0: cute.Pointer, phs: cute.Pointer, pht: cute.Pointer, pd: cute.Pointer, tokens: Int32,
                  chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
         self.kernel(pkd, pw, pu, pg, pcu, ph0, phs, pht, pd, tokens, chunks, n_seq).launch(
-            grid=[n_seq, self.H, self.V // self.BV], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream)
+            grid=[n_seq, self.H, self.V // self.BV], block=[self.threads, 1, 1], smem=self.shared_bytes(),
+            stream=stream)
 
     @cute.kernel
     def kernel(self, pkd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
@@ -84,10 +99,11 @@ class DeltaStatePass(ChunkKernel):
         thr = tiled_mma.get_slice(tidx)
         storage = SmemAllocator().allocate(self.shared_storage())
         sW = cute.make_tensor(storage.w.data_ptr(), cute.make_layout((CHUNK, K), stride=(K + PAD, 1)))
-        sKd = cute.make_tensor(storage.kd.data_ptr(), cute.make_layout((CHUNK, K), stride=(K + PAD, 1)))
+        sKd = cute.make_tensor((storage.w if self.kd_in_w else storage.kd).data_ptr(),
+                               cute.make_layout((CHUNK, K), stride=(K + PAD, 1)))
         sS = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((K, BV), stride=(BV + PAD, 1)))
         sDelta = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((CHUNK, BV), stride=(BV + PAD, 1)))
-        sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((THREADS,)))
+        sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
         sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
         state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
 
@@ -120,7 +136,8 @@ class DeltaStatePass(ChunkKernel):
             c = first + j
             cute.arch.sync_threads()
             self.put_rows(next_w, sW, K, tidx)
-            self.put_rows(next_kd, sKd, K, tidx)
+            if const_expr(not self.kd_in_w):
+                self.put_rows(next_kd, sKd, K, tidx)
             u_part.store(next_u.load())
             decay = next_decay[0]
             if const_expr(self.per_channel):
@@ -129,7 +146,7 @@ class DeltaStatePass(ChunkKernel):
             # the last chunk fetches itself again (a wasted load rather than a branch in the chain)
             following = cutlass.min(j + 1, n_chunks - 1)
             self.fetch_chunk(mW, mKd, mU, mG, thr, next_w, next_kd, next_u, next_decay, first + following, h, vb,
-                             cutlass.min(bos + (following + 1) * CHUNK, eos) - 1, tidx)
+                             cutlass.min(bos + (following + 1) * CHUNK, eos) - 1, tidx, not self.kd_in_w)
             s_io.store(state.load().to(io))
             cute.autovec_copy(s_io, thr.partition_C(sS))
             cute.arch.sync_threads()
@@ -141,6 +158,10 @@ class DeltaStatePass(ChunkKernel):
             cute.arch.sync_threads()
             d_io.store(delta.load().to(io))
             cute.autovec_copy(d_io, thr.partition_C(sDelta))
+            if const_expr(self.kd_in_w):
+                # W is read (the barrier above): this chunk's KD takes its place, the next chunk's is fetched
+                self.put_rows(next_kd, sKd, K, tidx)
+                self.fetch_rows(mKd[first + following, h, None, None], next_kd, K, tidx)
             cute.arch.sync_threads()
             self.copy_block(sDelta, cute.local_tile(mD[c, h, None, None], (CHUNK, BV), (0, vb)), CHUNK, tidx)
             # S <- e^(gc_last) S + KD^T D
@@ -156,11 +177,12 @@ class DeltaStatePass(ChunkKernel):
     @cute.jit
     def fetch_chunk(self, mW: cute.Tensor, mKd: cute.Tensor, mU: cute.Tensor, mG: cute.Tensor, thr, next_w: cute.Tensor,
                     next_kd: cute.Tensor, next_u: cute.Tensor, next_decay: cute.Tensor, c: Int32, h: Int32, vb: Int32,
-                    last_row: Int32, tidx: Int32):
-        """Chunk c's W and KD rows, this thread's U fragment and the gate sum at the chunk's last row (per
-        channel: channel tidx's) into registers (issued, not waited on)."""
+                    last_row: Int32, tidx: Int32, with_kd: cutlass.Constexpr = True):
+        """Chunk c's W and KD rows (KD unless ``with_kd`` is False), this thread's U fragment and the gate sum
+        at the chunk's last row (per channel: channel tidx's) into registers (issued, not waited on)."""
         self.fetch_rows(mW[c, h, None, None], next_w, self.K, tidx)
-        self.fetch_rows(mKd[c, h, None, None], next_kd, self.K, tidx)
+        if const_expr(with_kd):
+            self.fetch_rows(mKd[c, h, None, None], next_kd, self.K, tidx)
         cute.autovec_copy(thr.partition_C(cute.local_tile(mU[c, h, None, None], (CHUNK, self.BV), (0, vb))), next_u)
         if const_expr(self.per_channel):
             if tidx < self.K:
@@ -171,14 +193,14 @@ class DeltaStatePass(ChunkKernel):
     @cute.jit
     def first_chunk(self, mCu: cute.Tensor, n: Int32, tidx: Int32, sFirst: cute.Tensor):
         """The global index of sequence n's first chunk: the chunk counts of the sequences before it, summed
-        128 at a time over the block."""
+        a block's width at a time."""
         part = Int32(0)
-        for i in cutlass.range(tidx, n, THREADS):
+        for i in cutlass.range(tidx, n, self.threads):
             part = part + (mCu[i + 1] - mCu[i] + CHUNK - 1) // CHUNK
         sFirst[tidx] = part
         cute.arch.sync_threads()
         total = Int32(0)
-        for i in range_constexpr(THREADS):
+        for i in range_constexpr(self.threads):
             total = total + sFirst[i]
         return total
 
@@ -186,8 +208,8 @@ class DeltaStatePass(ChunkKernel):
     def copy_block(self, src: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr, tidx: Int32):
         """src (rows x BV, shared) into dst (rows x BV, global) in 16-byte segments."""
         segs = self.BV // SEG
-        for i in range_constexpr(rows * segs // THREADS):
-            q = tidx + i * THREADS
+        for i in range_constexpr(rows * segs // self.threads):
+            q = tidx + i * self.threads
             row = q // segs
             seg = q % segs
             cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)), cute.local_tile(dst, (1, SEG), (row, seg)))

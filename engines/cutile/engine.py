@@ -66,6 +66,9 @@ DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "output_block_v": 0, "scratch": "
                  "output": "cutile", "state_pass": "cutile"}
 VARIANT_KNOBS = {
     "cute_all": {"prepare": "cute", "output": "cute", "state_pass": "cute"},
+    # the CuTe state pass with eight warps and 64 value columns a CTA (engines/cute/_delta_state); first
+    # where the 32-column CTAs fill the GPU (_forward_priority)
+    "cute_all_bv64": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64},
     "cute": {"prepare": "cute", "output": "cute"},
     "cute_prepare": {"prepare": "cute"},
     "tf32": {"mma": "tf32"},
@@ -649,7 +652,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             if any(knobs[kernel] == "cute" and not ok for kernel, ok in cute_ok.items()):
                 continue
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
-            ctas = (node.inputs["cu_seqlens"].dim[0] - 1) * node.inputs["v"].dim[1] * (V // knobs["block_v"])
+            ctas = (node.inputs["cu_seqlens"].dim[0] - 1) * node.inputs["v"].dim[1] * (V // 32)
             priority = _forward_priority(suffix, io_dtype, node.inputs["q"].dim[2], ctas)
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self, priority=priority,
                                     workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
@@ -709,7 +712,11 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
 # The CuTe state pass (one CTA per sequence, value head and 32 value columns, a chain of dependent chunk
 # steps) was faster than the cuTile one on the H200 where its CTAs fill the 132 SMs: 89 vs 97 us at 4 x 2048
 # tokens, 16 heads, K = V = 128 (256 CTAs), but 809 vs 686 us for one sequence of 32k tokens (64 CTAs), and
-# 49 vs 37 us at K = 64 (docs/engines_cutile.md). The H200's SM count, the one sm_90 part measured.
+# 49 vs 37 us at K = 64 (docs/engines_cutile.md). Its eight-warp form (64 value columns a CTA, half the CTAs,
+# W and KD read once for twice the columns) was faster still where the 32-column CTAs fill the SMs (session
+# 18, K = V = 128, bf16: 82 vs 91 us at 4 x 2048 x 16 heads, 308 vs 348 at 2 x 8192 x 32, 150 vs 200 on many
+# short sequences) and slower where they do not (1024 vs 754 us for one sequence of 32k, 16 heads). The
+# H200's SM count, the one sm_90 part measured.
 STATE_PASS_FILL = 132
 
 
@@ -718,10 +725,13 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     can run (sm_90): those plans measured faster on the H200 at every case timed (docs/engines_cutile.md).
     ``cute`` (CuTe prepare and output, the cuTile state pass) first, but ``cute_all`` (the CuTe state pass
     too) for FP16 (the cuTile state pass takes TF32 products there) and for K = 128 where the state pass's
-    ``state_pass_ctas`` fill the GPU. The other variants are there to be pinned (plan index, a router) or
-    timed."""
+    ``state_pass_ctas`` (counted at 32 value columns a CTA) fill the GPU, and there ``cute_all_bv64`` (its
+    eight-warp form) above it. The other variants are there to be pinned (plan index, a router) or timed."""
+    fills = K >= 128 and state_pass_ctas >= STATE_PASS_FILL
     if suffix == "cute_all":
-        return 25.0 if io_dtype == "float16" or (K >= 128 and state_pass_ctas >= STATE_PASS_FILL) else 12.0
+        return 25.0 if io_dtype == "float16" or fills else 12.0
+    if suffix == "cute_all_bv64":
+        return 30.0 if fills else 1.0
     return {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
 
 

@@ -1,6 +1,6 @@
 """The CuTe DSL chunk_state_pass for gdn and kda (engines/cute/_delta_state), on the CPU: its specialisations compile for
 sm_90a with the parameters the cuTile plan's C launch path writes (nine addresses, then tokens, chunks and
-sequences as int32), a block of 128 and at most 48 KB of dynamic shared memory."""
+sequences as int32), a block of four warps (eight at BV = 64) and at most 48 KB of dynamic shared memory."""
 from __future__ import annotations
 
 import os
@@ -25,7 +25,16 @@ def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, BV,
     (symbol,) = _abi.kernel_symbols(cubin)
     table = _abi.cubin_parameters(cubin, symbol)
     assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(9)] + [(72, 4), (76, 4), (80, 4)]
-    assert block == (128, 1, 1) and 0 < shared <= 48 * 1024
+    assert block == ({32: 128, 64: 256}[BV], 1, 1) and 0 < shared <= 48 * 1024
+
+
+def test_sixty_four_value_columns_take_eight_warps_and_put_kd_in_w_place():
+    wide = _delta_state.DeltaStatePass("bfloat16", 128, 128, 64, 2, True, True)
+    narrow = _delta_state.DeltaStatePass("bfloat16", 128, 128, 32, 2, True, True)
+    assert (wide.threads, wide.kd_in_w) == (256, True) and (narrow.threads, narrow.kd_in_w) == (128, False)
+    # without the shared buffer, K = 128 and BV = 64 would take W, KD (64 x 136 each) and S (128 x 72) in
+    # BF16: over the 48 KB the C path launches with
+    assert 2 * (2 * 64 * 136 + 128 * 72) > 48 * 1024 >= wide.shared_bytes()
 
 
 def test_a_value_block_must_divide_v():
