@@ -631,10 +631,11 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             # mma: the forward recompute's and the reverse state pass's products (the gradients stay TF32);
             # cute_prepare: the recompute's chunk_prepare in CuTe DSL (sm_90): 7-9% faster on the H200 at
             # 4 x 2048, H 16 (gdn bf16 K=128 2.27 vs 2.44 ms, K=64 1.14 vs 1.25, fp16 2.29 vs 2.49; kda bf16
-            # 2.74 vs 2.97), but ranked below the default: with it first, the GPU suite failed kda_bwd with
-            # the softplus gate (not yet diagnosed; not proposed there) and did not reach every backward case
-            # (docs/engines_cutile.md)
-            variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
+            # 2.74 vs 2.97), ranked below the default until the whole backward GPU suite has run with it
+            # first. kda with the softplus gate at K = 64 is off with TF32 products (_tf32_backward_is_off):
+            # there the BF16-product plan ranks first, and the CuTe prepare (TF32) is not proposed.
+            tf32_off = _tf32_backward_is_off(node)
+            variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 20.0 if tf32_off else 1.0)]
             if _cute_kernels_reason(graph, node, "prepare") is None and not _softplus_per_channel(node):
                 variants.append(("cute_prepare", {"mma": "tf32", "prepare": "cute"}, 5.0))
             return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, **knobs},
@@ -785,11 +786,20 @@ def _kernel_source(graph, node, kernel: str, source: str) -> str:
 
 
 def _softplus_per_channel(node) -> bool:
-    """Whether a node has per-channel gates formed in-kernel by the softplus transform (kda with safe_gate
-    and no lower bound): the one case whose backward failed the reference check on the CuTe prepare."""
+    """Whether a node has per-channel gates formed in-kernel by the softplus transform (kda or gdn2 with
+    safe_gate and no lower bound): the steepest decays the GPU cases draw (down to -2.1 a token)."""
     from cudnn_graph.ops._linear_attention import gate_transform
     op = BACKWARD_OPS.get(node.op, node.op)
     return OP_FEATURES[op][0] and gate_transform(op, node.params) == "softplus"
+
+
+def _tf32_backward_is_off(node) -> bool:
+    """kda_bwd with the softplus gate at K < 128: on the H200 (sessions 11-18) its TF32-product plans missed the
+    reference by up to 6.9e-2 (d_initial_state; dk, dv, dbeta 2.6e-2; K = V = 64, grouped value heads,
+    uneven sequences, seed 5), 1.1e-1 with the CuTe prepare, while the BF16-product plan stayed within
+    6e-3 (seeds 5 and 6), as every plan did at K = 128. The cause is not found (the recompute's states are
+    right: dq is within 2e-3); until it is, these nodes run the BF16-product plan."""
+    return node.op == "kda_bwd" and node.inputs["q"].dim[2] < 128 and _softplus_per_channel(node)
 
 
 def _io_scratch(graph, node, knobs) -> str:
