@@ -215,6 +215,187 @@ class DeltaStatePass(ChunkKernel):
             cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)), cute.local_tile(dst, (1, SEG), (row, seg)))
 
 
+# the value columns each warp of the resident form owns (one m16 row block of the transposed state)
+RESIDENT_COLUMNS = 16
+
+
+class DeltaStatePassResident(DeltaStatePass):
+    """The state pass with the state held transposed, S^T (BV x K), in the MMA's accumulators, so that both
+    products take their A operand from registers (an m16n8k16 accumulator pair is, converted, the A
+    fragment of one k-block: no shared-memory round trip for S or D)::
+
+        D^T = U^T - S^T W^T          (A: S^T, registers; B: W as stored)
+        S^T <- S^T e^(gc_last) + D^T KD   (A: D^T, registers; B: KD read transposed)
+
+    Four warps, each owning 16 value columns for the whole sequence: no warp reads another's registers, so a
+    chunk takes two CTA barriers (W and KD stored, then read), not four. hs and d leave through a
+    warp-private staging block (16 columns x 64 rows) in 32-byte row pieces. BV = 64."""
+
+    def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
+                 per_channel: bool = False):
+        super().__init__(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
+        if BV != 4 * RESIDENT_COLUMNS:
+            raise ValueError(f"the resident state pass takes BV = {4 * RESIDENT_COLUMNS}, not {BV}")
+        self.threads = 128
+        self.kd_in_w = False
+
+    def shared_storage(self):
+        return shared_struct("DeltaStateResidentStorage", {
+            "w": shared_field(self.io, CHUNK * (self.K + PAD)),
+            "kd": shared_field(self.io, CHUNK * (self.K + PAD)),
+            "stage": shared_field(self.io, 4 * CHUNK * (RESIDENT_COLUMNS + PAD)),
+            "first": shared_field(Int32, self.threads),
+            "decay": shared_field(Float32, self.K if self.per_channel else 1)})
+
+    @cute.kernel
+    def kernel(self, pkd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
+               ph0: cute.Pointer, phs: cute.Pointer, pht: cute.Pointer, pd: cute.Pointer, tokens: Int32,
+               chunks: Int32, n_seq: Int32):
+        K, V, BV, H = self.K, self.V, self.BV, self.H
+        io = self.io
+        cols = RESIDENT_COLUMNS
+        by_chunk_k = cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1))
+        by_chunk_v = cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1))
+        # U and the states read transposed (value column first), in the accumulators' own layout
+        by_chunk_vt = cute.make_layout((chunks, H, V, CHUNK), stride=(H * CHUNK * V, CHUNK * V, 1, V))
+        states_t = cute.make_layout((n_seq, H, V, K), stride=(H * K * V, K * V, 1, V))
+        mKd = cute.make_tensor(pkd, by_chunk_k)
+        mW = cute.make_tensor(pw, by_chunk_k)
+        mUt = cute.make_tensor(pu, by_chunk_vt)
+        mD = cute.make_tensor(pd, by_chunk_v)
+        if const_expr(self.per_channel):
+            mG = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))
+        else:
+            mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
+        mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
+        mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
+        mH0t = cute.make_tensor(ph0, states_t)
+        mHtt = cute.make_tensor(pht, states_t)
+        tiled_mma = self.warp_mma()
+        tidx, _, _ = cute.arch.thread_idx()
+        n, h, vb = cute.arch.block_idx()
+        warp = tidx // 32
+        lane = tidx % 32
+        thr = tiled_mma.get_slice(tidx)
+        storage = SmemAllocator().allocate(self.shared_storage())
+        sW = cute.make_tensor(storage.w.data_ptr(), cute.make_layout((CHUNK, K), stride=(K + PAD, 1)))
+        sKd = cute.make_tensor(storage.kd.data_ptr(), cute.make_layout((CHUNK, K), stride=(K + PAD, 1)))
+        sKdT = cute.make_tensor(storage.kd.data_ptr(), cute.make_layout((K, CHUNK), stride=(1, K + PAD)))
+        sStage = cute.make_tensor(storage.stage.data_ptr() + warp * CHUNK * (cols + PAD),
+                                  cute.make_layout((CHUNK, cols), stride=(cols + PAD, 1)))
+        sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
+        state_at = thr.partition_C(cute.make_identity_tensor((BV, K)))      # [e] -> (value column, key row)
+        delta_at = thr.partition_C(cute.make_identity_tensor((BV, CHUNK)))  # [e] -> (value column, token)
+
+        bos = mCu[n]
+        eos = mCu[n + 1]
+        first = self.first_chunk(mCu, n, tidx, sFirst)
+        n_chunks = (eos - bos + CHUNK - 1) // CHUNK
+        state = cute.make_rmem_tensor(thr.partition_shape_C((BV, K)), Float32)
+        if const_expr(self.has_h0):
+            h0 = cute.make_rmem_tensor(state.shape, Float32)
+            cute.autovec_copy(thr.partition_C(cute.local_tile(mH0t[n, h, None, None], (BV, K), (vb, 0))), h0)
+            state.store(h0.load())
+        else:
+            state.fill(0.0)
+        delta = cute.make_rmem_tensor(thr.partition_shape_C((BV, CHUNK)), Float32)
+        next_w = self.row_registers(K)
+        next_kd = self.row_registers(K)
+        next_u = cute.make_rmem_tensor(delta.shape, io)
+        next_decay = cute.make_rmem_tensor((1,), Float32)
+        if n_chunks > 0:     # an empty sequence's "first" chunk may lie past the workspace
+            self.fetch_resident(mW, mKd, mUt, mG, thr, next_w, next_kd, next_u, next_decay, first, h, vb,
+                                cutlass.min(bos + CHUNK, eos) - 1, tidx)
+        for j in cutlass.range(n_chunks):
+            c = first + j
+            cute.arch.sync_threads()     # every warp is done with the previous chunk's W, KD and decays
+            self.put_rows(next_w, sW, K, tidx)
+            self.put_rows(next_kd, sKd, K, tidx)
+            delta.store(next_u.load().to(Float32))      # D^T starts as U^T
+            decay = next_decay[0]
+            if const_expr(self.per_channel):
+                if tidx < K:
+                    sDecay[tidx] = cute.math.exp(decay)
+            # the last chunk fetches itself again (a wasted load rather than a branch in the chain)
+            following = cutlass.min(j + 1, n_chunks - 1)
+            self.fetch_resident(mW, mKd, mUt, mG, thr, next_w, next_kd, next_u, next_decay, first + following,
+                                h, vb, cutlass.min(bos + (following + 1) * CHUNK, eos) - 1, tidx)
+            # hs = S: this warp's 16 columns, all K rows, through its staging block
+            hs_cols = cute.local_tile(mHs[c, h, None, None], (K, cols), (0, vb * 4 + warp))
+            for half in range_constexpr(K // CHUNK):
+                self.stage_out(state, state_at, half * CHUNK, 4 * CHUNK // 8 * half, sStage, hs_cols, warp, lane)
+            cute.arch.sync_threads()     # W, KD and the decays are in shared memory
+            # D^T = U^T - S^T W^T (S^T negated into the A operand)
+            self.register_gemm(tiled_mma, delta, state, -1.0, thr.partition_shape_A((BV, K)), sW, False, tidx)
+            self.stage_out(delta, delta_at, 0, 0, sStage,
+                           cute.local_tile(mD[c, h, None, None], (CHUNK, cols), (0, vb * 4 + warp)), warp, lane)
+            # S^T <- S^T e^(gc_last) + D^T KD
+            if const_expr(self.per_channel):
+                for e in range_constexpr(cute.size(state)):
+                    state[e] = state[e] * sDecay[state_at[e][1]]
+            else:
+                state.store(state.load() * cute.math.exp(decay))
+            self.register_gemm(tiled_mma, state, delta, 1.0, thr.partition_shape_A((BV, CHUNK)), sKdT, True, tidx)
+        if const_expr(self.store_ht):
+            cute.autovec_copy(state, thr.partition_C(cute.local_tile(mHtt[n, h, None, None], (BV, K), (vb, 0))))
+
+    @cute.jit
+    def fetch_resident(self, mW: cute.Tensor, mKd: cute.Tensor, mUt: cute.Tensor, mG: cute.Tensor, thr,
+                       next_w: cute.Tensor, next_kd: cute.Tensor, next_u: cute.Tensor, next_decay: cute.Tensor,
+                       c: Int32, h: Int32, vb: Int32, last_row: Int32, tidx: Int32):
+        """Chunk c's W and KD rows, this thread's U^T fragment and the gate sum at the chunk's last row (per
+        channel: channel tidx's) into registers (issued, not waited on)."""
+        self.fetch_rows(mW[c, h, None, None], next_w, self.K, tidx)
+        self.fetch_rows(mKd[c, h, None, None], next_kd, self.K, tidx)
+        cute.autovec_copy(thr.partition_C(cute.local_tile(mUt[c, h, None, None], (self.BV, CHUNK), (vb, 0))),
+                          next_u)
+        if const_expr(self.per_channel):
+            if tidx < self.K:
+                next_decay[0] = mG[last_row, h, tidx]
+        else:
+            next_decay[0] = mG[last_row, h]
+
+    @cute.jit
+    def register_gemm(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, src: cute.Tensor, sign: cutlass.Constexpr,
+                      a_shape, sB: cute.Tensor, b_transposed: cutlass.Constexpr, tidx: Int32):
+        """acc += (sign src) B, src an f32 accumulator fragment of this MMA (rows x width) taken as the A
+        operand: an m16n8k16 accumulator's n-tiles 2kb and 2kb + 1 hold, value for value, the A fragment of
+        k-block kb, so src viewed with the A fragment's shape (``a_shape``) is converted a k-block at a
+        time. B (N x width) is read from shared memory by ldmatrix (transposed where the view is)."""
+        src_a = cute.make_tensor(src.iterator, cute.make_layout(a_shape))
+        a_kb = cute.make_rmem_tensor(src_a[None, None, 0].shape, self.io)
+        thr = tiled_mma.get_slice(tidx)
+        rB = tiled_mma.make_fragment_B(thr.partition_B(sB))
+        copy_b = self.ldmatrix_copy(tiled_mma, "B", b_transposed)
+        thr_b = copy_b.get_slice(tidx)
+        sB_src = thr_b.partition_S(sB)
+        rB_view = thr_b.retile(rB)
+        for kb in range_constexpr(cute.size(src_a, mode=[2])):
+            cute.copy(copy_b, sB_src[None, None, kb], rB_view[None, None, kb])
+            a_kb.store((src_a[None, None, kb].load() * sign).to(self.io))
+            cute.gemm(tiled_mma, acc, a_kb, rB[None, None, kb], acc)
+
+    @cute.jit
+    def stage_out(self, frag: cute.Tensor, frag_at: cute.Tensor, first_col: cutlass.Constexpr,
+                  first_value: cutlass.Constexpr, sStage: cute.Tensor, dst: cute.Tensor, warp: Int32, lane: Int32):
+        """This warp's share of a transposed fragment (value column, r) for r in [first_col, first_col + 64)
+        (its values first_value .. first_value + 31 in register order) into dst's rows r (dst: rows x 16, the
+        warp's columns, global) in the input type, through the warp's staging block (64 x 16): element
+        stores into it, then 16-byte segments out."""
+        cols = RESIDENT_COLUMNS
+        cute.arch.sync_warp()        # the block's previous contents are out
+        for e in range_constexpr(first_value, first_value + 4 * CHUNK // 8):
+            at = frag_at[e]
+            sStage[at[1] - first_col, at[0] - warp * cols] = frag[e].to(self.io)
+        cute.arch.sync_warp()
+        segs = cols // SEG
+        for i in range_constexpr(CHUNK * segs // 32):
+            q = lane + i * 32
+            cute.autovec_copy(cute.local_tile(sStage, (1, SEG), (q // segs, q % segs)),
+                              cute.local_tile(dst, (1, SEG), (first_col + q // segs, q % segs)))
+
+
 def _pointer_types(io_dtype: str) -> tuple:
     """kd, w, u, g (the cumulative gates, f32: per token, or per channel), cu_seqlens, h0 (f32), hs, ht (f32),
     d."""
@@ -223,14 +404,16 @@ def _pointer_types(io_dtype: str) -> tuple:
 
 
 def compile_state_pass(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
-                       per_channel: bool = False):
-    return compile_kernel(DeltaStatePass(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel),
-                          _pointer_types(io_dtype))
+                       per_channel: bool = False, resident: bool = False):
+    kind = DeltaStatePassResident if resident else DeltaStatePass
+    return compile_kernel(kind(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel), _pointer_types(io_dtype))
 
 
 def state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
-                        n_seq: int, per_channel: bool = False) -> KernelLauncher:
-    """The launcher of one specialisation; its slots: kd, w, u, g, cu_seqlens, h0, hs, ht, d."""
-    key = ("chunk_state_pass", io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
-    return KernelLauncher(lambda: DeltaStatePass(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel), key,
+                        n_seq: int, per_channel: bool = False, resident: bool = False) -> KernelLauncher:
+    """The launcher of one specialisation (``resident``: DeltaStatePassResident); its slots: kd, w, u, g,
+    cu_seqlens, h0, hs, ht, d."""
+    key = ("chunk_state_pass", io_dtype, K, V, BV, H, has_h0, store_ht, per_channel, resident)
+    kind = DeltaStatePassResident if resident else DeltaStatePass
+    return KernelLauncher(lambda: kind(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel), key,
                           _pointer_types(io_dtype), n_seq)

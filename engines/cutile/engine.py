@@ -63,12 +63,15 @@ def _cdiv(a: int, b: int) -> int:
 # else TF32; the UT inverse is TF32 always).
 # The default was measured fastest on the H200 (issue 8 note).
 DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "output_block_v": 0, "scratch": "io", "prepare": "cutile",
-                 "output": "cutile", "state_pass": "cutile"}
+                 "output": "cutile", "state_pass": "cutile", "state_form": "staged"}
 VARIANT_KNOBS = {
     "cute_all": {"prepare": "cute", "output": "cute", "state_pass": "cute"},
     # the CuTe state pass with eight warps and 64 value columns a CTA (engines/cute/_delta_state); first
     # where the 32-column CTAs fill the GPU (_forward_priority)
     "cute_all_bv64": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64},
+    # its resident form: the state transposed in the MMA accumulators, both products' A operand from registers
+    "cute_all_resident": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
+                          "state_form": "resident"},
     "cute": {"prepare": "cute", "output": "cute"},
     "cute_prepare": {"prepare": "cute"},
     "tf32": {"mma": "tf32"},
@@ -79,6 +82,7 @@ VARIANT_KNOBS = {
     "f32_scratch": {"scratch": "f32"},
 }
 MMA_TYPES = ("auto", "tf32", "bf16")
+STATE_FORMS = ("staged", "resident")   # the CuTe state pass's forms (engines/cute/_delta_state)
 KERNEL_SOURCES = ("cutile", "cute")     # the prepare / output knobs: the cuTile kernel or the CuTe DSL one
 
 # execute() launches from C (compiled cubins, prebuilt parameters; _c_launch) where it can; False: every
@@ -237,7 +241,8 @@ class _CuteLaunch:
         hs, ht, d."""
         from ..cute._delta_state import state_pass_launcher
         launcher = state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
-                                       variant.has_h0, variant.store_ht, variant.n_seq, per_channel=variant.per_channel)
+                                       variant.has_h0, variant.store_ht, variant.n_seq, per_channel=variant.per_channel,
+                                       resident=variant.state_form == "resident")
         return _CuteLaunch(launcher, fallback, lambda a: a[:9], geometry)
 
     def __call__(self, stream: int, grid: tuple, args: tuple) -> None:
@@ -695,6 +700,11 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                          f"dividing V={geometry.V}")
         for knob in ("prepare", "output", "state_pass"):
             _kernel_source(graph, node, knob, knobs[knob])
+        if knobs["state_form"] not in STATE_FORMS or (knobs["state_form"] == "resident" and
+                                                      (knobs["state_pass"] != "cute" or block_v != 64)):
+            raise GraphNotSupportedError(f"state_form={knobs['state_form']!r}: one of {STATE_FORMS}, 'resident' with "
+                                         f"state_pass='cute' and block_v=64; got state_pass={knobs['state_pass']!r}, "
+                                         f"block_v={block_v}")
         if knobs["state_pass"] == "cute" and not io_scratch:
             raise GraphNotSupportedError("state_pass='cute' reads and writes the scratch in the input type "
                                          f"(scratch='io'); got scratch={knobs['scratch']!r}")
@@ -706,7 +716,8 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
                                       output_block_v=output_block_v or geometry.V,
                                       scratch_dtype=io_scratch or "float32", prepare=knobs["prepare"],
-                                      output=knobs["output"], state_pass=knobs["state_pass"])
+                                      output=knobs["output"], state_pass=knobs["state_pass"],
+                                      state_form=knobs["state_form"])
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 

@@ -37,6 +37,23 @@ def test_sixty_four_value_columns_take_eight_warps_and_put_kd_in_w_place():
     assert 2 * (2 * 64 * 136 + 128 * 72) > 48 * 1024 >= wide.shared_bytes()
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("io, K, V", [("bfloat16", 128, 128), ("float16", 64, 64)])
+def test_the_resident_form_compiles_with_four_warps_under_48_kb(io, K, V, per_channel):
+    launcher = _delta_state.state_pass_launcher(io, K, V, 64, 4, True, True, 3, per_channel=per_channel,
+                                                resident=True)
+    cubin, block, shared = launcher.cubin()
+    (symbol,) = _abi.kernel_symbols(cubin)
+    table = _abi.cubin_parameters(cubin, symbol)
+    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(9)] + [(72, 4), (76, 4), (80, 4)]
+    assert block == (128, 1, 1) and 0 < shared <= 48 * 1024
+
+
+def test_the_resident_form_takes_sixty_four_value_columns():
+    with pytest.raises(ValueError, match="resident state pass takes BV = 64, not 32"):
+        _delta_state.DeltaStatePassResident("bfloat16", 128, 128, 32, 2, False, False)
+
+
 def test_a_value_block_must_divide_v():
     with pytest.raises(ValueError, match="BV = 48 must divide V = 128"):
         _delta_state.DeltaStatePass("bfloat16", 128, 128, 48, 2, False, False)

@@ -63,6 +63,15 @@ def test_the_eight_warp_state_pass(op, K, V, cu):
     forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 5, plan=f"cutile_{op}_chunk64_cute_all_bv64")
 
 
+# the resident CuTe state pass (the state transposed in the MMA accumulators, four warps of 16 columns)
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("K, V, cu", [(128, 128, "small"), (64, 64, "small"), (64, 128, "small"),
+                                      (128, 128, "big")])
+def test_the_resident_state_pass(op, K, V, cu):
+    lengths, H = (forward.SMALL, 2) if cu == "small" else (forward.BIG, 16)
+    forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 6, plan=f"cutile_{op}_chunk64_cute_all_resident")
+
+
 @pytest.mark.parametrize("op, plan", [(op, plan) for op, plan in OP_PLANS if op == "gdn"])
 def test_grouped_value_heads(op, plan):
     gva.run_case(op, gva.SMALL, H=2, HV=4, K=128, V=128, seed=SEEDS[op] + 4, plan=plan)

@@ -422,6 +422,17 @@ def test_the_cute_plan_ranks_first_where_its_kernels_can_run(dtype, K, H, n_seq,
     assert sum(p.priority == best.priority for p in plans) == 1
 
 
+def test_the_resident_state_pass_is_a_plan_to_pin_or_time():
+    cg = _package()
+    g = _gdn_graph(cg, cg.data_type.BFLOAT16, 128, 128, H=16, n_seq=4)
+    g.validate()
+    plans = {p.label: p for p in _proposed(cg, g)}
+    resident = plans["cutile_gdn_chunk64_cute_all_resident"]
+    assert resident.knobs["state_form"] == "resident" and resident.knobs["block_v"] == 64
+    assert resident.priority < plans["cutile_gdn_chunk64"].priority
+    assert all(p.knobs["state_form"] == "staged" for label, p in plans.items() if label != resident.label)
+
+
 def test_the_cute_plans_are_left_out_where_their_kernels_cannot_run():
     cg = _package()
     g = _gdn_graph(cg, cg.data_type.BFLOAT16, 128, 128)
