@@ -4,6 +4,7 @@ sequences as int32), a block of four warps (eight at BV = 64) and at most 48 KB 
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 
@@ -47,6 +48,37 @@ def test_the_resident_form_compiles_with_four_warps_under_48_kb(io, K, V, per_ch
     table = _abi.cubin_parameters(cubin, symbol)
     assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(9)] + [(72, 4), (76, 4), (80, 4)]
     assert block == (128, 1, 1) and 0 < shared <= 48 * 1024
+
+
+def test_an_accumulator_fragment_read_as_the_a_fragment_holds_the_same_coordinates():
+    """DeltaStatePassResident's products take S^T and D^T, accumulators of its MMA, as the A operand value for
+    value (register_gemm): flat index f of a thread's accumulator fragment and of its A fragment must name the
+    same (row, column), and each warp must own 16 rows (its staging block's columns)."""
+    import cutlass.cute as cute
+    from cutlass import range_constexpr
+    kernel = _delta_state.DeltaStatePassResident("bfloat16", 128, 128, 64, 2, False, False)
+    threads = (0, 5, 31, 32, 77, 127)
+    seen = []
+
+    @cute.jit
+    def probe():
+        mma = kernel.warp_mma()
+        for i in range_constexpr(len(threads)):
+            thr = mma.get_slice(threads[i])
+            for j in range_constexpr(2):
+                shape = ((64, 128), (64, 64))[j]
+                c_at = thr.partition_C(cute.make_identity_tensor(shape))
+                a_at = thr.partition_A(cute.make_identity_tensor(shape))
+                for f in range_constexpr(cute.size(c_at)):
+                    seen.append((threads[i], c_at[f], a_at[f]))
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This static loop has")   # unrolled at trace time on purpose
+        cute.compile(probe)
+    assert len(seen) == len(threads) * (64 + 32)
+    for tidx, c, a in seen:
+        c, a = tuple(int(x) for x in c), tuple(int(x) for x in a)
+        assert c == a and 16 * (tidx // 32) <= c[0] < 16 * (tidx // 32) + 16, (tidx, c, a)
 
 
 def test_the_resident_form_takes_sixty_four_value_columns():
