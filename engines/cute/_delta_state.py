@@ -78,19 +78,9 @@ class DeltaStatePass(ChunkKernel):
                chunks: Int32, n_seq: Int32):
         K, V, BV, H = self.K, self.V, self.BV, self.H
         io = self.io
-        by_chunk_k = cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1))
-        by_chunk_v = cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1))
+        mKd, mW, mD, mG, mCu, mHs = self.chunk_views(pkd, pw, pd, pg, pcu, phs, tokens, chunks, n_seq)
+        mU = cute.make_tensor(pu, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1)))
         states = cute.make_layout((n_seq, H, K, V), stride=(H * K * V, K * V, V, 1))
-        mKd = cute.make_tensor(pkd, by_chunk_k)
-        mW = cute.make_tensor(pw, by_chunk_k)
-        mU = cute.make_tensor(pu, by_chunk_v)
-        mD = cute.make_tensor(pd, by_chunk_v)
-        if const_expr(self.per_channel):
-            mG = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))
-        else:
-            mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
-        mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
-        mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
         mH0 = cute.make_tensor(ph0, states)
         mHt = cute.make_tensor(pht, states)
         tiled_mma = self.warp_mma()
@@ -175,15 +165,37 @@ class DeltaStatePass(ChunkKernel):
             cute.autovec_copy(state, thr.partition_C(cute.local_tile(mHt[n, h, None, None], (K, BV), (0, vb))))
 
     @cute.jit
+    def chunk_views(self, pkd: cute.Pointer, pw: cute.Pointer, pd: cute.Pointer, pg: cute.Pointer,
+                    pcu: cute.Pointer, phs: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32):
+        """The global views both forms read and write as stored: kd, w (chunks x heads x 64 x K), d (x V), the
+        cumulative gates (per token, or per channel), cu_seqlens and hs (chunks x heads x K x V)."""
+        K, V, H = self.K, self.V, self.H
+        by_chunk_k = cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1))
+        if const_expr(self.per_channel):
+            mG = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))
+        else:
+            mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
+        return (cute.make_tensor(pkd, by_chunk_k), cute.make_tensor(pw, by_chunk_k),
+                cute.make_tensor(pd, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1))),
+                mG, cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,))),
+                cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1))))
+
+    @cute.jit
     def fetch_chunk(self, mW: cute.Tensor, mKd: cute.Tensor, mU: cute.Tensor, mG: cute.Tensor, thr, next_w: cute.Tensor,
                     next_kd: cute.Tensor, next_u: cute.Tensor, next_decay: cute.Tensor, c: Int32, h: Int32, vb: Int32,
-                    last_row: Int32, tidx: Int32, with_kd: cutlass.Constexpr = True):
-        """Chunk c's W and KD rows (KD unless ``with_kd`` is False), this thread's U fragment and the gate sum
-        at the chunk's last row (per channel: channel tidx's) into registers (issued, not waited on)."""
+                    last_row: Int32, tidx: Int32, with_kd: cutlass.Constexpr = True,
+                    u_transposed: cutlass.Constexpr = False):
+        """Chunk c's W and KD rows (KD unless ``with_kd`` is False), this thread's U fragment (of U^T, mU
+        viewed value column first, with ``u_transposed``) and the gate sum at the chunk's last row (per
+        channel: channel tidx's) into registers (issued, not waited on)."""
         self.fetch_rows(mW[c, h, None, None], next_w, self.K, tidx)
         if const_expr(with_kd):
             self.fetch_rows(mKd[c, h, None, None], next_kd, self.K, tidx)
-        cute.autovec_copy(thr.partition_C(cute.local_tile(mU[c, h, None, None], (CHUNK, self.BV), (0, vb))), next_u)
+        if const_expr(u_transposed):
+            u_tile = cute.local_tile(mU[c, h, None, None], (self.BV, CHUNK), (vb, 0))
+        else:
+            u_tile = cute.local_tile(mU[c, h, None, None], (CHUNK, self.BV), (0, vb))
+        cute.autovec_copy(thr.partition_C(u_tile), next_u)
         if const_expr(self.per_channel):
             if tidx < self.K:
                 next_decay[0] = mG[last_row, h, tidx]
@@ -254,21 +266,10 @@ class DeltaStatePassResident(DeltaStatePass):
         K, V, BV, H = self.K, self.V, self.BV, self.H
         io = self.io
         cols = RESIDENT_COLUMNS
-        by_chunk_k = cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1))
-        by_chunk_v = cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1))
+        mKd, mW, mD, mG, mCu, mHs = self.chunk_views(pkd, pw, pd, pg, pcu, phs, tokens, chunks, n_seq)
         # U and the states read transposed (value column first), in the accumulators' own layout
-        by_chunk_vt = cute.make_layout((chunks, H, V, CHUNK), stride=(H * CHUNK * V, CHUNK * V, 1, V))
+        mUt = cute.make_tensor(pu, cute.make_layout((chunks, H, V, CHUNK), stride=(H * CHUNK * V, CHUNK * V, 1, V)))
         states_t = cute.make_layout((n_seq, H, V, K), stride=(H * K * V, K * V, 1, V))
-        mKd = cute.make_tensor(pkd, by_chunk_k)
-        mW = cute.make_tensor(pw, by_chunk_k)
-        mUt = cute.make_tensor(pu, by_chunk_vt)
-        mD = cute.make_tensor(pd, by_chunk_v)
-        if const_expr(self.per_channel):
-            mG = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))
-        else:
-            mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
-        mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
-        mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
         mH0t = cute.make_tensor(ph0, states_t)
         mHtt = cute.make_tensor(pht, states_t)
         tiled_mma = self.warp_mma()
@@ -305,8 +306,8 @@ class DeltaStatePassResident(DeltaStatePass):
         next_u = cute.make_rmem_tensor(delta.shape, io)
         next_decay = cute.make_rmem_tensor((1,), Float32)
         if n_chunks > 0:     # an empty sequence's "first" chunk may lie past the workspace
-            self.fetch_resident(mW, mKd, mUt, mG, thr, next_w, next_kd, next_u, next_decay, first, h, vb,
-                                cutlass.min(bos + CHUNK, eos) - 1, tidx)
+            self.fetch_chunk(mW, mKd, mUt, mG, thr, next_w, next_kd, next_u, next_decay, first, h, vb,
+                             cutlass.min(bos + CHUNK, eos) - 1, tidx, True, True)
         for j in cutlass.range(n_chunks):
             c = first + j
             cute.arch.sync_threads()     # every warp is done with the previous chunk's W, KD and decays
@@ -319,8 +320,8 @@ class DeltaStatePassResident(DeltaStatePass):
                     sDecay[tidx] = cute.math.exp(decay)
             # the last chunk fetches itself again (a wasted load rather than a branch in the chain)
             following = cutlass.min(j + 1, n_chunks - 1)
-            self.fetch_resident(mW, mKd, mUt, mG, thr, next_w, next_kd, next_u, next_decay, first + following,
-                                h, vb, cutlass.min(bos + (following + 1) * CHUNK, eos) - 1, tidx)
+            self.fetch_chunk(mW, mKd, mUt, mG, thr, next_w, next_kd, next_u, next_decay, first + following, h,
+                             vb, cutlass.min(bos + (following + 1) * CHUNK, eos) - 1, tidx, True, True)
             # hs = S: this warp's 16 columns, all K rows, through its staging block
             hs_cols = cute.local_tile(mHs[c, h, None, None], (K, cols), (0, vb * 4 + warp))
             for half in range_constexpr(K // CHUNK):
@@ -339,22 +340,6 @@ class DeltaStatePassResident(DeltaStatePass):
             self.register_gemm(tiled_mma, state, delta, 1.0, thr.partition_shape_A((BV, CHUNK)), sKdT, True, tidx)
         if const_expr(self.store_ht):
             cute.autovec_copy(state, thr.partition_C(cute.local_tile(mHtt[n, h, None, None], (BV, K), (vb, 0))))
-
-    @cute.jit
-    def fetch_resident(self, mW: cute.Tensor, mKd: cute.Tensor, mUt: cute.Tensor, mG: cute.Tensor, thr,
-                       next_w: cute.Tensor, next_kd: cute.Tensor, next_u: cute.Tensor, next_decay: cute.Tensor,
-                       c: Int32, h: Int32, vb: Int32, last_row: Int32, tidx: Int32):
-        """Chunk c's W and KD rows, this thread's U^T fragment and the gate sum at the chunk's last row (per
-        channel: channel tidx's) into registers (issued, not waited on)."""
-        self.fetch_rows(mW[c, h, None, None], next_w, self.K, tidx)
-        self.fetch_rows(mKd[c, h, None, None], next_kd, self.K, tidx)
-        cute.autovec_copy(thr.partition_C(cute.local_tile(mUt[c, h, None, None], (self.BV, CHUNK), (vb, 0))),
-                          next_u)
-        if const_expr(self.per_channel):
-            if tidx < self.K:
-                next_decay[0] = mG[last_row, h, tidx]
-        else:
-            next_decay[0] = mG[last_row, h]
 
     @cute.jit
     def register_gemm(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, src: cute.Tensor, sign: cutlass.Constexpr,
