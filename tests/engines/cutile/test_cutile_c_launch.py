@@ -8,7 +8,8 @@ src/cudnn_graph/_tile_launch.pyx).
   compile for sm_90 and each cubin's own parameter table (EIATTR_KPARAM_INFO) is the layout the packer
   writes; a cuda.tile upgrade that flattens arguments otherwise fails here rather than launching garbage.
 - GPU (``-m gpu``): the C path's outputs are bitwise those of the Python path (ct.launch) for gdn and kda
-  forward and gdn and gdn2 backward, on the first execute and on the repeated one (the fast executor).
+  forward and gdn and gdn2 backward, on the first execute and on the repeated one (the fast executor), and
+  for the plans with the eight-warp CuTe state pass (a block of 256 threads in the launch record).
 """
 from __future__ import annotations
 
@@ -240,8 +241,9 @@ def _host_inputs(op, T=64, H=2, K=64, V=64, seed=0):
     return d
 
 
-def _builder(op, host):
+def _builder(op, host, plan=None):
     import cudnn_graph as cg
+    from test_cutile_linear_attention import prefer_plan
     F = cg.data_type
     types = {"g": F.FLOAT, "cu_seqlens": F.INT32, "initial_state": F.FLOAT}
     if op.endswith("_bwd"):
@@ -250,7 +252,8 @@ def _builder(op, host):
         names = ["o", "final_state"]
 
     def builder(device):
-        g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device=device)
+        router = prefer_plan(plan) if plan and device == "cuda" else None
+        g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device=device, router=router)
         t = {n: g.tensor(name=n, dim=list(a.shape), stride=[s // a.itemsize for s in a.strides],
                          data_type=types.get(n, F.BFLOAT16)) for n, a in host.items()}
         if op.endswith("_bwd"):
@@ -267,16 +270,18 @@ def _builder(op, host):
     return builder, names
 
 
-def _run(op, c_launch, monkeypatch, executes=2):
-    """Outputs (host bytes) after ``executes`` executes, and the graph's fast executor."""
+def _run(op, c_launch, monkeypatch, executes=2, plan=None):
+    """Outputs (host bytes) after ``executes`` executes (of ``plan`` when given, else the engine's first),
+    and the graph's fast executor."""
     cp = pytest.importorskip("cupy")
     import gpu_support
     from cudnn_graph.engines.cutile import engine as cutile_engine
     monkeypatch.setattr(cutile_engine, "C_LAUNCH", c_launch)
     host = _host_inputs(op)
-    builder, out_names = _builder(op, host)
+    builder, out_names = _builder(op, host, plan)
     g, t = gpu_support.build_gpu(builder)
     assert g.selected_plan.engine_id == 20_200, g.selected_plan
+    assert plan is None or g.selected_plan.label == plan, g.selected_plan
     pack, keep, outs = {}, [], {}
     for name, tensor in t.items():
         if name in out_names:
@@ -300,15 +305,20 @@ def _run(op, c_launch, monkeypatch, executes=2):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", ["gdn", "kda", "gdn_bwd", "gdn2_bwd"])
-def test_the_c_path_is_bitwise_the_python_path(op, monkeypatch):
+@pytest.mark.parametrize("op, plan", [("gdn", None), ("kda", None), ("gdn_bwd", None), ("gdn2_bwd", None),
+                                      # the eight-warp CuTe state pass: a block of 256 in the C launch record
+                                      ("gdn", "cutile_gdn_chunk64_cute_all_bv64"),
+                                      ("kda", "cutile_kda_chunk64_cute_all_bv64")])
+def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)
     if engine is None or engine.missing is not None:
         pytest.skip("the cuTile engine is absent")
-    python_runs, executor = _run(op, False, monkeypatch)
+    if plan is not None and not any(p.label == plan for p in _proposals(engine, op)):
+        pytest.skip(f"{plan} is not proposed here (the CuTe kernels need sm_90 and the DSL)")
+    python_runs, executor = _run(op, False, monkeypatch, plan=plan)
     assert executor is False, executor
-    c_runs, executor = _run(op, True, monkeypatch)
+    c_runs, executor = _run(op, True, monkeypatch, plan=plan)
     assert type(getattr(executor, "__self__", None)).__name__ == "TileLaunch", executor
     want = python_runs[0]
     for i, got in enumerate(c_runs):                 # the first execute, then the fast executor's
@@ -316,3 +326,11 @@ def test_the_c_path_is_bitwise_the_python_path(op, monkeypatch):
             same = got[name] == want[name]
             assert same, f"{op} {name}: execute {i + 1} on the C path differs from the Python path"
     assert python_runs[1] == want                    # and the Python path is itself deterministic
+
+
+def _proposals(engine, op):
+    """The engine's plans for this file's small graph of ``op`` on the GPU."""
+    builder, _ = _builder(op, _host_inputs(op))
+    g, _ = builder("cuda")
+    g.validate()
+    return engine.propose_plans(g)
