@@ -308,7 +308,10 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
 @pytest.mark.parametrize("op, plan", [("gdn", None), ("kda", None), ("gdn_bwd", None), ("gdn2_bwd", None),
                                       # the eight-warp CuTe state pass: a block of 256 in the C launch record
                                       ("gdn", "cutile_gdn_chunk64_cute_all_bv64"),
-                                      ("kda", "cutile_kda_chunk64_cute_all_bv64")])
+                                      ("kda", "cutile_kda_chunk64_cute_all_bv64"),
+                                      # the resident CuTe state pass
+                                      ("gdn", "cutile_gdn_chunk64_cute_all_resident"),
+                                      ("kda", "cutile_kda_chunk64_cute_all_resident")])
 def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)
