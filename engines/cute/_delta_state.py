@@ -322,13 +322,14 @@ class DeltaStatePassResident(DeltaStatePass):
             following = cutlass.min(j + 1, n_chunks - 1)
             self.fetch_chunk(mW, mKd, mUt, mG, thr, next_w, next_kd, next_u, next_decay, first + following, h,
                              vb, cutlass.min(bos + (following + 1) * CHUNK, eos) - 1, tidx, True, True)
-            # hs = S: this warp's 16 columns, all K rows, through its staging block
-            hs_cols = cute.local_tile(mHs[c, h, None, None], (K, cols), (0, vb * 4 + warp))
-            for half in range_constexpr(K // CHUNK):
-                self.stage_out(state, state_at, half * CHUNK, 4 * CHUNK // 8 * half, sStage, hs_cols, warp, lane)
             cute.arch.sync_threads()     # W, KD and the decays are in shared memory
             # D^T = U^T - S^T W^T (S^T negated into the A operand)
             self.register_gemm(tiled_mma, delta, state, -1.0, thr.partition_shape_A((BV, K)), sW, False, tidx)
+            # hs = S (the chunk's start state, still in the accumulators): this warp's 16 columns, all K rows,
+            # through its staging block, after the product is issued (off the barrier-to-barrier path)
+            hs_cols = cute.local_tile(mHs[c, h, None, None], (K, cols), (0, vb * 4 + warp))
+            for half in range_constexpr(K // CHUNK):
+                self.stage_out(state, state_at, half * CHUNK, 4 * CHUNK // 8 * half, sStage, hs_cols, warp, lane)
             self.stage_out(delta, delta_at, 0, 0, sStage,
                            cute.local_tile(mD[c, h, None, None], (CHUNK, cols), (0, vb * 4 + warp)), warp, lane)
             # S^T <- S^T e^(gc_last) + D^T KD
