@@ -83,6 +83,7 @@ class Variant:
     prepare: str = "cutile"  # forward chunk_prepare: "cutile", or "cute" (engines/cute/_delta_prepare, sm_90)
     output: str = "cutile"   # forward chunk_output: "cutile", or "cute" (engines/cute/_delta_output, sm_90)
     state_pass: str = "cutile"  # forward chunk_state_pass: "cutile", or "cute" (engines/cute/_delta_state)
+    intra: str = "cutile"   # backward chunk_bwd_intra: "cutile", or "cute" (engines/cute/_delta_bwd_intra, sm_90)
 
     @property
     def per_channel(self) -> bool:
