@@ -137,28 +137,34 @@ class DeltaOutput(ChunkKernel):
     @cute.jit
     def scores_per_token(self, tiled_mma, thr, gQ: cute.Tensor, gK: cute.Tensor, mG: cute.Tensor, sQ: cute.Tensor,
                          sK: cute.Tensor, sAttn: cute.Tensor, sGc: cute.Tensor, h: Int32, start: Int32, count: Int32,
-                         tidx: Int32):
-        """gdn: attn = scale (q k^T) e^(gc_t - gc_j), j <= t, then q's rows times scale e^gc in place."""
+                         tidx: Int32, q_hook=None, rescale_q: cutlass.Constexpr = True):
+        """gdn: attn = scale (q k^T) e^(gc_t - gc_j), j <= t, then q's rows times scale e^gc in place (unless
+        not ``rescale_q``). ``q_hook(p, row, seg, x)``, when given, sees each segment of q's rows in f32
+        (after the norm), as ``load_rows``' ``also``."""
         if tidx < CHUNK:
             sGc[tidx] = mG[start + cutlass.min(tidx, count - 1), h]
         # q's and k's loads all issued before either is processed (one global round trip, not two)
         q_raw = self.issue_rows(gQ, start, count, self.K, tidx)
         k_raw = self.issue_rows(gK, start, count, self.K, tidx)
-        self.put_loaded_rows(q_raw, sQ, self.K, self.use_l2, tidx)
+        self.put_loaded_rows(q_raw, sQ, self.K, self.use_l2, tidx, q_hook)
         self.put_loaded_rows(k_raw, sK, self.K, self.use_l2, tidx)
         cute.arch.sync_threads()
         self.masked_scores(tiled_mma, thr, sQ, sK, sAttn, sGc, True, tidx)
         cute.arch.sync_threads()
-        self.scale_query_rows(sQ, sGc, tidx)
+        if const_expr(rescale_q):
+            self.scale_query_rows(sQ, sGc, tidx)
 
     @cute.jit
     def scores_per_channel(self, tiled_mma, thr, gQ: cute.Tensor, gK: cute.Tensor, gS: cute.Tensor, sQ: cute.Tensor,
-                           sK: cute.Tensor, sAttn: cute.Tensor, start: Int32, count: Int32, tidx: Int32):
+                           sK: cute.Tensor, sAttn: cute.Tensor, start: Int32, count: Int32, tidx: Int32,
+                           q_hook=None, rescale_q: cutlass.Constexpr = True):
         """kda: attn = scale (q e^(gc - gc_mid)) (k e^(gc_mid - gc))^T, j <= t, then q's copy rescaled in
         place by scale e^(gc_mid) to scale q e^gc (gS: the gates' in-chunk sums, tokens x K; rows past the
         chunk's end repeat its last: their q and k rows are zero, and the factors stay finite). Each gate row
         is read once for q and k together (the gates are twice q's bytes); the rescale rounds q a second
-        time to the input type instead of reading q and the gates again."""
+        time to the input type instead of reading q and the gates again (unless not ``rescale_q``).
+        ``q_hook(p, row, seg, x, sums)``, when given, sees each segment of q's rows in f32 (after the norm)
+        with the row's gate sums."""
         K = self.K
         segs = K // SEG
         rows_per_pass = THREADS // segs
@@ -184,6 +190,8 @@ class DeltaOutput(ChunkKernel):
             if const_expr(self.use_l2):
                 x_q = x_q * self.row_inverse_norm(x_q, segs)
                 x_k = x_k * self.row_inverse_norm(x_k, segs)
+            if const_expr(q_hook is not None):
+                q_hook(p, row, seg, x_q, sums.load())
             split = sums.load() - pivot.load()
             q_raw.store((x_q * cute.math.exp(split)).to(self.io))
             k_raw.store((x_k * cute.math.exp(-split)).to(self.io))
@@ -192,7 +200,8 @@ class DeltaOutput(ChunkKernel):
         cute.arch.sync_threads()
         self.masked_scores(tiled_mma, thr, sQ, sK, sAttn, None, False, tidx)
         cute.arch.sync_threads()
-        self.scale_rows(sQ, cute.math.exp(pivot.load()) * self.scale, K, tidx)
+        if const_expr(rescale_q):
+            self.scale_rows(sQ, cute.math.exp(pivot.load()) * self.scale, K, tidx)
 
     @cute.jit
     def masked_scores(self, tiled_mma, thr, sQ: cute.Tensor, sK: cute.Tensor, sAttn: cute.Tensor, sGc,

@@ -84,6 +84,7 @@ class Variant:
     output: str = "cutile"   # forward chunk_output: "cutile", or "cute" (engines/cute/_delta_output, sm_90)
     state_pass: str = "cutile"  # forward chunk_state_pass: "cutile", or "cute" (engines/cute/_delta_state)
     state_form: str = "staged"  # the CuTe state pass: "staged" (DeltaStatePass) or "resident" (the state in registers)
+    intra: str = "cutile"   # backward chunk_bwd_intra: "cutile", or "cute" (engines/cute/_delta_bwd_intra, sm_90)
 
     @property
     def per_channel(self) -> bool:

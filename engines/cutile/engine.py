@@ -236,6 +236,15 @@ class _CuteLaunch:
         return _CuteLaunch(launcher, fallback, lambda a: a[:7], geometry)
 
     @staticmethod
+    def bwd_intra(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
+        """chunk_bwd_intra: the CuTe kernel reads q, k, dO, the cumulative gates, cu_seqlens and writes P (over
+        dD's region) and qg."""
+        from ..cute._delta_bwd_intra import bwd_intra_launcher
+        launcher = bwd_intra_launcher(variant.io_dtype, variant.K, variant.V, geometry.HQ, geometry.H, variant.use_l2,
+                                      variant.scale, variant.n_seq, per_channel=variant.per_channel)
+        return _CuteLaunch(launcher, fallback, lambda a: a[:7], geometry)
+
+    @staticmethod
     def state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
         """chunk_state_pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0 and writes
         hs, ht, d."""
@@ -548,6 +557,8 @@ class CutileBackwardPlan(CutileForwardPlan):
         super().__init__(plan, graph, node, variant, geometry)
         from . import _kernels
         self._bwd_intra = _kernels.chunk_bwd_intra
+        if variant.intra == "cute":
+            self._bwd_intra = _CuteLaunch.bwd_intra(variant, geometry, self._bwd_intra)
         self._bwd_state_pass = _kernels.chunk_bwd_state_pass
         self._bwd_values = _kernels.chunk_bwd_values
         self._bwd_grads = _kernels.chunk_bwd_grads
@@ -643,12 +654,15 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 20.0 if tf32_off else 1.0)]
             if _cute_kernels_reason(graph, node, "prepare") is None and not _softplus_per_channel(node):
                 variants.append(("cute_prepare", {"mma": "tf32", "prepare": "cute"}, 5.0))
+            if _cute_kernels_reason(graph, node, "intra") is None and not tf32_off:
+                # chunk_bwd_intra in CuTe DSL (engines/cute/_delta_bwd_intra; to pin or time)
+                variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0))
             return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, **knobs},
                                name=f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else ""),
                                engine=self, priority=priority, workspace_size=size)
                     for suffix, knobs, priority in variants]
         plans = []
-        cute_ok = {kernel: _cute_kernels_reason(graph, node, kernel) is None for kernel in CUTE_OPS}
+        cute_ok = {kernel: _cute_kernels_reason(graph, node, kernel) is None for kernel in FORWARD_KERNEL_KNOBS}
         io_dtype = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
         for suffix, extra in (("", {}), *VARIANT_KNOBS.items()):
             knobs = {**DEFAULT_KNOBS, **extra}
@@ -682,7 +696,8 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             low = {"bf16": True, "tf32": False}.get(mma)   # None: auto
             variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
                                           prepare=_kernel_source(graph, node, "prepare",
-                                                                 plan.knobs.get("prepare", "cutile")))
+                                                                 plan.knobs.get("prepare", "cutile")),
+                                          intra=_kernel_source(graph, node, "intra", plan.knobs.get("intra", "cutile")))
             return CutileBackwardPlan(plan, graph, node, variant, geometry)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         if knobs["scratch"] not in ("f32", "io"):
@@ -698,7 +713,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         if output_block_v not in (0, 32, 64, 128) or (output_block_v and geometry.V % output_block_v):
             raise GraphNotSupportedError(f"output_block_v={output_block_v} is not 0 or one of 32, 64, 128 "
                                          f"dividing V={geometry.V}")
-        for knob in ("prepare", "output", "state_pass"):
+        for knob in FORWARD_KERNEL_KNOBS:
             _kernel_source(graph, node, knob, knobs[knob])
         if knobs["state_form"] not in STATE_FORMS or (knobs["state_form"] == "resident" and
                                                       (knobs["state_pass"] != "cute" or block_v != 64)):
@@ -747,7 +762,9 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     return {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
 
 
-CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn", "kda")}     # the ops each CuTe kernel computes
+# the ops each CuTe kernel computes ("intra": the backward's chunk_bwd_intra, named by its forward op)
+CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn", "kda"), "intra": ("gdn", "kda")}
+FORWARD_KERNEL_KNOBS = ("prepare", "output", "state_pass")     # a forward plan's kernel-source knobs
 
 
 def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
@@ -755,10 +772,11 @@ def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
     "state_pass": _delta_state) cannot stand in for the cuTile one for this node, or None when it can: gdn
     and kda (scalar beta, no write gate; kda's prepare and output with BF16 inputs; the prepare also for
     their backward's recompute), on device 0, sm_90, with the DSL installed."""
-    op = BACKWARD_OPS.get(node.op, node.op) if kernel == "prepare" else node.op   # a backward's recompute
+    # a backward's recompute (prepare) and its intra-chunk terms (intra) name the forward op
+    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra") else node.op
     if op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
-    if OP_FEATURES[op][0] and kernel in ("prepare", "output") and \
+    if OP_FEATURES[op][0] and kernel in ("prepare", "output", "intra") and \
             _IO_TYPES.get(GraphView.of(graph).data_type(node.inputs["q"])) == "float16":
         # The per-channel decays enter these kernels' products as two factors in the input type; each may
         # reach e^SPLIT_EXPONENT_LIMIT, and FP16 overflows past e^11 (the cuTile kernels take TF32 for FP16)

@@ -88,6 +88,17 @@ def test_gate_options(op, plan, gates):
         gva.run_case(op, gva.SMALL, H=2, HV=4, K=128, V=128, attrs=gva.GATES[gates], seed=34, plan=plan)
 
 
+# the backward's intra-chunk terms (P = attn^T dO, qg) from the CuTe chunk_bwd_intra
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128)])
+def test_backward_intra_on_cute(op, K, V):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=43, plan=f"cutile_{op}_chunk64_cute_intra")
+
+
+def test_backward_intra_on_cute_t8192_h16():
+    forward.run_bwd_case("gdn_bwd", forward.BIG, H=16, seed=44, plan="cutile_gdn_bwd_chunk64_cute_intra")
+
+
 # the backward's forward recompute on the CuTe chunk_prepare (f32 scratch)
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 @pytest.mark.parametrize("K, V", [(64, 64), (128, 128)])

@@ -774,6 +774,23 @@ def test_the_backward_offers_its_recompute_on_the_cute_prepare_below_the_default
         assert not [p for p in plans if p.label.endswith("cute_prepare")]
 
 
+def test_the_backward_offers_its_intra_chunk_terms_on_cute_below_the_default_where_that_can_run():
+    cg = _package()
+    for op, attrs in (("gdn_bwd", {}), ("kda_bwd", {"gate_lower_bound": -2.5})):
+        g = _grouped_gated_graph(cg, op, **attrs)
+        by_name = {p.label: p for p in _proposed(cg, g)}
+        name = f"cutile_{op}_chunk64_cute_intra"
+        assert by_name[name].knobs["intra"] == "cute" and by_name[name].knobs["mma"] == "tf32"
+        assert by_name[f"cutile_{op}_chunk64"].priority > by_name[name].priority
+        assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if p.label.endswith("cute_intra")]
+    # kda with the softplus gate at K = 64 runs the BF16-product plan; gdn2 has no CuTe kernels
+    assert not [p for p in _proposed(cg, _grouped_gated_graph(cg, "kda_bwd")) if p.label.endswith("cute_intra")]
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    g = _grouped_gated_graph(cg, "gdn2_bwd")
+    assert cutile_engine._cute_kernels_reason(g, g.nodes[0], "intra") == \
+        "the CuTe chunk_intra computes gdn / kda, not gdn2_bwd"
+
+
 def test_the_kda_backward_with_the_softplus_gate_offers_no_cute_prepare_plan():
     # the one backward case that missed the reference with TF32 products on the H200 (sessions 11-18)
     cg = _package()

@@ -1,0 +1,36 @@
+"""The CuTe DSL chunk_bwd_intra for gdn_bwd and kda_bwd (engines/cute/_delta_bwd_intra), on the CPU: its
+specialisations compile for sm_90a with the parameters the cuTile plan's C launch path writes (seven
+addresses, then tokens, chunks and sequences as int32), a block of four warps and at most 48 KB of dynamic
+shared memory."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")    # the compile target when no GPU is there to ask
+
+pytest.importorskip("cudnn_graph")
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
+pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
+
+from cudnn_graph.engines.cute import _delta_bwd_intra  # noqa: E402
+from cudnn_graph.engines.cutile import _abi  # noqa: E402
+
+
+# kda's CuTe kernels take BF16 inputs only (the split decays overflow FP16)
+@pytest.mark.parametrize("io, K, V, HQ, H, per_channel", [("bfloat16", 128, 128, 2, 4, False),
+                                                          ("bfloat16", 128, 128, 2, 4, True),
+                                                          ("float16", 64, 64, 2, 2, False),
+                                                          ("bfloat16", 64, 128, 2, 2, True)])
+def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, HQ, H, per_channel):
+    launcher = _delta_bwd_intra.bwd_intra_launcher(io, K, V, HQ, H, True, K ** -0.5, 3, per_channel=per_channel)
+    cubin, block, shared = launcher.cubin()
+    (symbol,) = _abi.kernel_symbols(cubin)
+    table = _abi.cubin_parameters(cubin, symbol)
+    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(7)] + [(56, 4), (60, 4), (64, 4)]
+    assert block == (128, 1, 1) and 0 < shared <= 48 * 1024
+
+
+def test_its_scratch_outputs_are_float32_and_aligned_for_16_byte_stores():
+    assert _delta_bwd_intra._pointer_types("bfloat16", True)[5:] == (("float32", 16), ("float32", 16))
