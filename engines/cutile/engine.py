@@ -753,7 +753,8 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     ``cute`` (CuTe prepare and output, the cuTile state pass) first, but ``cute_all`` (the CuTe state pass
     too) for FP16 (the cuTile state pass takes TF32 products there) and for K = 128 where the state pass's
     ``state_pass_ctas`` (counted at 32 value columns a CTA) fill the GPU, and there, for BF16 inputs,
-    ``cute_all_bv64`` (its eight-warp form) above it. The other variants are there to be pinned (plan index, a router) or timed."""
+    ``cute_all_bv64`` (its eight-warp form) above it. The other variants are there to be pinned (plan index,
+    a router) or timed."""
     fills = K >= 128 and state_pass_ctas >= STATE_PASS_FILL
     if suffix == "cute_all":
         return 25.0 if io_dtype == "float16" or fills else 12.0
