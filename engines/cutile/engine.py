@@ -648,8 +648,9 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             # cute_prepare: the recompute's chunk_prepare in CuTe DSL (sm_90): 7-9% faster on the H200 at
             # 4 x 2048, H 16 (gdn bf16 K=128 2.27 vs 2.44 ms, K=64 1.14 vs 1.25, fp16 2.29 vs 2.49; kda bf16
             # 2.74 vs 2.97), ranked below the default until the whole backward GPU suite has run with it
-            # first. kda with the softplus gate at K = 64 is off with TF32 products (_tf32_backward_is_off):
-            # there the BF16-product plan ranks first, and the CuTe prepare (TF32) is not proposed.
+            # first, and not proposed at all with the softplus per-channel gate (session 17 took the TF32
+            # fault below for its own). kda with that gate at K < 128 is off with TF32 products
+            # (_tf32_backward_is_off): there the BF16-product plan ranks first.
             tf32_off = _tf32_backward_is_off(node)
             variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 20.0 if tf32_off else 1.0)]
             if _cute_kernels_reason(graph, node, "prepare") is None and not _softplus_per_channel(node):
