@@ -647,17 +647,22 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             # mma: the forward recompute's and the reverse state pass's products (the gradients stay TF32);
             # cute_prepare: the recompute's chunk_prepare in CuTe DSL (sm_90): 7-9% faster on the H200 at
             # 4 x 2048, H 16 (gdn bf16 K=128 2.27 vs 2.44 ms, K=64 1.14 vs 1.25, fp16 2.29 vs 2.49; kda bf16
-            # 2.74 vs 2.97), ranked below the default until the whole backward GPU suite has run with it
-            # first, and not proposed at all with the softplus per-channel gate (session 17 took the TF32
-            # fault below for its own). kda with that gate at K < 128 is off with TF32 products
-            # (_tf32_backward_is_off): there the BF16-product plan ranks first.
+            # 2.74 vs 2.97), not proposed with the softplus per-channel gate (session 17 took the TF32 fault
+            # below for its own); with the CuTe chunk_bwd_intra too (cute_prepare_intra) it ranks first. kda
+            # with that gate at K < 128 is off with TF32 products (_tf32_backward_is_off): there the
+            # BF16-product plan ranks first.
             tf32_off = _tf32_backward_is_off(node)
             variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 20.0 if tf32_off else 1.0)]
-            if _cute_kernels_reason(graph, node, "prepare") is None and not _softplus_per_channel(node):
+            cute_prepare = _cute_kernels_reason(graph, node, "prepare") is None and not _softplus_per_channel(node)
+            # cute_intra: chunk_bwd_intra in CuTe DSL (engines/cute/_delta_bwd_intra), 0.08 ms of 2.48 (gdn)
+            # and 0.12 of 3.01 (kda) less than the default at 4 x 2048, H 16, K = 128 bf16 (session 19)
+            cute_intra = _cute_kernels_reason(graph, node, "intra") is None and not tf32_off
+            if cute_prepare:
                 variants.append(("cute_prepare", {"mma": "tf32", "prepare": "cute"}, 5.0))
-            if _cute_kernels_reason(graph, node, "intra") is None and not tf32_off:
-                # chunk_bwd_intra in CuTe DSL (engines/cute/_delta_bwd_intra; to pin or time)
-                variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0))
+            if cute_intra:
+                variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0 if cute_prepare else 15.0))
+            if cute_prepare and cute_intra:
+                variants.append(("cute_prepare_intra", {"mma": "tf32", "prepare": "cute", "intra": "cute"}, 16.0))
             return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, **knobs},
                                name=f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else ""),
                                engine=self, priority=priority, workspace_size=size)
@@ -774,6 +779,12 @@ def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
     "state_pass": _delta_state) cannot stand in for the cuTile one for this node, or None when it can: gdn
     and kda (scalar beta, no write gate; kda's prepare and output with BF16 inputs; the prepare also for
     their backward's recompute), on device 0, sm_90, with the DSL installed."""
+    reason = _cute_op_reason(graph, node, kernel)
+    return reason if reason is not None else _cute_device_reason(graph)
+
+
+def _cute_op_reason(graph, node, kernel: str) -> str | None:
+    """The part of ``_cute_kernels_reason`` the node alone decides (its op and input type)."""
     # a backward's recompute (prepare) and its intra-chunk terms (intra) name the forward op
     op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra") else node.op
     if op not in CUTE_OPS[kernel]:
@@ -784,6 +795,11 @@ def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
         # reach e^SPLIT_EXPONENT_LIMIT, and FP16 overflows past e^11 (the cuTile kernels take TF32 for FP16)
         return (f"the CuTe chunk_{kernel} holds {op}'s split decay factors (up to e^{SPLIT_EXPONENT_LIMIT:g}) "
                 f"in the input type, and FP16 overflows past e^11 (BF16 does not)")
+    return None
+
+
+def _cute_device_reason(graph) -> str | None:
+    """The part of ``_cute_kernels_reason`` the device and the installed DSL decide."""
     if graph.device[1] != 0:
         # The DSL's own call launches on the CUDA runtime's current device; the Python launch path has no
         # device switch for these kernels and no second GPU has run them (issue 27).

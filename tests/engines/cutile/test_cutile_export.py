@@ -376,18 +376,18 @@ def test_declines_do_not_repeat_the_engine_name():
 
 def _proposed(cg, g, cute_reason=None):
     """The engine's plans for ``g`` with the device checks stubbed (no GPU here to query); the CuTe
-    kernels' own check answers ``cute_reason``."""
+    kernels' device check answers ``cute_reason`` (their op and type checks are the engine's own)."""
     from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
     from cudnn_graph.engines.cutile import engine as cutile_engine
     engine = CutileLinearAttentionEngine()
     engine.missing = None
-    saved = cutile_engine._support_reason, cutile_engine._cute_kernels_reason
+    saved = cutile_engine._support_reason, cutile_engine._cute_device_reason
     cutile_engine._support_reason = lambda graph, node: None
-    cutile_engine._cute_kernels_reason = lambda graph, node, kernel="output": cute_reason
+    cutile_engine._cute_device_reason = lambda graph: cute_reason
     try:
         return engine.propose_plans(g)
     finally:
-        cutile_engine._support_reason, cutile_engine._cute_kernels_reason = saved
+        cutile_engine._support_reason, cutile_engine._cute_device_reason = saved
 
 
 def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
@@ -760,29 +760,28 @@ def test_kda_with_float16_inputs_keeps_the_cutile_prepare_and_output(kernel, ref
         assert reason is None or "FP16" not in reason
 
 
-def test_the_backward_offers_its_recompute_on_the_cute_prepare_below_the_default_where_that_can_run():
-    # proposed where the CuTe chunk_prepare runs, ranked below the default (not every backward case passed
-    # with it first on the H200), absent elsewhere
+def test_the_backward_ranks_its_cute_prepare_and_intra_first_where_both_can_run():
+    # the CuTe chunk_prepare and chunk_bwd_intra together rank first; each alone below the default (to pin or
+    # time); none of them where the CuTe kernels cannot run
     cg = _package()
     for op, attrs in (("gdn_bwd", {}), ("kda_bwd", {"gate_lower_bound": -2.5})):
         g = _grouped_gated_graph(cg, op, **attrs)
-        by_name = {p.label: p for p in _proposed(cg, g)}
-        name = f"cutile_{op}_chunk64_cute_prepare"
-        assert by_name[name].knobs["prepare"] == "cute"
-        assert by_name[f"cutile_{op}_chunk64"].priority > by_name[name].priority
-        plans = _proposed(cg, g, cute_reason="not sm_90")
-        assert not [p for p in plans if p.label.endswith("cute_prepare")]
+        plans = _proposed(cg, g)
+        by_name = {p.label: p for p in plans}
+        first = max(plans, key=lambda p: p.priority)
+        assert first.label == f"cutile_{op}_chunk64_cute_prepare_intra"
+        assert (first.knobs["prepare"], first.knobs["intra"], first.knobs["mma"]) == ("cute", "cute", "tf32")
+        for alone, knob in (("cute_prepare", "prepare"), ("cute_intra", "intra")):
+            assert by_name[f"cutile_{op}_chunk64_{alone}"].knobs[knob] == "cute"
+            assert by_name[f"cutile_{op}_chunk64"].priority > by_name[f"cutile_{op}_chunk64_{alone}"].priority
+        assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if "cute" in p.label]
 
 
-def test_the_backward_offers_its_intra_chunk_terms_on_cute_below_the_default_where_that_can_run():
+def test_the_backward_runs_its_intra_chunk_terms_on_cute_first_where_the_cute_prepare_is_left_out():
+    # kda with the softplus gate at K = 128: no CuTe prepare, the CuTe chunk_bwd_intra ranks first
     cg = _package()
-    for op, attrs in (("gdn_bwd", {}), ("kda_bwd", {"gate_lower_bound": -2.5})):
-        g = _grouped_gated_graph(cg, op, **attrs)
-        by_name = {p.label: p for p in _proposed(cg, g)}
-        name = f"cutile_{op}_chunk64_cute_intra"
-        assert by_name[name].knobs["intra"] == "cute" and by_name[name].knobs["mma"] == "tf32"
-        assert by_name[f"cutile_{op}_chunk64"].priority > by_name[name].priority
-        assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if p.label.endswith("cute_intra")]
+    plans = _proposed(cg, _grouped_gated_graph(cg, "kda_bwd", K=128))
+    assert max(plans, key=lambda p: p.priority).label == "cutile_kda_bwd_chunk64_cute_intra"
     # kda with the softplus gate at K = 64 runs the BF16-product plan; gdn2 has no CuTe kernels
     assert not [p for p in _proposed(cg, _grouped_gated_graph(cg, "kda_bwd")) if p.label.endswith("cute_intra")]
     from cudnn_graph.engines.cutile import engine as cutile_engine
@@ -799,7 +798,7 @@ def test_the_kda_backward_with_the_softplus_gate_offers_no_cute_prepare_plan():
 
 
 @pytest.mark.parametrize("op, K, first", [("kda_bwd", 64, "cutile_kda_bwd_chunk64_auto"),
-                                          ("kda_bwd", 128, "cutile_kda_bwd_chunk64"),
+                                          ("kda_bwd", 128, "cutile_kda_bwd_chunk64_cute_intra"),
                                           ("gdn2_bwd", 64, "cutile_gdn2_bwd_chunk64")])
 def test_the_kda_backward_with_the_softplus_gate_below_k128_runs_bf16_products_first(op, K, first):
     # K = 64: the TF32 plan's d_initial_state was 6.9e-2 off on the H200, the BF16-product plan's 5e-4
