@@ -25,7 +25,8 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
                                  each compiles at its first call, tens of seconds). The default row runs the
                                  plan the engine ranks first (the CuTe chunk_prepare's for gdn on sm_90).
     --bwd-variants NAME,NAME   also time these backward plans (cutile_<op>_bwd_chunk64_<NAME>: auto,
-                                 cute_prepare) in the default row
+                                 cute_prepare, cute_intra; "cutile": the plain TF32 default) in the default
+                                 row, whose own backward runs the plan the engine ranks first (bwd_plan)
     --breakdown         time each kernel launch of our plans apart with CUDA events around each launch
     --no-backward       forward only
     --cases OP:SHAPE:DTYPE:DIM,...   exactly these rows (e.g. gdn:4x2048_h16:bf16:128), instead of --ops /
@@ -208,14 +209,16 @@ def backward_seeds(torch, x: dict) -> dict:
 
 
 def ours_backward(torch, op: str, x: dict, variant: str = ""):
-    """(run, compiled plan, first-call seconds) for our cuTile {op}_bwd plan (its variant ``variant``, ''
-    for the default) on ``x`` plus backward_seeds."""
+    """(run, compiled plan, first-call seconds) for our {op}_bwd plan on ``x`` plus backward_seeds: the
+    engine's first-ranked one for ``variant`` '', else the cuTile engine's variant ``variant`` ("cutile": its
+    plain TF32 default)."""
     import cudnn_graph as cudnn
     F = cudnn.data_type
     x = dict(x, **backward_seeds(torch, x))
-    name = f"cutile_{op}_bwd_chunk64" + (f"_{variant}" if variant else "")
+    name = None if not variant else f"cutile_{op}_bwd_chunk64" + ("" if variant == "cutile" else f"_{variant}")
     types = _graph_types(torch, cudnn, x)
-    g = cudnn.pygraph(io_data_type=types["q"], compute_data_type=F.FLOAT, device="cuda", router=_Prefer(name))
+    g = cudnn.pygraph(io_data_type=types["q"], compute_data_type=F.FLOAT, device="cuda",
+                      router=_Prefer(name) if name else None)
     t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types[name])
          for name, a in x.items()}
     outs = getattr(g, f"{op}_bwd")(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
@@ -225,7 +228,7 @@ def ours_backward(torch, op: str, x: dict, variant: str = ""):
     for tensor in outs:
         tensor.set_output(True)
     g.build([cudnn.heur_mode.A])
-    if g.selected_plan.label != name:
+    if name and g.selected_plan.label != name:
         raise RuntimeError(f"plan {name} was not selected: {g.selected_plan} ({g.declines})")
     pack = {t[name]: a for name, a in x.items()}
     for tensor in outs:
@@ -426,7 +429,8 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
             r["kernels_ms"] = kernel_breakdown(torch, run, compiled, args.iters)
 
     def our_backward(r):
-        run, _, r["ours_bwd_first_call_s"] = ours_backward(torch, case.op, x)
+        run, compiled, r["ours_bwd_first_call_s"] = ours_backward(torch, case.op, x)
+        r["bwd_plan"] = compiled.plan.label
         r["ours_bwd_kernels_gpu_ms"] = {}
         r["ours_bwd_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_bwd_kernels_gpu_ms"])
 
@@ -471,7 +475,7 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="with --per-call: alternating fla / ours rounds")
     parser.add_argument("--no-backward", dest="backward", action="store_false", help="forward only")
     parser.add_argument("--bwd-variants", default="", help="a comma list of backward plan variants to time too "
-                        "(cutile_<op>_bwd_chunk64_<variant>: auto, cute_prepare)")
+                        "(cutile_<op>_bwd_chunk64_<variant>: auto, cute_prepare, cute_intra; cutile: the TF32 default)")
     parser.add_argument("--cases", default="", help="exactly these rows: OP:SHAPE:DTYPE:DIM,... "
                         "(e.g. gdn:4x2048_h16:bf16:128)")
     args = parser.parse_args(argv)
