@@ -844,8 +844,8 @@ def _tf32_backward_is_off(node) -> bool:
     """kda_bwd with the softplus gate at K < 128: on the H200 (sessions 11-19) its TF32-product plans missed the
     reference by up to 1.1e-1 (d_initial_state; dk, dv, dbeta 2.6e-2; K = V = 64, grouped value heads,
     uneven sequences, seed 5) while the BF16-product plan stayed within 6e-3, as every plan did at K = 128.
-    Session 19 found the cause: cuTile's TF32 products take an f32 operand's top bits as they are (a bias
-    toward zero), which the reverse state pass compounds; with its operands rounded to nearest first the
+    Session 19 found the cause: cuTile's TF32 products behave as if they took an f32 operand's top bits as
+    they are (a bias toward zero), which the reverse state pass compounds; with operands rounded to nearest the
     same case is 8e-5 off (branch tf32-nearest, to run on the H200). Until then these nodes run the
     BF16-product plan."""
     return node.op == "kda_bwd" and node.inputs["q"].dim[2] < 128 and _softplus_per_channel(node)
