@@ -663,6 +663,11 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                 variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0 if cute_prepare else 15.0))
             if cute_prepare and cute_intra:
                 variants.append(("cute_prepare_intra", {"mma": "tf32", "prepare": "cute", "intra": "cute"}, 16.0))
+            # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider
+            # loads; half the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill
+            # 2.7 KB a thread in chunk_bwd_grads): not yet timed, so to pin or time
+            variants += [(f"{suffix}_bv64" if suffix else "bv64", {**knobs, "block_v": 64}, 2.0)
+                         for suffix, knobs, priority in variants if priority >= 10.0]
             return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, **knobs},
                                name=f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else ""),
                                engine=self, priority=priority, workspace_size=size)

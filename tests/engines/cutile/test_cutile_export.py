@@ -108,6 +108,19 @@ def test_backward_kernels_export_a_cubin_for_sm90(op, head_dim):
         assert buffer.getvalue()[:4] == b"\x7fELF", f"{signature.symbol} for sm_90 is not an ELF cubin"
 
 
+@needs_cutile
+def test_backward_kernels_in_value_blocks_of_64_export_a_cubin_for_sm90():
+    """The backward plans' ``_bv64`` twins: the reverse state pass, chunk_bwd_values and chunk_bwd_grads over
+    value blocks of 64 (gdn, K = V = 64)."""
+    from cuda.tile.compilation import export_kernel
+    variant = _variants.Variant("gdn", "bfloat16", "bfloat16", "bfloat16", 64, 64, 64, 4, 0.125, True, True, False,
+                                has_dht=True)
+    for kernel, signature in _variants.backward_signatures(variant)[-3:]:
+        buffer = io.BytesIO()
+        export_kernel(kernel, [signature], buffer, gpu_code="sm_90", output_format="cubin")
+        assert buffer.getvalue()[:4] == b"\x7fELF", f"{signature.symbol} for sm_90 is not an ELF cubin"
+
+
 # Grouped value heads (group = HV // H = 2: q / k read at h // 2; the backward's dq / dk shares summed by
 # group_sum) and the gate options (gate_activation before the chunked kernels, gate_activation_bwd after the
 # backward's), K = V = 64 for sm_90: every kernel they change or add.
@@ -774,6 +787,11 @@ def test_the_backward_ranks_its_cute_prepare_and_intra_first_where_both_can_run(
         for alone, knob in (("cute_prepare", "prepare"), ("cute_intra", "intra")):
             assert by_name[f"cutile_{op}_chunk64_{alone}"].knobs[knob] == "cute"
             assert by_name[f"cutile_{op}_chunk64"].priority > by_name[f"cutile_{op}_chunk64_{alone}"].priority
+        # the first and the default plan have twins over value blocks of 64, ranked below both (to time)
+        for name in (first.label, f"cutile_{op}_chunk64"):
+            twin = by_name[f"{name}_bv64"]
+            assert dict(twin.knobs, block_v=32) == dict(by_name[name].knobs) and twin.knobs["block_v"] == 64
+            assert twin.priority < by_name[f"cutile_{op}_chunk64"].priority
         assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if "cute" in p.label]
 
 
