@@ -728,7 +728,7 @@ def test_gdn2_bwd_is_claimed_with_per_channel_beta_the_write_gate_and_their_grad
     engine = CutileLinearAttentionEngine()
     engine.missing = None                      # reach the plans without a toolchain
     names = [p.label for p in engine.propose_plans(g)]
-    assert names == ["cutile_gdn2_bwd_chunk64", "cutile_gdn2_bwd_chunk64_auto"]
+    assert names == ["cutile_gdn2_bwd_chunk64", "cutile_gdn2_bwd_chunk64_auto", "cutile_gdn2_bwd_chunk64_bv64"]
 
 
 @pytest.mark.parametrize("op", ["gdn", "kda_bwd", "gdn2_bwd"])
