@@ -43,13 +43,9 @@ class DeltaBwdIntra(DeltaOutput):
     @cute.kernel
     def kernel(self, pq: cute.Pointer, pk: cute.Pointer, pdo: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
                pp: cute.Pointer, pqg: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32):
-        K, V, H, HQ = self.K, self.V, self.H, self.HQ
-        mQ = cute.make_tensor(pq, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
-        mK = cute.make_tensor(pk, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
+        K, V, H = self.K, self.V, self.H
+        mQ, mK, mG, mGs, mCu = self.score_views(pq, pk, pg, pcu, tokens, n_seq)
         mDo = cute.make_tensor(pdo, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
-        mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
-        mGs = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))    # per channel
-        mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
         mP = cute.make_tensor(pp, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1)))
         mQg = cute.make_tensor(pqg, cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1)))
         tiled_mma = self.warp_mma()
@@ -60,11 +56,7 @@ class DeltaBwdIntra(DeltaOutput):
 
         storage = SmemAllocator().allocate(self.shared_storage())
         width = self._row_width
-        sQ = cute.make_tensor(storage.q.data_ptr(), cute.make_layout((CHUNK, K), stride=(width, 1)))
-        sK = cute.make_tensor(storage.x.data_ptr(), cute.make_layout((CHUNK, K), stride=(width, 1)))
-        sX = cute.make_tensor(storage.x.data_ptr(), cute.make_layout((CHUNK, V), stride=(width, 1)))
-        sAttn = cute.make_tensor(storage.attn.data_ptr(), cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + PAD, 1)))
-        sGc = cute.make_tensor(storage.gc.data_ptr(), cute.make_layout((CHUNK,)))
+        sQ, sK, sX, sAttn, sGc = self.score_buffers(storage)
 
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:

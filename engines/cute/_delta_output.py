@@ -65,6 +65,29 @@ class DeltaOutput(ChunkKernel):
     def shared_bytes(self) -> int:
         return self.shared_storage().size_in_bytes()
 
+    def score_views(self, pq: cute.Pointer, pk: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer, tokens: Int32,
+                    n_seq: Int32):
+        """The global views the scores read (traced into the caller's kernel): q and k (tokens x key heads x
+        K), the cumulative gates per token (tokens x value heads) and per channel (x K), cu_seqlens."""
+        K, H, HQ = self.K, self.H, self.HQ
+        mQ = cute.make_tensor(pq, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
+        mK = cute.make_tensor(pk, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
+        mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
+        mGs = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))
+        mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
+        return mQ, mK, mG, mGs, mCu
+
+    def score_buffers(self, storage):
+        """The shared buffers over ``storage``: q's rows, the one operand buffer (k's rows, then a 64 x V
+        block), attn and the chunk's cumulative gates."""
+        width = self._row_width
+        sQ = cute.make_tensor(storage.q.data_ptr(), cute.make_layout((CHUNK, self.K), stride=(width, 1)))
+        sK = cute.make_tensor(storage.x.data_ptr(), cute.make_layout((CHUNK, self.K), stride=(width, 1)))
+        sX = cute.make_tensor(storage.x.data_ptr(), cute.make_layout((CHUNK, self.V), stride=(width, 1)))
+        sAttn = cute.make_tensor(storage.attn.data_ptr(), cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + PAD, 1)))
+        sGc = cute.make_tensor(storage.gc.data_ptr(), cute.make_layout((CHUNK,)))
+        return sQ, sK, sX, sAttn, sGc
+
     @cute.jit
     def __call__(self, pq: cute.Pointer, pk: cute.Pointer, pd: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
                  phs: cute.Pointer, po: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32,
@@ -75,14 +98,10 @@ class DeltaOutput(ChunkKernel):
     @cute.kernel
     def kernel(self, pq: cute.Pointer, pk: cute.Pointer, pd: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
                phs: cute.Pointer, po: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32):
-        K, V, H, HQ = self.K, self.V, self.H, self.HQ
+        K, V, H = self.K, self.V, self.H
         io = self.io
-        mQ = cute.make_tensor(pq, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
-        mK = cute.make_tensor(pk, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
+        mQ, mK, mG, mGs, mCu = self.score_views(pq, pk, pg, pcu, tokens, n_seq)
         mD = cute.make_tensor(pd, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1)))
-        mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
-        mGs = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))    # per channel
-        mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
         mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
         mO = cute.make_tensor(po, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
         tiled_mma = self.warp_mma()
@@ -93,11 +112,7 @@ class DeltaOutput(ChunkKernel):
 
         storage = SmemAllocator().allocate(self.shared_storage())
         width = self._row_width
-        sQ = cute.make_tensor(storage.q.data_ptr(), cute.make_layout((CHUNK, K), stride=(width, 1)))
-        sK = cute.make_tensor(storage.x.data_ptr(), cute.make_layout((CHUNK, K), stride=(width, 1)))
-        sX = cute.make_tensor(storage.x.data_ptr(), cute.make_layout((CHUNK, V), stride=(width, 1)))
-        sAttn = cute.make_tensor(storage.attn.data_ptr(), cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + PAD, 1)))
-        sGc = cute.make_tensor(storage.gc.data_ptr(), cute.make_layout((CHUNK,)))
+        sQ, sK, sX, sAttn, sGc = self.score_buffers(storage)
 
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
