@@ -25,8 +25,8 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 from cutlass.memory import SmemAllocator
 
-from ._delta_chunk import CHUNK, PAD, SEG, THREADS, KernelLauncher, compile_kernel
-from ._delta_output import DeltaOutput
+from ._delta_chunk import CHUNK, PAD, SEG, THREADS, KernelLauncher
+from ._delta_output import DeltaOutput, score_kernel_launcher
 
 
 class DeltaBwdIntra(DeltaOutput):
@@ -95,16 +95,8 @@ def _pointer_types(io_dtype: str, per_channel: bool = False) -> tuple:
             ("float32", 16), ("float32", 16))
 
 
-def compile_bwd_intra(io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
-                      per_channel: bool = False):
-    """(compiled kernel, dynamic shared bytes) of one specialisation."""
-    return compile_kernel(DeltaBwdIntra(io_dtype, K, V, HQ, H, use_l2, scale, per_channel),
-                          _pointer_types(io_dtype, per_channel))
-
-
 def bwd_intra_launcher(io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
                        n_seq: int, per_channel: bool = False) -> KernelLauncher:
     """The launcher of one specialisation; its slots: q, k, dO, g, cu_seqlens, P, qg."""
-    key = ("chunk_bwd_intra", io_dtype, K, V, HQ, H, use_l2, float(scale), per_channel)
-    return KernelLauncher(lambda: DeltaBwdIntra(io_dtype, K, V, HQ, H, use_l2, scale, per_channel), key,
-                          _pointer_types(io_dtype, per_channel), n_seq)
+    return score_kernel_launcher(DeltaBwdIntra, "chunk_bwd_intra", _pointer_types, io_dtype, K, V, HQ, H, use_l2,
+                                 scale, n_seq, per_channel)

@@ -265,9 +265,17 @@ def compile_output(io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool,
                           _pointer_types(io_dtype, per_channel))
 
 
+def score_kernel_launcher(kind, name: str, pointer_types, io_dtype: str, K: int, V: int, HQ: int, H: int,
+                          use_l2: bool, scale: float, n_seq: int, per_channel: bool) -> KernelLauncher:
+    """The launcher of one specialisation of ``kind`` (DeltaOutput or a subclass taking its arguments),
+    cached under ``name`` and the specialisation; ``pointer_types(io_dtype, per_channel)`` its slots' types."""
+    key = (name, io_dtype, K, V, HQ, H, use_l2, float(scale), per_channel)
+    return KernelLauncher(lambda: kind(io_dtype, K, V, HQ, H, use_l2, scale, per_channel), key,
+                          pointer_types(io_dtype, per_channel), n_seq)
+
+
 def output_launcher(io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
                     n_seq: int, per_channel: bool = False) -> KernelLauncher:
     """The launcher of one specialisation; its slots: q, k, d, g, cu_seqlens, hs, o."""
-    key = ("chunk_output", io_dtype, K, V, HQ, H, use_l2, float(scale), per_channel)
-    return KernelLauncher(lambda: DeltaOutput(io_dtype, K, V, HQ, H, use_l2, scale, per_channel), key,
-                          _pointer_types(io_dtype, per_channel), n_seq)
+    return score_kernel_launcher(DeltaOutput, "chunk_output", _pointer_types, io_dtype, K, V, HQ, H, use_l2, scale,
+                                 n_seq, per_channel)
