@@ -161,6 +161,13 @@ def gpu_run(builder, host_inputs, out_names, producer="cupy", **kwargs):
     """Build the graph for the GPU, feed ``host_inputs`` from ``producer`` (outputs are CuPy arrays
     with the builder's strides, so JAX's immutable arrays only ever read), execute and return the
     outputs on the host, plus the graph: ``({name: array}, graph)``."""
+    runs, g = gpu_runs(builder, host_inputs, out_names, 1, producer, **kwargs)
+    return runs[0], g
+
+
+def gpu_runs(builder, host_inputs, out_names, times, producer="cupy", **kwargs):
+    """``gpu_run`` executing the built graph ``times`` times on the same inputs, the outputs zeroed before
+    each: ``([{name: array}, ...], graph)`` (to pin that a plan is deterministic)."""
     cp = pytest.importorskip("cupy")
     g, t = build_gpu(builder, **kwargs)
     pack, keep, outs = {}, [], {}
@@ -177,13 +184,18 @@ def gpu_run(builder, host_inputs, out_names, producer="cupy", **kwargs):
             obj, alive = _device_input(producer, host_inputs[name])
             pack[tensor] = obj
             keep.append(alive)
-    g.execute(pack)
-    cp.cuda.Device().synchronize()
-    result = {}
-    for name, (dev, np_dtype) in outs.items():
-        raw = cp.asnumpy(dev)
-        result[name] = raw.view(np_dtype) if raw.dtype != np.dtype(np_dtype) else raw
-    return result, g
+    runs = []
+    for _ in range(times):
+        for dev, _ in outs.values():
+            dev[...] = 0
+        g.execute(pack)
+        cp.cuda.Device().synchronize()
+        result = {}
+        for name, (dev, np_dtype) in outs.items():
+            raw = cp.asnumpy(dev)
+            result[name] = raw.view(np_dtype) if raw.dtype != np.dtype(np_dtype) else raw
+        runs.append(result)
+    return runs, g
 
 
 def compare(builder, host_inputs, out_names, producer="cupy", tolerance=None, **kwargs):
