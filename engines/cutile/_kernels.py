@@ -453,7 +453,9 @@ def chunk_bwd_intra(q, k, do, g_in, cu, p_out, qg_out, scale: ConstFloat,
         _store_chunk_tile(qg_out, c, h, 0, qs, K)
 
 
-@ct.kernel(num_worker_warps=_EIGHT_ON_SM90)
+# Four worker warps, not eight: with eight (0.05-0.1 ms faster on the H200) the same inputs gave different dS
+# from one execution to the next (session 20; docs/engines_cutile.md, "The backward").
+@ct.kernel
 def chunk_bwd_state_pass(do, w_in, kd_in, qg_in, g_in, cu, dht, dhs, dd_io, dh0,
                          NSEQ: ConstInt, NP: ConstInt, K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
                          HAS_DHT: ConstBool, HAS_H0: ConstBool, LOW: ConstBool):
