@@ -29,6 +29,8 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
                                  row, whose own backward runs the plan the engine ranks first (bwd_plan)
     --breakdown         time each kernel launch of our plans apart with CUDA events around each launch
     --no-backward       forward only
+    --no-fla-backward   our backward only (fla's refuses to run on Hopper with Triton < 3.7.1, after ~45 s of
+                        compiles a row)
     --cases OP:SHAPE:DTYPE:DIM,...   exactly these rows (e.g. gdn:4x2048_h16:bf16:128), instead of --ops /
                                  --shapes / --full
 
@@ -452,7 +454,8 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
         _measure("ours_bwd", row, our_backward)
         for name in _variant_names(args.bwd_variants):
             _measure(f"ours_bwd_{name}", row, our_backward_variant(name))
-        _measure("fla_bwd", row, fla_bwd)
+        if args.fla_backward:
+            _measure("fla_bwd", row, fla_bwd)
     if row.get("ours_gpu_ms") and row.get("fla_gpu_ms"):
         row["ours_over_fla_gpu"] = row["ours_gpu_ms"] / row["fla_gpu_ms"]
     if row.get("ours_gpu_ms") and row.get("ours_bwd_gpu_ms"):
@@ -474,6 +477,8 @@ def main(argv=None) -> None:
     parser.add_argument("--per-call", action="store_true", help="also the wall time per forward call (events)")
     parser.add_argument("--rounds", type=int, default=5, help="with --per-call: alternating fla / ours rounds")
     parser.add_argument("--no-backward", dest="backward", action="store_false", help="forward only")
+    parser.add_argument("--no-fla-backward", dest="fla_backward", action="store_false",
+                        help="skip fla's backward (it refuses Hopper with Triton < 3.7.1, after its compiles)")
     parser.add_argument("--bwd-variants", default="", help="a comma list of backward plan variants to time too "
                         "(cutile_<op>_bwd_chunk64_<variant>: auto, cute_prepare, cute_intra; cutile: the TF32 default)")
     parser.add_argument("--cases", default="", help="exactly these rows: OP:SHAPE:DTYPE:DIM,... "
