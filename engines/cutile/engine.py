@@ -647,20 +647,16 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             # mma: the forward recompute's and the reverse state pass's products (the gradients stay TF32);
             # cute_prepare: the recompute's chunk_prepare in CuTe DSL (sm_90): 7-9% faster on the H200 at
             # 4 x 2048, H 16 (gdn bf16 K=128 2.27 vs 2.44 ms, K=64 1.14 vs 1.25, fp16 2.29 vs 2.49; kda bf16
-            # 2.74 vs 2.97), not proposed with the softplus per-channel gate until the four-warp reverse state
-            # pass has run there on a GPU (_tf32_backward_is_off); with the CuTe chunk_bwd_intra too
-            # (cute_prepare_intra) it ranks first. kda with that gate at K < 128 ranks the BF16-product plan
-            # first, for the same reason.
-            tf32_off = _tf32_backward_is_off(node)
-            variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 20.0 if tf32_off else 1.0)]
-            cute_prepare = _cute_kernels_reason(graph, node, "prepare") is None and not _softplus_per_channel(node)
-            # cute_intra: chunk_bwd_intra in CuTe DSL (engines/cute/_delta_bwd_intra), 0.08 ms of 2.48 (gdn)
-            # and 0.12 of 3.01 (kda) less than the default at 4 x 2048, H 16, K = 128 bf16 (session 19)
-            cute_intra = _cute_kernels_reason(graph, node, "intra") is None and not tf32_off
+            # 2.74 vs 2.97); cute_intra: chunk_bwd_intra in CuTe DSL (engines/cute/_delta_bwd_intra), 0.08 ms
+            # of 2.48 (gdn) and 0.12 of 3.01 (kda) less than the default at 4 x 2048, H 16, K = 128 bf16
+            # (session 19). Both together (cute_prepare_intra) rank first.
+            variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
+            cute_prepare = _cute_kernels_reason(graph, node, "prepare") is None
+            cute_intra = _cute_kernels_reason(graph, node, "intra") is None
             if cute_prepare:
                 variants.append(("cute_prepare", {"mma": "tf32", "prepare": "cute"}, 5.0))
             if cute_intra:
-                variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0 if cute_prepare else 15.0))
+                variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0))
             if cute_prepare and cute_intra:
                 variants.append(("cute_prepare_intra", {"mma": "tf32", "prepare": "cute", "intra": "cute"}, 16.0))
             # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider
@@ -835,25 +831,6 @@ def _kernel_source(graph, node, kernel: str, source: str) -> str:
         if reason is not None:
             raise GraphNotSupportedError(f"{kernel}='cute': {reason}")
     return source
-
-
-def _softplus_per_channel(node) -> bool:
-    """Whether a node has per-channel gates formed in-kernel by the softplus transform (kda or gdn2 with
-    safe_gate and no lower bound): the steepest decays the GPU cases draw (down to -2.1 a token)."""
-    from cudnn_graph.ops._linear_attention import gate_transform
-    op = BACKWARD_OPS.get(node.op, node.op)
-    return OP_FEATURES[op][0] and gate_transform(op, node.params) == "softplus"
-
-
-def _tf32_backward_is_off(node) -> bool:
-    """kda_bwd with the softplus gate at K < 128: on the H200 (sessions 11-19) its TF32-product plans missed the
-    reference by up to 1.1e-1 (d_initial_state; dk, dv, dbeta 2.6e-2; K = V = 64, grouped value heads,
-    uneven sequences, seed 5) while the BF16-product plan stayed within 6e-3, as every plan did at K = 128.
-    Session 20 found the cause: the reverse state pass on eight worker warps gave different dS from one
-    execution to the next (docs/engines_cutile.md, "The backward"); it now runs on four, which passed these
-    cases in session 20's probes but has not run the GPU suite yet. Until it has, these nodes run the
-    BF16-product plan."""
-    return node.op == "kda_bwd" and node.inputs["q"].dim[2] < 128 and _softplus_per_channel(node)
 
 
 def _io_scratch(graph, node, knobs) -> str:

@@ -107,9 +107,8 @@ def test_backward_recompute_on_the_cute_prepare(op, K, V):
 
 
 # the plan ranked first for the backward (both CuTe kernels), executed four times on the case that showed the
-# eight-warp reverse state pass's race (test_cutile_linear_attention_gva_gates.py); kda with the softplus gate
-# is not offered the CuTe prepare yet (engine._tf32_backward_is_off)
-@pytest.mark.parametrize("op", ["gdn_bwd"])
+# eight-warp reverse state pass's race (test_cutile_linear_attention_gva_gates.py)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 def test_the_first_backward_plan_gives_the_same_bits_every_execution(op):
     gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=5,
                  plan=f"cutile_{op}_chunk64_cute_prepare_intra", repeats=4)
