@@ -34,7 +34,7 @@ from ._delta_chunk import (CHUNK, DTYPES, PAD, SEG, ChunkKernel, KernelLauncher,
 
 
 # the warps a CTA takes for its BV value columns (four along the chunk's rows, the rest along the columns)
-WARPS_OF_BV = {32: 4, 64: 8}
+WARPS_OF_BV = {16: 4, 32: 4, 64: 8}
 
 
 class DeltaStatePass(ChunkKernel):

@@ -75,6 +75,10 @@ VARIANT_KNOBS = {
     "cute": {"prepare": "cute", "output": "cute"},
     "cute_prepare": {"prepare": "cute"},
     "tf32": {"mma": "tf32"},
+    # value blocks of 16 in the state pass: four times the CTAs of the default, for few sequences x heads
+    # (one sequence of 32k tokens at 16 heads: 64 CTAs at 32 columns on 132 SMs)
+    "cute_bv16": {"prepare": "cute", "output": "cute", "block_v": 16},
+    "cute_all_bv16": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 16},
     "bv64": {"block_v": 64},
     "bv128": {"block_v": 128},
     "out32": {"output_block_v": 32},
@@ -82,6 +86,7 @@ VARIANT_KNOBS = {
     "f32_scratch": {"scratch": "f32"},
 }
 MMA_TYPES = ("auto", "tf32", "bf16")
+FORWARD_BLOCK_VS = (16, 32, 64, 128)    # the forward's block_v knob: value columns per state-pass CTA
 STATE_FORMS = ("staged", "resident")   # the CuTe state pass's forms (engines/cute/_delta_state)
 KERNEL_SOURCES = ("cutile", "cute")     # the prepare / output knobs: the cuTile kernel or the CuTe DSL one
 
@@ -712,8 +717,9 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         io_scratch = _io_scratch(graph, node, knobs)
         geometry = _Geometry(node, io_scratch=io_scratch)
         block_v = int(knobs["block_v"])
-        if block_v not in (32, 64, 128) or geometry.V % block_v:
-            raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
+        if block_v not in FORWARD_BLOCK_VS or geometry.V % block_v:
+            raise GraphNotSupportedError(f"block_v={block_v} is not one of {', '.join(map(str, FORWARD_BLOCK_VS))} "
+                                         f"dividing V={geometry.V}")
         if knobs["mma"] not in MMA_TYPES:
             raise GraphNotSupportedError(f"mma={knobs['mma']!r}; expected one of {MMA_TYPES}")
         output_block_v = int(knobs["output_block_v"])

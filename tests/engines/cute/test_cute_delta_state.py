@@ -19,14 +19,15 @@ from cudnn_graph.engines.cutile import _abi  # noqa: E402
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-@pytest.mark.parametrize("io, K, V, BV, states", [("bfloat16", 128, 128, 32, True), ("float16", 64, 128, 64, False)])
+@pytest.mark.parametrize("io, K, V, BV, states", [("bfloat16", 128, 128, 32, True), ("float16", 64, 128, 64, False),
+                                                   ("bfloat16", 128, 128, 16, True)])
 def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, BV, states, per_channel):
     launcher = _delta_state.state_pass_launcher(io, K, V, BV, 4, states, states, 3, per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
     (symbol,) = _abi.kernel_symbols(cubin)
     table = _abi.cubin_parameters(cubin, symbol)
     assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(9)] + [(72, 4), (76, 4), (80, 4)]
-    assert block == ({32: 128, 64: 256}[BV], 1, 1) and 0 < shared <= 48 * 1024
+    assert block == ({16: 128, 32: 128, 64: 256}[BV], 1, 1) and 0 < shared <= 48 * 1024
 
 
 def test_sixty_four_value_columns_take_eight_warps_and_put_kd_in_w_place():

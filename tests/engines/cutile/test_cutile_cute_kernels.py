@@ -63,6 +63,16 @@ def test_the_eight_warp_state_pass(op, K, V, cu):
     forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 5, plan=f"cutile_{op}_chunk64_cute_all_bv64")
 
 
+# value blocks of 16 (four times the default's state-pass CTAs, for few sequences x heads): the cuTile state
+# pass (cute_bv16) and the CuTe one (cute_all_bv16), four warps a CTA
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("suffix", ["cute_bv16", "cute_all_bv16"])
+@pytest.mark.parametrize("K, V, cu", [(128, 128, "small"), (64, 64, "small"), (128, 128, "big")])
+def test_the_sixteen_column_state_pass(op, suffix, K, V, cu):
+    lengths, H = (forward.SMALL, 2) if cu == "small" else (forward.BIG, 16)
+    forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 7, plan=f"cutile_{op}_chunk64_{suffix}")
+
+
 # the resident CuTe state pass (the state transposed in the MMA accumulators, four warps of 16 columns)
 @pytest.mark.parametrize("op", ["gdn", "kda"])
 @pytest.mark.parametrize("K, V, cu", [(128, 128, "small"), (64, 64, "small"), (64, 128, "small"),

@@ -64,6 +64,7 @@ def test_every_kernel_exports_a_cubin(variant, arch):
 VARIANT_EXPORTS = [
     ("gdn", {"low_mma": False}),
     ("kda", {"block_v": 128}),
+    ("gdn", {"block_v": 16}),
     ("gdn", {"output_block_v": 32}),
     ("kda", {"output_block_v": 64}),
     ("kda", {"scratch_dtype": "float32"}),
