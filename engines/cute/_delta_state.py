@@ -28,6 +28,10 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr, range_constexpr
 from cutlass.memory import SmemAllocator
+from cutlass.cute.nvgpu import OperandMajorMode
+from cutlass.cute.nvgpu.warpgroup import OperandSource
+from cutlass.tensor_utils import LayoutEnum
+import cutlass.utils.hopper_helpers as sm90_utils
 
 from ._delta_chunk import (CHUNK, DTYPES, PAD, SEG, ChunkKernel, KernelLauncher, compile_kernel,
                            shared_field, shared_struct)
@@ -382,6 +386,205 @@ class DeltaStatePassResident(DeltaStatePass):
                               cute.local_tile(dst, (1, SEG), (first_col + q // segs, q % segs)))
 
 
+def _accumulator_as_a_operand(layout: cute.Layout) -> cute.Layout:
+    """An m64nNk16 WGMMA accumulator's register layout, ((2, 2, N/8), MMA_M, MMA_N), read as the register
+    A operand of a following WGMMA whose K is that N: each pair of its 8-column blocks holds, value for
+    value, one k-block of 16 (the layout ((2, 2, 2), MMA_M, (N/16, MMA_N)); the PTX ISA's wgmma register
+    fragments for .bf16 / .f16 A and the f32 accumulator place a thread's values the same way)."""
+    halves = cute.logical_divide(layout, ((None, None, 2), None, None))
+    shape, stride = halves.shape, halves.stride
+    return cute.make_layout(
+        ((shape[0][0], shape[0][1], shape[0][2][0]), shape[1], (shape[0][2][1], shape[2])),
+        stride=((stride[0][0], stride[0][1], stride[0][2][0]), stride[1], (stride[0][2][1], stride[2])))
+
+
+# the value columns of a warpgroup state pass's CTA: WGMMA's M
+WARPGROUP_COLUMNS = 64
+
+
+class DeltaStatePassWarpgroup(DeltaStatePass):
+    """The state pass on one warpgroup's WGMMA (sm_90), the state transposed, S^T (64 value columns x K),
+    in f32 accumulators for the whole sequence (as the resident form's, four times the MMA tile a warp)::
+
+        D^T = U^T - S^T W^T            (A: -S^T in the input type, registers; B: W as stored, K-major)
+        S^T <- S^T e^(gc_last) + D^T KD   (A: D^T, registers; B: KD as stored, value-column-major)
+
+    Both products take A from the previous one's accumulators (an accumulator fragment is the A fragment
+    of the next WGMMA, ``_accumulator_as_a_operand``), and W and KD from shared memory in WGMMA's 128-byte
+    swizzled layouts (32 KB at K = 128), written from registers that were loaded while the previous chunk
+    computed. hs and d are stored from the registers that feed the products, while the products run.
+    Two CTA barriers a chunk. BV = 64, 128 threads."""
+
+    def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
+                 per_channel: bool = False):
+        super().__init__(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
+        if BV != WARPGROUP_COLUMNS:
+            raise ValueError(f"the warpgroup state pass takes BV = {WARPGROUP_COLUMNS}, not {BV}")
+        self.threads = 128
+        self.kd_in_w = False
+
+    def operand_layouts(self):
+        """The swizzled shared layouts of W, (64 token rows, K), K contiguous, and KD read as (K, 64 token
+        rows), K contiguous: WGMMA's B operands (N x K-block) of the two products."""
+        w = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (self.BV, CHUNK, self.K), self.io, 1)
+        kd = sm90_utils.make_smem_layout_b(LayoutEnum.COL_MAJOR, (self.BV, self.K, CHUNK), self.io, 1)
+        return cute.slice_(w, (None, None, 0)), cute.slice_(kd, (None, None, 0))
+
+    def shared_storage(self):
+        # the swizzled layouts are dense: 64 x K elements each, on the 1024-byte period of the 128-byte swizzle
+        return shared_struct("DeltaStateWarpgroupStorage", {
+            "w": cute.struct.Align[cute.struct.MemRange[self.io, CHUNK * self.K], 1024],
+            "kd": cute.struct.Align[cute.struct.MemRange[self.io, CHUNK * self.K], 1024],
+            "first": shared_field(Int32, self.threads),
+            "decay": shared_field(Float32, self.K if self.per_channel else 1)})
+
+    def products(self):
+        """The two WGMMAs (A from registers): D^T (64 x 64 tokens) over K, and S^T (64 x K) over the tokens."""
+        def make(n, b_major):
+            return sm90_utils.make_trivial_tiled_mma(self.io, self.io, OperandMajorMode.K, b_major, Float32, (1, 1, 1),
+                                                     (self.BV, n), OperandSource.RMEM)
+        return make(CHUNK, OperandMajorMode.K), make(self.K, OperandMajorMode.MN)
+
+    def row_copy(self, k_contiguous_rows: bool):
+        """The 16-byte copy that moves W (``k_contiguous_rows``: 64 rows of K) or KD viewed as (K, 64) between
+        global memory, registers and its swizzled shared layout: a thread's share is whole 16-byte segments."""
+        segs = self.K // SEG
+        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.io, num_bits_per_copy=128)
+        if k_contiguous_rows:
+            threads = cute.make_layout((self.threads // segs, segs), stride=(segs, 1))
+            values = cute.make_layout((1, SEG))
+        else:
+            threads = cute.make_layout((segs, self.threads // segs), stride=(1, segs))
+            values = cute.make_layout((SEG, 1))
+        return cute.make_tiled_copy_tv(atom, threads, values)
+
+    @cute.kernel
+    def kernel(self, pkd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
+               ph0: cute.Pointer, phs: cute.Pointer, pht: cute.Pointer, pd: cute.Pointer, tokens: Int32,
+               chunks: Int32, n_seq: Int32):
+        K, V, BV, H = self.K, self.V, self.BV, self.H
+        io = self.io
+        _, mW, mD, mG, mCu, mHs = self.chunk_views(pkd, pw, pd, pg, pcu, phs, tokens, chunks, n_seq)
+        # KD read as (K, 64 rows); U, d, hs and the states value column first (the accumulators' rows)
+        mKdT = cute.make_tensor(pkd, cute.make_layout((chunks, H, K, CHUNK), stride=(H * CHUNK * K, CHUNK * K, 1, K)))
+        mUt = cute.make_tensor(pu, cute.make_layout((chunks, H, V, CHUNK), stride=(H * CHUNK * V, CHUNK * V, 1, V)))
+        mDt = cute.make_tensor(pd, cute.make_layout((chunks, H, V, CHUNK), stride=(H * CHUNK * V, CHUNK * V, 1, V)))
+        mHst = cute.make_tensor(phs, cute.make_layout((chunks, H, V, K), stride=(H * K * V, K * V, 1, V)))
+        states_t = cute.make_layout((n_seq, H, V, K), stride=(H * K * V, K * V, 1, V))
+        mH0t = cute.make_tensor(ph0, states_t)
+        mHtt = cute.make_tensor(pht, states_t)
+        tidx, _, _ = cute.arch.thread_idx()
+        n, h, vb = cute.arch.block_idx()
+        w_layout, kd_layout = self.operand_layouts()
+        storage = SmemAllocator().allocate(self.shared_storage())
+        sW = storage.w.get_tensor(w_layout.outer, swizzle=w_layout.inner)
+        sKd = storage.kd.get_tensor(kd_layout.outer, swizzle=kd_layout.inner)
+        sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
+
+        mma_d, mma_s = self.products()
+        mma_d.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        mma_s.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        # B operands (shared-memory descriptors) from the warpgroup's slice; register fragments and their
+        # coordinates from each thread's own
+        w_desc = mma_d.make_fragment_B(mma_d.get_slice(0).partition_B(sW))
+        kd_desc = mma_s.make_fragment_B(mma_s.get_slice(0).partition_B(sKd))
+        thr_d = mma_d.get_slice(tidx)
+        thr_s = mma_s.get_slice(tidx)
+        copy_w = self.row_copy(True)
+        copy_kd = self.row_copy(False)
+        thr_copy_w = copy_w.get_slice(tidx)
+        thr_copy_kd = copy_kd.get_slice(tidx)
+        put_w = thr_copy_w.partition_D(sW)
+        put_kd = thr_copy_kd.partition_D(sKd)
+        state_at = thr_s.partition_C(cute.make_identity_tensor((BV, K)))      # [e] -> (value column, key row)
+
+        bos = mCu[n]
+        eos = mCu[n + 1]
+        first = self.first_chunk(mCu, n, tidx, sFirst)
+        n_chunks = (eos - bos + CHUNK - 1) // CHUNK
+        state = cute.make_rmem_tensor(thr_s.partition_shape_C((BV, K)), Float32)
+        if const_expr(self.has_h0):
+            h0 = cute.make_rmem_tensor(state.shape, Float32)
+            cute.autovec_copy(thr_s.partition_C(cute.local_tile(mH0t[n, h, None, None], (BV, K), (vb, 0))), h0)
+            state.store(h0.load())
+        else:
+            state.fill(0.0)
+        delta = cute.make_rmem_tensor(thr_d.partition_shape_C((BV, CHUNK)), Float32)
+        s_io = cute.make_rmem_tensor(state.shape, io)       # -S^T: the first product's A, and hs
+        d_io = cute.make_rmem_tensor(delta.shape, io)       # D^T: the second product's A, and d
+        a_state = cute.make_tensor(s_io.iterator, _accumulator_as_a_operand(s_io.layout))
+        a_delta = cute.make_tensor(d_io.iterator, _accumulator_as_a_operand(d_io.layout))
+        next_w = cute.make_rmem_tensor_like(put_w)
+        next_kd = cute.make_rmem_tensor_like(put_kd)
+        next_u = cute.make_rmem_tensor(delta.shape, io)
+        next_decay = cute.make_rmem_tensor((1,), Float32)
+        if n_chunks > 0:     # an empty sequence's "first" chunk may lie past the workspace
+            self.fetch_operands(mW, mKdT, mUt, mG, thr_d, copy_w, copy_kd, thr_copy_w, thr_copy_kd, next_w, next_kd,
+                                next_u, next_decay, first, h, vb, cutlass.min(bos + CHUNK, eos) - 1, tidx)
+        for j in cutlass.range(n_chunks):
+            c = first + j
+            cute.arch.sync_threads()     # every warp's products of the previous chunk are done
+            cute.copy(copy_w, next_w, put_w)
+            cute.copy(copy_kd, next_kd, put_kd)
+            delta.store(next_u.load().to(Float32))      # D^T starts as U^T
+            decay = next_decay[0]
+            if const_expr(self.per_channel):
+                if tidx < K:
+                    sDecay[tidx] = cute.math.exp(decay)
+            # the last chunk fetches itself again (a wasted load rather than a branch in the chain)
+            following = cutlass.min(j + 1, n_chunks - 1)
+            self.fetch_operands(mW, mKdT, mUt, mG, thr_d, copy_w, copy_kd, thr_copy_w, thr_copy_kd, next_w, next_kd,
+                                next_u, next_decay, first + following, h, vb,
+                                cutlass.min(bos + (following + 1) * CHUNK, eos) - 1, tidx)
+            # the generic-proxy stores above are read by WGMMA (the async proxy)
+            cute.arch.fence_proxy("async.shared", space="cta")
+            cute.arch.sync_threads()
+            # D^T = U^T - S^T W^T (S^T negated into the A operand)
+            s_io.store((-state.load()).to(io))
+            cute.nvgpu.warpgroup.fence()
+            for kb in range_constexpr(cute.size(a_state, mode=[2])):
+                cute.gemm(mma_d, delta, a_state[None, None, kb], w_desc[None, None, kb], delta)
+            cute.nvgpu.warpgroup.commit_group()
+            # hs = S (the chunk's start state) while the product runs
+            hs_t = thr_s.partition_C(cute.local_tile(mHst[c, h, None, None], (BV, K), (vb, 0)))
+            for e in range_constexpr(cute.size(s_io)):
+                hs_t[e] = -s_io[e]
+            cute.nvgpu.warpgroup.wait_group(0)
+            # S^T <- S^T e^(gc_last) + D^T KD
+            d_io.store(delta.load().to(io))
+            if const_expr(self.per_channel):
+                for e in range_constexpr(cute.size(state)):
+                    state[e] = state[e] * sDecay[state_at[e][1]]
+            else:
+                state.store(state.load() * cute.math.exp(decay))
+            cute.nvgpu.warpgroup.fence()
+            for kb in range_constexpr(cute.size(a_delta, mode=[2])):
+                cute.gemm(mma_s, state, a_delta[None, None, kb], kd_desc[None, None, kb], state)
+            cute.nvgpu.warpgroup.commit_group()
+            cute.autovec_copy(d_io, thr_d.partition_C(cute.local_tile(mDt[c, h, None, None], (BV, CHUNK), (vb, 0))))
+            cute.nvgpu.warpgroup.wait_group(0)
+        if const_expr(self.store_ht):
+            cute.autovec_copy(state, thr_s.partition_C(cute.local_tile(mHtt[n, h, None, None], (BV, K), (vb, 0))))
+
+    @cute.jit
+    def fetch_operands(self, mW: cute.Tensor, mKdT: cute.Tensor, mUt: cute.Tensor, mG: cute.Tensor, thr_d,
+                       copy_w, copy_kd, thr_copy_w, thr_copy_kd, next_w: cute.Tensor, next_kd: cute.Tensor,
+                       next_u: cute.Tensor, next_decay: cute.Tensor, c: Int32, h: Int32, vb: Int32, last_row: Int32,
+                       tidx: Int32):
+        """Chunk c's W and KD segments, this thread's U^T fragment and the gate sum at the chunk's last row
+        (per channel: channel tidx's) into registers (issued, not waited on)."""
+        cute.copy(copy_w, thr_copy_w.partition_S(mW[c, h, None, None]), next_w)
+        cute.copy(copy_kd, thr_copy_kd.partition_S(mKdT[c, h, None, None]), next_kd)
+        cute.autovec_copy(thr_d.partition_C(cute.local_tile(mUt[c, h, None, None], (self.BV, CHUNK), (vb, 0))),
+                          next_u)
+        if const_expr(self.per_channel):
+            if tidx < self.K:
+                next_decay[0] = mG[last_row, h, tidx]
+        else:
+            next_decay[0] = mG[last_row, h]
+
+
 def _pointer_types(io_dtype: str) -> tuple:
     """kd, w, u, g (the cumulative gates, f32: per token, or per channel), cu_seqlens, h0 (f32), hs, ht (f32),
     d."""
@@ -389,17 +592,20 @@ def _pointer_types(io_dtype: str) -> tuple:
             (io_dtype, 16), ("float32", 16), (io_dtype, 16))
 
 
+FORMS = {"staged": DeltaStatePass, "resident": DeltaStatePassResident, "warpgroup": DeltaStatePassWarpgroup}
+
+
 def compile_state_pass(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
-                       per_channel: bool = False, resident: bool = False):
-    kind = DeltaStatePassResident if resident else DeltaStatePass
+                       per_channel: bool = False, form: str = "staged"):
+    kind = FORMS[form]
     return compile_kernel(kind(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel), _pointer_types(io_dtype))
 
 
 def state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
-                        n_seq: int, per_channel: bool = False, resident: bool = False) -> KernelLauncher:
-    """The launcher of one specialisation (``resident``: DeltaStatePassResident); its slots: kd, w, u, g,
-    cu_seqlens, h0, hs, ht, d."""
-    key = ("chunk_state_pass", io_dtype, K, V, BV, H, has_h0, store_ht, per_channel, resident)
-    kind = DeltaStatePassResident if resident else DeltaStatePass
+                        n_seq: int, per_channel: bool = False, form: str = "staged") -> KernelLauncher:
+    """The launcher of one specialisation of ``form`` (a key of FORMS); its slots: kd, w, u, g, cu_seqlens, h0,
+    hs, ht, d."""
+    key = ("chunk_state_pass", io_dtype, K, V, BV, H, has_h0, store_ht, per_channel, form)
+    kind = FORMS[form]
     return KernelLauncher(lambda: kind(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel), key,
                           _pointer_types(io_dtype), n_seq)

@@ -83,7 +83,7 @@ class Variant:
     prepare: str = "cutile"  # forward chunk_prepare: "cutile", or "cute" (engines/cute/_delta_prepare, sm_90)
     output: str = "cutile"   # forward chunk_output: "cutile", or "cute" (engines/cute/_delta_output, sm_90)
     state_pass: str = "cutile"  # forward chunk_state_pass: "cutile", or "cute" (engines/cute/_delta_state)
-    state_form: str = "staged"  # the CuTe state pass: "staged" (DeltaStatePass) or "resident" (the state in registers)
+    state_form: str = "staged"  # the CuTe state pass's form: a key of engines/cute/_delta_state.FORMS
     intra: str = "cutile"   # backward chunk_bwd_intra: "cutile", or "cute" (engines/cute/_delta_bwd_intra, sm_90)
 
     @property

@@ -72,6 +72,9 @@ VARIANT_KNOBS = {
     # its resident form: the state transposed in the MMA accumulators, both products' A operand from registers
     "cute_all_resident": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
                           "state_form": "resident"},
+    # its warpgroup form: the transposed state in WGMMA accumulators (sm_90), W and KD in swizzled shared memory
+    "cute_all_wg": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
+                    "state_form": "warpgroup"},
     "cute": {"prepare": "cute", "output": "cute"},
     "cute_prepare": {"prepare": "cute"},
     "tf32": {"mma": "tf32"},
@@ -87,7 +90,7 @@ VARIANT_KNOBS = {
 }
 MMA_TYPES = ("auto", "tf32", "bf16")
 FORWARD_BLOCK_VS = (16, 32, 64, 128)    # the forward's block_v knob: value columns per state-pass CTA
-STATE_FORMS = ("staged", "resident")   # the CuTe state pass's forms (engines/cute/_delta_state)
+STATE_FORMS = ("staged", "resident", "warpgroup")   # the CuTe state pass's forms (engines/cute/_delta_state.FORMS)
 KERNEL_SOURCES = ("cutile", "cute")     # the prepare / output knobs: the cuTile kernel or the CuTe DSL one
 
 # execute() launches from C (compiled cubins, prebuilt parameters; _c_launch) where it can; False: every
@@ -256,7 +259,7 @@ class _CuteLaunch:
         from ..cute._delta_state import state_pass_launcher
         launcher = state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
                                        variant.has_h0, variant.store_ht, variant.n_seq, per_channel=variant.per_channel,
-                                       resident=variant.state_form == "resident")
+                                       form=variant.state_form)
         return _CuteLaunch(launcher, fallback, lambda a: a[:9], geometry)
 
     def __call__(self, stream: int, grid: tuple, args: tuple) -> None:
@@ -728,11 +731,11 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                          f"dividing V={geometry.V}")
         for knob in FORWARD_KERNEL_KNOBS:
             _kernel_source(graph, node, knob, knobs[knob])
-        if knobs["state_form"] not in STATE_FORMS or (knobs["state_form"] == "resident" and
+        if knobs["state_form"] not in STATE_FORMS or (knobs["state_form"] != "staged" and
                                                       (knobs["state_pass"] != "cute" or block_v != 64)):
-            raise GraphNotSupportedError(f"state_form={knobs['state_form']!r}: one of {STATE_FORMS}, 'resident' with "
-                                         f"state_pass='cute' and block_v=64; got state_pass={knobs['state_pass']!r}, "
-                                         f"block_v={block_v}")
+            raise GraphNotSupportedError(f"state_form={knobs['state_form']!r}: one of {STATE_FORMS}, 'resident' and "
+                                         f"'warpgroup' with state_pass='cute' and block_v=64; got "
+                                         f"state_pass={knobs['state_pass']!r}, block_v={block_v}")
         if knobs["state_pass"] == "cute" and not io_scratch:
             raise GraphNotSupportedError("state_pass='cute' reads and writes the scratch in the input type "
                                          f"(scratch='io'); got scratch={knobs['scratch']!r}")

@@ -41,9 +41,10 @@ def test_sixty_four_value_columns_take_eight_warps_and_put_kd_in_w_place():
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("io, K, V", [("bfloat16", 128, 128), ("float16", 64, 64)])
-def test_the_resident_form_compiles_with_four_warps_under_48_kb(io, K, V, per_channel):
+@pytest.mark.parametrize("form", ["resident", "warpgroup"])
+def test_the_sixty_four_column_forms_compile_with_four_warps_under_48_kb(io, K, V, per_channel, form):
     launcher = _delta_state.state_pass_launcher(io, K, V, 64, 4, True, True, 3, per_channel=per_channel,
-                                                resident=True)
+                                                form=form)
     cubin, block, shared = launcher.cubin()
     (symbol,) = _abi.kernel_symbols(cubin)
     table = _abi.cubin_parameters(cubin, symbol)
@@ -80,6 +81,43 @@ def test_an_accumulator_fragment_read_as_the_a_fragment_holds_the_same_coordinat
     for tidx, c, a in seen:
         c, a = tuple(int(x) for x in c), tuple(int(x) for x in a)
         assert c == a and 16 * (tidx // 32) <= c[0] < 16 * (tidx // 32) + 16, (tidx, c, a)
+
+
+@pytest.mark.parametrize("K", [128, 64])
+def test_a_wgmma_accumulator_read_as_the_next_a_operand_holds_the_same_coordinates(K):
+    """DeltaStatePassWarpgroup's products take -S^T and D^T, accumulators of one WGMMA, as the register A
+    operand of the next (_accumulator_as_a_operand): the register that A fragment position f reads must hold
+    the (row, column) that position expects."""
+    import cutlass.cute as cute
+    from cutlass import range_constexpr
+    kernel = _delta_state.DeltaStatePassWarpgroup("bfloat16", K, K, 64, 2, False, False)
+    threads = (0, 5, 31, 32, 77, 127)
+    seen = []
+
+    @cute.jit
+    def probe():
+        mma_d, mma_s = kernel.products()
+        for i in range_constexpr(len(threads)):
+            # S^T (64 x K), mma_s's accumulator, as mma_d's A over K; D^T (64 x 64), mma_d's, as mma_s's A
+            for acc_mma, a_mma, shape in ((mma_s, mma_d, (64, K)), (mma_d, mma_s, (64, 64))):
+                c_at = acc_mma.get_slice(threads[i]).partition_C(cute.make_identity_tensor(shape))
+                a_at = a_mma.get_slice(threads[i]).partition_A(cute.make_identity_tensor(shape))
+                as_a = _delta_state._accumulator_as_a_operand(cute.make_layout(c_at.shape))
+                for f in range_constexpr(cute.size(a_at)):
+                    seen.append((threads[i], c_at[as_a(f)], a_at[f]))
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This static loop has")   # unrolled at trace time on purpose
+        cute.compile(probe)
+    assert len(seen) == len(threads) * (64 * K + 64 * 64) // 128
+    for tidx, c, a in seen:
+        c, a = tuple(int(x) for x in c), tuple(int(x) for x in a)
+        assert c == a, (tidx, c, a)
+
+
+def test_the_warpgroup_form_takes_sixty_four_value_columns():
+    with pytest.raises(ValueError, match="warpgroup state pass takes BV = 64, not 32"):
+        _delta_state.DeltaStatePassWarpgroup("bfloat16", 128, 128, 32, 2, False, False)
 
 
 def test_the_resident_form_takes_sixty_four_value_columns():

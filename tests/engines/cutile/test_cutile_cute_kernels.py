@@ -82,6 +82,15 @@ def test_the_resident_state_pass(op, K, V, cu):
     forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 6, plan=f"cutile_{op}_chunk64_cute_all_resident")
 
 
+# the warpgroup CuTe state pass (the transposed state in WGMMA accumulators, W and KD in swizzled shared memory)
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("K, V, cu", [(128, 128, "small"), (64, 64, "small"), (64, 128, "small"),
+                                      (128, 128, "big")])
+def test_the_warpgroup_state_pass(op, K, V, cu):
+    lengths, H = (forward.SMALL, 2) if cu == "small" else (forward.BIG, 16)
+    forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 8, plan=f"cutile_{op}_chunk64_cute_all_wg")
+
+
 @pytest.mark.parametrize("op, plan", [(op, plan) for op, plan in OP_PLANS if op == "gdn"])
 def test_grouped_value_heads(op, plan):
     gva.run_case(op, gva.SMALL, H=2, HV=4, K=128, V=128, seed=SEEDS[op] + 4, plan=plan)
