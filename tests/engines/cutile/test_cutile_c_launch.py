@@ -311,7 +311,10 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
                                       ("kda", "cutile_kda_chunk64_cute_all_bv64"),
                                       # the resident CuTe state pass
                                       ("gdn", "cutile_gdn_chunk64_cute_all_resident"),
-                                      ("kda", "cutile_kda_chunk64_cute_all_resident")])
+                                      ("kda", "cutile_kda_chunk64_cute_all_resident"),
+                                      # the warpgroup CuTe state pass (WGMMA)
+                                      ("gdn", "cutile_gdn_chunk64_cute_all_wg"),
+                                      ("kda", "cutile_kda_chunk64_cute_all_wg")])
 def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)
