@@ -412,8 +412,8 @@ class DeltaStatePassWarpgroup(DeltaStatePass):
     Both products take A from the previous one's accumulators (an accumulator fragment is the A fragment
     of the next WGMMA, ``_accumulator_as_a_operand``), and W and KD from shared memory in WGMMA's 128-byte
     swizzled layouts (32 KB at K = 128), written from registers that were loaded while the previous chunk
-    computed. hs and d are stored from the registers that feed the products, while the products run.
-    Two CTA barriers a chunk. BV = 64, 128 threads."""
+    computed. hs and d are stored while the products run, each from the accumulators the running product
+    does not touch. Two CTA barriers a chunk. BV = 64, 128 threads."""
 
     def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
                  per_channel: bool = False):
@@ -546,10 +546,11 @@ class DeltaStatePassWarpgroup(DeltaStatePass):
             for kb in range_constexpr(cute.size(a_state, mode=[2])):
                 cute.gemm(mma_d, delta, a_state[None, None, kb], w_desc[None, None, kb], delta)
             cute.nvgpu.warpgroup.commit_group()
-            # hs = S (the chunk's start state) while the product runs
+            # hs = S (the chunk's start state) while the product runs, from the accumulators it leaves alone (its
+            # own A and accumulator registers may not be read before the wait: PTX leaves that undefined)
             hs_t = thr_s.partition_C(cute.local_tile(mHst[c, h, None, None], (BV, K), (vb, 0)))
-            for e in range_constexpr(cute.size(s_io)):
-                hs_t[e] = -s_io[e]
+            for e in range_constexpr(cute.size(state)):
+                hs_t[e] = state[e].to(io)
             cute.nvgpu.warpgroup.wait_group(0)
             # S^T <- S^T e^(gc_last) + D^T KD
             d_io.store(delta.load().to(io))
@@ -562,7 +563,9 @@ class DeltaStatePassWarpgroup(DeltaStatePass):
             for kb in range_constexpr(cute.size(a_delta, mode=[2])):
                 cute.gemm(mma_s, state, a_delta[None, None, kb], kd_desc[None, None, kb], state)
             cute.nvgpu.warpgroup.commit_group()
-            cute.autovec_copy(d_io, thr_d.partition_C(cute.local_tile(mDt[c, h, None, None], (BV, CHUNK), (vb, 0))))
+            d_t = thr_d.partition_C(cute.local_tile(mDt[c, h, None, None], (BV, CHUNK), (vb, 0)))
+            for e in range_constexpr(cute.size(delta)):
+                d_t[e] = delta[e].to(io)
             cute.nvgpu.warpgroup.wait_group(0)
         if const_expr(self.store_ht):
             cute.autovec_copy(state, thr_s.partition_C(cute.local_tile(mHtt[n, h, None, None], (BV, K), (vb, 0))))
