@@ -221,6 +221,25 @@ class DeltaStatePass(ChunkKernel):
         return total
 
     @cute.jit
+    def transposed_start(self, mCu: cute.Tensor, mH0t: cute.Tensor, thr, n: Int32, h: Int32, vb: Int32, tidx: Int32,
+                         sFirst: cute.Tensor):
+        """(bos, eos, first chunk, chunk count, S^T) of sequence n for the forms that hold the state transposed:
+        S^T (BV x K) in ``thr``'s accumulator fragment, from h0 (mH0t: sequences x heads x V x K) or zero."""
+        bos = mCu[n]
+        eos = mCu[n + 1]
+        first = self.first_chunk(mCu, n, tidx, sFirst)
+        n_chunks = (eos - bos + CHUNK - 1) // CHUNK
+        state = cute.make_rmem_tensor(thr.partition_shape_C((self.BV, self.K)), Float32)
+        if const_expr(self.has_h0):
+            h0 = cute.make_rmem_tensor(state.shape, Float32)
+            cute.autovec_copy(thr.partition_C(cute.local_tile(mH0t[n, h, None, None], (self.BV, self.K), (vb, 0))),
+                              h0)
+            state.store(h0.load())
+        else:
+            state.fill(0.0)
+        return bos, eos, first, n_chunks, state
+
+    @cute.jit
     def copy_block(self, src: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr, tidx: Int32):
         """src (rows x BV, shared) into dst (rows x BV, global) in 16-byte segments."""
         segs = self.BV // SEG
@@ -293,17 +312,7 @@ class DeltaStatePassResident(DeltaStatePass):
         state_at = thr.partition_C(cute.make_identity_tensor((BV, K)))      # [e] -> (value column, key row)
         delta_at = thr.partition_C(cute.make_identity_tensor((BV, CHUNK)))  # [e] -> (value column, token)
 
-        bos = mCu[n]
-        eos = mCu[n + 1]
-        first = self.first_chunk(mCu, n, tidx, sFirst)
-        n_chunks = (eos - bos + CHUNK - 1) // CHUNK
-        state = cute.make_rmem_tensor(thr.partition_shape_C((BV, K)), Float32)
-        if const_expr(self.has_h0):
-            h0 = cute.make_rmem_tensor(state.shape, Float32)
-            cute.autovec_copy(thr.partition_C(cute.local_tile(mH0t[n, h, None, None], (BV, K), (vb, 0))), h0)
-            state.store(h0.load())
-        else:
-            state.fill(0.0)
+        bos, eos, first, n_chunks, state = self.transposed_start(mCu, mH0t, thr, n, h, vb, tidx, sFirst)
         delta = cute.make_rmem_tensor(thr.partition_shape_C((BV, CHUNK)), Float32)
         next_w = self.row_registers(K)
         next_kd = self.row_registers(K)
@@ -499,17 +508,7 @@ class DeltaStatePassWarpgroup(DeltaStatePass):
         put_kd = thr_copy_kd.partition_D(sKd)
         state_at = thr_s.partition_C(cute.make_identity_tensor((BV, K)))      # [e] -> (value column, key row)
 
-        bos = mCu[n]
-        eos = mCu[n + 1]
-        first = self.first_chunk(mCu, n, tidx, sFirst)
-        n_chunks = (eos - bos + CHUNK - 1) // CHUNK
-        state = cute.make_rmem_tensor(thr_s.partition_shape_C((BV, K)), Float32)
-        if const_expr(self.has_h0):
-            h0 = cute.make_rmem_tensor(state.shape, Float32)
-            cute.autovec_copy(thr_s.partition_C(cute.local_tile(mH0t[n, h, None, None], (BV, K), (vb, 0))), h0)
-            state.store(h0.load())
-        else:
-            state.fill(0.0)
+        bos, eos, first, n_chunks, state = self.transposed_start(mCu, mH0t, thr_s, n, h, vb, tidx, sFirst)
         delta = cute.make_rmem_tensor(thr_d.partition_shape_C((BV, CHUNK)), Float32)
         s_io = cute.make_rmem_tensor(state.shape, io)       # -S^T: the first product's A, and hs
         d_io = cute.make_rmem_tensor(delta.shape, io)       # D^T: the second product's A, and d
@@ -542,15 +541,10 @@ class DeltaStatePassWarpgroup(DeltaStatePass):
             cute.arch.sync_threads()
             # D^T = U^T - S^T W^T (S^T negated into the A operand)
             s_io.store((-state.load()).to(io))
-            cute.nvgpu.warpgroup.fence()
-            for kb in range_constexpr(cute.size(a_state, mode=[2])):
-                cute.gemm(mma_d, delta, a_state[None, None, kb], w_desc[None, None, kb], delta)
-            cute.nvgpu.warpgroup.commit_group()
+            self.issue_product(mma_d, delta, a_state, w_desc)
             # hs = S (the chunk's start state) while the product runs, from the accumulators it leaves alone (its
             # own A and accumulator registers may not be read before the wait: PTX leaves that undefined)
-            hs_t = thr_s.partition_C(cute.local_tile(mHst[c, h, None, None], (BV, K), (vb, 0)))
-            for e in range_constexpr(cute.size(state)):
-                hs_t[e] = state[e].to(io)
+            self.store_rounded(state, thr_s.partition_C(cute.local_tile(mHst[c, h, None, None], (BV, K), (vb, 0))))
             cute.nvgpu.warpgroup.wait_group(0)
             # S^T <- S^T e^(gc_last) + D^T KD
             d_io.store(delta.load().to(io))
@@ -559,16 +553,26 @@ class DeltaStatePassWarpgroup(DeltaStatePass):
                     state[e] = state[e] * sDecay[state_at[e][1]]
             else:
                 state.store(state.load() * cute.math.exp(decay))
-            cute.nvgpu.warpgroup.fence()
-            for kb in range_constexpr(cute.size(a_delta, mode=[2])):
-                cute.gemm(mma_s, state, a_delta[None, None, kb], kd_desc[None, None, kb], state)
-            cute.nvgpu.warpgroup.commit_group()
-            d_t = thr_d.partition_C(cute.local_tile(mDt[c, h, None, None], (BV, CHUNK), (vb, 0)))
-            for e in range_constexpr(cute.size(delta)):
-                d_t[e] = delta[e].to(io)
+            self.issue_product(mma_s, state, a_delta, kd_desc)
+            self.store_rounded(delta, thr_d.partition_C(cute.local_tile(mDt[c, h, None, None], (BV, CHUNK), (vb, 0))))
             cute.nvgpu.warpgroup.wait_group(0)
         if const_expr(self.store_ht):
             cute.autovec_copy(state, thr_s.partition_C(cute.local_tile(mHtt[n, h, None, None], (BV, K), (vb, 0))))
+
+    @cute.jit
+    def issue_product(self, mma: cute.TiledMma, acc: cute.Tensor, a: cute.Tensor, b_desc: cute.Tensor):
+        """acc += A B on the warpgroup's WGMMA, A from registers, B from shared memory: issued and committed,
+        not waited on."""
+        cute.nvgpu.warpgroup.fence()
+        for kb in range_constexpr(cute.size(a, mode=[2])):
+            cute.gemm(mma, acc, a[None, None, kb], b_desc[None, None, kb], acc)
+        cute.nvgpu.warpgroup.commit_group()
+
+    @cute.jit
+    def store_rounded(self, frag: cute.Tensor, dst: cute.Tensor):
+        """An f32 fragment into ``dst`` (global, the fragment's partition) in the input type."""
+        for e in range_constexpr(cute.size(frag)):
+            dst[e] = frag[e].to(self.io)
 
     @cute.jit
     def fetch_operands(self, mW: cute.Tensor, mKdT: cute.Tensor, mUt: cute.Tensor, mG: cute.Tensor, thr_d,

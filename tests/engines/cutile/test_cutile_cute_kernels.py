@@ -73,22 +73,19 @@ def test_the_sixteen_column_state_pass(op, suffix, K, V, cu):
     forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 7, plan=f"cutile_{op}_chunk64_{suffix}")
 
 
-# the resident CuTe state pass (the state transposed in the MMA accumulators, four warps of 16 columns)
+# the CuTe state pass forms that hold the state transposed in accumulators: resident (four warps of 16 value
+# columns, mma.sync) and warpgroup (WGMMA, W and KD in swizzled shared memory); (plan suffix, seed offset)
+TRANSPOSED_FORMS = {"resident": ("cute_all_resident", 6), "warpgroup": ("cute_all_wg", 8)}
+
+
+@pytest.mark.parametrize("form", list(TRANSPOSED_FORMS))
 @pytest.mark.parametrize("op", ["gdn", "kda"])
 @pytest.mark.parametrize("K, V, cu", [(128, 128, "small"), (64, 64, "small"), (64, 128, "small"),
                                       (128, 128, "big")])
-def test_the_resident_state_pass(op, K, V, cu):
+def test_the_transposed_state_pass_forms(form, op, K, V, cu):
+    suffix, seed = TRANSPOSED_FORMS[form]
     lengths, H = (forward.SMALL, 2) if cu == "small" else (forward.BIG, 16)
-    forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 6, plan=f"cutile_{op}_chunk64_cute_all_resident")
-
-
-# the warpgroup CuTe state pass (the transposed state in WGMMA accumulators, W and KD in swizzled shared memory)
-@pytest.mark.parametrize("op", ["gdn", "kda"])
-@pytest.mark.parametrize("K, V, cu", [(128, 128, "small"), (64, 64, "small"), (64, 128, "small"),
-                                      (128, 128, "big")])
-def test_the_warpgroup_state_pass(op, K, V, cu):
-    lengths, H = (forward.SMALL, 2) if cu == "small" else (forward.BIG, 16)
-    forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 8, plan=f"cutile_{op}_chunk64_cute_all_wg")
+    forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + seed, plan=f"cutile_{op}_chunk64_{suffix}")
 
 
 @pytest.mark.parametrize("op, plan", [(op, plan) for op, plan in OP_PLANS if op == "gdn"])
