@@ -72,14 +72,15 @@ VARIANT_KNOBS = {
     # its resident form: the state transposed in the MMA accumulators, both products' A operand from registers
     "cute_all_resident": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
                           "state_form": "resident"},
-    # its warpgroup form: the transposed state in WGMMA accumulators (sm_90), W and KD in swizzled shared memory
+    # its warpgroup form: the transposed state in WGMMA accumulators (sm_90), W and KD in swizzled shared memory;
+    # slower than the eight-warp form wherever timed (docs/engines_cutile.md), so to pin or time
     "cute_all_wg": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
                     "state_form": "warpgroup"},
     "cute": {"prepare": "cute", "output": "cute"},
     "cute_prepare": {"prepare": "cute"},
     "tf32": {"mma": "tf32"},
-    # value blocks of 16 in the state pass: four times the CTAs of the default, for few sequences x heads
-    # (one sequence of 32k tokens at 16 heads: 64 CTAs at 32 columns on 132 SMs)
+    # value blocks of 16 in the state pass: twice the default's CTAs, for few sequences x heads (one sequence
+    # of 32k tokens at 16 heads: 64 CTAs at 32 columns on 132 SMs); first there (_forward_priority)
     "cute_bv16": {"prepare": "cute", "output": "cute", "block_v": 16},
     "cute_all_bv16": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 16},
     "bv64": {"block_v": 64},
@@ -758,8 +759,11 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
 # 49 vs 37 us at K = 64 (docs/engines_cutile.md). Its eight-warp form (64 value columns a CTA, half the CTAs,
 # W and KD read once for twice the columns) was faster still where the 32-column CTAs fill the SMs (session
 # 18, K = V = 128, bf16: 82 vs 91 us at 4 x 2048 x 16 heads, 308 vs 348 at 2 x 8192 x 32, 150 vs 200 on many
-# short sequences) and slower where they do not (1024 vs 754 us for one sequence of 32k, 16 heads). The
-# H200's SM count, the one sm_90 part measured.
+# short sequences) and slower where they do not (1024 vs 754 us for one sequence of 32k, 16 heads). Where
+# even the 32-column CTAs fill at most half the SMs, 16 columns a CTA (twice the CTAs) was faster (session 23,
+# one 32k sequence, 16 heads, bf16, K = V = 128: gdn 603 vs 669 us on the H200, 654 vs 697 on an H100; kda
+# 772 vs 849 on the H100) and slower wherever they fill it (175 vs 82 us at 4 x 2048, 785 vs 357 at 2 x 8192
+# x 32). The SM count of the H100 SXM and the H200, the sm_90 parts measured.
 STATE_PASS_FILL = 132
 
 
@@ -769,9 +773,13 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     ``cute`` (CuTe prepare and output, the cuTile state pass) first, but ``cute_all`` (the CuTe state pass
     too) for FP16 (the cuTile state pass takes TF32 products there) and for K = 128 where the state pass's
     ``state_pass_ctas`` (counted at 32 value columns a CTA) fill the GPU, and there, for BF16 inputs,
-    ``cute_all_bv64`` (its eight-warp form) above it. The other variants are there to be pinned (plan index,
-    a router) or timed."""
+    ``cute_all_bv64`` (its eight-warp form) above it; where those CTAs fill at most half the GPU (K = 128,
+    BF16), ``cute_bv16`` (the cuTile state pass over 16 value columns a CTA, twice the CTAs) above ``cute``.
+    The other variants are there to be pinned (plan index, a router) or timed."""
     fills = K >= 128 and state_pass_ctas >= STATE_PASS_FILL
+    if suffix == "cute_bv16":         # measured with BF16 inputs and K = 128 only
+        few = K >= 128 and 2 * state_pass_ctas <= STATE_PASS_FILL and io_dtype == "bfloat16"
+        return 21.0 if few else 1.0
     if suffix == "cute_all":
         return 25.0 if io_dtype == "float16" or fills else 12.0
     if suffix == "cute_all_bv64":     # measured and GPU-tested with BF16 inputs only

@@ -419,10 +419,13 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
 
 
 @pytest.mark.parametrize("dtype, K, H, n_seq, first, state_pass", [
-    ("BFLOAT16", 128, 2, 2, "cute", "cutile"),        # 16 state-pass CTAs: the cuTile state pass
+    ("BFLOAT16", 128, 2, 2, "cute_bv16", "cutile"),   # 16 state-pass CTAs: the cuTile one, 16 columns a CTA
+    ("BFLOAT16", 128, 16, 1, "cute_bv16", "cutile"),  # 64 CTAs (one 32k sequence's shape): the same
+    ("BFLOAT16", 128, 6, 3, "cute", "cutile"),        # 72 CTAs, more than half the SMs: 32 columns a CTA
     ("BFLOAT16", 128, 16, 4, "cute_all_bv64", "cute"),  # 256 CTAs (4 x 2048 tokens' shape): the eight-warp one
     ("BFLOAT16", 64, 16, 4, "cute", "cutile"),        # K = 64: the cuTile one
     ("HALF", 128, 2, 2, "cute_all", "cute"),          # FP16: the CuTe one (the cuTile one takes TF32 products)
+    ("BFLOAT16", 64, 2, 2, "cute", "cutile"),         # K = 64 at 16 CTAs: 16 columns a CTA untimed there
     ("HALF", 128, 16, 4, "cute_all", "cute"),         # FP16 at 256 CTAs: the eight-warp one is untimed there
 ])
 def test_the_cute_plan_ranks_first_where_its_kernels_can_run(dtype, K, H, n_seq, first, state_pass):
@@ -436,15 +439,17 @@ def test_the_cute_plan_ranks_first_where_its_kernels_can_run(dtype, K, H, n_seq,
     assert sum(p.priority == best.priority for p in plans) == 1
 
 
-def test_the_resident_state_pass_is_a_plan_to_pin_or_time():
+def test_the_transposed_state_pass_forms_are_plans_to_pin_or_time():
     cg = _package()
     g = _gdn_graph(cg, cg.data_type.BFLOAT16, 128, 128, H=16, n_seq=4)
     g.validate()
     plans = {p.label: p for p in _proposed(cg, g)}
-    resident = plans["cutile_gdn_chunk64_cute_all_resident"]
-    assert resident.knobs["state_form"] == "resident" and resident.knobs["block_v"] == 64
-    assert resident.priority < plans["cutile_gdn_chunk64"].priority
-    assert all(p.knobs["state_form"] == "staged" for label, p in plans.items() if label != resident.label)
+    forms = {"cutile_gdn_chunk64_cute_all_resident": "resident", "cutile_gdn_chunk64_cute_all_wg": "warpgroup"}
+    for label, form in forms.items():
+        plan = plans[label]
+        assert plan.knobs["state_form"] == form and plan.knobs["block_v"] == 64
+        assert plan.priority < plans["cutile_gdn_chunk64"].priority
+    assert all(p.knobs["state_form"] == "staged" for label, p in plans.items() if label not in forms)
 
 
 def test_the_cute_plans_are_left_out_where_their_kernels_cannot_run():
