@@ -68,6 +68,7 @@ ctypedef int (*cuGraphGetNodes_t)(void* graph, void** nodes, size_t* count) noex
 cdef enum:
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
     CU_STREAM_NON_BLOCKING = 1
     # Thread-local: a call this thread may not make while capturing (a synchronous copy, a sync) fails
     # the capture instead of running outside the graph.
@@ -915,6 +916,34 @@ def library_kernel(uintptr_t library, str name) -> int:
     cdef void* kernel = NULL
     _checked(get(&kernel, <void*>library, name.encode()), f"cuLibraryGetKernel({name})")
     return <uintptr_t>kernel
+
+
+# The dynamic shared memory a launch may ask for without kernel_allow_shared (a CUDA fact).
+SHARED_BYTES_WITHOUT_OPT_IN = 48 * 1024
+
+# CUfunction_attribute: the dynamic shared memory a launch may ask for (SHARED_BYTES_WITHOUT_OPT_IN unless raised)
+cdef enum:
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+ctypedef int (*cuKernelSetAttribute_t)(int attribute, int value, void* kernel, int device) noexcept nogil
+
+
+def kernel_allow_shared(uintptr_t kernel, int shared_bytes, int device=0) -> None:
+    """Let launches of the CUkernel ``kernel`` on ``device`` ask for ``shared_bytes`` of dynamic shared memory
+    (cuKernelSetAttribute; launches past 48 KB fail without it). Over the device's opt-in limit (227 KB on
+    sm_90): CudaDriverError naming both."""
+    cdef int dev = 0, limit = 0
+    _require_driver(b"kernel shared memory")
+    cdef cuKernelSetAttribute_t set_attribute = <cuKernelSetAttribute_t>_late_symbol(
+        "cuKernelSetAttribute", ("cuKernelSetAttribute",))
+    _checked(_device_get(&dev, device), f"cuDeviceGet({device})")
+    _checked(_device_attribute(&limit, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
+             "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)")
+    if shared_bytes > limit:
+        raise CudaDriverError(f"a kernel asks for {shared_bytes} bytes of dynamic shared memory; CUDA device "
+                              f"{device} allows at most {limit} a block")
+    _checked(set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes, <void*>kernel, dev),
+             f"cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, {shared_bytes})")
 
 
 def library_unload(uintptr_t library) -> None:

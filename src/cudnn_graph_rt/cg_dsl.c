@@ -269,7 +269,7 @@ cg_status_t cg_dsl_open(const cg_blob_t *blob, const cg_tensor_info_t *operands,
         lk->kernel = &blob->dsl_kernels[i];
         dsl->n_kernels = (int)i + 1;
         if (lk->kernel->convention == CG_CONVENTION_CUTILE_PARAMS) {
-            result = cg_tile_open(lk->kernel, i, operands, n_operands, &lk->tile);
+            result = cg_tile_open(lk->kernel, i, operands, n_operands, device, &lk->tile);
             continue;
         }
         result = bind_slots(lk, i, blob, operands, n_operands);

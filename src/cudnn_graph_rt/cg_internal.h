@@ -71,6 +71,8 @@
 #define CG_TILE_MAX_GRID_YZ 65535u
 #define CG_TILE_MAX_BLOCK_THREADS 1024u
 #define CG_TILE_MAX_SHARED_BYTES (1u << 20)
+/* A launch may ask for this much dynamic shared memory unless its kernel opted in to more (a CUDA fact). */
+#define CG_SHARED_BYTES_WITHOUT_OPT_IN (48u * 1024u)
 #define CG_TILE_ADDRESS_OPERAND 1      /* an operand's pointer */
 #define CG_TILE_ADDRESS_WORKSPACE 2    /* the workspace plus `add` bytes */
 
@@ -210,6 +212,7 @@ typedef int (*cg_cuLibraryLoadData_t)(void **, const void *, void *, void **, un
                                       unsigned int);
 typedef int (*cg_cuLibraryGetKernel_t)(void **, void *, const char *);
 typedef int (*cg_cuLibraryUnload_t)(void *);
+typedef int (*cg_cuKernelSetAttribute_t)(int, int, void *, int);
 typedef int (*cg_cuLaunchKernel_t)(void *, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
                                    unsigned int, unsigned int, void *, void **, void **);
 
@@ -242,6 +245,7 @@ typedef struct cg_libs {
     cg_cuLibraryLoadData_t cuLibraryLoadData;                  /* optional (CUDA 12.0): cuTile plans */
     cg_cuLibraryGetKernel_t cuLibraryGetKernel;                /* optional (CUDA 12.0): cuTile plans */
     cg_cuLibraryUnload_t cuLibraryUnload;                      /* optional (CUDA 12.0): cuTile plans */
+    cg_cuKernelSetAttribute_t cuKernelSetAttribute;            /* optional (CUDA 12.0): kernels past 48 KB shared */
     cg_cuLaunchKernel_t cuLaunchKernel;                        /* optional: cuTile plans */
     size_t cudnn_version;
 } cg_libs_t;
@@ -267,10 +271,10 @@ CG_HIDDEN cg_status_t cg_dsl_execute(const cg_dsl_t *dsl, void *stream, void *co
 CG_HIDDEN void cg_dsl_close(cg_dsl_t *dsl);
 
 typedef struct cg_tile_kernel cg_tile_kernel_t;
-/* Load kernel `index` (convention 2) of the blob: its cubin (cuLibraryLoadData) and its kernel, each
- * operand address bound to an index of `operands`. */
+/* Load kernel `index` (convention 2) of the blob for `device`: its cubin (cuLibraryLoadData) and its kernel
+ * (opted in to its dynamic shared memory past 48 KB), each operand address bound to an index of `operands`. */
 CG_HIDDEN cg_status_t cg_tile_open(const cg_dsl_kernel_t *kernel, uint32_t index, const cg_tensor_info_t *operands,
-                                   int n_operands, cg_tile_kernel_t **out);
+                                   int n_operands, int device, cg_tile_kernel_t **out);
 /* Check the workspace addresses of `tile` against `workspace` (CG_STATUS_MISALIGNED), launching nothing. */
 CG_HIDDEN cg_status_t cg_tile_check(const cg_tile_kernel_t *tile, int index, void *workspace);
 /* Launch on `stream`: the image's parameters with the call's addresses in their place. */

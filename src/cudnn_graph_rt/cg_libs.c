@@ -121,6 +121,7 @@ static int load_cuda(void) {
     libs.cuLibraryLoadData = (cg_cuLibraryLoadData_t)dlsym(handle, "cuLibraryLoadData");
     libs.cuLibraryGetKernel = (cg_cuLibraryGetKernel_t)dlsym(handle, "cuLibraryGetKernel");
     libs.cuLibraryUnload = (cg_cuLibraryUnload_t)dlsym(handle, "cuLibraryUnload");
+    libs.cuKernelSetAttribute = (cg_cuKernelSetAttribute_t)dlsym(handle, "cuKernelSetAttribute");
     libs.cuLaunchKernel = (cg_cuLaunchKernel_t)dlsym(handle, "cuLaunchKernel");
     int status = libs.cuInit(0);
     if (status != 0) {

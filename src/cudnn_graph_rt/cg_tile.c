@@ -3,7 +3,8 @@
  * Loading (cg_plan_load, the plan's device context current): each kernel's cubin with cuLibraryLoadData and
  * its entry with cuLibraryGetKernel, as the Python package's C path does (engines/cutile/_c_launch.py): a
  * CUlibrary is not bound to one context, and the CUkernel launches on the current context's copy, which the
- * driver makes at the first launch there. Each operand address is bound to the caller operand it names.
+ * driver makes at the first launch there. Each operand address is bound to the caller operand it names. A kernel
+ * taking more than 48 KB of dynamic shared memory is opted in to it on the plan's device at load.
  *
  * A launch hands cuLaunchKernel one pointer per parameter (kernelParams), never one `extra` buffer: the cubin's
  * parameter bank is larger than the parameters and its tail is filled by the tile kernel's host-side hooks, which
@@ -22,6 +23,10 @@
 #include <string.h>
 
 #include "cg_internal.h"
+
+/* CUDA driver API enum values (CUdevice_attribute, CUfunction_attribute). */
+#define CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN 97
+#define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 
 struct cg_tile_kernel {
     const cg_dsl_kernel_t *kernel;     /* in the plan's blob (its records live as long as the plan) */
@@ -44,8 +49,32 @@ static const cg_libs_t *tile_driver(uint32_t index) {
     return libs;
 }
 
+/* A kernel asking for more dynamic shared memory than a launch gets by default opts in to it on `device`. */
+static cg_status_t allow_shared(const cg_libs_t *libs, const cg_tile_kernel_t *tk, uint32_t index, int device) {
+    uint32_t bytes = tk->kernel->tile.shared_bytes;
+    if (bytes <= CG_SHARED_BYTES_WITHOUT_OPT_IN) return CG_STATUS_SUCCESS;
+    if (!libs->cuKernelSetAttribute)
+        return cg_fail(CG_STATUS_LIBRARY_NOT_FOUND, "DSL launch kernel %u takes %u bytes of dynamic shared memory and "
+                       "libcuda lacks cuKernelSetAttribute (CUDA 12.0), which a kernel past 48 KB needs", index, bytes);
+    int ordinal = 0, limit = 0;
+    int status = libs->cuDeviceGet(&ordinal, device);
+    if (status == 0)
+        status = libs->cuDeviceGetAttribute(&limit, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ordinal);
+    if (status != 0)
+        return cg_fail(CG_STATUS_CUDA_ERROR, "device %d: its shared memory limit: CUDA error %d", device, status);
+    if (bytes > (uint32_t)limit)
+        return cg_fail(CG_STATUS_NOT_SUPPORTED, "DSL launch kernel %u takes %u bytes of dynamic shared memory; device "
+                       "%d allows at most %d a block", index, bytes, device, limit);
+    status = libs->cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes, tk->function,
+                                        ordinal);
+    if (status != 0)
+        return cg_fail(CG_STATUS_CUDA_ERROR, "DSL launch kernel %u: its %u bytes of dynamic shared memory were refused "
+                       "(cuKernelSetAttribute: CUDA error %d)", index, bytes, status);
+    return CG_STATUS_SUCCESS;
+}
+
 cg_status_t cg_tile_open(const cg_dsl_kernel_t *k, uint32_t index, const cg_tensor_info_t *operands, int n_operands,
-                         cg_tile_kernel_t **out) {
+                         int device, cg_tile_kernel_t **out) {
     *out = NULL;
     const cg_tile_params_t *t = &k->tile;
     if (k->code_size < 4 || memcmp(k->code, "\177ELF", 4) != 0)
@@ -89,6 +118,12 @@ cg_status_t cg_tile_open(const cg_dsl_kernel_t *k, uint32_t index, const cg_tens
         return cg_fail(CG_STATUS_BAD_BLOB, "plan blob: DSL launch kernel %u: its cubin has no kernel %s "
                        "(cuLibraryGetKernel: CUDA error %d; corrupt; field DSL launch)", index, k->entry_symbol,
                        status);
+    }
+    cg_status_t allowed = allow_shared(libs, tk, index, device);
+    if (allowed != CG_STATUS_SUCCESS) {
+        libs->cuLibraryUnload(tk->library);
+        free(tk);
+        return allowed;
     }
     *out = tk;
     return CG_STATUS_SUCCESS;
