@@ -16,9 +16,10 @@ ldmatrix.trans. About 45 KB of shared memory (K = 128, BV = 32: four warps).
 
 BV = 64 takes eight warps (the extra four along the value columns), so that each CTA reads W and KD for
 twice the columns: the W and KD traffic per column halves, each warp's share of the products stays as at
-BV = 32. Its KD goes into W's buffer once W S is done (the S buffer alone is 18 KB at BV = 64, and the C
-path launches with at most 48 KB), so KD's registers are refilled for the next chunk from the middle of a
-step rather than its start.
+BV = 32. Its KD goes into W's buffer once W S is done (the S buffer alone is 18 KB at BV = 64, and so the
+pass fits the 48 KB a launch gets without opting in), so KD's registers are refilled for the next chunk from
+the middle of a step rather than its start. The split form (``DeltaStatePassSplit``) gives KD its own buffer
+(53 KB at K = 128: the launch opts in), so both are put at a step's start and fetched a whole step ahead.
 """
 from __future__ import annotations
 
@@ -46,13 +47,15 @@ class DeltaStatePass(ChunkKernel):
     ``H``, whether an initial state is read / the final state written and whether the gates are per channel
     (kda: g holds their in-chunk sums, tokens x value heads x K)."""
 
+    kd_buffer_of_its_own = False
+
     def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
                  per_channel: bool = False):
         if V % BV or BV not in WARPS_OF_BV:
             raise ValueError(f"BV = {BV} must divide V = {V} and be one of {sorted(WARPS_OF_BV)}")
         self.threads = 32 * WARPS_OF_BV[BV]
-        # eight warps share one buffer between W and KD (see the module docstring)
-        self.kd_in_w = BV > 32
+        # eight warps share one buffer between W and KD (see the module docstring; the split form does not)
+        self.kd_in_w = BV > 32 and not self.kd_buffer_of_its_own
         self.io = DTYPES[io_dtype]
         self.K, self.V, self.BV, self.H = K, V, BV, H
         self.has_h0, self.store_ht = has_h0, store_ht
@@ -599,7 +602,22 @@ def _pointer_types(io_dtype: str) -> tuple:
             (io_dtype, 16), ("float32", 16), (io_dtype, 16))
 
 
-FORMS = {"staged": DeltaStatePass, "resident": DeltaStatePassResident, "warpgroup": DeltaStatePassWarpgroup}
+class DeltaStatePassSplit(DeltaStatePass):
+    """The staged form at BV = 64 with KD in a buffer of its own (53 KB of shared memory at K = 128, past the
+    48 KB a launch gets without opting in): W and KD are put at a step's start and fetched a whole step
+    ahead. The same products in the same order as the staged form: the same bits."""
+
+    kd_buffer_of_its_own = True
+
+    def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
+                 per_channel: bool = False):
+        if BV != 64:
+            raise ValueError(f"the split state pass takes BV = 64 (eight warps), not {BV}")
+        super().__init__(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
+
+
+FORMS = {"staged": DeltaStatePass, "resident": DeltaStatePassResident, "warpgroup": DeltaStatePassWarpgroup,
+         "split": DeltaStatePassSplit}
 
 
 def compile_state_pass(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,

@@ -72,6 +72,10 @@ VARIANT_KNOBS = {
     # its resident form: the state transposed in the MMA accumulators, both products' A operand from registers
     "cute_all_resident": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
                           "state_form": "resident"},
+    # its split form: KD in a shared buffer of its own (53 KB, past the default 48: the launch opts in), fetched
+    # a whole step ahead; the same bits, a faster state pass (_forward_priority), so first where cute_all_bv64 is
+    "cute_all_split": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
+                       "state_form": "split"},
     # its warpgroup form: the transposed state in WGMMA accumulators (sm_90), W and KD in swizzled shared memory;
     # slower than the eight-warp form wherever timed (docs/engines_cutile.md), so to pin or time
     "cute_all_wg": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
@@ -91,7 +95,8 @@ VARIANT_KNOBS = {
 }
 MMA_TYPES = ("auto", "tf32", "bf16")
 FORWARD_BLOCK_VS = (16, 32, 64, 128)    # the forward's block_v knob: value columns per state-pass CTA
-STATE_FORMS = ("staged", "resident", "warpgroup")   # the CuTe state pass's forms (engines/cute/_delta_state.FORMS)
+# the CuTe state pass's forms (engines/cute/_delta_state.FORMS)
+STATE_FORMS = ("staged", "resident", "warpgroup", "split")
 KERNEL_SOURCES = ("cutile", "cute")     # the prepare / output knobs: the cuTile kernel or the CuTe DSL one
 
 # execute() launches from C (compiled cubins, prebuilt parameters; _c_launch) where it can; False: every
@@ -734,8 +739,8 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             _kernel_source(graph, node, knob, knobs[knob])
         if knobs["state_form"] not in STATE_FORMS or (knobs["state_form"] != "staged" and
                                                       (knobs["state_pass"] != "cute" or block_v != 64)):
-            raise GraphNotSupportedError(f"state_form={knobs['state_form']!r}: one of {STATE_FORMS}, 'resident' and "
-                                         f"'warpgroup' with state_pass='cute' and block_v=64; got "
+            raise GraphNotSupportedError(f"state_form={knobs['state_form']!r}: one of {STATE_FORMS}, each but "
+                                         f"'staged' with state_pass='cute' and block_v=64; got "
                                          f"state_pass={knobs['state_pass']!r}, block_v={block_v}")
         if knobs["state_pass"] == "cute" and not io_scratch:
             raise GraphNotSupportedError("state_pass='cute' reads and writes the scratch in the input type "
@@ -763,7 +768,10 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
 # even the 32-column CTAs fill at most half the SMs, 16 columns a CTA (twice the CTAs) was faster (session 23,
 # one 32k sequence, 16 heads, bf16, K = V = 128: gdn 603 vs 669 us on the H200, 654 vs 697 on an H100; kda
 # 772 vs 849 on the H100) and slower wherever they fill it (175 vs 82 us at 4 x 2048, 785 vs 357 at 2 x 8192
-# x 32). The SM count of the H100 SXM and the H200, the sm_90 parts measured.
+# x 32). The split eight-warp form (KD in its own buffer, fetched a whole step ahead; 53 KB, opted in) gives the
+# eight-warp form's bits in less time (session 23, H100, 4 x 2048 x 16 heads, bf16, K = V = 128: the state pass
+# 95.3 -> 91.0 us for gdn, 95.9 -> 90.4 for kda). The SM count of the H100 SXM and the H200, the sm_90 parts
+# measured.
 STATE_PASS_FILL = 132
 
 
@@ -773,7 +781,8 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     ``cute`` (CuTe prepare and output, the cuTile state pass) first, but ``cute_all`` (the CuTe state pass
     too) for FP16 (the cuTile state pass takes TF32 products there) and for K = 128 where the state pass's
     ``state_pass_ctas`` (counted at 32 value columns a CTA) fill the GPU, and there, for BF16 inputs,
-    ``cute_all_bv64`` (its eight-warp form) above it; where those CTAs fill at most half the GPU (K = 128,
+    ``cute_all_bv64`` (its eight-warp form) above it and ``cute_all_split`` (that form with KD in a buffer of
+    its own, the same bits) above both; where those CTAs fill at most half the GPU (K = 128,
     BF16), ``cute_bv16`` (the cuTile state pass over 16 value columns a CTA, twice the CTAs) above ``cute``.
     The other variants are there to be pinned (plan index, a router) or timed."""
     fills = K >= 128 and state_pass_ctas >= STATE_PASS_FILL
@@ -784,6 +793,8 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
         return 25.0 if io_dtype == "float16" or fills else 12.0
     if suffix == "cute_all_bv64":     # measured and GPU-tested with BF16 inputs only
         return 30.0 if fills and io_dtype == "bfloat16" else 1.0
+    if suffix == "cute_all_split":    # the same bits as cute_all_bv64, its state pass 4.5-5.7% faster (session 23)
+        return 31.0 if fills and io_dtype == "bfloat16" else 1.0
     return {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
 
 

@@ -1,6 +1,7 @@
 """The CuTe DSL chunk_state_pass for gdn and kda (engines/cute/_delta_state), on the CPU: its specialisations compile for
 sm_90a with the parameters the cuTile plan's C launch path writes (nine addresses, then tokens, chunks and
-sequences as int32), a block of four warps (eight at BV = 64) and at most 48 KB of dynamic shared memory."""
+sequences as int32), a block of four warps (eight at BV = 64) and at most 48 KB of dynamic shared memory
+(the split form more: its launch opts in)."""
 from __future__ import annotations
 
 import os
@@ -37,6 +38,24 @@ def test_sixty_four_value_columns_take_eight_warps_and_put_kd_in_w_place():
     # without the shared buffer, K = 128 and BV = 64 would take W, KD (64 x 136 each) and S (128 x 72) in
     # BF16: over the 48 KB the C path launches with
     assert 2 * (2 * 64 * 136 + 128 * 72) > 48 * 1024 >= wide.shared_bytes()
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_the_split_form_gives_kd_its_own_buffer_past_48_kb_at_k_128(per_channel):
+    launcher = _delta_state.state_pass_launcher("bfloat16", 128, 128, 64, 4, True, True, 3, per_channel=per_channel,
+                                                form="split")
+    cubin, block, shared = launcher.cubin()
+    (symbol,) = _abi.kernel_symbols(cubin)
+    table = _abi.cubin_parameters(cubin, symbol)
+    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(9)] + [(72, 4), (76, 4), (80, 4)]
+    # W, KD (64 x 136 each) and S (128 x 72) in BF16, plus the small fields: the launch opts in past 48 KB
+    assert block == (256, 1, 1) and 2 * (2 * 64 * 136 + 128 * 72) < shared <= 56 * 1024 and shared > 48 * 1024
+    assert not _delta_state.DeltaStatePassSplit("bfloat16", 128, 128, 64, 2, True, True).kd_in_w
+
+
+def test_the_split_form_takes_sixty_four_value_columns():
+    with pytest.raises(ValueError, match="BV = 64"):
+        _delta_state.DeltaStatePassSplit("bfloat16", 128, 128, 32, 2, True, True)
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])

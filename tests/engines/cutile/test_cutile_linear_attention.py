@@ -130,6 +130,7 @@ def run_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, f
                                     f"(scale {scale:.3g}, tolerance {tol})")
     print(f"{op} {dtype} K={K} V={V} cu={cu[:3]}..{cu[-1]} l2={l2} h0={h0} {producer} {plan or ''}: "
           + ", ".join(f"{k} rel err {v:.2e}" for k, v in errors.items()))
+    return got
 
 
 @pytest.mark.parametrize("op", ["gdn", "kda"])
