@@ -24,7 +24,10 @@ from _c_build import HERE, build_program  # noqa: E402
 
 # The stand-in driver, reporting compute capability 9.0 for its one device.
 SM90_DRIVER = r"""
-int cuDeviceGetAttribute(int *v, int attribute, int device) { *v = attribute == 75 ? 9 : 0; return 0; }
+int cuDeviceGetAttribute(int *v, int attribute, int device) {
+    *v = attribute == 75 ? 9 : attribute == 97 ? 232448 : 0;     /* sm_9x; 227 KB of opt-in shared memory */
+    return 0;
+}
 """
 FAKE_PLAN = b'{"fake":"serialized execution plan"}'
 FLOAT, HALF = 0, 2

@@ -4,7 +4,8 @@ launch with the value of every parameter the kernel was passed (no libcudnn anyw
 none). A C program loads, queries and executes a two-kernel plan; the tests pin that each launch gets its
 grid, block 1x1x1, no shared memory, the caller's stream, no ``extra``, the caller's operand pointers and
 the workspace plus each region's offset at their parameters, and the extents and strides as the plan wrote
-them, in launch order, from many threads at once. A misaligned operand or workspace, a missing workspace, a
+them, in launch order, from many threads at once; a kernel past 48 KB of dynamic shared memory is opted in to
+it at load (cuKernelSetAttribute) and one past the device's limit refused. A misaligned operand or workspace, a missing workspace, a
 failed launch or cubin load, a code that is no cubin, a cubin without the kernel, a driver without the
 cuLibrary calls and every malformed record (tests/plans/_dsl_launch_blobs.py, refused by Python's reader
 alike) are typed statuses; the program runs clean under valgrind."""
@@ -41,6 +42,7 @@ def expected_launch(index: int, addresses: dict) -> str:
 
 
 CALL = {1: Q, 2: K, 3: CU, 4: O, "workspace": WORKSPACE}
+WIDE_SHARED = 53 * 1024          # the split CuTe state pass's shared memory at K = 128
 LAUNCHES = [expected_launch(0, CALL), expected_launch(1, CALL)]
 MALFORMED = sorted(malformed_tile_blobs())
 
@@ -61,6 +63,9 @@ def built(tmp_path_factory):
         "good": tile_blob(),
         "not_a_cubin": tile_blob([tile_kernel(0, b"not a cubin at all"), tile_kernel(1)]),
         "missing_kernel": tile_blob([tile_kernel(0), tile_kernel(1, standin_cubin(TILE_KERNELS[:1]))]),
+        # a CuTe DSL kernel among them past the 48 KB a launch gets without opting in, and one past the device
+        "wide_shared": tile_blob([tile_kernel(0, block=(256, 1, 1), shared_bytes=WIDE_SHARED), tile_kernel(1)]),
+        "too_wide_shared": tile_blob([tile_kernel(0, block=(256, 1, 1), shared_bytes=240 * 1024), tile_kernel(1)]),
     }
     made.update({name: data for name, (data, _) in malformed_tile_blobs().items()})
     for name, data in made.items():
@@ -155,3 +160,22 @@ def test_cutile_plans_leak_nothing_under_valgrind(built, tmp_path):
                                          "--errors-for-leak-kinds=definite,indirect,possible"))
     assert result.returncode == 0, result.stderr[-6000:]
     assert lines["execute_good"][0] == "CG_STATUS_SUCCESS" and lines["load_missing_kernel"][0] == "CG_STATUS_BAD_BLOB"
+
+
+def test_a_kernel_past_48_kb_of_shared_memory_is_opted_in_at_load_and_launched_with_it(built, tmp_path):
+    result, lines, _ = run_cases(built, tmp_path / "log", "single", "wide_shared")
+    assert lines["execute_single"][0] == "CG_STATUS_SUCCESS", (lines, result.stderr)
+    records = driver_log(tmp_path / "log")
+    wide, plain = TILE_KERNELS[0][0], TILE_KERNELS[1][0]
+    # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8), once, before any launch; not for the plain kernel
+    assert [r for r in records if r.startswith("kernel_attribute")] == [f"kernel_attribute {wide} 8={WIDE_SHARED}"]
+    launches = [r for r in records if r.startswith("tile_launch")]
+    assert records.index(f"kernel_attribute {wide} 8={WIDE_SHARED}") < records.index(launches[0])
+    assert f" block 256 1 1 shared {WIDE_SHARED} " in next(r for r in launches if r.startswith(f"tile_launch {wide} "))
+    assert " block 1 1 1 shared 0 " in next(r for r in launches if r.startswith(f"tile_launch {plain} "))
+
+
+def test_a_kernel_past_the_devices_shared_memory_is_refused_at_load_naming_both(built, tmp_path):
+    result, lines, _ = run_cases(built, tmp_path / "log", "single", "too_wide_shared")
+    assert_refused(lines, "load_single", "CG_STATUS_NOT_SUPPORTED", [str(240 * 1024), "232448", "device 0"])
+    assert not [r for r in driver_log(tmp_path / "log") if r.startswith(("kernel_attribute", "tile_launch"))]

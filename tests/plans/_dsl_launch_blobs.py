@@ -364,6 +364,12 @@ int cuLibraryGetKernel(void **kernel, void *library, const char *name) {
     return 500;                                                             /* CUDA_ERROR_NOT_FOUND */
 }
 int cuLibraryUnload(void *library) { free(library); emit("library_unload"); return 0; }
+int cuKernelSetAttribute(int attribute, int value, void *kernel, int device) {
+    char b[200];
+    snprintf(b, sizeof b, "kernel_attribute %s %d=%d", ((fake_tile_kernel_t *)kernel)->name, attribute, value);
+    emit(b);
+    return 0;
+}
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void *stream, void **params, void **extra) {
     const char *fail = getenv("FAKE_TILE_LAUNCH_FAIL");

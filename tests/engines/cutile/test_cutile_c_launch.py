@@ -115,6 +115,13 @@ def test_malformed_kernel_rows_are_refused():
         TileLaunch.create(layout, [(0, (0, 1, 1), bytes(16), [0], [])], [], None, 0, None)
 
 
+def test_a_kernel_may_take_shared_memory_past_48_kb_up_to_what_sm_90_allows():
+    layout = PackLayout([TensorSpec(1, (4,), "float32", strides=(1,), name="x")])
+    TileLaunch.create(layout, [(0, (1, 1, 1), bytes(16), [0], [], (256, 1, 1), 53 * 1024)], [], None, 0, None)
+    with pytest.raises(InvalidArgumentError, match="kernel 0 shared bytes.*232448.*kernel_allow_shared"):
+        TileLaunch.create(layout, [(0, (1, 1, 1), bytes(16), [0], [], (256, 1, 1), 240 * 1024)], [], None, 0, None)
+
+
 def test_a_cubin_table_that_differs_from_the_layout_is_a_mismatch():
     layout = _abi.ParamLayout.of([1])
     good = _abi.CubinKernel("k", tuple(_abi.CubinParam(i, f.offset, f.size) for i, f in enumerate(layout.fields)),
