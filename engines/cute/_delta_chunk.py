@@ -19,6 +19,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr, range_constexpr
 from cutlass.cute.runtime import make_ptr
 
+from ..._driver import SHARED_BYTES_OPT_IN_MAX
 from ..._layout import row_major_strides
 from ..cutile._variants import CHUNK, SPLIT_ROW     # the chunk and the per-channel decays' split row
 
@@ -27,7 +28,7 @@ PAD = 8                      # elements of padding per shared row (16 bytes): ro
 SEG = 8                      # elements per global access of a row (16 bytes)
 # the most a sm_90 block may opt in to; past 48 KB the C paths opt in at load (_driver.kernel_allow_shared, the
 # C runtime's cg_tile.c), the DSL's own launch always does
-MAX_SHARED_BYTES = 227 * 1024
+MAX_SHARED_BYTES = SHARED_BYTES_OPT_IN_MAX
 
 logger = logging.getLogger(__name__)
 

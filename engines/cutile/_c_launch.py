@@ -215,8 +215,7 @@ def prepare(launches, workspace_size: int, arch: str, compile_kernel=_compile) -
 
 def load(plan: LaunchPlan, layout, workspaces, ordinal: int):
     """The TileLaunch of a LaunchPlan: each cubin loaded once (cuLibraryLoadData) on ``ordinal``."""
-    from ..._driver import SHARED_BYTES_WITHOUT_OPT_IN, kernel_allow_shared, library_kernel, library_load, \
-        library_unload
+    from ..._driver import kernel_allow_shared, library_kernel, library_load, library_unload
     from ..._tile_launch import TileLaunch
     libraries = _Libraries(library_unload)
     rows = []
@@ -224,8 +223,7 @@ def load(plan: LaunchPlan, layout, workspaces, ordinal: int):
         library = library_load(k.cubin, ordinal)
         libraries.handles.append(library)
         kernel = library_kernel(library, k.symbol)
-        if k.shared_bytes > SHARED_BYTES_WITHOUT_OPT_IN:
-            kernel_allow_shared(kernel, k.shared_bytes, ordinal)
+        kernel_allow_shared(kernel, k.shared_bytes, ordinal)      # past 48 KB only
         rows.append((kernel, k.grid, k.image, k.layout.offsets, k.patches, k.block, k.shared_bytes))
     return TileLaunch.create(layout, rows, plan.operands, workspaces, ordinal, libraries)
 

@@ -918,8 +918,10 @@ def library_kernel(uintptr_t library, str name) -> int:
     return <uintptr_t>kernel
 
 
-# The dynamic shared memory a launch may ask for without kernel_allow_shared (a CUDA fact).
+# The dynamic shared memory a launch may ask for without kernel_allow_shared, and the most a block may opt in
+# to on sm_80 / sm_90 / sm_100 (227 KB; a device's own limit is checked where the opt-in is set). CUDA facts.
 SHARED_BYTES_WITHOUT_OPT_IN = 48 * 1024
+SHARED_BYTES_OPT_IN_MAX = 227 * 1024
 
 # CUfunction_attribute: the dynamic shared memory a launch may ask for (SHARED_BYTES_WITHOUT_OPT_IN unless raised)
 cdef enum:
@@ -930,9 +932,11 @@ ctypedef int (*cuKernelSetAttribute_t)(int attribute, int value, void* kernel, i
 
 def kernel_allow_shared(uintptr_t kernel, int shared_bytes, int device=0) -> None:
     """Let launches of the CUkernel ``kernel`` on ``device`` ask for ``shared_bytes`` of dynamic shared memory
-    (cuKernelSetAttribute; launches past 48 KB fail without it). Over the device's opt-in limit (227 KB on
-    sm_90): CudaDriverError naming both."""
+    (cuKernelSetAttribute; launches past 48 KB fail without it; nothing to do at or below that). Over the
+    device's opt-in limit (227 KB on sm_90): CudaDriverError naming both."""
     cdef int dev = 0, limit = 0
+    if shared_bytes <= SHARED_BYTES_WITHOUT_OPT_IN:
+        return
     _require_driver(b"kernel shared memory")
     cdef cuKernelSetAttribute_t set_attribute = <cuKernelSetAttribute_t>_late_symbol(
         "cuKernelSetAttribute", ("cuKernelSetAttribute",))

@@ -20,11 +20,8 @@ from cudnn_graph._variant_pack cimport PackLayout, pack_into
 from cudnn_graph._stream cimport stream_handle
 from cudnn_graph._driver cimport enter_device, leave_device, enter_device_nogil, leave_device_nogil, tile_launch
 
+from cudnn_graph._driver import SHARED_BYTES_OPT_IN_MAX
 from cudnn_graph.errors import AlignmentError, CudaDriverError, InvalidArgumentError
-
-# the most dynamic shared memory a block may opt in to on sm_80 / sm_90 / sm_100 (227 KB; the device's own
-# limit is checked where the opt-in is set)
-SHARED_BYTES_MAX = 227 * 1024
 
 
 cdef class TileLaunch:
@@ -97,9 +94,10 @@ cdef class TileLaunch:
             if len(block) != 3 or min(block) < 1 or block[0] * block[1] * block[2] > 1024:
                 raise InvalidArgumentError(f"kernel {k} block", "three extents >= 1, at most 1024 threads",
                                            str(tuple(block)))
-            if not 0 <= shared_bytes <= SHARED_BYTES_MAX:
-                raise InvalidArgumentError(f"kernel {k} shared bytes", f"0 to {SHARED_BYTES_MAX} (past 49152 only "
-                                           "once the kernel's opt-in is set: _driver.kernel_allow_shared)",
+            if not 0 <= shared_bytes <= SHARED_BYTES_OPT_IN_MAX:
+                raise InvalidArgumentError(f"kernel {k} shared bytes",
+                                           f"0 to {SHARED_BYTES_OPT_IN_MAX} (past 49152 only once the kernel's "
+                                           "opt-in is set: _driver.kernel_allow_shared)",
                                            str(shared_bytes))
             kern = &self._kernels[k]
             self._n_kernels = k + 1          # what __dealloc__ frees from here on
