@@ -311,6 +311,15 @@ def fla_backward(torch, op: str, x: dict):
     return run
 
 
+# the CuTe DSL's kernel names start with the module path: dropped, so that the class names tell kernels apart
+_CUTE_PREFIX = "kernel_cutlass_kernel_cudnn_graphenginescute_"
+
+
+def kernel_label(key: str) -> str:
+    """A kernel's name as the per-kernel tables give it: the first 60 characters, past the CuTe prefix."""
+    return ("cute_" + key[len(_CUTE_PREFIX):] if key.startswith(_CUTE_PREFIX) else key)[:60]
+
+
 def gpu_ms(torch, fn, iters: int, per_kernel: Optional[dict] = None) -> float:
     """Milliseconds of GPU work per call of ``fn`` (kernels, copies and fills, from the profiler's
     device-side records): what the call costs the GPU, whatever its host side costs. ``per_kernel``, when
@@ -325,7 +334,9 @@ def gpu_ms(torch, fn, iters: int, per_kernel: Optional[dict] = None) -> float:
         torch.cuda.synchronize()
     events = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
     if per_kernel is not None:
-        per_kernel.update({e.key[:60]: e.self_device_time_total / iters / 1e3 for e in events})
+        for e in events:
+            name = kernel_label(e.key)
+            per_kernel[name] = per_kernel.get(name, 0.0) + e.self_device_time_total / iters / 1e3
     return sum(e.self_device_time_total for e in events) / iters / 1e3
 
 

@@ -194,6 +194,25 @@ class ChunkKernel:
             vals.store((vals.load().to(Float32) * scale).to(self.io))
             cute.autovec_copy(vals, part)
 
+    @cute.jit
+    def copy_rows(self, src: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr, width: cutlass.Constexpr,
+                  tidx: Int32, dst_row=0, dst_seg=0, count=None):
+        """src (rows x width, shared) into dst (global) at row ``dst_row`` and 16-byte segment ``dst_seg`` on, in
+        16-byte segments, a row's segments on adjacent threads (coalesced); only rows below ``count`` when
+        given (a chunk's rows past a sequence's end)."""
+        segs = width // SEG
+        for i in range_constexpr(rows * segs // self.threads):
+            q = tidx + i * self.threads
+            row = q // segs
+            seg = q % segs
+            if const_expr(count is None):
+                cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)),
+                                  cute.local_tile(dst, (1, SEG), (dst_row + row, dst_seg + seg)))
+            else:
+                if row < count:
+                    cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)),
+                                      cute.local_tile(dst, (1, SEG), (dst_row + row, dst_seg + seg)))
+
     def row_registers(self, width: int):
         """A thread's share of a 64 x ``width`` block held in registers between ``fetch_rows`` and
         ``put_rows``: one 16-byte segment per pass of 128 threads, each segment contiguous."""
@@ -351,6 +370,11 @@ class KernelLauncher:
         self._threads = THREADS
         self._streams = {}
 
+    @property
+    def name(self) -> str:
+        """The kernel's name (its specialisation key's first field)."""
+        return self._key[0]
+
     def compile(self) -> bool:
         """Whether the kernel is compiled (at the first call); a failure is logged once, not raised: the
         caller's cuTile kernel computes the same."""
@@ -372,10 +396,10 @@ class KernelLauncher:
         addresses in pointer order, then tokens, chunks and sequences as int32. RuntimeError when the
         kernel did not compile."""
         if not self.compile():
-            raise RuntimeError(f"the CuTe {self._key[0]} kernel did not compile: {self._failed}")
+            raise RuntimeError(f"the CuTe {self.name} kernel did not compile: {self._failed}")
         cubin = self._compiled.__cubin__
         if not cubin:
-            raise RuntimeError(f"the CuTe DSL kept no cubin of {self._key[0]}")
+            raise RuntimeError(f"the CuTe DSL kept no cubin of {self.name}")
         return bytes(cubin), (self._threads, 1, 1), self._shared_bytes
 
     def usable(self, slots) -> bool:

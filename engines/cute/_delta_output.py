@@ -251,6 +251,47 @@ class DeltaOutput(ChunkKernel):
             cute.autovec_copy(frag, part)
 
 
+class DeltaScores(DeltaOutput):
+    """The output's chunk-local half for the fused state pass (``_delta_state.DeltaStatePassFused``), which
+    forms o itself from the running state: per (chunk of 64 tokens, value head), ``scale q e^gc`` (64 x K)
+    and the masked, decayed ``attn`` (64 x 64) in the input type into the workspace (rows past a sequence's
+    end zero), by the same steps and roundings as ``DeltaOutput``'s, so that the fused pass's o has its bits.
+    Called with q, k, the cumulative gates, cu_seqlens, qg, attn, then tokens, chunks, sequences."""
+
+    @cute.jit
+    def __call__(self, pq: cute.Pointer, pk: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer, pqg: cute.Pointer,
+                 pattn: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pq, pk, pg, pcu, pqg, pattn, tokens, chunks, n_seq).launch(
+            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream)
+
+    @cute.kernel
+    def kernel(self, pq: cute.Pointer, pk: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer, pqg: cute.Pointer,
+               pattn: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32):
+        K, H = self.K, self.H
+        mQ, mK, mG, mGs, mCu = self.score_views(pq, pk, pg, pcu, tokens, n_seq)
+        mQg = cute.make_tensor(pqg, cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1)))
+        mAttn = cute.make_tensor(pattn, cute.make_layout((chunks, H, CHUNK, CHUNK),
+                                                         stride=(H * CHUNK * CHUNK, CHUNK * CHUNK, CHUNK, 1)))
+        tiled_mma = self.warp_mma()
+        tidx, _, _ = cute.arch.thread_idx()
+        _, h, _ = cute.arch.block_idx()
+        hk = h // self.group
+        thr = tiled_mma.get_slice(tidx)
+        storage = SmemAllocator().allocate(self.shared_storage())
+        sQ, sK, _, sAttn, sGc = self.score_buffers(storage)
+        c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
+        if seq < n_seq:
+            if const_expr(self.per_channel):
+                self.scores_per_channel(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mGs[None, h, None],
+                                        sQ, sK, sAttn, start, count, tidx)
+            else:
+                self.scores_per_token(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mG, sQ, sK, sAttn,
+                                      sGc, h, start, count, tidx)
+            cute.arch.sync_threads()     # q's rescale (each thread its own segments) and attn, all written
+            self.copy_rows(sQ, mQg[c, h, None, None], CHUNK, K, tidx)
+            self.copy_rows(sAttn, mAttn[c, h, None, None], CHUNK, CHUNK, tidx)
+
+
 def _pointer_types(io_dtype: str, per_channel: bool = False) -> tuple:
     """(element type, assumed alignment) of each pointer: q, k, d, g (the stored cumulative gates, f32;
     per channel, read in 32-byte row segments), cu_seqlens, hs, o."""
@@ -279,3 +320,16 @@ def output_launcher(io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool
     """The launcher of one specialisation; its slots: q, k, d, g, cu_seqlens, hs, o."""
     return score_kernel_launcher(DeltaOutput, "chunk_output", _pointer_types, io_dtype, K, V, HQ, H, use_l2, scale,
                                  n_seq, per_channel)
+
+
+def _scores_pointer_types(io_dtype: str, per_channel: bool = False) -> tuple:
+    """(element type, assumed alignment) of each pointer of ``DeltaScores``: q, k, g, cu_seqlens, qg, attn."""
+    q, k, _, g, cu, _, _ = _pointer_types(io_dtype, per_channel)
+    return (q, k, g, cu, (io_dtype, 16), (io_dtype, 16))
+
+
+def scores_launcher(io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
+                    n_seq: int, per_channel: bool = False) -> KernelLauncher:
+    """The launcher of one ``DeltaScores`` specialisation; its slots: q, k, g, cu_seqlens, qg, attn."""
+    return score_kernel_launcher(DeltaScores, "chunk_scores", _scores_pointer_types, io_dtype, K, V, HQ, H, use_l2,
+                                 scale, n_seq, per_channel)

@@ -147,7 +147,7 @@ class DeltaStatePass(ChunkKernel):
             s_io.store(state.load().to(io))
             cute.autovec_copy(s_io, thr.partition_C(sS))
             cute.arch.sync_threads()
-            self.copy_block(sS, cute.local_tile(mHs[c, h, None, None], (K, BV), (0, vb)), K, tidx)
+            self.copy_rows(sS, cute.local_tile(mHs[c, h, None, None], (K, BV), (0, vb)), K, BV, tidx)
             # D = U - W S
             delta.fill(0.0)
             self.product_bt(tiled_mma, delta, sW, sS, K, BV, BV + PAD, tidx)
@@ -160,7 +160,7 @@ class DeltaStatePass(ChunkKernel):
                 self.put_rows(next_kd, sKd, K, tidx)
                 self.fetch_rows(mKd[first + following, h, None, None], next_kd, K, tidx)
             cute.arch.sync_threads()
-            self.copy_block(sDelta, cute.local_tile(mD[c, h, None, None], (CHUNK, BV), (0, vb)), CHUNK, tidx)
+            self.copy_rows(sDelta, cute.local_tile(mD[c, h, None, None], (CHUNK, BV), (0, vb)), CHUNK, BV, tidx)
             # S <- e^(gc_last) S + KD^T D
             if const_expr(self.per_channel):
                 for e in range_constexpr(cute.size(state)):
@@ -241,16 +241,6 @@ class DeltaStatePass(ChunkKernel):
         else:
             state.fill(0.0)
         return bos, eos, first, n_chunks, state
-
-    @cute.jit
-    def copy_block(self, src: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr, tidx: Int32):
-        """src (rows x BV, shared) into dst (rows x BV, global) in 16-byte segments."""
-        segs = self.BV // SEG
-        for i in range_constexpr(rows * segs // self.threads):
-            q = tidx + i * self.threads
-            row = q // segs
-            seg = q % segs
-            cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)), cute.local_tile(dst, (1, SEG), (row, seg)))
 
 
 # the value columns each warp of the resident form owns (one m16 row block of the transposed state)
@@ -616,6 +606,160 @@ class DeltaStatePassSplit(DeltaStatePass):
         super().__init__(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
 
 
+class DeltaStatePassFused(DeltaStatePass):
+    """The split form that forms o itself (no chunk-start states or deltas through global memory): per chunk,
+    besides W, KD and U, ``qg = scale q e^gc`` (64 x K) and the masked, decayed ``attn`` (64 x 64) of
+    ``_delta_output.DeltaScores``, and::
+
+        D = U - W S,   o = qg S + attn D,   S <- e^(gc_last) S + KD^T D
+
+    o in the output kernel's product order (K's k-blocks, then attn's), so the same bits as the split form's
+    state pass followed by ``DeltaOutput``. Why: that pair wrote and read every chunk-start state (K x V per
+    chunk and head: 67 MB at 4 x 2048 tokens, 16 heads, K = V = 128) and the deltas, and the output kernel
+    read q and k again. o leaves through a staging block a step late: its copy to global memory follows the
+    next step's first barrier, so a step takes three barriers, not four. About 87 KB of shared memory at
+    K = 128 (the launch opts in); BV = 64, eight warps."""
+
+    kd_buffer_of_its_own = True
+
+    def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
+                 per_channel: bool = False):
+        if BV != 64:
+            raise ValueError(f"the fused state pass takes BV = 64 (eight warps), not {BV}")
+        super().__init__(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
+
+    def shared_storage(self):
+        K, BV, io = self.K, self.BV, self.io
+        return shared_struct("DeltaStateFusedStorage", {
+            "w": shared_field(io, CHUNK * (K + PAD)), "kd": shared_field(io, CHUNK * (K + PAD)),
+            "qg": shared_field(io, CHUNK * (K + PAD)), "attn": shared_field(io, CHUNK * (CHUNK + PAD)),
+            "s": shared_field(io, K * (BV + PAD)), "d": shared_field(io, CHUNK * (BV + PAD)),
+            "o": shared_field(io, CHUNK * (BV + PAD)), "first": shared_field(Int32, self.threads),
+            "decay": shared_field(Float32, K if self.per_channel else 1)})
+
+    @cute.jit
+    def __call__(self, pkd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
+                 ph0: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, pht: cute.Pointer, po: cute.Pointer,
+                 tokens: Int32, chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pkd, pw, pu, pg, pcu, ph0, pqg, pattn, pht, po, tokens, chunks, n_seq).launch(
+            grid=[n_seq, self.H, self.V // self.BV], block=[self.threads, 1, 1], smem=self.shared_bytes(),
+            stream=stream)
+
+    @cute.kernel
+    def kernel(self, pkd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
+               ph0: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, pht: cute.Pointer, po: cute.Pointer,
+               tokens: Int32, chunks: Int32, n_seq: Int32):
+        K, V, BV, H = self.K, self.V, self.BV, self.H
+        io = self.io
+        # qg stands in for d and hs, which this form does not write (chunk_views' last two)
+        mKd, mW, _, mG, mCu, _ = self.chunk_views(pkd, pw, pqg, pg, pcu, pqg, tokens, chunks, n_seq)
+        mQg = cute.make_tensor(pqg, cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1)))
+        mAttn = cute.make_tensor(pattn, cute.make_layout((chunks, H, CHUNK, CHUNK),
+                                                         stride=(H * CHUNK * CHUNK, CHUNK * CHUNK, CHUNK, 1)))
+        mU = cute.make_tensor(pu, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1)))
+        mO = cute.make_tensor(po, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
+        states = cute.make_layout((n_seq, H, K, V), stride=(H * K * V, K * V, V, 1))
+        mH0 = cute.make_tensor(ph0, states)
+        mHt = cute.make_tensor(pht, states)
+        tiled_mma = self.warp_mma()
+        tidx, _, _ = cute.arch.thread_idx()
+        n, h, vb = cute.arch.block_idx()
+        thr = tiled_mma.get_slice(tidx)
+        storage = SmemAllocator().allocate(self.shared_storage())
+        rows_k = cute.make_layout((CHUNK, K), stride=(K + PAD, 1))
+        sW = cute.make_tensor(storage.w.data_ptr(), rows_k)
+        sKd = cute.make_tensor(storage.kd.data_ptr(), rows_k)
+        sQg = cute.make_tensor(storage.qg.data_ptr(), rows_k)
+        sAttn = cute.make_tensor(storage.attn.data_ptr(), cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + PAD, 1)))
+        sS = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((K, BV), stride=(BV + PAD, 1)))
+        rows_bv = cute.make_layout((CHUNK, BV), stride=(BV + PAD, 1))
+        sDelta = cute.make_tensor(storage.d.data_ptr(), rows_bv)
+        sOut = cute.make_tensor(storage.o.data_ptr(), rows_bv)
+        sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
+        state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
+        gO = mO[None, h, None]
+        o_seg = vb * (BV // SEG)          # this CTA's first 16-byte segment of an o row
+
+        bos = mCu[n]
+        eos = mCu[n + 1]
+        first = self.first_chunk(mCu, n, tidx, sFirst)
+        n_chunks = (eos - bos + CHUNK - 1) // CHUNK
+        state = cute.make_rmem_tensor(thr.partition_shape_C((K, BV)), Float32)
+        if const_expr(self.has_h0):
+            h0 = cute.make_rmem_tensor(state.shape, Float32)
+            cute.autovec_copy(thr.partition_C(cute.local_tile(mH0[n, h, None, None], (K, BV), (0, vb))), h0)
+            state.store(h0.load())
+        else:
+            state.fill(0.0)
+        s_io = cute.make_rmem_tensor(state.shape, io)
+        delta = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, BV)), Float32)
+        out = cute.make_rmem_tensor(delta.shape, Float32)
+        u_part = cute.make_rmem_tensor(delta.shape, io)
+        d_io = cute.make_rmem_tensor(delta.shape, io)
+        # chunk j + 1's operands in registers while chunk j is computed (as the staged form's)
+        next_w = self.row_registers(K)
+        next_kd = self.row_registers(K)
+        next_qg = self.row_registers(K)
+        next_attn = self.row_registers(CHUNK)
+        next_u = cute.make_rmem_tensor(delta.shape, io)
+        next_decay = cute.make_rmem_tensor((1,), Float32)
+        if n_chunks > 0:     # an empty sequence's "first" chunk may lie past the workspace
+            self.fetch_chunk(mW, mKd, mU, mG, thr, next_w, next_kd, next_u, next_decay, first, h, vb,
+                             cutlass.min(bos + CHUNK, eos) - 1, tidx)
+            self.fetch_rows(mQg[first, h, None, None], next_qg, K, tidx)
+            self.fetch_rows(mAttn[first, h, None, None], next_attn, CHUNK, tidx)
+        for j in cutlass.range(n_chunks):
+            cute.arch.sync_threads()
+            if j > 0:
+                # the previous chunk's o, staged by every warp before the barrier
+                previous = bos + (j - 1) * CHUNK
+                self.copy_rows(sOut, gO, CHUNK, BV, tidx, previous, o_seg, cutlass.min(eos - previous, CHUNK))
+            self.put_rows(next_w, sW, K, tidx)
+            self.put_rows(next_kd, sKd, K, tidx)
+            self.put_rows(next_qg, sQg, K, tidx)
+            self.put_rows(next_attn, sAttn, CHUNK, tidx)
+            u_part.store(next_u.load())
+            decay = next_decay[0]
+            if const_expr(self.per_channel):
+                if tidx < K:
+                    sDecay[tidx] = cute.math.exp(decay)
+            # the last chunk fetches itself again (a wasted load rather than a branch in the chain)
+            following = cutlass.min(j + 1, n_chunks - 1)
+            self.fetch_chunk(mW, mKd, mU, mG, thr, next_w, next_kd, next_u, next_decay, first + following, h, vb,
+                             cutlass.min(bos + (following + 1) * CHUNK, eos) - 1, tidx)
+            self.fetch_rows(mQg[first + following, h, None, None], next_qg, K, tidx)
+            self.fetch_rows(mAttn[first + following, h, None, None], next_attn, CHUNK, tidx)
+            s_io.store(state.load().to(io))
+            cute.autovec_copy(s_io, thr.partition_C(sS))
+            cute.arch.sync_threads()
+            # D = U - W S and qg S, both over S as stored
+            delta.fill(0.0)
+            self.product_bt(tiled_mma, delta, sW, sS, K, BV, BV + PAD, tidx)
+            out.fill(0.0)
+            self.product_bt(tiled_mma, out, sQg, sS, K, BV, BV + PAD, tidx)
+            delta.store(u_part.load().to(Float32) - delta.load())
+            d_io.store(delta.load().to(io))
+            cute.autovec_copy(d_io, thr.partition_C(sDelta))
+            cute.arch.sync_threads()
+            # o = qg S + attn D;  S <- e^(gc_last) S + KD^T D
+            self.product_bt(tiled_mma, out, sAttn, sDelta, CHUNK, BV, BV + PAD, tidx)
+            if const_expr(self.per_channel):
+                for e in range_constexpr(cute.size(state)):
+                    state[e] = state[e] * sDecay[state_rows[e][0]]
+            else:
+                state.store(state.load() * cute.math.exp(decay))
+            self.product_tt(tiled_mma, state, sKd, sDelta, CHUNK, K, BV, K + PAD, BV + PAD, tidx)
+            d_io.store(out.load().to(io))
+            cute.autovec_copy(d_io, thr.partition_C(sOut))
+        cute.arch.sync_threads()
+        if n_chunks > 0:
+            last = bos + (n_chunks - 1) * CHUNK
+            self.copy_rows(sOut, gO, CHUNK, BV, tidx, last, o_seg, eos - last)
+        if const_expr(self.store_ht):
+            cute.autovec_copy(state, thr.partition_C(cute.local_tile(mHt[n, h, None, None], (K, BV), (0, vb))))
+
+
 FORMS = {"staged": DeltaStatePass, "resident": DeltaStatePassResident, "warpgroup": DeltaStatePassWarpgroup,
          "split": DeltaStatePassSplit}
 
@@ -634,3 +778,18 @@ def state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: 
     kind = FORMS[form]
     return KernelLauncher(lambda: kind(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel), key,
                           _pointer_types(io_dtype), n_seq)
+
+
+def _fused_pointer_types(io_dtype: str) -> tuple:
+    """kd, w, u, g, cu_seqlens, h0 (f32), qg, attn, ht (f32), o."""
+    kd, w, u, g, cu, h0, _, ht, _ = _pointer_types(io_dtype)
+    return (kd, w, u, g, cu, h0, (io_dtype, 16), (io_dtype, 16), ht, (io_dtype, 16))
+
+
+def fused_state_pass_launcher(io_dtype: str, K: int, V: int, H: int, has_h0: bool, store_ht: bool, n_seq: int,
+                              per_channel: bool = False) -> KernelLauncher:
+    """The launcher of one ``DeltaStatePassFused`` specialisation (64 value columns a CTA); its slots: kd, w, u,
+    g, cu_seqlens, h0, qg, attn, ht, o."""
+    key = ("chunk_state_output", io_dtype, K, V, H, has_h0, store_ht, per_channel)
+    return KernelLauncher(lambda: DeltaStatePassFused(io_dtype, K, V, 64, H, has_h0, store_ht, per_channel), key,
+                          _fused_pointer_types(io_dtype), n_seq)

@@ -80,6 +80,10 @@ VARIANT_KNOBS = {
     # slower than the eight-warp form wherever timed (docs/engines_cutile.md), so to pin or time
     "cute_all_wg": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
                     "state_form": "warpgroup"},
+    # its fused form: the state pass forms o itself from q e^gc and attn (a scores launch), no chunk-start
+    # states or deltas through global memory; the split form and the output kernel where its buffers do not suit
+    "cute_all_fused": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
+                       "state_form": "fused"},
     "cute": {"prepare": "cute", "output": "cute"},
     "cute_prepare": {"prepare": "cute"},
     "tf32": {"mma": "tf32"},
@@ -95,8 +99,9 @@ VARIANT_KNOBS = {
 }
 MMA_TYPES = ("auto", "tf32", "bf16")
 FORWARD_BLOCK_VS = (16, 32, 64, 128)    # the forward's block_v knob: value columns per state-pass CTA
-# the CuTe state pass's forms (engines/cute/_delta_state.FORMS)
-STATE_FORMS = ("staged", "resident", "warpgroup", "split")
+# the CuTe state pass's forms (engines/cute/_delta_state.FORMS, and "fused": DeltaStatePassFused, which writes o)
+STATE_FORMS = ("staged", "resident", "warpgroup", "split", "fused")
+FUSED_FALLBACK_FORM = "split"     # the fused plan's state pass where its buffers do not suit the fused kernel
 KERNEL_SOURCES = ("cutile", "cute")     # the prepare / output knobs: the cuTile kernel or the CuTe DSL one
 
 # execute() launches from C (compiled cubins, prebuilt parameters; _c_launch) where it can; False: every
@@ -108,10 +113,12 @@ class _Geometry:
     """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built. ``H`` counts
     the value heads (the kernels' heads), ``HQ`` the query/key heads."""
 
-    def __init__(self, node, backward: bool = False, io_scratch: str = ""):
+    def __init__(self, node, backward: bool = False, io_scratch: str = "", fused: bool = False):
         """``io_scratch``: the input type ("bfloat16", "float16") in which the forward keeps w, u, kd, the
         deltas and the chunk-start states ("": float32, as everything else). Per-chunk scratch is laid out
-        (chunk, head, CHUNK rows, width), by global chunk."""
+        (chunk, head, CHUNK rows, width), by global chunk. ``fused``: the regions ``scores_qg`` (scale q e^gc)
+        and ``scores_attn`` of the fused state pass, in the input type over the deltas' and chunk-start states'
+        place (that pass writes neither; d precedes hs, and 64 V + K V >= 64 K + 64 x 64 for K, V in 64, 128)."""
         from cudnn_graph.ops._linear_attention import beta_transform, gate_transform
         q, v = node.inputs["q"], node.inputs["v"]
         self.T, self.HQ, self.K = q.dim
@@ -150,6 +157,14 @@ class _Geometry:
             self.dtypes[name] = io_scratch if name in narrow else "float32"
             offset += _align((2 if name in narrow else 4) * count)
         self.workspace_size = offset
+        if fused:
+            place = self.regions["d"][0]
+            end = self.regions["hs"][0] + 2 * self.chunks * self.H * self.K * self.V
+            for name, width in (("scores_qg", self.K), ("scores_attn", CHUNK)):
+                self.regions[name] = (place, (*by_chunk, width))
+                self.dtypes[name] = io_scratch
+                place += _align(2 * self.chunks * self.H * CHUNK * width)
+            assert place <= _align(end), "the fused state pass's scores overrun the deltas' and states' place"
 
 
 def _unsafe_gate_bound(node) -> float | None:
@@ -263,13 +278,42 @@ class _CuteLaunch:
         """chunk_state_pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0 and writes
         hs, ht, d."""
         from ..cute._delta_state import state_pass_launcher
+        form = FUSED_FALLBACK_FORM if variant.state_form == "fused" else variant.state_form
         launcher = state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
                                        variant.has_h0, variant.store_ht, variant.n_seq, per_channel=variant.per_channel,
-                                       form=variant.state_form)
+                                       form=form)
         return _CuteLaunch(launcher, fallback, lambda a: a[:9], geometry)
+
+    @staticmethod
+    def scores(variant: Variant, geometry: "_Geometry") -> "_CuteLaunch":
+        """The fused form's chunk_scores: the CuTe kernel reads q, k, the cumulative gates, cu_seqlens and
+        writes scale q e^gc and attn (no cuTile kernel: the plan checks ``takes`` first)."""
+        from ..cute._delta_output import scores_launcher
+        launcher = scores_launcher(variant.io_dtype, variant.K, variant.V, geometry.HQ, geometry.H, variant.use_l2,
+                                   variant.scale, variant.n_seq, per_channel=variant.per_channel)
+        return _CuteLaunch(launcher, None, lambda a: a, geometry)
+
+    @staticmethod
+    def state_output(variant: Variant, geometry: "_Geometry") -> "_CuteLaunch":
+        """The fused state pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0, scale
+        q e^gc, attn and writes ht and o (no cuTile kernel: the plan checks ``takes`` first)."""
+        from ..cute._delta_state import fused_state_pass_launcher
+        launcher = fused_state_pass_launcher(variant.io_dtype, variant.K, variant.V, geometry.H, variant.has_h0,
+                                             variant.store_ht, variant.n_seq, per_channel=variant.per_channel)
+        return _CuteLaunch(launcher, None, lambda a: a, geometry)
+
+    def takes(self, args: tuple) -> bool:
+        """Whether the CuTe kernel runs on ``args``: it compiled, and its buffers are packed row-major and
+        aligned as it assumes (the C path's refs carry no address: their strides are c_launch's check)."""
+        refs = self._operands(args)
+        if not self._launcher.compile():
+            return False
+        return self._launcher.usable(refs) if all(hasattr(r, "data_ptr") for r in refs) else True
 
     def __call__(self, stream: int, grid: tuple, args: tuple) -> None:
         if not self._launcher(stream, self._operands(args), *self._sizes):
+            if self._fallback is None:
+                raise RuntimeError(f"the CuTe {self._launcher.name} kernel refused buffers its plan checked")
             import cuda.tile as ct
             if self._fallback_first is not None:
                 kernel, first_grid, first_args = self._fallback_first
@@ -324,6 +368,9 @@ class CutileForwardPlan(CompiledPlan):
             self._output = _CuteLaunch.output(variant, geometry, self._output)
         if variant.state_pass == "cute":
             self._state_pass = _CuteLaunch.state_pass(variant, geometry, self._state_pass)
+        self._fused = None
+        if variant.state_form == "fused":
+            self._fused = (_CuteLaunch.scores(variant, geometry), _CuteLaunch.state_output(variant, geometry))
         self.variant = variant
         self._geometry = geometry
         self._device = graph.device_code
@@ -431,6 +478,10 @@ class CutileForwardPlan(CompiledPlan):
             else:
                 hook(name, run)
 
+    def _initial_state(self, slot, scratch):
+        """The state pass's h0 operand: the initial_state port, or an f32 stand-in it never reads."""
+        return slot("initial_state") if self.variant.has_h0 else scratch["state_dummy"]
+
     def _recompute_launches(self, slot, scratch, ht) -> tuple:
         """The forward up to its state pass (the gate options, the gate sums, chunk_prepare, chunk_state_pass
         writing the final state to ``ht``), which a backward plan recomputes too: ``(launches, g, beta,
@@ -440,7 +491,7 @@ class CutileForwardPlan(CompiledPlan):
         k, val, cu = (slot(p) for p in ("k", "v", "cu_seqlens"))
         launches, g, beta = self._gate_inputs(slot, scratch)
         wgate = slot("w") if v.has_w else val
-        h0 = slot("initial_state") if v.has_h0 else scratch["state_dummy"]
+        h0 = self._initial_state(slot, scratch)
         launches += [
             *self._gate_launches(g, cu, scratch),
             ("prepare", self._prepare_grid, self._prepare,
@@ -457,9 +508,20 @@ class CutileForwardPlan(CompiledPlan):
         v = self.variant
         ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
         launches = self._recompute_launches(slot, scratch, ht)[0]
+        q, k, cu = slot("q"), slot("k"), slot("cu_seqlens")
+        if self._fused is not None:
+            scores, state_output = self._fused
+            h0 = self._initial_state(slot, scratch)
+            scores_args = (q, k, scratch["g"], cu, scratch["scores_qg"], scratch["scores_attn"])
+            fused_args = (scratch["kd"], scratch["w"], scratch["u"], scratch["g"], cu, h0, scratch["scores_qg"],
+                          scratch["scores_attn"], ht, slot("o"))
+            if scores.takes(scores_args) and state_output.takes(fused_args):
+                # the state pass forms o: it replaces the state pass and the output launches
+                launches[-1] = ("scores", self._prepare_grid, scores, scores_args)
+                launches.append(("state_output", self._state_pass_grid, state_output, fused_args))
+                return launches
         launches.append(("output", self._output_grid, self._output,
-                         (slot("q"), slot("k"), scratch["d"], scratch["g"], slot("cu_seqlens"), scratch["hs"],
-                          slot("o"), *v.output_constants())))
+                         (q, k, scratch["d"], scratch["g"], cu, scratch["hs"], slot("o"), *v.output_constants())))
         return launches
 
     def execute(self, graph, variant_pack, ctx: ExecutionContext) -> None:
@@ -724,7 +786,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         if knobs["scratch"] not in ("f32", "io"):
             raise GraphNotSupportedError(f"scratch={knobs['scratch']!r}; expected 'f32' or 'io'")
         io_scratch = _io_scratch(graph, node, knobs)
-        geometry = _Geometry(node, io_scratch=io_scratch)
+        geometry = _Geometry(node, io_scratch=io_scratch, fused=knobs["state_form"] == "fused")
         block_v = int(knobs["block_v"])
         if block_v not in FORWARD_BLOCK_VS or geometry.V % block_v:
             raise GraphNotSupportedError(f"block_v={block_v} is not one of {', '.join(map(str, FORWARD_BLOCK_VS))} "
@@ -742,6 +804,9 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             raise GraphNotSupportedError(f"state_form={knobs['state_form']!r}: one of {STATE_FORMS}, each but "
                                          f"'staged' with state_pass='cute' and block_v=64; got "
                                          f"state_pass={knobs['state_pass']!r}, block_v={block_v}")
+        if knobs["state_form"] == "fused" and knobs["output"] != "cute":
+            raise GraphNotSupportedError("state_form='fused' forms o from the CuTe output kernel's scores "
+                                         f"(output='cute'); got output={knobs['output']!r}")
         if knobs["state_pass"] == "cute" and not io_scratch:
             raise GraphNotSupportedError("state_pass='cute' reads and writes the scratch in the input type "
                                          f"(scratch='io'); got scratch={knobs['scratch']!r}")

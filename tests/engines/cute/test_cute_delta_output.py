@@ -31,6 +31,18 @@ def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, HQ,
     assert 0 < shared <= 48 * 1024
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("io, K, HQ, H", [("bfloat16", 128, 16, 16), ("float16", 64, 2, 4)])
+def test_the_scores_kernel_compiles_with_six_addresses(io, K, HQ, H, per_channel):
+    # q, k, g, cu_seqlens, qg, attn; then tokens, chunks, sequences (the fused state pass reads qg and attn)
+    launcher = _delta_output.scores_launcher(io, K, 128, HQ, H, True, K ** -0.5, 3, per_channel=per_channel)
+    cubin, block, shared = launcher.cubin()
+    (symbol,) = _abi.kernel_symbols(cubin)
+    table = _abi.cubin_parameters(cubin, symbol)
+    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(6)] + [(48, 4), (52, 4), (56, 4)]
+    assert block == (128, 1, 1) and 0 < shared <= 48 * 1024
+
+
 def test_grouped_heads_must_divide():
     with pytest.raises(ValueError, match="value heads 3 are not a multiple of the key heads 2"):
         _delta_output.DeltaOutput("bfloat16", 64, 64, 2, 3, True, 0.125)

@@ -101,6 +101,42 @@ def test_the_split_state_pass_gives_the_staged_bits(op, cu):
         assert np.asarray(split[name]).tobytes() == np.asarray(staged[name]).tobytes(), name
 
 
+# the fused state pass forms o itself from the scores kernel's scale q e^gc and attn, in the output kernel's
+# product order: the split pass's and the output kernel's bits, o and final state
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("K, V, cu", [(128, 128, "small"), (64, 64, "small"), (64, 128, "small"), (128, 64, "small"),
+                                      (128, 128, "big")])
+def test_the_fused_state_pass_gives_the_split_bits(op, K, V, cu):
+    import numpy as np
+    lengths, H = (forward.SMALL, 2) if cu == "small" else (forward.BIG, 16)
+    split, fused = (forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 11, plan=f"cutile_{op}_chunk64_{suffix}")
+                    for suffix in ("cute_all_split", "cute_all_fused"))
+    for name in split:
+        assert np.asarray(fused[name]).tobytes() == np.asarray(split[name]).tobytes(), name
+
+
+def test_the_fused_state_pass_float16_without_state_or_l2norm():
+    forward.run_case("gdn", [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False, seed=12,
+                     plan="cutile_gdn_chunk64_cute_all_fused")
+
+
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+def test_the_fused_state_pass_with_grouped_value_heads_and_gate_options(op):
+    gva.run_case(op, gva.SMALL, H=2, HV=4, K=128, V=128, attrs=gva.GATES["softplus_beta_sigmoid"], seed=35,
+                 plan=f"cutile_{op}_chunk64_cute_all_fused")
+
+
+def test_the_fused_plan_runs_the_split_pass_and_the_output_where_its_kernels_refuse_the_buffers(monkeypatch):
+    import numpy as np
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    plan = "cutile_gdn_chunk64_cute_all_fused"
+    fused = forward.run_case("gdn", forward.SMALL, seed=13, plan=plan)
+    monkeypatch.setattr(cutile_engine._CuteLaunch, "takes", lambda self, args: False)
+    fallback = forward.run_case("gdn", forward.SMALL, seed=13, plan=plan)
+    for name in fused:
+        assert np.asarray(fallback[name]).tobytes() == np.asarray(fused[name]).tobytes(), name
+
+
 @pytest.mark.parametrize("op, plan", [(op, plan) for op, plan in OP_PLANS if op == "gdn"])
 def test_grouped_value_heads(op, plan):
     gva.run_case(op, gva.SMALL, H=2, HV=4, K=128, V=128, seed=SEEDS[op] + 4, plan=plan)

@@ -8,6 +8,7 @@ kernel modules by path, so they do not need cudnn_graph's compiled modules eithe
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import io
@@ -449,7 +450,65 @@ def test_the_transposed_state_pass_forms_are_plans_to_pin_or_time():
         plan = plans[label]
         assert plan.knobs["state_form"] == form and plan.knobs["block_v"] == 64
         assert plan.priority < plans["cutile_gdn_chunk64"].priority
-    assert all(p.knobs["state_form"] in ("staged", "split") for label, p in plans.items() if label not in forms)
+    assert all(p.knobs["state_form"] in ("staged", "split", "fused") for label, p in plans.items() if label not in forms)
+
+
+def test_the_fused_state_pass_is_a_plan_with_the_cute_output_and_sixty_four_columns():
+    cg = _package()
+    g = _gdn_graph(cg, cg.data_type.BFLOAT16, 128, 128, H=16, n_seq=4)
+    g.validate()
+    plan = {p.label: p for p in _proposed(cg, g)}["cutile_gdn_chunk64_cute_all_fused"]
+    assert plan.knobs["state_form"] == "fused" and plan.knobs["block_v"] == 64
+    assert plan.knobs["prepare"] == plan.knobs["output"] == plan.knobs["state_pass"] == "cute"
+
+
+@pytest.mark.parametrize("K, V", [(64, 64), (64, 128), (128, 64), (128, 128)])
+def test_the_fused_state_pass_scores_lie_in_the_deltas_and_states_place(K, V):
+    """The fused pass writes no deltas or chunk-start states: scale q e^gc and attn (input type) take their
+    place, inside it and clear of every other region."""
+    cg = _package()
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    g = _gdn_graph(cg, cg.data_type.BFLOAT16, K, V, H=3, n_seq=5)
+    g.validate()
+    node = g.nodes[0]
+    plain = cutile_engine._Geometry(node, io_scratch="bfloat16")
+    fused = cutile_engine._Geometry(node, io_scratch="bfloat16", fused=True)
+    assert fused.workspace_size == plain.workspace_size
+    chunks, H = fused.chunks, fused.H
+
+    def span(name):
+        offset, shape = fused.regions[name]
+        count = 1
+        for d in shape:
+            count *= d
+        return offset, offset + {"float32": 4}.get(fused.dtypes[name], 2) * count
+
+    assert fused.regions["scores_qg"][1] == (chunks, H, 64, K) and fused.regions["scores_attn"][1] == (chunks, H, 64, 64)
+    place = (span("d")[0], span("hs")[1])
+    for name in ("scores_qg", "scores_attn"):
+        begin, end = span(name)
+        assert place[0] <= begin < end <= place[1] and fused.dtypes[name] == "bfloat16"
+        for other in set(fused.regions) - {"d", "hs", "scores_qg", "scores_attn"}:
+            o_begin, o_end = span(other)
+            assert end <= o_begin or o_end <= begin, (name, other)
+    assert span("scores_qg")[1] <= span("scores_attn")[0]
+
+
+def test_the_fused_state_pass_needs_the_cute_output(monkeypatch):
+    cg = _package()
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine, engine as cutile_engine
+    from cudnn_graph import GraphNotSupportedError
+    g = _gdn_graph(cg, cg.data_type.BFLOAT16, 128, 128, H=16, n_seq=4)
+    g.validate()
+    monkeypatch.setattr(cutile_engine, "_support_reason", lambda graph, node: None)
+    monkeypatch.setattr(cutile_engine, "_cute_device_reason", lambda graph: None)
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None
+    plan = {p.label: p for p in engine.propose_plans(g)}["cutile_gdn_chunk64_cute_all_fused"]
+    plan = dataclasses.replace(plan, knobs={**plan.knobs, "output": "cutile"})
+    with pytest.raises(GraphNotSupportedError, match="state_form='fused' forms o from the CuTe output kernel's "
+                                                     "scores \\(output='cute'\\); got output='cutile'"):
+        engine.build_plan(g, plan, None)
 
 
 def test_the_cute_plans_are_left_out_where_their_kernels_cannot_run():
