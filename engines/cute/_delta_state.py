@@ -606,6 +606,10 @@ class DeltaStatePassSplit(DeltaStatePass):
         super().__init__(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
 
 
+# the value columns a CTA of the fused state pass may take (four warps at 32, eight at 64)
+FUSED_COLUMNS = (32, 64)
+
+
 class DeltaStatePassFused(DeltaStatePass):
     """The split form that forms o itself (no chunk-start states or deltas through global memory): per chunk,
     besides W, KD and U, ``qg = scale q e^gc`` (64 x K) and the masked, decayed ``attn`` (64 x 64) of
@@ -617,15 +621,16 @@ class DeltaStatePassFused(DeltaStatePass):
     state pass followed by ``DeltaOutput``. Why: that pair wrote and read every chunk-start state (K x V per
     chunk and head: 67 MB at 4 x 2048 tokens, 16 heads, K = V = 128) and the deltas, and the output kernel
     read q and k again. o leaves through a staging block a step late: its copy to global memory follows the
-    next step's first barrier, so a step takes three barriers, not four. About 87 KB of shared memory at
-    K = 128 (the launch opts in); BV = 64, eight warps."""
+    next step's first barrier, so a step takes three barriers, not four. About 97 KB of shared memory at
+    K = 128, BV = 64 (the launch opts in): eight warps; BV = 32 (twice the CTAs, for fewer sequences x
+    heads): four warps, 80 KB."""
 
     kd_buffer_of_its_own = True
 
     def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
                  per_channel: bool = False):
-        if BV != 64:
-            raise ValueError(f"the fused state pass takes BV = 64 (eight warps), not {BV}")
+        if BV not in FUSED_COLUMNS:
+            raise ValueError(f"the fused state pass takes BV in {FUSED_COLUMNS}, not {BV}")
         super().__init__(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
 
     def shared_storage(self):
@@ -786,10 +791,10 @@ def _fused_pointer_types(io_dtype: str) -> tuple:
     return (kd, w, u, g, cu, h0, (io_dtype, 16), (io_dtype, 16), ht, (io_dtype, 16))
 
 
-def fused_state_pass_launcher(io_dtype: str, K: int, V: int, H: int, has_h0: bool, store_ht: bool, n_seq: int,
-                              per_channel: bool = False) -> KernelLauncher:
-    """The launcher of one ``DeltaStatePassFused`` specialisation (64 value columns a CTA); its slots: kd, w, u,
+def fused_state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
+                              n_seq: int, per_channel: bool = False) -> KernelLauncher:
+    """The launcher of one ``DeltaStatePassFused`` specialisation (BV value columns a CTA); its slots: kd, w, u,
     g, cu_seqlens, h0, qg, attn, ht, o."""
-    key = ("chunk_state_output", io_dtype, K, V, H, has_h0, store_ht, per_channel)
-    return KernelLauncher(lambda: DeltaStatePassFused(io_dtype, K, V, 64, H, has_h0, store_ht, per_channel), key,
+    key = ("chunk_state_output", io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
+    return KernelLauncher(lambda: DeltaStatePassFused(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel), key,
                           _fused_pointer_types(io_dtype), n_seq)

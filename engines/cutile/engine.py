@@ -84,6 +84,9 @@ VARIANT_KNOBS = {
     # states or deltas through global memory; the split form and the output kernel where its buffers do not suit
     "cute_all_fused": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
                        "state_form": "fused"},
+    # the same over 32 value columns a CTA (four warps, twice the CTAs) for fewer sequences x heads
+    "cute_all_fused_bv32": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 32,
+                            "state_form": "fused"},
     "cute": {"prepare": "cute", "output": "cute"},
     "cute_prepare": {"prepare": "cute"},
     "tf32": {"mma": "tf32"},
@@ -101,7 +104,8 @@ MMA_TYPES = ("auto", "tf32", "bf16")
 FORWARD_BLOCK_VS = (16, 32, 64, 128)    # the forward's block_v knob: value columns per state-pass CTA
 # the CuTe state pass's forms (engines/cute/_delta_state.FORMS, and "fused": DeltaStatePassFused, which writes o)
 STATE_FORMS = ("staged", "resident", "warpgroup", "split", "fused")
-FUSED_FALLBACK_FORM = "split"     # the fused plan's state pass where its buffers do not suit the fused kernel
+# the fused plan's state pass where its buffers do not suit the fused kernel, by block_v
+FUSED_FALLBACK_FORM = {64: "split", 32: "staged"}
 KERNEL_SOURCES = ("cutile", "cute")     # the prepare / output knobs: the cuTile kernel or the CuTe DSL one
 
 # execute() launches from C (compiled cubins, prebuilt parameters; _c_launch) where it can; False: every
@@ -278,7 +282,7 @@ class _CuteLaunch:
         """chunk_state_pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0 and writes
         hs, ht, d."""
         from ..cute._delta_state import state_pass_launcher
-        form = FUSED_FALLBACK_FORM if variant.state_form == "fused" else variant.state_form
+        form = FUSED_FALLBACK_FORM[variant.block_v] if variant.state_form == "fused" else variant.state_form
         launcher = state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
                                        variant.has_h0, variant.store_ht, variant.n_seq, per_channel=variant.per_channel,
                                        form=form)
@@ -298,8 +302,9 @@ class _CuteLaunch:
         """The fused state pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0, scale
         q e^gc, attn and writes ht and o (no cuTile kernel: the plan checks ``takes`` first)."""
         from ..cute._delta_state import fused_state_pass_launcher
-        launcher = fused_state_pass_launcher(variant.io_dtype, variant.K, variant.V, geometry.H, variant.has_h0,
-                                             variant.store_ht, variant.n_seq, per_channel=variant.per_channel)
+        launcher = fused_state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
+                                             variant.has_h0, variant.store_ht, variant.n_seq,
+                                             per_channel=variant.per_channel)
         return _CuteLaunch(launcher, None, lambda a: a, geometry)
 
     def takes(self, args: tuple) -> bool:
@@ -799,10 +804,11 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                          f"dividing V={geometry.V}")
         for knob in FORWARD_KERNEL_KNOBS:
             _kernel_source(graph, node, knob, knobs[knob])
-        if knobs["state_form"] not in STATE_FORMS or (knobs["state_form"] != "staged" and
-                                                      (knobs["state_pass"] != "cute" or block_v != 64)):
-            raise GraphNotSupportedError(f"state_form={knobs['state_form']!r}: one of {STATE_FORMS}, each but "
-                                         f"'staged' with state_pass='cute' and block_v=64; got "
+        form = knobs["state_form"]
+        widths = tuple(FUSED_FALLBACK_FORM) if form == "fused" else (64,)
+        if form not in STATE_FORMS or (form != "staged" and (knobs["state_pass"] != "cute" or block_v not in widths)):
+            raise GraphNotSupportedError(f"state_form={form!r}: one of {STATE_FORMS}, each but 'staged' with "
+                                         f"state_pass='cute' and block_v=64 ('fused': 32 or 64); got "
                                          f"state_pass={knobs['state_pass']!r}, block_v={block_v}")
         if knobs["state_form"] == "fused" and knobs["output"] != "cute":
             raise GraphNotSupportedError("state_form='fused' forms o from the CuTe output kernel's scores "

@@ -54,23 +54,23 @@ def test_the_split_form_gives_kd_its_own_buffer_past_48_kb_at_k_128(per_channel)
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-@pytest.mark.parametrize("io, K, V", [("bfloat16", 128, 128), ("float16", 64, 64), ("bfloat16", 64, 128)])
-def test_the_fused_form_compiles_with_ten_addresses_and_opts_in_past_48_kb(io, K, V, per_channel):
-    launcher = _delta_state.fused_state_pass_launcher(io, K, V, 4, True, True, 3, per_channel=per_channel)
+@pytest.mark.parametrize("io, K, V, BV", [("bfloat16", 128, 128, 64), ("float16", 64, 64, 64), ("bfloat16", 64, 128, 64),
+                                          ("bfloat16", 64, 64, 32), ("bfloat16", 128, 128, 32)])
+def test_the_fused_form_compiles_with_ten_addresses_and_opts_in_past_48_kb(io, K, V, BV, per_channel):
+    launcher = _delta_state.fused_state_pass_launcher(io, K, V, BV, 4, True, True, 3, per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
     (symbol,) = _abi.kernel_symbols(cubin)
     table = _abi.cubin_parameters(cubin, symbol)
     # kd, w, u, g, cu_seqlens, h0, qg, attn, ht, o; then tokens, chunks, sequences
     assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(10)] + [(80, 4), (84, 4), (88, 4)]
-    # W, KD, qg (64 x (K + 8) each), attn (64 x 72), S (K x 72), D and o's staging (64 x 72 each), 16-bit
-    operands = 2 * (3 * 64 * (K + 8) + 64 * 72 + K * 72 + 2 * 64 * 72)
-    assert block == (256, 1, 1) and operands < shared <= operands + 2048
-    assert shared > 48 * 1024 or K == 64
+    # W, KD, qg (64 x (K + 8) each), attn (64 x 72), S (K x (BV + 8)), D and o's staging (64 x (BV + 8) each)
+    operands = 2 * (3 * 64 * (K + 8) + 64 * 72 + K * (BV + 8) + 2 * 64 * (BV + 8))
+    assert block == (4 * BV, 1, 1) and operands < shared <= operands + 2048 and shared > 48 * 1024
 
 
-def test_the_fused_form_takes_sixty_four_value_columns():
-    with pytest.raises(ValueError, match="BV = 64"):
-        _delta_state.DeltaStatePassFused("bfloat16", 128, 128, 32, 2, True, True)
+def test_the_fused_form_takes_thirty_two_or_sixty_four_value_columns():
+    with pytest.raises(ValueError, match=r"BV in \(32, 64\), not 16"):
+        _delta_state.DeltaStatePassFused("bfloat16", 128, 128, 16, 2, True, True)
 
 
 def test_the_split_form_takes_sixty_four_value_columns():

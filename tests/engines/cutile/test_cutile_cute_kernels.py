@@ -102,15 +102,20 @@ def test_the_split_state_pass_gives_the_staged_bits(op, cu):
 
 
 # the fused state pass forms o itself from the scores kernel's scale q e^gc and attn, in the output kernel's
-# product order: the split pass's and the output kernel's bits, o and final state
+# product order: the bits of the staged pass of its width (64 columns: split) and the output kernel, o and
+# final state; (fused plan, unfused plan)
+FUSED_PAIRS = {"bv64": ("cute_all_fused", "cute_all_split"), "bv32": ("cute_all_fused_bv32", "cute_all")}
+
+
 @pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("width", list(FUSED_PAIRS))
 @pytest.mark.parametrize("K, V, cu", [(128, 128, "small"), (64, 64, "small"), (64, 128, "small"), (128, 64, "small"),
                                       (128, 128, "big")])
-def test_the_fused_state_pass_gives_the_split_bits(op, K, V, cu):
+def test_the_fused_state_pass_gives_the_unfused_bits(op, width, K, V, cu):
     import numpy as np
     lengths, H = (forward.SMALL, 2) if cu == "small" else (forward.BIG, 16)
-    split, fused = (forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 11, plan=f"cutile_{op}_chunk64_{suffix}")
-                    for suffix in ("cute_all_split", "cute_all_fused"))
+    fused, split = (forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 11, plan=f"cutile_{op}_chunk64_{suffix}")
+                    for suffix in FUSED_PAIRS[width])
     for name in split:
         assert np.asarray(fused[name]).tobytes() == np.asarray(split[name]).tobytes(), name
 
