@@ -38,7 +38,8 @@ class DeltaBwdIntra(DeltaOutput):
                  pp: cute.Pointer, pqg: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32,
                  stream: cuda.CUstream):
         self.kernel(pq, pk, pdo, pg, pcu, pp, pqg, tokens, chunks, n_seq).launch(
-            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream)
+            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream,
+            **self.launch_options())
 
     @cute.kernel
     def kernel(self, pq: cute.Pointer, pk: cute.Pointer, pdo: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,

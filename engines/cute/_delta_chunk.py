@@ -52,6 +52,15 @@ class ChunkKernel:
     ``threads`` (the block: the row helpers and ``warp_mma`` spread over it; ``locate_chunk`` takes 128)."""
 
     threads = THREADS
+    # CTAs an SM should hold at once (0: no bound): the compiler caps the registers a thread takes to fit them
+    min_blocks_per_sm = 0
+
+    def launch_options(self) -> dict:
+        """The launch's occupancy hint (``min_blocks_per_sm``), for ``.launch(**...)``. The shared-memory carveout
+        is named with it (the most the SM has) so that the DSL does not ask a GPU for it at compile time."""
+        if not self.min_blocks_per_sm:
+            return {}
+        return {"min_blocks_per_mp": self.min_blocks_per_sm, "preferred_smem_carveout": 100}
 
     @cute.jit
     def locate_chunk(self, mCu: cute.Tensor, n_seq: Int32, c: Int32, tidx: Int32, sScan: cute.Tensor,

@@ -93,7 +93,8 @@ class DeltaOutput(ChunkKernel):
                  phs: cute.Pointer, po: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32,
                  stream: cuda.CUstream):
         self.kernel(pq, pk, pd, pg, pcu, phs, po, tokens, chunks, n_seq).launch(
-            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream)
+            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream,
+            **self.launch_options())
 
     @cute.kernel
     def kernel(self, pq: cute.Pointer, pk: cute.Pointer, pd: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
@@ -262,7 +263,8 @@ class DeltaScores(DeltaOutput):
     def __call__(self, pq: cute.Pointer, pk: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer, pqg: cute.Pointer,
                  pattn: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
         self.kernel(pq, pk, pg, pcu, pqg, pattn, tokens, chunks, n_seq).launch(
-            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream)
+            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream,
+            **self.launch_options())
 
     @cute.kernel
     def kernel(self, pq: cute.Pointer, pk: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer, pqg: cute.Pointer,

@@ -79,7 +79,8 @@ class DeltaPrepare(ChunkKernel):
         # The kernel takes bare pointers and int32 sizes, so that a C launch can fill its parameters
         # (``PARAMETERS``); it forms its tensors itself.
         self.kernel(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, tokens, chunks, n_seq).launch(
-            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream)
+            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream,
+            **self.launch_options())
 
     # -- device side --------------------------------------------------------------------------------
 

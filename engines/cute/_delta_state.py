@@ -77,7 +77,7 @@ class DeltaStatePass(ChunkKernel):
                  chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
         self.kernel(pkd, pw, pu, pg, pcu, ph0, phs, pht, pd, tokens, chunks, n_seq).launch(
             grid=[n_seq, self.H, self.V // self.BV], block=[self.threads, 1, 1], smem=self.shared_bytes(),
-            stream=stream)
+            stream=stream, **self.launch_options())
 
     @cute.kernel
     def kernel(self, pkd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
@@ -648,7 +648,7 @@ class DeltaStatePassFused(DeltaStatePass):
                  tokens: Int32, chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
         self.kernel(pkd, pw, pu, pg, pcu, ph0, pqg, pattn, pht, po, tokens, chunks, n_seq).launch(
             grid=[n_seq, self.H, self.V // self.BV], block=[self.threads, 1, 1], smem=self.shared_bytes(),
-            stream=stream)
+            stream=stream, **self.launch_options())
 
     @cute.kernel
     def kernel(self, pkd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
