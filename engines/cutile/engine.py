@@ -841,8 +841,13 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
 # 772 vs 849 on the H100) and slower wherever they fill it (175 vs 82 us at 4 x 2048, 785 vs 357 at 2 x 8192
 # x 32). The split eight-warp form (KD in its own buffer, fetched a whole step ahead; 53 KB, opted in) gives the
 # eight-warp form's bits in less time (session 23, H100, 4 x 2048 x 16 heads, bf16, K = V = 128: the state pass
-# 95.3 -> 91.0 us for gdn, 95.9 -> 90.4 for kda). The SM count of the H100 SXM and the H200, the sm_90 parts
-# measured.
+# 95.3 -> 91.0 us for gdn, 95.9 -> 90.4 for kda). The fused form (the split form forming o itself from a scores
+# kernel's q e^gc and attn: no chunk-start states or deltas through global memory, no output kernel) was faster
+# than the first plan at every such shape timed (session 24, H100, bf16, K = V = 128, whole forward: 4 x 2048 x 16
+# gdn 0.276 -> 0.253 ms, kda 0.380 -> 0.370; 2 x 8192 x 32 gdn 1.049 -> 0.927; 32 short sequences x 16 gdn 0.340
+# -> 0.313; fp16 4 x 2048 x 16 gdn 0.281 -> 0.247) and slower where the CTAs are few (one 32k sequence: 1.949
+# against 1.347 with 16 columns a CTA) or K = 64 (0.151 against 0.141). The SM count of the H100 SXM and the
+# H200, the sm_90 parts measured.
 STATE_PASS_FILL = 132
 
 
@@ -855,6 +860,8 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     ``cute_all_bv64`` (its eight-warp form) above it and ``cute_all_split`` (that form with KD in a buffer of
     its own, the same bits) above both; where those CTAs fill at most half the GPU (K = 128,
     BF16), ``cute_bv16`` (the cuTile state pass over 16 value columns a CTA, twice the CTAs) above ``cute``.
+    Where the CTAs fill the GPU at K = 128, ``cute_all_fused`` (the eight-warp state pass forming o itself) above
+    all, for BF16 and FP16.
     The other variants are there to be pinned (plan index, a router) or timed."""
     fills = K >= 128 and state_pass_ctas >= STATE_PASS_FILL
     if suffix == "cute_bv16":         # measured with BF16 inputs and K = 128 only
@@ -866,6 +873,8 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
         return 30.0 if fills and io_dtype == "bfloat16" else 1.0
     if suffix == "cute_all_split":    # the same bits as cute_all_bv64, its state pass 4.5-5.7% faster (session 23)
         return 31.0 if fills and io_dtype == "bfloat16" else 1.0
+    if suffix == "cute_all_fused":    # faster than every other plan where it fills, BF16 and FP16 (session 24)
+        return 32.0 if fills else 1.0
     return {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
 
 
