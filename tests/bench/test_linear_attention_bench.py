@@ -34,3 +34,11 @@ def test_each_measurement_records_its_wall_seconds_even_when_it_fails():
     assert set(row["wall_s"]) == {"ours", "fla"} and all(v >= 0.0 for v in row["wall_s"].values())
     assert row["fla_error"] == "RuntimeError: no fla"
     assert any(line.startswith("  wall seconds: ours ") for line in bench.row_lines(row))
+
+
+def test_cute_kernels_are_told_apart_by_class_past_the_module_prefix():
+    prefix = "kernel_cutlass_kernel_cudnn_graphenginescute_"
+    scores = bench.kernel_label(prefix + "delta_outputDeltaScores_object_at__ptrbf16gmemalign16_ptrbf16_0")
+    output = bench.kernel_label(prefix + "delta_outputDeltaOutput_object_at__ptrbf16gmemalign16_ptrbf16_0")
+    assert scores.startswith("cute_delta_outputDeltaScores") and output.startswith("cute_delta_outputDeltaOutput")
+    assert len(scores) == 60 and bench.kernel_label("chunk_fwd_kernel_o") == "chunk_fwd_kernel_o"
