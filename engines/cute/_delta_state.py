@@ -104,18 +104,7 @@ class DeltaStatePass(ChunkKernel):
         sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
         state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
 
-        bos = mCu[n]
-        eos = mCu[n + 1]
-        first = self.first_chunk(mCu, n, tidx, sFirst)
-        n_chunks = (eos - bos + CHUNK - 1) // CHUNK
-        col = vb * BV
-        state = cute.make_rmem_tensor(thr.partition_shape_C((K, BV)), Float32)
-        if const_expr(self.has_h0):
-            h0 = cute.make_rmem_tensor(state.shape, Float32)
-            cute.autovec_copy(thr.partition_C(cute.local_tile(mH0[n, h, None, None], (K, BV), (0, vb))), h0)
-            state.store(h0.load())
-        else:
-            state.fill(0.0)
+        bos, eos, first, n_chunks, state = self.sequence_start(mCu, mH0, thr, n, h, vb, tidx, sFirst)
         s_io = cute.make_rmem_tensor(state.shape, io)
         delta = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, BV)), Float32)
         u_part = cute.make_rmem_tensor(delta.shape, io)
@@ -222,6 +211,25 @@ class DeltaStatePass(ChunkKernel):
         for i in range_constexpr(self.threads):
             total = total + sFirst[i]
         return total
+
+    @cute.jit
+    def sequence_start(self, mCu: cute.Tensor, mH0: cute.Tensor, thr, n: Int32, h: Int32, vb: Int32, tidx: Int32,
+                       sFirst: cute.Tensor):
+        """(bos, eos, first chunk, chunk count, S) of sequence n: S (K x BV) in ``thr``'s accumulator fragment,
+        from h0 (mH0: sequences x heads x K x V) or zero."""
+        bos = mCu[n]
+        eos = mCu[n + 1]
+        first = self.first_chunk(mCu, n, tidx, sFirst)
+        n_chunks = (eos - bos + CHUNK - 1) // CHUNK
+        state = cute.make_rmem_tensor(thr.partition_shape_C((self.K, self.BV)), Float32)
+        if const_expr(self.has_h0):
+            h0 = cute.make_rmem_tensor(state.shape, Float32)
+            cute.autovec_copy(thr.partition_C(cute.local_tile(mH0[n, h, None, None], (self.K, self.BV), (0, vb))),
+                              h0)
+            state.store(h0.load())
+        else:
+            state.fill(0.0)
+        return bos, eos, first, n_chunks, state
 
     @cute.jit
     def transposed_start(self, mCu: cute.Tensor, mH0t: cute.Tensor, thr, n: Int32, h: Int32, vb: Int32, tidx: Int32,
@@ -686,17 +694,7 @@ class DeltaStatePassFused(DeltaStatePass):
         gO = mO[None, h, None]
         o_seg = vb * (BV // SEG)          # this CTA's first 16-byte segment of an o row
 
-        bos = mCu[n]
-        eos = mCu[n + 1]
-        first = self.first_chunk(mCu, n, tidx, sFirst)
-        n_chunks = (eos - bos + CHUNK - 1) // CHUNK
-        state = cute.make_rmem_tensor(thr.partition_shape_C((K, BV)), Float32)
-        if const_expr(self.has_h0):
-            h0 = cute.make_rmem_tensor(state.shape, Float32)
-            cute.autovec_copy(thr.partition_C(cute.local_tile(mH0[n, h, None, None], (K, BV), (0, vb))), h0)
-            state.store(h0.load())
-        else:
-            state.fill(0.0)
+        bos, eos, first, n_chunks, state = self.sequence_start(mCu, mH0, thr, n, h, vb, tidx, sFirst)
         s_io = cute.make_rmem_tensor(state.shape, io)
         delta = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, BV)), Float32)
         out = cute.make_rmem_tensor(delta.shape, Float32)
