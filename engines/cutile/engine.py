@@ -161,7 +161,7 @@ class _Geometry:
             self.dtypes[name] = io_scratch if name in narrow else "float32"
             offset += _align((2 if name in narrow else 4) * count)
         self.workspace_size = offset
-        if fused:
+        if fused and io_scratch:     # the fused pass takes the 16-bit scratch (build_plan checks)
             place = self.regions["d"][0]
             end = self.regions["hs"][0] + 2 * self.chunks * self.H * self.K * self.V
             for name, width in (("scores_qg", self.K), ("scores_attn", CHUNK)):
