@@ -25,7 +25,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 from cutlass.memory import SmemAllocator
 
-from ._delta_chunk import CHUNK, PAD, SEG, THREADS, KernelLauncher
+from ._delta_chunk import CHUNK, PAD, SEG, THREADS, KernelLauncher, chunk_major
 from ._delta_output import DeltaOutput, score_kernel_launcher
 
 
@@ -47,8 +47,8 @@ class DeltaBwdIntra(DeltaOutput):
         K, V, H = self.K, self.V, self.H
         mQ, mK, mG, mGs, mCu = self.score_views(pq, pk, pg, pcu, tokens, n_seq)
         mDo = cute.make_tensor(pdo, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
-        mP = cute.make_tensor(pp, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1)))
-        mQg = cute.make_tensor(pqg, cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1)))
+        mP = chunk_major(pp, chunks, H, V)
+        mQg = chunk_major(pqg, chunks, H, K)
         tiled_mma = self.warp_mma()
         tidx, _, _ = cute.arch.thread_idx()
         _, h, _ = cute.arch.block_idx()

@@ -36,6 +36,13 @@ DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": c
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4}
 
 
+def chunk_major(pointer: cute.Pointer, chunks, heads: int, width: int) -> cute.Tensor:
+    """A workspace region laid out chunk-major, (chunks, heads, 64 rows, width) row-major (w, u, kd, d, qg,
+    attn: the layout every chunk kernel reads and writes)."""
+    return cute.make_tensor(pointer, cute.make_layout((chunks, heads, CHUNK, width),
+                                                      stride=(heads * CHUNK * width, CHUNK * width, width, 1)))
+
+
 def shared_field(dtype, count):
     """A 16-byte aligned array of ``count`` ``dtype`` elements as a shared-storage struct field."""
     return cute.struct.Align[cute.struct.MemRange[dtype, count], 16]

@@ -34,7 +34,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr, range_constexpr
 from cutlass.memory import SmemAllocator
 
-from ._delta_chunk import (CHUNK, PAD, SEG, SPLIT_ROW, THREADS, ChunkKernel, KernelLauncher,
+from ._delta_chunk import (CHUNK, PAD, SEG, SPLIT_ROW, THREADS, ChunkKernel, KernelLauncher, chunk_major,
                            compile_kernel, shared_field, shared_struct)
 
 
@@ -102,7 +102,7 @@ class DeltaOutput(ChunkKernel):
         K, V, H = self.K, self.V, self.H
         io = self.io
         mQ, mK, mG, mGs, mCu = self.score_views(pq, pk, pg, pcu, tokens, n_seq)
-        mD = cute.make_tensor(pd, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1)))
+        mD = chunk_major(pd, chunks, H, V)
         mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
         mO = cute.make_tensor(po, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
         tiled_mma = self.warp_mma()
@@ -275,9 +275,7 @@ class DeltaScores(DeltaOutput):
                pattn: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32):
         K, H = self.K, self.H
         mQ, mK, mG, mGs, mCu = self.score_views(pq, pk, pg, pcu, tokens, n_seq)
-        mQg = cute.make_tensor(pqg, cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1)))
-        mAttn = cute.make_tensor(pattn, cute.make_layout((chunks, H, CHUNK, CHUNK),
-                                                         stride=(H * CHUNK * CHUNK, CHUNK * CHUNK, CHUNK, 1)))
+        mQg, mAttn = chunk_major(pqg, chunks, H, K), chunk_major(pattn, chunks, H, CHUNK)
         tiled_mma = self.warp_mma()
         tidx, _, _ = cute.arch.thread_idx()
         _, h, _ = cute.arch.block_idx()

@@ -34,7 +34,7 @@ from cutlass import Float32, Int32, const_expr, range_constexpr
 from cutlass.memory import SmemAllocator
 
 from ._delta_chunk import (CHUNK, SPLIT_ROW as _SPLIT_ROW, ITEMSIZE, PAD as _PAD, SEG as _SEG, THREADS, ChunkKernel, KernelLauncher,
-                           compile_kernel, shared_field, shared_struct)
+                           chunk_major, compile_kernel, shared_field, shared_struct)
 
 
 class DeltaPrepare(ChunkKernel):
@@ -95,10 +95,9 @@ class DeltaPrepare(ChunkKernel):
         mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
         mB = cute.make_tensor(pbeta, cute.make_layout((tokens, H), stride=(H, 1)))
         mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
-        mW = cute.make_tensor(pw, cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1)))
-        mU = cute.make_tensor(pu, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1)))
-        mKd = cute.make_tensor(pkd, cute.make_layout((chunks, H, CHUNK, K),
-                                                     stride=(H * CHUNK * K, CHUNK * K, K, 1)))
+        mW = chunk_major(pw, chunks, H, K)
+        mU = chunk_major(pu, chunks, H, V)
+        mKd = chunk_major(pkd, chunks, H, K)
         mGo = cute.make_tensor(pgo, cute.make_layout((tokens, H), stride=(H, 1)))
         mGs = cute.make_tensor(pgo, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))   # per channel
         mGc = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))

@@ -34,7 +34,7 @@ from cutlass.cute.nvgpu.warpgroup import OperandSource
 from cutlass.tensor_utils import LayoutEnum
 import cutlass.utils.hopper_helpers as sm90_utils
 
-from ._delta_chunk import (CHUNK, DTYPES, PAD, SEG, ChunkKernel, KernelLauncher, compile_kernel,
+from ._delta_chunk import (CHUNK, DTYPES, PAD, SEG, ChunkKernel, KernelLauncher, chunk_major, compile_kernel,
                            shared_field, shared_struct)
 
 
@@ -86,7 +86,7 @@ class DeltaStatePass(ChunkKernel):
         K, V, BV, H = self.K, self.V, self.BV, self.H
         io = self.io
         mKd, mW, mD, mG, mCu, mHs = self.chunk_views(pkd, pw, pd, pg, pcu, phs, tokens, chunks, n_seq)
-        mU = cute.make_tensor(pu, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1)))
+        mU = chunk_major(pu, chunks, H, V)
         states = cute.make_layout((n_seq, H, K, V), stride=(H * K * V, K * V, V, 1))
         mH0 = cute.make_tensor(ph0, states)
         mHt = cute.make_tensor(pht, states)
@@ -166,13 +166,11 @@ class DeltaStatePass(ChunkKernel):
         """The global views both forms read and write as stored: kd, w (chunks x heads x 64 x K), d (x V), the
         cumulative gates (per token, or per channel), cu_seqlens and hs (chunks x heads x K x V)."""
         K, V, H = self.K, self.V, self.H
-        by_chunk_k = cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1))
         if const_expr(self.per_channel):
             mG = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))
         else:
             mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
-        return (cute.make_tensor(pkd, by_chunk_k), cute.make_tensor(pw, by_chunk_k),
-                cute.make_tensor(pd, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1))),
+        return (chunk_major(pkd, chunks, H, K), chunk_major(pw, chunks, H, K), chunk_major(pd, chunks, H, V),
                 mG, cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,))),
                 cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1))))
 
@@ -666,10 +664,8 @@ class DeltaStatePassFused(DeltaStatePass):
         io = self.io
         # qg stands in for d and hs, which this form does not write (chunk_views' last two)
         mKd, mW, _, mG, mCu, _ = self.chunk_views(pkd, pw, pqg, pg, pcu, pqg, tokens, chunks, n_seq)
-        mQg = cute.make_tensor(pqg, cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1)))
-        mAttn = cute.make_tensor(pattn, cute.make_layout((chunks, H, CHUNK, CHUNK),
-                                                         stride=(H * CHUNK * CHUNK, CHUNK * CHUNK, CHUNK, 1)))
-        mU = cute.make_tensor(pu, cute.make_layout((chunks, H, CHUNK, V), stride=(H * CHUNK * V, CHUNK * V, V, 1)))
+        mQg, mAttn = chunk_major(pqg, chunks, H, K), chunk_major(pattn, chunks, H, CHUNK)
+        mU = chunk_major(pu, chunks, H, V)
         mO = cute.make_tensor(po, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
         states = cute.make_layout((n_seq, H, K, V), stride=(H * K * V, K * V, V, 1))
         mH0 = cute.make_tensor(ph0, states)
