@@ -321,6 +321,27 @@ class ChunkKernel:
         self.ldmatrix_gemm(tiled_mma, acc, sA, sB, False, False, tidx)
 
     @cute.jit
+    def masked_scores(self, tiled_mma, thr, sQ: cute.Tensor, sK: cute.Tensor, dAttn: cute.Tensor, sGc,
+                      decayed: cutlass.Constexpr, tidx: Int32):
+        """attn = scale (q k^T) for j <= t, else 0, into dAttn (64 x 64, shared or global) in the input type from
+        the accumulators' layout; times e^(gc_t - gc_j) when ``decayed`` (a per-token gate; per-channel decays
+        are in the operands already). ``self.scale``: the scale."""
+        scores = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
+        scores.fill(0.0)
+        self.product(tiled_mma, scores, sQ, sK, tidx)
+        coords = thr.partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
+        vals = cute.make_rmem_tensor(scores.shape, self.io)
+        for e in range_constexpr(cute.size(scores)):
+            t, j = coords[e]
+            val = Float32(0.0)
+            if j <= t:
+                val = scores[e] * self.scale
+                if const_expr(decayed):
+                    val = val * cute.math.exp(sGc[t] - sGc[j])
+            vals[e] = val.to(self.io)
+        cute.autovec_copy(vals, thr.partition_C(dAttn))
+
+    @cute.jit
     def store_staged(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, stage: cute.Tensor, dst: cute.Tensor,
                      start: Int32, count: Int32, width: cutlass.Constexpr, tidx: Int32):
         """acc (64 x width, f32) in ``dst``'s type through ``stage`` (shared, 64 x width, free to overwrite

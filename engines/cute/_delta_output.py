@@ -220,24 +220,6 @@ class DeltaOutput(ChunkKernel):
             self.scale_rows(sQ, cute.math.exp(pivot.load()) * self.scale, K, tidx)
 
     @cute.jit
-    def masked_scores(self, tiled_mma, thr, sQ: cute.Tensor, sK: cute.Tensor, sAttn: cute.Tensor, sGc,
-                      decayed: cutlass.Constexpr, tidx: Int32):
-        """attn = scale (q k^T) for j <= t, else 0, into sAttn in the input type; times e^(gc_t - gc_j) when
-        ``decayed`` (a per-token gate; per-channel decays are in the operands already)."""
-        scores = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
-        scores.fill(0.0)
-        self.product(tiled_mma, scores, sQ, sK, tidx)
-        coords = thr.partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
-        for e in range_constexpr(cute.size(scores)):
-            t, j = coords[e]
-            val = Float32(0.0)
-            if j <= t:
-                val = scores[e] * self.scale
-                if const_expr(decayed):
-                    val = val * cute.math.exp(sGc[t] - sGc[j])
-            sAttn[t, j] = val.to(self.io)
-
-    @cute.jit
     def scale_query_rows(self, sQ: cute.Tensor, sGc: cute.Tensor, tidx: Int32):
         """q's rows times scale e^gc, in place (after every warp has read q for the scores)."""
         segs = self.K // SEG

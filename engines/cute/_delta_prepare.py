@@ -88,6 +88,13 @@ class DeltaPrepare(ChunkKernel):
     def kernel(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
                pcu: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer,
                tokens: Int32, chunks: Int32, n_seq: Int32):
+        self.run(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, tokens, chunks, n_seq)
+
+    @cute.jit
+    def run(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer, pcu: cute.Pointer,
+            pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer, tokens: Int32, chunks: Int32,
+            n_seq: Int32, scores=None):
+        """The kernel's body; ``scores``, when given, the pointers (q, qg, attn) of ``DeltaPrepareScores``."""
         K, V, H, HQ = self.K, self.V, self.H, self.HQ
         io = self.io
         mK = cute.make_tensor(pk, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
@@ -125,8 +132,11 @@ class DeltaPrepare(ChunkKernel):
                 self.prepare_per_channel(tiled_mma, mK, mV, mB, mGc, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
                                          sBeta, c, h, hk, start, count, tidx)
             else:
+                score_views = None
+                if const_expr(scores is not None):
+                    score_views = self.score_views(*scores, tokens, chunks)
                 self.prepare_per_token(tiled_mma, mK, mV, mG, mB, mGo, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
-                                       sBeta, c, h, hk, start, count, tidx)
+                                       sBeta, c, h, hk, start, count, tidx, score_views)
 
     @cute.jit
     def load_beta(self, mB: cute.Tensor, sBeta: cute.Tensor, h: Int32, start: Int32, count: Int32, tidx: Int32):
@@ -138,8 +148,9 @@ class DeltaPrepare(ChunkKernel):
 
     @cute.jit
     def prepare_per_token(self, tiled_mma, mK, mV, mG, mB, mGo, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc, sBeta,
-                          c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32):
-        """gdn: the gate's in-chunk sums (written to g_out), then A, T, w and u."""
+                          c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32, score_views=None):
+        """gdn: the gate's in-chunk sums (written to g_out), then A, T, w and u (and, with ``score_views``:
+        (q, qg, attn) global views, ``DeltaPrepareScores``' scale q e^gc and attn, once k is in place)."""
         K, V = self.K, self.V
         # 2. gates and beta (a row a thread), then k
         self.load_beta(mB, sBeta, h, start, count, tidx)
@@ -161,7 +172,11 @@ class DeltaPrepare(ChunkKernel):
         cute.arch.sync_threads()
         self.load_keys(mK, mKd, sK, sGc, start, count, c, h, hk, tidx)
         cute.arch.sync_threads()
-        # 3. A = beta_t (k_t . k_i) e^(gc_t - gc_i), i < t
+        if const_expr(score_views is not None):
+            mQ, mQg, mAttn = score_views
+            self.form_scores(tiled_mma, mQ[None, hk, None], mQg[c, h, None, None], mAttn[c, h, None, None], sK, sA,
+                             sGc, start, count, tidx)
+        # 3. A = beta_t (k_t . k_i) e^(gc_t - gc_i), i < t (form_a's barrier follows every read of q in A's place)
         self.form_a(tiled_mma, sK, sK, sA, sGc, sBeta, tidx)
         cute.arch.sync_threads()
         # 4. T = (I + A)^-1, a column a thread
@@ -409,6 +424,64 @@ class DeltaPrepare(ChunkKernel):
             self.store_staged(tiled_mma, acc, stage, gOut, 0, CHUNK, width, tidx)
 
 
+class DeltaPrepareScores(DeltaPrepare):
+    """gdn's prepare that also forms what the fused state pass (``_delta_state.DeltaStatePassFused``) reads of
+    the output, ``DeltaScores``' scale q e^gc and attn with their bits, from the k rows and gate sums it holds
+    already: no scores launch, no second read of k, no second chunk locator. q's rows go through A's place
+    before A is formed (form_a reads k alone, and its barrier follows every read of q); qg is written from
+    q's registers as they are stored, attn from the accumulators. The same shared memory as the prepare.
+    Called with k, v, g, beta, cu_seqlens, w, u, g_out, kd, q, qg, attn, then tokens, chunks, sequences."""
+
+    def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
+                 HQ: int, H: int, use_l2: bool, scale: float):
+        super().__init__(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2)
+        self.scale = float(scale)
+
+    @cute.jit
+    def __call__(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
+                 pcu: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer,
+                 pq: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, tokens: Int32, chunks: Int32,
+                 n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, pq, pqg, pattn, tokens, chunks, n_seq).launch(
+            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream,
+            **self.launch_options())
+
+    @cute.kernel
+    def kernel(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
+               pcu: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer,
+               pq: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32):
+        self.run(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, tokens, chunks, n_seq, (pq, pqg, pattn))
+
+    def score_views(self, pq: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, tokens: Int32, chunks: Int32):
+        """q (tokens x key heads x K), qg (chunks x heads x 64 x K) and attn (chunks x heads x 64 x 64)."""
+        K, H, HQ = self.K, self.H, self.HQ
+        return (cute.make_tensor(pq, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1))),
+                cute.make_tensor(pqg, cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1))),
+                cute.make_tensor(pattn, cute.make_layout((chunks, H, CHUNK, CHUNK),
+                                                         stride=(H * CHUNK * CHUNK, CHUNK * CHUNK, CHUNK, 1))))
+
+    @cute.jit
+    def form_scores(self, tiled_mma, gQ: cute.Tensor, gQg: cute.Tensor, gAttn: cute.Tensor, sK: cute.Tensor,
+                    sA: cute.Tensor, sGc: cute.Tensor, start: Int32, count: Int32, tidx: Int32):
+        """q's rows (L2-normalised when asked) into A's place, qg = scale q e^gc to global from the same
+        registers (q rounded to the input type first, as ``DeltaOutput.scale_query_rows`` reads it), then
+        attn = masked_scores(q, k) to global."""
+        io = self.io
+        # 64 rows of K + 8 in the input type: within A's 64 rows of 72 f32 for K <= 128
+        sQ = cute.make_tensor(cute.recast_ptr(sA.iterator, dtype=io),
+                              cute.make_layout((CHUNK, self.K), stride=(self.K + _PAD, 1)))
+        out = cute.make_rmem_tensor((1, _SEG), io)
+
+        def write_qg(p, row, seg, x):
+            stored = x.to(io).to(Float32)
+            out.store((stored * (self.scale * cute.math.exp(sGc[row]))).to(io))
+            cute.autovec_copy(out, cute.local_tile(gQg, (1, _SEG), (row, seg)))
+
+        self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx, also=write_qg)
+        cute.arch.sync_threads()
+        self.masked_scores(tiled_mma, tiled_mma.get_slice(tidx), sQ, sK, gAttn, sGc, True, tidx)
+
+
 def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str) -> tuple:
     """(element type, assumed address alignment) of each pointer argument, in order: k, v, g, beta,
     cu_seqlens, w, u, g_out, kd. The row-major tiles (rows of K or V elements) and g_out (a workspace
@@ -434,3 +507,13 @@ def prepare_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype
     return KernelLauncher(lambda: DeltaPrepare(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
                                                per_channel),
                           key, _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype), n_seq)
+
+
+def prepare_scores_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
+                            HQ: int, H: int, use_l2: bool, scale: float, n_seq: int) -> KernelLauncher:
+    """The launcher of one ``DeltaPrepareScores`` specialisation (gdn); its slots: k, v, g, beta, cu_seqlens, w, u,
+    g_out, kd, q, qg, attn."""
+    key = ("chunk_prepare_scores", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, float(scale))
+    types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + ((io_dtype, 16),) * 3
+    return KernelLauncher(lambda: DeltaPrepareScores(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
+                                                     scale), key, types, n_seq)

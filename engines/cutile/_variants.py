@@ -84,6 +84,7 @@ class Variant:
     output: str = "cutile"   # forward chunk_output: "cutile", or "cute" (engines/cute/_delta_output, sm_90)
     state_pass: str = "cutile"  # forward chunk_state_pass: "cutile", or "cute" (engines/cute/_delta_state)
     state_form: str = "staged"  # the CuTe state pass's form: a key of engines/cute/_delta_state.FORMS
+    scores: str = "kernel"  # the fused form's scores: their own launch ("kernel") or gdn's prepare ("prepare")
     intra: str = "cutile"   # backward chunk_bwd_intra: "cutile", or "cute" (engines/cute/_delta_bwd_intra, sm_90)
 
     @property

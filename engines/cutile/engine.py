@@ -63,7 +63,7 @@ def _cdiv(a: int, b: int) -> int:
 # else TF32; the UT inverse is TF32 always).
 # The default was measured fastest on the H200 (issue 8 note).
 DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "output_block_v": 0, "scratch": "io", "prepare": "cutile",
-                 "output": "cutile", "state_pass": "cutile", "state_form": "staged"}
+                 "output": "cutile", "state_pass": "cutile", "state_form": "staged", "scores": "kernel"}
 VARIANT_KNOBS = {
     "cute_all": {"prepare": "cute", "output": "cute", "state_pass": "cute"},
     # the CuTe state pass with eight warps and 64 value columns a CTA (engines/cute/_delta_state); first
@@ -84,6 +84,9 @@ VARIANT_KNOBS = {
     # states or deltas through global memory; the split form and the output kernel where its buffers do not suit
     "cute_all_fused": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
                        "state_form": "fused"},
+    # the fused form with gdn's scores formed by its prepare (no scores launch; DeltaPrepareScores)
+    "cute_all_fused_prepare_scores": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 64,
+                                      "state_form": "fused", "scores": "prepare"},
     # the same over 32 value columns a CTA (four warps, twice the CTAs) for fewer sequences x heads
     "cute_all_fused_bv32": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 32,
                             "state_form": "fused"},
@@ -106,6 +109,8 @@ FORWARD_BLOCK_VS = (16, 32, 64, 128)    # the forward's block_v knob: value colu
 STATE_FORMS = ("staged", "resident", "warpgroup", "split", "fused")
 # the fused plan's state pass where its buffers do not suit the fused kernel, by block_v
 FUSED_FALLBACK_FORM = {64: "split", 32: "staged"}
+# where the fused form's scores come from: a launch of their own (DeltaScores), or gdn's prepare (DeltaPrepareScores)
+SCORES_SOURCES = ("kernel", "prepare")
 KERNEL_SOURCES = ("cutile", "cute")     # the prepare / output knobs: the cuTile kernel or the CuTe DSL one
 
 # execute() launches from C (compiled cubins, prebuilt parameters; _c_launch) where it can; False: every
@@ -298,6 +303,18 @@ class _CuteLaunch:
         return _CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod
+    def prepare_scores(variant: Variant, geometry: "_Geometry") -> "_CuteLaunch":
+        """The fused form's gdn chunk_prepare that forms the scores too (``scores="prepare"``): the CuTe kernel
+        reads k, v, g, beta, cu_seqlens and q and writes w, u, g_out, kd, scale q e^gc and attn (no cuTile
+        kernel: the plan checks ``takes`` first)."""
+        from ..cute._delta_prepare import prepare_scores_launcher
+        g_dtype = "float32" if variant.gates.on_gate else variant.gates.g_dtype
+        launcher = prepare_scores_launcher(variant.io_dtype, g_dtype, variant.beta_dtype, variant.scratch_dtype,
+                                           variant.K, variant.V, geometry.HQ, geometry.H, variant.use_l2,
+                                           variant.scale, variant.n_seq)
+        return _CuteLaunch(launcher, None, lambda a: a, geometry)
+
+    @staticmethod
     def state_output(variant: Variant, geometry: "_Geometry") -> "_CuteLaunch":
         """The fused state pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0, scale
         q e^gc, attn and writes ht and o (no cuTile kernel: the plan checks ``takes`` first)."""
@@ -375,7 +392,8 @@ class CutileForwardPlan(CompiledPlan):
             self._state_pass = _CuteLaunch.state_pass(variant, geometry, self._state_pass)
         self._fused = None
         if variant.state_form == "fused":
-            self._fused = (_CuteLaunch.scores(variant, geometry), _CuteLaunch.state_output(variant, geometry))
+            scores = (_CuteLaunch.prepare_scores if variant.scores == "prepare" else _CuteLaunch.scores)(variant, geometry)
+            self._fused = (scores, _CuteLaunch.state_output(variant, geometry))
         self.variant = variant
         self._geometry = geometry
         self._device = graph.device_code
@@ -512,18 +530,27 @@ class CutileForwardPlan(CompiledPlan):
         ``scratch[region]`` the workspace regions (Slots at execute; _c_launch's refs for the C path)."""
         v = self.variant
         ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
-        launches = self._recompute_launches(slot, scratch, ht)[0]
+        launches, g, beta, _ = self._recompute_launches(slot, scratch, ht)
         q, k, cu = slot("q"), slot("k"), slot("cu_seqlens")
         if self._fused is not None:
             scores, state_output = self._fused
             h0 = self._initial_state(slot, scratch)
-            scores_args = (q, k, scratch["g"], cu, scratch["scores_qg"], scratch["scores_attn"])
-            fused_args = (scratch["kd"], scratch["w"], scratch["u"], scratch["g"], cu, h0, scratch["scores_qg"],
-                          scratch["scores_attn"], ht, slot("o"))
+            qg, attn = scratch["scores_qg"], scratch["scores_attn"]
+            if v.scores == "prepare":
+                scores_args = (k, slot("v"), g, beta, cu, scratch["w"], scratch["u"], scratch["g"], scratch["kd"], q,
+                               qg, attn)
+            else:
+                scores_args = (q, k, scratch["g"], cu, qg, attn)
+            fused_args = (scratch["kd"], scratch["w"], scratch["u"], scratch["g"], cu, h0, qg, attn, ht, slot("o"))
             if scores.takes(scores_args) and state_output.takes(fused_args):
-                # the state pass forms o: it replaces the state pass and the output launches
-                launches[-1] = ("scores", self._prepare_grid, scores, scores_args)
-                launches.append(("state_output", self._state_pass_grid, state_output, fused_args))
+                # the state pass forms o: it replaces the state pass and the output launches, and the scores
+                # come from a launch of their own or from the prepare, in its place
+                if v.scores == "prepare":
+                    launches[-2] = ("prepare", self._prepare_grid, scores, scores_args)
+                    launches[-1] = ("state_output", self._state_pass_grid, state_output, fused_args)
+                else:
+                    launches[-1] = ("scores", self._prepare_grid, scores, scores_args)
+                    launches.append(("state_output", self._state_pass_grid, state_output, fused_args))
                 return launches
         launches.append(("output", self._output_grid, self._output,
                          (q, k, scratch["d"], scratch["g"], cu, scratch["hs"], slot("o"), *v.output_constants())))
@@ -759,6 +786,8 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                 continue     # a block wider than V, or the same kernels as the default
             if any(knobs[kernel] == "cute" and not ok for kernel, ok in cute_ok.items()):
                 continue
+            if knobs["scores"] == "prepare" and node.op != "gdn":
+                continue     # per-channel scores need the split decays the prepare forms in another order
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
             ctas = (node.inputs["cu_seqlens"].dim[0] - 1) * node.inputs["v"].dim[1] * (V // 32)
             priority = _forward_priority(suffix, io_dtype, node.inputs["q"].dim[2], ctas)
@@ -810,6 +839,11 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             raise GraphNotSupportedError(f"state_form={form!r}: one of {STATE_FORMS}, each but 'staged' with "
                                          f"state_pass='cute' and block_v=64 ('fused': 32 or 64); got "
                                          f"state_pass={knobs['state_pass']!r}, block_v={block_v}")
+        if knobs["scores"] not in SCORES_SOURCES or (knobs["scores"] == "prepare" and (
+                form != "fused" or knobs["prepare"] != "cute" or node.op != "gdn")):
+            raise GraphNotSupportedError(f"scores={knobs['scores']!r}: one of {SCORES_SOURCES}, 'prepare' for gdn "
+                                         f"with state_form='fused' and prepare='cute'; got op {node.op}, "
+                                         f"state_form={form!r}, prepare={knobs['prepare']!r}")
         if knobs["state_form"] == "fused" and knobs["output"] != "cute":
             raise GraphNotSupportedError("state_form='fused' forms o from the CuTe output kernel's scores "
                                          f"(output='cute'); got output={knobs['output']!r}")
@@ -825,7 +859,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                       output_block_v=output_block_v or geometry.V,
                                       scratch_dtype=io_scratch or "float32", prepare=knobs["prepare"],
                                       output=knobs["output"], state_pass=knobs["state_pass"],
-                                      state_form=knobs["state_form"])
+                                      state_form=knobs["state_form"], scores=knobs["scores"])
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 

@@ -157,3 +157,18 @@ def test_the_kda_cute_prepare_falls_back_to_chunk_gates_then_the_cutile_prepare(
     (gates_grid, gates_kernel, gates_args), (grid, kernel, first_args) = launched
     assert gates_grid[:2] == (5, 2) and gates_args == ("g", "cu", "g_out")
     assert gates_kernel is not None and (grid, kernel, first_args) == ((5, 2, 1), "cutile_prepare", ("k", "v", "g"))
+
+
+@pytest.mark.parametrize("io, K, V", [("bfloat16", 128, 128), ("float16", 64, 64), ("bfloat16", 64, 128)])
+def test_the_prepare_with_scores_compiles_with_twelve_addresses_in_the_prepares_shared_memory(io, K, V):
+    # k, v, g, beta, cu_seqlens, w, u, g_out, kd, q, qg, attn; then tokens, chunks, sequences. q goes through
+    # A's place: no more shared memory than the prepare's
+    launcher = _delta_prepare.prepare_scores_launcher(io, "float32", io, io, K, V, 2, 4, True, K ** -0.5, 3)
+    cubin, block, shared = launcher.cubin()
+    (symbol,) = _abi.kernel_symbols(cubin)
+    table = _abi.cubin_parameters(cubin, symbol)
+    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(12)] + [(96, 4), (100, 4), (104, 4)]
+    plain = _delta_prepare.DeltaPrepare(io, "float32", io, io, K, V, 2, 4, True)
+    assert block == (128, 1, 1) and shared == plain.shared_bytes()
+    # q (64 rows of K + 8, 16-bit) fits A's place (64 rows of 72 f32)
+    assert 2 * 64 * (K + 8) <= 4 * 64 * 72

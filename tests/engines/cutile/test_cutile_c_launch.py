@@ -327,7 +327,9 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
                                       ("kda", "cutile_kda_chunk64_cute_all_split"),
                                       # the fused CuTe state pass (a scores launch, then o from the state pass)
                                       ("gdn", "cutile_gdn_chunk64_cute_all_fused"),
-                                      ("kda", "cutile_kda_chunk64_cute_all_fused")])
+                                      ("kda", "cutile_kda_chunk64_cute_all_fused"),
+                                      # gdn's prepare forming the scores (no scores launch)
+                                      ("gdn", "cutile_gdn_chunk64_cute_all_fused_prepare_scores")])
 def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)

@@ -120,6 +120,25 @@ def test_the_fused_state_pass_gives_the_unfused_bits(op, width, K, V, cu):
         assert np.asarray(fused[name]).tobytes() == np.asarray(split[name]).tobytes(), name
 
 
+# gdn's prepare forming the scores (DeltaPrepareScores) from the k rows and gate sums it holds: the scores
+# kernel's bits, so the fused plan's o and final state
+@pytest.mark.parametrize("K, V, cu", [(128, 128, "small"), (64, 64, "small"), (64, 128, "small"), (128, 64, "small"),
+                                      (128, 128, "big")])
+def test_the_prepare_formed_scores_give_the_scores_kernels_bits(K, V, cu):
+    import numpy as np
+    lengths, H = (forward.SMALL, 2) if cu == "small" else (forward.BIG, 16)
+    own, prepared = (forward.run_case("gdn", lengths, H=H, K=K, V=V, seed=SEEDS["gdn"] + 14,
+                                      plan=f"cutile_gdn_chunk64_{suffix}")
+                     for suffix in ("cute_all_fused", "cute_all_fused_prepare_scores"))
+    for name in own:
+        assert np.asarray(prepared[name]).tobytes() == np.asarray(own[name]).tobytes(), name
+
+
+def test_the_prepare_formed_scores_with_grouped_value_heads_and_gate_options():
+    gva.run_case("gdn", gva.SMALL, H=2, HV=4, K=128, V=128, attrs=gva.GATES["softplus_beta_sigmoid"], seed=36,
+                 plan="cutile_gdn_chunk64_cute_all_fused_prepare_scores")
+
+
 def test_the_fused_state_pass_float16_without_state_or_l2norm():
     forward.run_case("gdn", [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False, seed=12,
                      plan="cutile_gdn_chunk64_cute_all_fused")

@@ -494,6 +494,18 @@ def test_the_fused_state_pass_scores_lie_in_the_deltas_and_states_place(K, V):
     assert span("scores_qg")[1] <= span("scores_attn")[0]
 
 
+def test_gdn_alone_gets_the_fused_plan_whose_prepare_forms_the_scores():
+    cg = _package()
+    gdn = _gdn_graph(cg, cg.data_type.BFLOAT16, 128, 128, H=16, n_seq=4)
+    gdn.validate()
+    plan = {p.label: p for p in _proposed(cg, gdn)}["cutile_gdn_chunk64_cute_all_fused_prepare_scores"]
+    assert plan.knobs["scores"] == "prepare" and plan.knobs["state_form"] == "fused" and plan.knobs["prepare"] == "cute"
+    kda = _grouped_gated_graph(cg, "kda", gate_lower_bound=-2.5)
+    kda.validate()
+    labels = [p.label for p in _proposed(cg, kda)]
+    assert "cutile_kda_chunk64_cute_all_fused" in labels and not [n for n in labels if "prepare_scores" in n]
+
+
 def test_the_fused_state_pass_needs_the_cute_output(monkeypatch):
     cg = _package()
     from cudnn_graph.engines.cutile import CutileLinearAttentionEngine, engine as cutile_engine
@@ -508,6 +520,10 @@ def test_the_fused_state_pass_needs_the_cute_output(monkeypatch):
     plan = dataclasses.replace(plan, knobs={**plan.knobs, "output": "cutile"})
     with pytest.raises(GraphNotSupportedError, match="state_form='fused' forms o from the CuTe output kernel's "
                                                      "scores \\(output='cute'\\); got output='cutile'"):
+        engine.build_plan(g, plan, None)
+    plan = dataclasses.replace(plan, knobs={**plan.knobs, "output": "cute", "state_form": "split", "scores": "prepare"})
+    with pytest.raises(GraphNotSupportedError, match="scores='prepare': one of \\('kernel', 'prepare'\\), 'prepare' "
+                                                     "for gdn with state_form='fused'"):
         engine.build_plan(g, plan, None)
 
 
