@@ -90,6 +90,8 @@ VARIANT_KNOBS = {
     # the same over 32 value columns a CTA (four warps, twice the CTAs) for fewer sequences x heads
     "cute_all_fused_bv32": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 32,
                             "state_form": "fused"},
+    "cute_all_fused_bv32_prepare_scores": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 32,
+                                           "state_form": "fused", "scores": "prepare"},
     "cute": {"prepare": "cute", "output": "cute"},
     "cute_prepare": {"prepare": "cute"},
     "tf32": {"mma": "tf32"},

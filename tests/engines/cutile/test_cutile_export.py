@@ -504,6 +504,8 @@ def test_gdn_alone_gets_the_fused_plan_whose_prepare_forms_the_scores():
     kda.validate()
     labels = [p.label for p in _proposed(cg, kda)]
     assert "cutile_kda_chunk64_cute_all_fused" in labels and not [n for n in labels if "prepare_scores" in n]
+    assert {"cutile_gdn_chunk64_cute_all_fused_prepare_scores", "cutile_gdn_chunk64_cute_all_fused_bv32_prepare_scores"} \
+        <= {p.label for p in _proposed(cg, gdn)}
 
 
 def test_the_fused_state_pass_needs_the_cute_output(monkeypatch):
