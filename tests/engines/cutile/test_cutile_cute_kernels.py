@@ -122,14 +122,15 @@ def test_the_fused_state_pass_gives_the_unfused_bits(op, width, K, V, cu):
 
 # gdn's prepare forming the scores (DeltaPrepareScores) from the k rows and gate sums it holds: the scores
 # kernel's bits, so the fused plan's o and final state
+@pytest.mark.parametrize("width", ["", "_bv32"])
 @pytest.mark.parametrize("K, V, cu", [(128, 128, "small"), (64, 64, "small"), (64, 128, "small"), (128, 64, "small"),
                                       (128, 128, "big")])
-def test_the_prepare_formed_scores_give_the_scores_kernels_bits(K, V, cu):
+def test_the_prepare_formed_scores_give_the_scores_kernels_bits(width, K, V, cu):
     import numpy as np
     lengths, H = (forward.SMALL, 2) if cu == "small" else (forward.BIG, 16)
     own, prepared = (forward.run_case("gdn", lengths, H=H, K=K, V=V, seed=SEEDS["gdn"] + 14,
                                       plan=f"cutile_gdn_chunk64_{suffix}")
-                     for suffix in ("cute_all_fused", "cute_all_fused_prepare_scores"))
+                     for suffix in (f"cute_all_fused{width}", f"cute_all_fused{width}_prepare_scores"))
     for name in own:
         assert np.asarray(prepared[name]).tobytes() == np.asarray(own[name]).tobytes(), name
 
