@@ -456,9 +456,7 @@ class DeltaPrepareScores(DeltaPrepare):
         """q (tokens x key heads x K), qg (chunks x heads x 64 x K) and attn (chunks x heads x 64 x 64)."""
         K, H, HQ = self.K, self.H, self.HQ
         return (cute.make_tensor(pq, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1))),
-                cute.make_tensor(pqg, cute.make_layout((chunks, H, CHUNK, K), stride=(H * CHUNK * K, CHUNK * K, K, 1))),
-                cute.make_tensor(pattn, cute.make_layout((chunks, H, CHUNK, CHUNK),
-                                                         stride=(H * CHUNK * CHUNK, CHUNK * CHUNK, CHUNK, 1))))
+                chunk_major(pqg, chunks, H, K), chunk_major(pattn, chunks, H, CHUNK))
 
     @cute.jit
     def form_scores(self, tiled_mma, gQ: cute.Tensor, gQg: cute.Tensor, gAttn: cute.Tensor, sK: cute.Tensor,
