@@ -423,8 +423,11 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     ("BFLOAT16", 128, 2, 2, "cute_bv16", "cutile"),   # 16 state-pass CTAs: the cuTile one, 16 columns a CTA
     ("BFLOAT16", 128, 16, 1, "cute_bv16", "cutile"),  # 64 CTAs (one 32k sequence's shape): the same
     ("BFLOAT16", 128, 6, 3, "cute", "cutile"),        # 72 CTAs, more than half the SMs: 32 columns a CTA
-    ("BFLOAT16", 128, 16, 4, "cute_all_fused", "cute"),  # 256 CTAs (4 x 2048 tokens): the eight-warp one forming o
-    ("BFLOAT16", 64, 16, 4, "cute", "cutile"),        # K = 64: the cuTile one
+    # 256 CTAs (4 x 2048 tokens): the eight-warp one forming o, its scores formed by gdn's prepare
+    ("BFLOAT16", 128, 16, 4, "cute_all_fused_prepare_scores", "cute"),
+    # K = 64 at 128 CTAs: the four-warp fused one, scores by the prepare
+    ("BFLOAT16", 64, 16, 4, "cute_all_fused_bv32_prepare_scores", "cute"),
+    ("BFLOAT16", 64, 4, 2, "cute", "cutile"),         # K = 64 at 16 CTAs: the cuTile one
     ("HALF", 128, 2, 2, "cute_all", "cute"),          # FP16: the CuTe one (the cuTile one takes TF32 products)
     ("BFLOAT16", 64, 2, 2, "cute", "cutile"),         # K = 64 at 16 CTAs: 16 columns a CTA untimed there
     ("HALF", 128, 16, 4, "cute_all_fused", "cute"),   # FP16 at 256 CTAs: the fused eight-warp one
