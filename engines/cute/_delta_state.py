@@ -365,7 +365,7 @@ class DeltaStatePassResident(DeltaStatePass):
         a_kb = cute.make_rmem_tensor(src_a[None, None, 0].shape, self.io)
         thr = tiled_mma.get_slice(tidx)
         rB = tiled_mma.make_fragment_B(thr.partition_B(sB))
-        copy_b = self.ldmatrix_copy(tiled_mma, "B", b_transposed)
+        copy_b = self.ldmatrix_copy(tiled_mma, "B", b_transposed, sB.element_type)
         thr_b = copy_b.get_slice(tidx)
         sB_src = thr_b.partition_S(sB)
         rB_view = thr_b.retile(rB)

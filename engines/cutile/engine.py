@@ -932,7 +932,7 @@ FORWARD_KERNEL_KNOBS = ("prepare", "output", "state_pass")     # a forward plan'
 def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
     """Why the CuTe DSL ``kernel`` ("prepare": engines/cute/_delta_prepare; "output": _delta_output;
     "state_pass": _delta_state) cannot stand in for the cuTile one for this node, or None when it can: gdn
-    and kda (scalar beta, no write gate; kda's prepare and output with BF16 inputs; the prepare also for
+    and kda (scalar beta, no write gate; kda's chunk_bwd_intra with BF16 inputs; the prepare also for
     their backward's recompute), on device 0, sm_90, with the DSL installed."""
     reason = _cute_op_reason(graph, node, kernel)
     return reason if reason is not None else _cute_device_reason(graph)
@@ -944,10 +944,11 @@ def _cute_op_reason(graph, node, kernel: str) -> str | None:
     op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra") else node.op
     if op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
-    if OP_FEATURES[op][0] and kernel in ("prepare", "output", "intra") and \
+    if OP_FEATURES[op][0] and kernel == "intra" and \
             _IO_TYPES.get(GraphView.of(graph).data_type(node.inputs["q"])) == "float16":
-        # The per-channel decays enter these kernels' products as two factors in the input type; each may
-        # reach e^SPLIT_EXPONENT_LIMIT, and FP16 overflows past e^11 (the cuTile kernels take TF32 for FP16)
+        # The per-channel decays enter its products as two factors in the input type; each may reach
+        # e^SPLIT_EXPONENT_LIMIT, and FP16 overflows past e^11 (the prepare and the output hold them in BF16
+        # for FP16 inputs: ChunkKernel.split; the cuTile kernels take TF32 for FP16)
         return (f"the CuTe chunk_{kernel} holds {op}'s split decay factors (up to e^{SPLIT_EXPONENT_LIMIT:g}) "
                 f"in the input type, and FP16 overflows past e^11 (BF16 does not)")
     return None

@@ -43,11 +43,41 @@ def test_uneven_sequences_bf16(op, plan, K, V):
     forward.run_case(op, forward.SMALL, K=K, V=V, seed=SEEDS[op] + 1, plan=plan)
 
 
-# kda's CuTe prepare and output take BF16 only (test_cutile_export.py: FP16 cannot hold the split decays)
-@pytest.mark.parametrize("op, plan", [(op, plan) for op, plan in OP_PLANS if op == "gdn"])
+@pytest.mark.parametrize("op, plan", OP_PLANS)
 def test_float16_without_state_or_l2norm(op, plan):
     forward.run_case(op, [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False, seed=SEEDS[op] + 2,
                      plan=plan)
+
+
+# kda with FP16 inputs: the prepare's and the scores' split-decay operands in BF16 (ChunkKernel.split; the
+# test inputs' decays reach e^16 over half a chunk, past FP16's e^11), everything else in FP16
+KDA_FP16_PLANS = [f"cutile_kda_chunk64_{v}" for v in ("cute_prepare", "cute", "cute_all", "cute_all_fused")]
+
+
+@pytest.mark.parametrize("plan", KDA_FP16_PLANS)
+@pytest.mark.parametrize("K, V", [(128, 128), (64, 64)])
+def test_kda_float16_holds_its_split_decays_in_bf16(plan, K, V):
+    forward.run_case("kda", forward.SMALL, K=K, V=V, dtype="float16", seed=SEEDS["kda"] + 12, plan=plan)
+
+
+def test_kda_float16_with_the_bounded_gate_near_its_limit():
+    # gate_lower_bound -2.5: a split factor up to e^80 (BF16 holds it, FP16 would not)
+    gva.run_case("kda", gva.SMALL, H=2, HV=4, K=128, V=128, dtype="float16", attrs=gva.GATES["bounded_neg_eigval"],
+                 seed=37, plan="cutile_kda_chunk64_cute_all_fused")
+
+
+@pytest.mark.parametrize("width", ["bv64", "bv32"])
+def test_the_fused_state_pass_gives_the_unfused_bits_for_kda_float16(width):
+    import numpy as np
+    fused, split = (forward.run_case("kda", forward.SMALL, K=128, V=128, dtype="float16", seed=SEEDS["kda"] + 13,
+                                     plan=f"cutile_kda_chunk64_{suffix}") for suffix in FUSED_PAIRS[width])
+    for name in split:
+        assert np.asarray(fused[name]).tobytes() == np.asarray(split[name]).tobytes(), name
+
+
+def test_the_kda_float16_backward_on_the_cute_recompute_matches_the_reference():
+    forward.run_bwd_case("kda_bwd", forward.SMALL, K=64, V=64, dtype="float16", seed=38,
+                         plan="cutile_kda_bwd_chunk64_cute_prepare")
 
 
 @pytest.mark.parametrize("op, plan", OP_PLANS)

@@ -836,9 +836,28 @@ def test_grouped_heads_and_gate_options_give_their_variant_and_scratch(op, monke
     assert geometry.regions["dq_hv" if op.endswith("_bwd") else "g_act"][1][:2] == (100, 4)
 
 
-@pytest.mark.parametrize("kernel, refused", [("prepare", True), ("output", True), ("state_pass", False)])
-def test_kda_with_float16_inputs_keeps_the_cutile_prepare_and_output(kernel, refused):
-    # their split decay factors (up to e^80) live in the input type: FP16 would overflow to inf
+def test_kda_with_float16_inputs_ranks_the_fused_cute_plan_first_where_it_fills_the_gpu():
+    # what kda's BF16 graphs rank first at 4 x 2048 tokens, 16 heads, K = V = 128 (256 state-pass CTAs)
+    cg = _package()
+    F = cg.data_type
+    g = cg.pygraph(io_data_type=F.HALF, compute_data_type=F.FLOAT, device="cuda")
+    T, H, K = 100, 16, 128
+    q, k, v = (g.tensor(name=n, dim=[T, H, K], stride=[H * K, K, 1], data_type=F.HALF) for n in "qkv")
+    gate = g.tensor(name="g", dim=[T, H, K], stride=[H * K, K, 1], data_type=F.FLOAT)
+    beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1], data_type=F.HALF)
+    cu = g.tensor(name="cu", dim=[5], stride=[1], data_type=F.INT32)
+    o, _ = g.kda(q, k, v, gate, beta, cu_seqlens=cu)
+    o.set_output(True)
+    g.validate()
+    best = max(_proposed(cg, g), key=lambda p: p.priority)
+    assert best.label == "cutile_kda_chunk64_cute_all_fused"
+
+
+@pytest.mark.parametrize("kernel, refused", [("prepare", False), ("output", False), ("state_pass", False),
+                                             ("intra", True)])
+def test_kda_with_float16_inputs_keeps_the_cutile_bwd_intra_alone(kernel, refused):
+    # the split decay factors (up to e^80): the prepare and the output hold them in BF16 for FP16 inputs
+    # (ChunkKernel.split); chunk_bwd_intra in the input type, where FP16 would overflow to inf
     cg = _package()
     from cudnn_graph.engines.cutile import engine as cutile_engine
     F = cg.data_type
