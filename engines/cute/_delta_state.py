@@ -92,7 +92,6 @@ class DeltaStatePass(ChunkKernel):
         mHt = cute.make_tensor(pht, states)
         tiled_mma = self.warp_mma()
         tidx, _, _ = cute.arch.thread_idx()
-        n, h, vb = cute.arch.block_idx()
         thr = tiled_mma.get_slice(tidx)
         storage = SmemAllocator().allocate(self.shared_storage())
         sW = cute.make_tensor(storage.w.data_ptr(), cute.make_layout((CHUNK, K), stride=(K + PAD, 1)))
@@ -101,6 +100,7 @@ class DeltaStatePass(ChunkKernel):
         sS = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((K, BV), stride=(BV + PAD, 1)))
         sDelta = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((CHUNK, BV), stride=(BV + PAD, 1)))
         sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
         sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
         state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
 
@@ -211,6 +211,40 @@ class DeltaStatePass(ChunkKernel):
         return total
 
     @cute.jit
+    def work_of_block(self, mCu: cute.Tensor, n_seq: Int32, tidx: Int32, sFirst: cute.Tensor):
+        """(sequence, value head, value block) of this CTA. The grid's CTAs, in launch order (x fastest), take
+        the sequences longest first (ties in index order; a sequence's H x V / BV CTAs one after another)
+        where the block's threads can rank them (at most ``threads`` sequences), else in index order: a CTA
+        walks its sequence's chunks one after another, so the longest chains go first and the last wave
+        holds the short ones (with 32 sequences of 64-512 tokens list scheduling's tail is about a tenth of
+        the pass; equal lengths keep index order). ``sFirst`` is free again when it returns."""
+        bx, by, bz = cute.arch.block_idx()
+        per_sequence = self.H * (self.V // self.BV)
+        linear = bx + n_seq * (by + self.H * bz)
+        rank = linear // per_sequence
+        rest = linear - rank * per_sequence
+        n = rank
+        if n_seq <= self.threads:
+            length = Int32(-1)
+            if tidx < n_seq:
+                length = mCu[tidx + 1] - mCu[tidx]
+            sFirst[tidx] = length
+            cute.arch.sync_threads()
+            ahead = Int32(0)
+            for i in cutlass.range(n_seq):
+                other = sFirst[i]
+                ahead = ahead + cutlass.select_(other > length, Int32(1), Int32(0)) + cutlass.select_(
+                    other == length, cutlass.select_(i < tidx, Int32(1), Int32(0)), Int32(0))
+            cute.arch.sync_threads()
+            if tidx < n_seq:
+                if ahead == rank:
+                    sFirst[0] = tidx
+            cute.arch.sync_threads()
+            n = sFirst[0]
+            cute.arch.sync_threads()
+        return n, rest % self.H, rest // self.H
+
+    @cute.jit
     def sequence_start(self, mCu: cute.Tensor, mH0: cute.Tensor, thr, n: Int32, h: Int32, vb: Int32, tidx: Int32,
                        sFirst: cute.Tensor):
         """(bos, eos, first chunk, chunk count, S) of sequence n: S (K x BV) in ``thr``'s accumulator fragment,
@@ -296,7 +330,6 @@ class DeltaStatePassResident(DeltaStatePass):
         mHtt = cute.make_tensor(pht, states_t)
         tiled_mma = self.warp_mma()
         tidx, _, _ = cute.arch.thread_idx()
-        n, h, vb = cute.arch.block_idx()
         warp = tidx // 32
         lane = tidx % 32
         thr = tiled_mma.get_slice(tidx)
@@ -307,6 +340,7 @@ class DeltaStatePassResident(DeltaStatePass):
         sStage = cute.make_tensor(storage.stage.data_ptr() + warp * CHUNK * (cols + PAD),
                                   cute.make_layout((CHUNK, cols), stride=(cols + PAD, 1)))
         sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
         sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
         state_at = thr.partition_C(cute.make_identity_tensor((BV, K)))      # [e] -> (value column, key row)
         delta_at = thr.partition_C(cute.make_identity_tensor((BV, CHUNK)))  # [e] -> (value column, token)
@@ -482,12 +516,12 @@ class DeltaStatePassWarpgroup(DeltaStatePass):
         mH0t = cute.make_tensor(ph0, states_t)
         mHtt = cute.make_tensor(pht, states_t)
         tidx, _, _ = cute.arch.thread_idx()
-        n, h, vb = cute.arch.block_idx()
         w_layout, kd_layout = self.operand_layouts()
         storage = SmemAllocator().allocate(self.shared_storage())
         sW = storage.w.get_tensor(w_layout.outer, swizzle=w_layout.inner)
         sKd = storage.kd.get_tensor(kd_layout.outer, swizzle=kd_layout.inner)
         sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
         sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
 
         mma_d, mma_s = self.products()
@@ -672,7 +706,6 @@ class DeltaStatePassFused(DeltaStatePass):
         mHt = cute.make_tensor(pht, states)
         tiled_mma = self.warp_mma()
         tidx, _, _ = cute.arch.thread_idx()
-        n, h, vb = cute.arch.block_idx()
         thr = tiled_mma.get_slice(tidx)
         storage = SmemAllocator().allocate(self.shared_storage())
         rows_k = cute.make_layout((CHUNK, K), stride=(K + PAD, 1))
@@ -685,6 +718,7 @@ class DeltaStatePassFused(DeltaStatePass):
         sDelta = cute.make_tensor(storage.d.data_ptr(), rows_bv)
         sOut = cute.make_tensor(storage.o.data_ptr(), rows_bv)
         sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
         sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
         state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
         gO = mO[None, h, None]

@@ -85,6 +85,14 @@ def test_long_sequences_h16(op, plan):
     forward.run_case(op, forward.BIG, H=16, seed=SEEDS[op] + 3, plan=plan)
 
 
+# every CuTe state pass form takes the sequences longest first (ties in index order): lengths out of order,
+# equal pairs, one of a single token, against the reference
+@pytest.mark.parametrize("suffix", ["cute_all", "cute_all_split", "cute_all_fused", "cute_all_resident", "cute_all_wg"])
+def test_the_state_pass_forms_take_the_longest_sequences_first(suffix):
+    forward.run_case("gdn", [0, 64, 364, 365, 1065, 1765, 1829], H=2, seed=SEEDS["gdn"] + 15,
+                     plan=f"cutile_gdn_chunk64_{suffix}")
+
+
 # the eight-warp CuTe state pass (64 value columns a CTA, KD in W's buffer)
 @pytest.mark.parametrize("op", ["gdn", "kda"])
 @pytest.mark.parametrize("K, V, cu", [(128, 128, "small"), (64, 64, "small"), (128, 128, "big")])
