@@ -897,7 +897,7 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     its own, the same bits) above both; where those CTAs fill at most half the GPU (K = 128,
     BF16), ``cute_bv16`` (the cuTile state pass over 16 value columns a CTA, twice the CTAs) above ``cute``.
     Where the CTAs fill the GPU at K = 128, ``cute_all_fused`` (the eight-warp state pass forming o itself) above
-    all, for BF16 and FP16, and for BF16 gdn ``cute_all_fused_prepare_scores`` (its scores formed by the
+    all, for BF16 and FP16, and for gdn ``cute_all_fused_prepare_scores`` (its scores formed by the
     prepare) above that; at K = 64 with BF16 inputs, where the CTAs fill at least half the GPU,
     ``cute_all_fused_bv32_prepare_scores`` (four warps) above ``cute``.
     The other variants are there to be pinned (plan index, a router) or timed."""
@@ -916,8 +916,8 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     # gdn only (the plans exist for gdn); bit-tested with BF16 inputs; measured in session 25 (H100): 0.229 vs
     # 0.249 ms at 4 x 2048, 0.293 vs 0.312 for 32 short sequences, 0.889 vs 0.927 at 2 x 8192 H 32, and at
     # K = 64 (4 x 2048, 128 CTAs) the 32-column form 0.139 vs cute's 0.141
-    if suffix == "cute_all_fused_prepare_scores":
-        return 33.0 if fills and io_dtype == "bfloat16" else 1.0
+    if suffix == "cute_all_fused_prepare_scores":     # FP16: its bits test (session 26) before its rank
+        return 33.0 if fills else 1.0
     if suffix == "cute_all_fused_bv32_prepare_scores":
         half = K < 128 and 2 * state_pass_ctas >= STATE_PASS_FILL and io_dtype == "bfloat16"
         return 22.0 if half else 1.0

@@ -173,6 +173,16 @@ def test_the_prepare_formed_scores_give_the_scores_kernels_bits(width, K, V, cu)
         assert np.asarray(prepared[name]).tobytes() == np.asarray(own[name]).tobytes(), name
 
 
+@pytest.mark.parametrize("width", ["", "_bv32"])
+def test_the_prepare_formed_scores_give_the_scores_kernels_bits_in_float16(width):
+    import numpy as np
+    own, prepared = (forward.run_case("gdn", forward.SMALL, K=128, V=128, dtype="float16", seed=SEEDS["gdn"] + 16,
+                                      plan=f"cutile_gdn_chunk64_{suffix}")
+                     for suffix in (f"cute_all_fused{width}", f"cute_all_fused{width}_prepare_scores"))
+    for name in own:
+        assert np.asarray(prepared[name]).tobytes() == np.asarray(own[name]).tobytes(), name
+
+
 def test_the_prepare_formed_scores_with_grouped_value_heads_and_gate_options():
     gva.run_case("gdn", gva.SMALL, H=2, HV=4, K=128, V=128, attrs=gva.GATES["softplus_beta_sigmoid"], seed=36,
                  plan="cutile_gdn_chunk64_cute_all_fused_prepare_scores")

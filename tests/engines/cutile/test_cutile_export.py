@@ -430,7 +430,7 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     ("BFLOAT16", 64, 4, 2, "cute", "cutile"),         # K = 64 at 16 CTAs: the cuTile one
     ("HALF", 128, 2, 2, "cute_all", "cute"),          # FP16: the CuTe one (the cuTile one takes TF32 products)
     ("BFLOAT16", 64, 2, 2, "cute", "cutile"),         # K = 64 at 16 CTAs: 16 columns a CTA untimed there
-    ("HALF", 128, 16, 4, "cute_all_fused", "cute"),   # FP16 at 256 CTAs: the fused eight-warp one
+    ("HALF", 128, 16, 4, "cute_all_fused_prepare_scores", "cute"),   # FP16 at 256 CTAs: the same as BF16
 ])
 def test_the_cute_plan_ranks_first_where_its_kernels_can_run(dtype, K, H, n_seq, first, state_pass):
     cg = _package()
