@@ -285,6 +285,19 @@ class _CuteLaunch:
         return _CuteLaunch(launcher, fallback, lambda a: a[:7], geometry)
 
     @staticmethod
+    def bwd_grads(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
+        """chunk_bwd_grads (gdn): the CuTe kernel takes the cuTile kernel's 18 buffers in its order: q, k, g,
+        beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's v part, dq / dk before the norm, dq, dk, dg, dbeta
+        (dq / dk are f32 shares with grouped value heads; dg is f32)."""
+        from ..cute._delta_bwd_grads import bwd_grads_launcher
+        g_dtype = "float32" if variant.gates.on_gate else variant.gates.g_dtype
+        dq_dtype = "float32" if variant.group > 1 else variant.io_dtype
+        launcher = bwd_grads_launcher(variant.io_dtype, g_dtype, variant.beta_dtype, dq_dtype, "float32",
+                                      variant.beta_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
+                                      variant.use_l2, variant.scale, variant.n_seq)
+        return _CuteLaunch(launcher, fallback, lambda a: a[:18], geometry)
+
+    @staticmethod
     def state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
         """chunk_state_pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0 and writes
         hs, ht, d."""
@@ -672,6 +685,8 @@ class CutileBackwardPlan(CutileForwardPlan):
         self._bwd_state_pass = _kernels.chunk_bwd_state_pass
         self._bwd_values = _kernels.chunk_bwd_values
         self._bwd_grads = _kernels.chunk_bwd_grads
+        if variant.grads == "cute":
+            self._bwd_grads = _CuteLaunch.bwd_grads(variant, geometry, self._bwd_grads)
         self._grads_grid = (geometry.chunks, geometry.H, 1)
         self._group_sum = _kernels.group_sum
         self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
@@ -769,6 +784,11 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                 variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0))
             if cute_prepare and cute_intra:
                 variants.append(("cute_prepare_intra", {"mma": "tf32", "prepare": "cute", "intra": "cute"}, 16.0))
+                # chunk_bwd_grads in CuTe DSL too (engines/cute/_delta_bwd_grads; gdn, BF16): not yet run on a
+                # GPU, so to pin or time
+                if _cute_kernels_reason(graph, node, "grads") is None:
+                    variants.append(("cute_prepare_intra_grads",
+                                     {"mma": "tf32", "prepare": "cute", "intra": "cute", "grads": "cute"}, 1.5))
             # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider
             # loads; half the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill
             # 2.7 KB a thread in chunk_bwd_grads): not yet timed, so to pin or time
@@ -816,7 +836,8 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
                                           prepare=_kernel_source(graph, node, "prepare",
                                                                  plan.knobs.get("prepare", "cutile")),
-                                          intra=_kernel_source(graph, node, "intra", plan.knobs.get("intra", "cutile")))
+                                          intra=_kernel_source(graph, node, "intra", plan.knobs.get("intra", "cutile")),
+                                          grads=_kernel_source(graph, node, "grads", plan.knobs.get("grads", "cutile")))
             return CutileBackwardPlan(plan, graph, node, variant, geometry)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         if knobs["scratch"] not in ("f32", "io"):
@@ -925,7 +946,8 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
 
 
 # the ops each CuTe kernel computes ("intra": the backward's chunk_bwd_intra, named by its forward op)
-CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn", "kda"), "intra": ("gdn", "kda")}
+CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn", "kda"), "intra": ("gdn", "kda"),
+            "grads": ("gdn",)}
 FORWARD_KERNEL_KNOBS = ("prepare", "output", "state_pass")     # a forward plan's kernel-source knobs
 
 
@@ -941,7 +963,7 @@ def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
 def _cute_op_reason(graph, node, kernel: str) -> str | None:
     """The part of ``_cute_kernels_reason`` the node alone decides (its op and input type)."""
     # a backward's recompute (prepare) and its intra-chunk terms (intra) name the forward op
-    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra") else node.op
+    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra", "grads") else node.op
     if op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
     if OP_FEATURES[op][0] and kernel == "intra" and \
@@ -951,6 +973,10 @@ def _cute_op_reason(graph, node, kernel: str) -> str | None:
         # for FP16 inputs: ChunkKernel.split; the cuTile kernels take TF32 for FP16)
         return (f"the CuTe chunk_{kernel} holds {op}'s split decay factors (up to e^{SPLIT_EXPONENT_LIMIT:g}) "
                 f"in the input type, and FP16 overflows past e^11 (BF16 does not)")
+    if kernel == "grads" and _IO_TYPES.get(GraphView.of(graph).data_type(node.inputs["q"])) == "float16":
+        # its score products take q e^(gc - gc_mid) and k e^(gc_mid - gc) in the input type, as kda's split
+        return (f"the CuTe chunk_bwd_grads holds the split decay factors (up to e^{SPLIT_EXPONENT_LIMIT:g}) in "
+                f"the input type, and FP16 overflows past e^11 (BF16 does not)")
     return None
 
 

@@ -250,3 +250,26 @@ def test_backward_recompute_on_the_cute_prepare(op, K, V):
 def test_the_first_backward_plan_gives_the_same_bits_every_execution(op):
     gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=5,
                  plan=f"cutile_{op}_chunk64_cute_prepare_intra", repeats=4)
+
+
+# chunk_bwd_grads in CuTe DSL (gdn, BF16: engines/cute/_delta_bwd_grads) on the first plan's other kernels
+GRADS_PLAN = "cutile_gdn_bwd_chunk64_cute_prepare_intra_grads"
+
+
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
+def test_the_cute_gradient_kernel_matches_the_reference(K, V):
+    forward.run_bwd_case("gdn_bwd", forward.SMALL, K=K, V=V, seed=43, plan=GRADS_PLAN)
+
+
+def test_the_cute_gradient_kernel_at_t8192_h16():
+    forward.run_bwd_case("gdn_bwd", forward.BIG, H=16, K=128, V=128, seed=44, plan=GRADS_PLAN)
+
+
+def test_the_cute_gradient_kernel_without_states_or_l2norm():
+    forward.run_bwd_case("gdn_bwd", [0, 64, 65, 190, 300], K=64, V=64, l2=False, h0=False, dht=False, seed=45,
+                         plan=GRADS_PLAN)
+
+
+def test_the_cute_gradient_kernel_with_grouped_value_heads_and_gate_options_every_execution():
+    # dq / dk as f32 shares summed by group_sum, dg / dbeta through gate_activation_bwd
+    gva.run_case("gdn_bwd", gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=46, plan=GRADS_PLAN, repeats=3)

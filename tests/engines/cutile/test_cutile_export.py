@@ -897,6 +897,13 @@ def test_the_backward_ranks_its_cute_prepare_and_intra_first_where_both_can_run(
             twin = by_name[f"{name}_bv64"]
             assert dict(twin.knobs, block_v=32) == dict(by_name[name].knobs) and twin.knobs["block_v"] == 64
             assert twin.priority < by_name[f"cutile_{op}_chunk64"].priority
+        # chunk_bwd_grads in CuTe too: gdn's twin of the first, ranked below the default (to time)
+        grads = by_name.get(f"{first.label}_grads")
+        if op == "gdn_bwd":
+            assert dict(grads.knobs, grads="cutile") == dict(first.knobs, grads="cutile") and grads.knobs["grads"] == "cute"
+            assert grads.priority < by_name[f"cutile_{op}_chunk64"].priority
+        else:
+            assert grads is None
         assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if "cute" in p.label]
     from cudnn_graph.engines.cutile import engine as cutile_engine
     g = _grouped_gated_graph(cg, "gdn2_bwd")
