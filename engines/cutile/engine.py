@@ -962,7 +962,7 @@ def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
 
 def _cute_op_reason(graph, node, kernel: str) -> str | None:
     """The part of ``_cute_kernels_reason`` the node alone decides (its op and input type)."""
-    # a backward's recompute (prepare) and its intra-chunk terms (intra) name the forward op
+    # a backward's recompute (prepare), its intra-chunk terms (intra) and its gradients (grads) name the forward op
     op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra", "grads") else node.op
     if op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
