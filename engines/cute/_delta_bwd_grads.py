@@ -315,20 +315,6 @@ class DeltaBwdGrads(ChunkKernel):
                 rows[which, row] = cutlass.select_(ss > Float32(0.0), cute.math.rsqrt(ss), Float32(1.0))
 
     @cute.jit
-    def rounded_rows(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
-        """src (64 x width, f32, global) rounded to the input type into dst (shared), 8 columns a segment."""
-        segs = width // SEG
-        rows_per_pass = THREADS // segs
-        seg = tidx % segs
-        raw = cute.make_rmem_tensor((1, SEG), Float32)
-        out = cute.make_rmem_tensor((1, SEG), self.io)
-        for p in range_constexpr(CHUNK // rows_per_pass):
-            row = tidx // segs + p * rows_per_pass
-            cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)), raw)
-            out.store(raw.load().to(self.io))
-            cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (row, seg)))
-
-    @cute.jit
     def rounded_state_rows(self, gS0: cute.Tensor, gDs1: cute.Tensor, sS0: cute.Tensor, sDs1: cute.Tensor,
                            kb: Int32, tidx: Int32):
         """Key rows [64 kb, 64 kb + 64) of S0 and dS1 (K x V, f32) rounded into sS0 / sDs1 (64 x V); returns this

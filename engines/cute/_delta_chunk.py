@@ -248,6 +248,21 @@ class ChunkKernel:
                     cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)),
                                       cute.local_tile(dst, (1, SEG), (dst_row + row, dst_seg + seg)))
 
+    @cute.jit
+    def rounded_rows(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
+        """src (64 x width, f32, global: the backward's scratch) rounded to the input type into dst (shared), in
+        segments of 8 columns, a row's on adjacent threads."""
+        segs = width // SEG
+        rows_per_pass = self.threads // segs
+        seg = tidx % segs
+        raw = cute.make_rmem_tensor((1, SEG), Float32)
+        out = cute.make_rmem_tensor((1, SEG), self.io)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)), raw)
+            out.store(raw.load().to(self.io))
+            cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (row, seg)))
+
     def row_registers(self, width: int):
         """A thread's share of a 64 x ``width`` block held in registers between ``fetch_rows`` and
         ``put_rows``: one 16-byte segment per pass of 128 threads, each segment contiguous."""

@@ -298,6 +298,16 @@ class _CuteLaunch:
         return _CuteLaunch(launcher, fallback, lambda a: a[:18], geometry)
 
     @staticmethod
+    def bwd_state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
+        """chunk_bwd_state_pass: the CuTe kernel takes the cuTile kernel's 10 buffers in its order: dO, w, kd,
+        qg, the gate sums, cu_seqlens, dht, dhs, dD (P in, dD out), dh0."""
+        from ..cute._delta_state import reverse_state_pass_launcher
+        launcher = reverse_state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
+                                               variant.has_dht, variant.has_h0, variant.n_seq,
+                                               per_channel=variant.per_channel)
+        return _CuteLaunch(launcher, fallback, lambda a: a[:10], geometry)
+
+    @staticmethod
     def state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "_CuteLaunch":
         """chunk_state_pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0 and writes
         hs, ht, d."""
@@ -683,6 +693,8 @@ class CutileBackwardPlan(CutileForwardPlan):
         if variant.intra == "cute":
             self._bwd_intra = _CuteLaunch.bwd_intra(variant, geometry, self._bwd_intra)
         self._bwd_state_pass = _kernels.chunk_bwd_state_pass
+        if variant.bwd_state == "cute":
+            self._bwd_state_pass = _CuteLaunch.bwd_state_pass(variant, geometry, self._bwd_state_pass)
         self._bwd_values = _kernels.chunk_bwd_values
         self._bwd_grads = _kernels.chunk_bwd_grads
         if variant.grads == "cute":
@@ -789,6 +801,14 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                 if _cute_kernels_reason(graph, node, "grads") is None:
                     variants.append(("cute_prepare_intra_grads",
                                      {"mma": "tf32", "prepare": "cute", "intra": "cute", "grads": "cute"}, 1.5))
+                # the reverse state pass in CuTe DSL too (DeltaStatePassReverse; BF16 / FP16 products, as the
+                # mma="bf16" plan's): not yet run on a GPU, so to pin or time; with the gradients' kernel where
+                # that one can run
+                if _cute_kernels_reason(graph, node, "bwd_state") is None:
+                    state = {"mma": "tf32", "prepare": "cute", "intra": "cute", "bwd_state": "cute"}
+                    variants.append(("cute_prepare_intra_state", state, 1.4))
+                    if _cute_kernels_reason(graph, node, "grads") is None:
+                        variants.append(("cute_prepare_intra_grads_state", {**state, "grads": "cute"}, 1.6))
             # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider
             # loads; half the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill
             # 2.7 KB a thread in chunk_bwd_grads): not yet timed, so to pin or time
@@ -837,7 +857,9 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                           prepare=_kernel_source(graph, node, "prepare",
                                                                  plan.knobs.get("prepare", "cutile")),
                                           intra=_kernel_source(graph, node, "intra", plan.knobs.get("intra", "cutile")),
-                                          grads=_kernel_source(graph, node, "grads", plan.knobs.get("grads", "cutile")))
+                                          grads=_kernel_source(graph, node, "grads", plan.knobs.get("grads", "cutile")),
+                                          bwd_state=_kernel_source(graph, node, "bwd_state",
+                                                                   plan.knobs.get("bwd_state", "cutile")))
             return CutileBackwardPlan(plan, graph, node, variant, geometry)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         if knobs["scratch"] not in ("f32", "io"):
@@ -947,7 +969,7 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
 
 # the ops each CuTe kernel computes ("intra": the backward's chunk_bwd_intra, named by its forward op)
 CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn", "kda"), "intra": ("gdn", "kda"),
-            "grads": ("gdn",)}
+            "grads": ("gdn",), "bwd_state": ("gdn", "kda")}
 FORWARD_KERNEL_KNOBS = ("prepare", "output", "state_pass")     # a forward plan's kernel-source knobs
 
 
@@ -962,8 +984,9 @@ def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
 
 def _cute_op_reason(graph, node, kernel: str) -> str | None:
     """The part of ``_cute_kernels_reason`` the node alone decides (its op and input type)."""
-    # a backward's recompute (prepare), its intra-chunk terms (intra) and its gradients (grads) name the forward op
-    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra", "grads") else node.op
+    # a backward's recompute (prepare), intra-chunk terms (intra), gradients (grads) and reverse state pass
+    # (bwd_state) name the forward op
+    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra", "grads", "bwd_state") else node.op
     if op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
     if OP_FEATURES[op][0] and kernel == "intra" and \

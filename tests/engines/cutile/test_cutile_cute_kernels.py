@@ -273,3 +273,27 @@ def test_the_cute_gradient_kernel_without_states_or_l2norm():
 def test_the_cute_gradient_kernel_with_grouped_value_heads_and_gate_options_every_execution():
     # dq / dk as f32 shares summed by group_sum, dg / dbeta through gate_activation_bwd
     gva.run_case("gdn_bwd", gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=46, plan=GRADS_PLAN, repeats=3)
+
+
+# the reverse state pass in CuTe DSL (DeltaStatePassReverse), alone and with the CuTe gradient kernel (gdn)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128)])
+def test_the_cute_reverse_state_pass_matches_the_reference(op, K, V):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=47, plan=f"cutile_{op}_chunk64_cute_prepare_intra_state")
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_the_cute_reverse_state_pass_at_t8192_h16(op):
+    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=48, plan=f"cutile_{op}_chunk64_cute_prepare_intra_state")
+
+
+def test_the_cute_reverse_state_pass_without_states_or_l2norm_in_float16():
+    forward.run_bwd_case("gdn_bwd", [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False,
+                         dht=False, seed=49, plan="cutile_gdn_bwd_chunk64_cute_prepare_intra_state")
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_the_cute_backward_kernels_give_the_same_bits_every_execution(op):
+    suffix = "cute_prepare_intra_grads_state" if op == "gdn_bwd" else "cute_prepare_intra_state"
+    gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=5, plan=f"cutile_{op}_chunk64_{suffix}",
+                 repeats=4)

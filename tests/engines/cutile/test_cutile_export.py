@@ -904,6 +904,10 @@ def test_the_backward_ranks_its_cute_prepare_and_intra_first_where_both_can_run(
             assert grads.priority < by_name[f"cutile_{op}_chunk64"].priority
         else:
             assert grads is None
+        # and the reverse state pass in CuTe (both ops), with the gradients' kernel for gdn: ranked below the default
+        state = by_name[f"{first.label}_state"]
+        assert state.knobs["bwd_state"] == "cute" and state.priority < by_name[f"cutile_{op}_chunk64"].priority
+        assert (f"{first.label}_grads_state" in by_name) == (op == "gdn_bwd")
         assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if "cute" in p.label]
     from cudnn_graph.engines.cutile import engine as cutile_engine
     g = _grouped_gated_graph(cg, "gdn2_bwd")
