@@ -193,11 +193,7 @@ class DeltaBwdGrads(ChunkKernel):
                     dq[e] = dq[e] + acc[e] * rows[2, t]
                     self.add_row(sums, 0, e, q * rows[2, t] * acc[e])
                     self.add_row(sums, 2, e, q * dq[e])
-                if const_expr(self.use_l2):
-                    cute.autovec_copy(dq, thr.partition_C(cute.local_tile(mDqp[c, h, None, None], (CHUNK, CHUNK),
-                                                                          (0, kb))))
-                else:
-                    self.store_rows(dq, row0, col0, mDq[None, h, None], start, count, kb)
+                self.leave(thr, dq, mDqp[c, h, None, None], mDq[None, h, None], row0, col0, start, count, kb)
                 # dm^T qn -> dk
                 acc.fill(0.0)
                 self.product_tt(tiled_mma, acc, sDm, sQn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
@@ -225,11 +221,7 @@ class DeltaBwdGrads(ChunkKernel):
                     self.add_row(sums, 0, e, -k * rows[3, t] * acc[e])
                     self.add_row(sums, 1, e, k * dct[e])
                     self.add_row(sums, 3, e, k * dk[e])
-                if const_expr(self.use_l2):
-                    cute.autovec_copy(dk, thr.partition_C(cute.local_tile(mDkp[c, h, None, None], (CHUNK, CHUNK),
-                                                                          (0, kb))))
-                else:
-                    self.store_rows(dk, row0, col0, mDk[None, h, None], start, count, kb)
+                self.leave(thr, dk, mDkp[c, h, None, None], mDk[None, h, None], row0, col0, start, count, kb)
             self.finish(sums, dlast, rows, sWarp, row0, mDbv[c, h, None, None], mDg, mDbeta, h, start, count, tidx)
             if const_expr(self.use_l2):
                 cute.arch.sync_threads()        # every dq / dk before the norm is written, the row dots are summed
@@ -379,6 +371,16 @@ class DeltaBwdGrads(ChunkKernel):
             cute.autovec_copy(out, cute.local_tile(sKn, (1, SEG), (row, seg)))
             out.store((k * (rows[5, row] * up)).to(self.io))
             cute.autovec_copy(out, cute.local_tile(sAn, (1, SEG), (row, seg)))
+
+    @cute.jit
+    def leave(self, thr, acc: cute.Tensor, gPre: cute.Tensor, dst: cute.Tensor, row0: Int32, col0: Int32,
+              start: Int32, count: Int32, kb: Int32):
+        """Key block kb of dq or dk (acc): with L2 norm into the f32 scratch before the norm's backward (gPre,
+        64 x K by chunk), else into dst's rows."""
+        if const_expr(self.use_l2):
+            cute.autovec_copy(acc, thr.partition_C(cute.local_tile(gPre, (CHUNK, CHUNK), (0, kb))))
+        else:
+            self.store_rows(acc, row0, col0, dst, start, count, kb)
 
     @cute.jit
     def store_rows(self, acc: cute.Tensor, row0: Int32, col0: Int32, dst: cute.Tensor, start: Int32, count: Int32,

@@ -836,19 +836,24 @@ def test_grouped_heads_and_gate_options_give_their_variant_and_scratch(op, monke
     assert geometry.regions["dq_hv" if op.endswith("_bwd") else "g_act"][1][:2] == (100, 4)
 
 
-def test_kda_with_float16_inputs_ranks_the_fused_cute_plan_first_where_it_fills_the_gpu():
-    # what kda's BF16 graphs rank first at 4 x 2048 tokens, 16 heads, K = V = 128 (256 state-pass CTAs)
-    cg = _package()
+def _kda_float16_graph(cg, H, K, n_seq):
     F = cg.data_type
     g = cg.pygraph(io_data_type=F.HALF, compute_data_type=F.FLOAT, device="cuda")
-    T, H, K = 100, 16, 128
+    T = 100
     q, k, v = (g.tensor(name=n, dim=[T, H, K], stride=[H * K, K, 1], data_type=F.HALF) for n in "qkv")
     gate = g.tensor(name="g", dim=[T, H, K], stride=[H * K, K, 1], data_type=F.FLOAT)
     beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1], data_type=F.HALF)
-    cu = g.tensor(name="cu", dim=[5], stride=[1], data_type=F.INT32)
+    cu = g.tensor(name="cu", dim=[n_seq + 1], stride=[1], data_type=F.INT32)
     o, _ = g.kda(q, k, v, gate, beta, cu_seqlens=cu)
     o.set_output(True)
     g.validate()
+    return g
+
+
+def test_kda_with_float16_inputs_ranks_the_fused_cute_plan_first_where_it_fills_the_gpu():
+    # what kda's BF16 graphs rank first at 4 x 2048 tokens, 16 heads, K = V = 128 (256 state-pass CTAs)
+    cg = _package()
+    g = _kda_float16_graph(cg, 16, 128, 4)
     best = max(_proposed(cg, g), key=lambda p: p.priority)
     assert best.label == "cutile_kda_chunk64_cute_all_fused"
 
@@ -860,16 +865,7 @@ def test_kda_with_float16_inputs_keeps_the_cutile_bwd_intra_alone(kernel, refuse
     # (ChunkKernel.split); chunk_bwd_intra in the input type, where FP16 would overflow to inf
     cg = _package()
     from cudnn_graph.engines.cutile import engine as cutile_engine
-    F = cg.data_type
-    g = cg.pygraph(io_data_type=F.HALF, compute_data_type=F.FLOAT, device="cuda")
-    T, H, K = 100, 2, 64
-    q, k, v = (g.tensor(name=n, dim=[T, H, K], stride=[H * K, K, 1], data_type=F.HALF) for n in "qkv")
-    gate = g.tensor(name="g", dim=[T, H, K], stride=[H * K, K, 1], data_type=F.FLOAT)
-    beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1], data_type=F.HALF)
-    cu = g.tensor(name="cu", dim=[3], stride=[1], data_type=F.INT32)
-    o, _ = g.kda(q, k, v, gate, beta, cu_seqlens=cu)
-    o.set_output(True)
-    g.validate()
+    g = _kda_float16_graph(cg, 2, 64, 2)
     reason = cutile_engine._cute_kernels_reason(g, g.nodes[0], kernel)
     if refused:
         assert reason == (f"the CuTe chunk_{kernel} holds kda's split decay factors (up to e^80) in the input type, "
