@@ -4,7 +4,7 @@ operand is read transposed from shared memory, and the launcher the cuTile plan 
 
 Each kernel runs one CTA of 128 threads per (chunk of 64 tokens, value head) and takes bare pointers and
 three int32 sizes (tokens, chunks, sequences), so that a launch from C fills its parameters as the cuTile
-kernels' are filled (engines/cutile/engine.py ``_CuteLaunch.c_launch``).
+kernels' are filled (engines/cutile/_cute_launch.py ``CuteLaunch.c_launch``).
 """
 from __future__ import annotations
 

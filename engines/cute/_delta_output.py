@@ -125,12 +125,7 @@ class DeltaOutput(ChunkKernel):
             if const_expr(early_hs):
                 hs_first = self.row_registers(V)
                 self.fetch_rows(cute.local_tile(mHs[c, h, None, None], (CHUNK, V), (0, 0)), hs_first, V, tidx)
-            if const_expr(self.per_channel):
-                self.scores_per_channel(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mGs[None, h, None],
-                                        sQ, sK, sAttn, start, count, tidx)
-            else:
-                self.scores_per_token(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mG, sQ, sK, sAttn,
-                                      sGc, h, start, count, tidx)
+            self.chunk_scores(tiled_mma, thr, mQ, mK, mG, mGs, sQ, sK, sAttn, sGc, h, hk, start, count, tidx)
             out = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, V)), Float32)
             out.fill(0.0)
             # (scale q e^gc) S0, 64 rows of S0 at a time through the operand buffer
@@ -149,6 +144,19 @@ class DeltaOutput(ChunkKernel):
             self.product_bt(tiled_mma, out, sAttn, sX, CHUNK, V, width, tidx)
             stage = cute.make_tensor(storage.q.data_ptr(), cute.make_layout((CHUNK, V), stride=(width, 1)))
             self.store_staged(tiled_mma, out, stage, mO[None, h, None], start, count, V, tidx)
+
+    @cute.jit
+    def chunk_scores(self, tiled_mma, thr, mQ: cute.Tensor, mK: cute.Tensor, mG: cute.Tensor, mGs: cute.Tensor,
+                     sQ: cute.Tensor, sK: cute.Tensor, sAttn: cute.Tensor, sGc: cute.Tensor, h: Int32, hk: Int32,
+                     start: Int32, count: Int32, tidx: Int32):
+        """The chunk's attn and scale q e^gc (``score_views``' tensors, ``score_buffers``' buffers): per
+        channel or per token as the specialisation's gates are."""
+        if const_expr(self.per_channel):
+            self.scores_per_channel(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mGs[None, h, None], sQ,
+                                    sK, sAttn, start, count, tidx)
+        else:
+            self.scores_per_token(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mG, sQ, sK, sAttn, sGc, h,
+                                  start, count, tidx)
 
     @cute.jit
     def scores_per_token(self, tiled_mma, thr, gQ: cute.Tensor, gK: cute.Tensor, mG: cute.Tensor, sQ: cute.Tensor,
@@ -294,12 +302,7 @@ class DeltaScores(DeltaOutput):
         sQ, sK, _, sAttn, sGc = self.score_buffers(storage)
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
-            if const_expr(self.per_channel):
-                self.scores_per_channel(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mGs[None, h, None],
-                                        sQ, sK, sAttn, start, count, tidx)
-            else:
-                self.scores_per_token(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mG, sQ, sK, sAttn,
-                                      sGc, h, start, count, tidx)
+            self.chunk_scores(tiled_mma, thr, mQ, mK, mG, mGs, sQ, sK, sAttn, sGc, h, hk, start, count, tidx)
             cute.arch.sync_threads()     # q's rescale (each thread its own segments) and attn, all written
             self.copy_rows(sQ, mQg[c, h, None, None], CHUNK, K, tidx)
             self.copy_rows(sAttn, mAttn[c, h, None, None], CHUNK, CHUNK, tidx)

@@ -18,7 +18,7 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the C launch record is the cuTile plan's)")
 
 from cudnn_graph.engines.cute import _delta_prepare  # noqa: E402
-from cudnn_graph.engines.cutile import _abi, _c_launch  # noqa: E402
+from cudnn_graph.engines.cutile import _abi, _c_launch, _cute_launch  # noqa: E402
 from cudnn_graph.engines.cutile import engine as cutile_engine  # noqa: E402
 from cudnn_graph.engines.cutile._variants import Variant  # noqa: E402
 
@@ -60,7 +60,7 @@ def _refs(io, scratch, K, V, HQ, H, T=300, k_strides=None):
 def _c_record(io, scratch, K, V, HQ, H, **kw):
     args, chunks = _refs(io, scratch, K, V, HQ, H, **kw)
     geometry = type("G", (), {"HQ": HQ, "H": H, "T": 300, "chunks": chunks})()
-    launch = cutile_engine._CuteLaunch.prepare(_variant(io, scratch, K, V), geometry, fallback=None)
+    launch = _cute_launch.CuteLaunch.prepare(_variant(io, scratch, K, V), geometry, fallback=None)
     index = {}
     return launch.c_launch("prepare", (chunks, H, 1), args, lambda ref: index.setdefault(ref.uid, len(index))), chunks
 
@@ -101,7 +101,7 @@ def _slots(k_address=4096, k_strides=None, g_address=8192):
 
 
 def test_buffers_the_kernel_cannot_take_send_the_call_to_the_cutile_kernel():
-    # usable() False: _CuteLaunch launches the cuTile chunk_prepare instead (nothing is compiled to ask)
+    # usable() False: CuteLaunch launches the cuTile chunk_prepare instead (nothing is compiled to ask)
     launcher = _delta_prepare.prepare_launcher("bfloat16", "float32", "bfloat16", "bfloat16", 64, 64, 2, 2, True, 3)
     assert launcher.usable(_slots())
     assert launcher.usable(_slots(g_address=4100))                   # f32 gates need 4-byte alignment only
@@ -150,7 +150,7 @@ def test_the_kda_cute_prepare_falls_back_to_chunk_gates_then_the_cutile_prepare(
     launched = []
     monkeypatch.setattr(ct, "launch", lambda stream, grid, kernel, args: launched.append((grid, kernel, args[:3])))
     geometry = types.SimpleNamespace(T=100, chunks=5, H=2, HQ=2, K=64)
-    launch = cutile_engine._CuteLaunch.prepare(_kda_variant("cute"), geometry, fallback="cutile_prepare")
+    launch = _cute_launch.CuteLaunch.prepare(_kda_variant("cute"), geometry, fallback="cutile_prepare")
     launch._launcher = lambda stream, slots, tokens, chunks: False   # buffers the CuTe kernel does not take
     args = ("k", "v", "g", "beta", "wgate", "cu", "w", "u", "g_out", "kd")
     launch(0, (5, 2, 1), args)

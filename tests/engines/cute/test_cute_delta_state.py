@@ -174,7 +174,7 @@ def test_the_c_launch_record_writes_the_plan_sizes_not_the_grid():
     # the state pass's grid is (sequences, heads, V / BV); its kernel still takes tokens and the chunk bound
     import struct
     from cudnn_graph.engines.cutile import _c_launch
-    from cudnn_graph.engines.cutile import engine as cutile_engine
+    from cudnn_graph.engines.cutile import _cute_launch
     from cudnn_graph.engines.cutile._variants import Variant
     T, H, K, V, N = 300, 2, 64, 64, 3
     chunks = -(-T // 64) + N
@@ -182,7 +182,7 @@ def test_the_c_launch_record_writes_the_plan_sizes_not_the_grid():
                       n_seq=N, scale=K ** -0.5, use_l2=True, has_h0=True, store_ht=True, scratch_dtype="bfloat16",
                       state_pass="cute")
     geometry = type("G", (), {"H": H, "T": T, "chunks": chunks})()
-    launch = cutile_engine._CuteLaunch.state_pass(variant, geometry, fallback=None)
+    launch = _cute_launch.CuteLaunch.state_pass(variant, geometry, fallback=None)
     op, region = _c_launch.OperandRef, _c_launch.RegionRef
     args = (region("kd", 256, "bfloat16", (chunks, H, 64, K)), region("w", 4096, "bfloat16", (chunks, H, 64, K)),
             region("u", 8192, "bfloat16", (chunks, H, 64, V)), region("g", 16384, "float32", (T, H)),

@@ -201,10 +201,10 @@ def test_the_fused_state_pass_with_grouped_value_heads_and_gate_options(op):
 
 def test_the_fused_plan_runs_the_split_pass_and_the_output_where_its_kernels_refuse_the_buffers(monkeypatch):
     import numpy as np
-    from cudnn_graph.engines.cutile import engine as cutile_engine
+    from cudnn_graph.engines.cutile import _cute_launch
     plan = "cutile_gdn_chunk64_cute_all_fused"
     fused = forward.run_case("gdn", forward.SMALL, seed=13, plan=plan)
-    monkeypatch.setattr(cutile_engine._CuteLaunch, "takes", lambda self, args: False)
+    monkeypatch.setattr(_cute_launch.CuteLaunch, "takes", lambda self, args: False)
     fallback = forward.run_case("gdn", forward.SMALL, seed=13, plan=plan)
     for name in fused:
         assert np.asarray(fallback[name]).tobytes() == np.asarray(fused[name]).tobytes(), name
