@@ -124,12 +124,25 @@ class ChunkKernel:
         cute.arch.sync_threads()
         return c, sWhere[0], sWhere[1], sWhere[2]
 
-    def warp_mma(self) -> cute.TiledMma:
-        """The tile products' MMA: mma.sync m16n8k16 (input type in, f32 out), four warps along M (a wider
-        block's further warps along N; traced into the caller's kernel)."""
+    def warp_mma(self, dtype=None) -> cute.TiledMma:
+        """The tile products' MMA: mma.sync m16n8k16 (``dtype`` in, the input type by default; f32 out), four
+        warps along M (a wider block's further warps along N; traced into the caller's kernel)."""
         warps = self.threads // 32
-        return cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(self.io, Float32, (16, 8, 16)),
+        return cute.make_tiled_mma(cute.nvgpu.warp.MmaF16BF16Op(dtype or self.io, Float32, (16, 8, 16)),
                                    cute.make_layout((4, warps // 4, 1)))
+
+    @property
+    def split(self):
+        """The type of the operands that carry a per-channel decay split around a chunk's middle row (kda: a
+        factor may reach e^SPLIT_EXPONENT_LIMIT): the input type, but BF16 for FP16 inputs (FP16 overflows
+        past e^11; BF16 has float32's range), so that FP16 inputs take BF16 products there alone."""
+        return cutlass.BFloat16 if self.io is cutlass.Float16 else self.io
+
+    def as_split_view(self, sX: cute.Tensor) -> cute.Tensor:
+        """``sX`` (shared, the input type) viewed in the split operands' type (the same 16-bit elements)."""
+        if self.split is self.io:
+            return sX
+        return cute.make_tensor(cute.recast_ptr(sX.iterator, dtype=self.split), sX.layout)
 
     def set_heads(self, io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool) -> None:
         """The specialisation's input type, head dims, key heads ``HQ`` and value heads ``H`` (a multiple of
@@ -193,7 +206,13 @@ class ChunkKernel:
                 if const_expr(also is not None):
                     also(p, row, seg, x)
                 if const_expr(store is not None):
-                    part.store(store(p, row, seg, x).to(self.io))
+                    if const_expr(dst.element_type is not self.io):
+                        # a store into another 16-bit type (the split operands' BF16 over FP16 inputs)
+                        converted = cute.make_rmem_tensor((1, SEG), dst.element_type)
+                        converted.store(store(p, row, seg, x).to(dst.element_type))
+                        part = converted
+                    else:
+                        part.store(store(p, row, seg, x).to(self.io))
             cute.autovec_copy(part, cute.local_tile(dst, (1, SEG), (row, seg)))
 
     @cute.jit
@@ -228,6 +247,21 @@ class ChunkKernel:
                 if row < count:
                     cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)),
                                       cute.local_tile(dst, (1, SEG), (dst_row + row, dst_seg + seg)))
+
+    @cute.jit
+    def rounded_rows(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
+        """src (64 x width, f32, global: the backward's scratch) rounded to the input type into dst (shared), in
+        segments of 8 columns, a row's on adjacent threads."""
+        segs = width // SEG
+        rows_per_pass = self.threads // segs
+        seg = tidx % segs
+        raw = cute.make_rmem_tensor((1, SEG), Float32)
+        out = cute.make_rmem_tensor((1, SEG), self.io)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)), raw)
+            out.store(raw.load().to(self.io))
+            cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (row, seg)))
 
     def row_registers(self, width: int):
         """A thread's share of a 64 x ``width`` block held in registers between ``fetch_rows`` and
@@ -264,12 +298,12 @@ class ChunkKernel:
             ss = ss + cute.arch.shuffle_sync_bfly(ss, 1 << lane)
         return cutlass.select_(ss > Float32(0.0), cute.math.rsqrt(ss), Float32(0.0))
 
-    def ldmatrix_copy(self, tiled_mma: cute.TiledMma, operand: str, transpose: bool):
-        """The ldmatrix copy that reads the MMA's ``operand`` ("A": four 8 x 8 matrices a warp, "B": two) from
-        a shared tile whose rows of 8 start 16-byte aligned: as stored (K contiguous), or viewed transposed
-        with ``transpose`` (traced into the caller's kernel)."""
+    def ldmatrix_copy(self, tiled_mma: cute.TiledMma, operand: str, transpose: bool, dtype):
+        """The ldmatrix copy that reads the MMA's ``operand`` ("A": four 8 x 8 matrices a warp, "B": two) of
+        ``dtype`` from a shared tile whose rows of 8 start 16-byte aligned: as stored (K contiguous), or viewed
+        transposed with ``transpose`` (traced into the caller's kernel)."""
         atom = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=transpose,
-                                                                     num_matrices=4 if operand == "A" else 2), self.io)
+                                                                     num_matrices=4 if operand == "A" else 2), dtype)
         return cute.make_tiled_copy_A(atom, tiled_mma) if operand == "A" else cute.make_tiled_copy_B(atom, tiled_mma)
 
     @cute.jit
@@ -291,8 +325,8 @@ class ChunkKernel:
         # is written and read once, so its registers are live a k-block at a time
         rA = tiled_mma.make_fragment_A(thr.partition_A(sA))
         rB = tiled_mma.make_fragment_B(thr.partition_B(sB))
-        copy_a = self.ldmatrix_copy(tiled_mma, "A", a_transposed)
-        copy_b = self.ldmatrix_copy(tiled_mma, "B", b_transposed)
+        copy_a = self.ldmatrix_copy(tiled_mma, "A", a_transposed, sA.element_type)
+        copy_b = self.ldmatrix_copy(tiled_mma, "B", b_transposed, sB.element_type)
         thr_a = copy_a.get_slice(tidx)
         thr_b = copy_b.get_slice(tidx)
         sA_src = thr_a.partition_S(sA)

@@ -198,6 +198,16 @@ class DeltaOutput(ChunkKernel):
         sums = cute.make_rmem_tensor((1, SEG), Float32)
         q_raw = cute.make_rmem_tensor((1, SEG), self.io)
         k_raw = cute.make_rmem_tensor((1, SEG), self.io)
+        # the split operands in their own type (BF16 for FP16 inputs: ``split``), over q's and k's buffers
+        converted = const_expr(self.split is not self.io)
+        q_split, k_split = q_raw, k_raw
+        split_mma, split_thr = tiled_mma, thr
+        if const_expr(converted):
+            q_split = cute.make_rmem_tensor((1, SEG), self.split)
+            k_split = cute.make_rmem_tensor((1, SEG), self.split)
+            split_mma = self.warp_mma(self.split)
+            split_thr = split_mma.get_slice(tidx)
+        sQs, sKs = self.as_split_view(sQ), self.as_split_view(sK)
         # a thread reads the same K segment of every row: the pivot row's segment once
         cute.autovec_copy(cute.local_tile(gS, (1, SEG), (mid, seg)), pivot)
         for p in range_constexpr(CHUNK // rows_per_pass):
@@ -217,15 +227,32 @@ class DeltaOutput(ChunkKernel):
             if const_expr(q_hook is not None):
                 q_hook(p, row, seg, x_q, sums.load())
             split = sums.load() - pivot.load()
-            q_raw.store((x_q * cute.math.exp(split)).to(self.io))
-            k_raw.store((x_k * cute.math.exp(-split)).to(self.io))
-            cute.autovec_copy(q_raw, cute.local_tile(sQ, (1, SEG), (row, seg)))
-            cute.autovec_copy(k_raw, cute.local_tile(sK, (1, SEG), (row, seg)))
+            q_split.store((x_q * cute.math.exp(split)).to(self.split))
+            k_split.store((x_k * cute.math.exp(-split)).to(self.split))
+            cute.autovec_copy(q_split, cute.local_tile(sQs, (1, SEG), (row, seg)))
+            cute.autovec_copy(k_split, cute.local_tile(sKs, (1, SEG), (row, seg)))
         cute.arch.sync_threads()
-        self.masked_scores(tiled_mma, thr, sQ, sK, sAttn, None, False, tidx)
+        self.masked_scores(split_mma, split_thr, sQs, sKs, sAttn, None, False, tidx)
         cute.arch.sync_threads()
         if const_expr(rescale_q):
-            self.scale_rows(sQ, cute.math.exp(pivot.load()) * self.scale, K, tidx)
+            if const_expr(converted):
+                # q's copy is BF16: q and its gate sums read again, for scale q e^gc rounded once to FP16
+                self.scaled_query_rows(gQ, gS, sQ, start, count, tidx)
+            else:
+                self.scale_rows(sQ, cute.math.exp(pivot.load()) * self.scale, K, tidx)
+
+    @cute.jit
+    def scaled_query_rows(self, gQ: cute.Tensor, gS: cute.Tensor, sQ: cute.Tensor, start: Int32, count: Int32,
+                          tidx: Int32):
+        """scale q e^gc (L2-normalised q when asked; gS: the gate sums, tokens x K) into sQ in the input
+        type, rows past the chunk's end zero: each thread writes the segments it wrote before."""
+        sums = cute.make_rmem_tensor((1, SEG), Float32)
+
+        def decay(p, row, seg, x):
+            cute.autovec_copy(cute.local_tile(gS, (1, SEG), (start + cutlass.min(row, count - 1), seg)), sums)
+            return x * (cute.math.exp(sums.load()) * self.scale)
+
+        self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx, store=decay)
 
     @cute.jit
     def scale_query_rows(self, sQ: cute.Tensor, sGc: cute.Tensor, tidx: Int32):

@@ -208,7 +208,10 @@ class DeltaPrepare(ChunkKernel):
         sums = [cute.make_rmem_tensor((1, _SEG), Float32) for _ in range(2)]
         pivot = cute.make_rmem_tensor((1, _SEG), Float32)
         end = cute.make_rmem_tensor((1, _SEG), Float32)
-        sR = cute.make_tensor(cute.recast_ptr(sA.iterator, dtype=self.io), sK.layout)
+        # A's operands carry the split decays: in the split type (BF16 for FP16 inputs, ``split``), sK's view
+        # and the right operand's in A's place
+        sL = self.as_split_view(sK)
+        sR = cute.make_tensor(cute.recast_ptr(sA.iterator, dtype=self.split), sK.layout)
 
         def fetch_gates(p):
             # rows past the chunk's end repeat its last row (their k is zero, and the decays stay finite)
@@ -221,7 +224,7 @@ class DeltaPrepare(ChunkKernel):
                 fetch_gates(p + 1)
             gc = sums[p % 2].load()
             right = x * cute.math.exp(pivot.load() - gc)
-            cute.autovec_copy(self.as_io(right), cute.local_tile(sR, (1, _SEG), (row, seg)))
+            cute.autovec_copy(self.as_type(right, self.split), cute.local_tile(sR, (1, _SEG), (row, seg)))
             # kd straight to global: the next pass's gate loads are issued already, so the store orders none
             kd_row.store((x * cute.math.exp(end.load() - gc)).to(mKd.element_type))
             cute.autovec_copy(kd_row, cute.local_tile(gKd, (1, _SEG), (row, seg)))
@@ -232,14 +235,19 @@ class DeltaPrepare(ChunkKernel):
         cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (mid, tidx % segs)), pivot)
         cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (last, tidx % segs)), end)
         fetch_gates(0)
-        self.load_rows(mK[None, hk, None], sK, start, count, K, self.use_l2, tidx, store=left)
+        self.load_rows(mK[None, hk, None], sL, start, count, K, self.use_l2, tidx, store=left)
         cute.arch.sync_threads()
         # A = beta_t sum_d k_td k_id e^(gc_td - gc_id), i < t: the decays are in the operands
-        self.form_a(tiled_mma, sK, sR, sA, sGc, sBeta, tidx)
-        # k e^(gc - gc_mid) e^gc_mid = k e^gc, w's operand: each thread rescales the segments it stored (its
-        # pivot registers hold their channels); form_a's barrier is past every read of sK as A's operand,
-        # and the substitution's barrier orders these writes before w's product
-        self.scale_rows(sK, cute.math.exp(pivot.load()), K, tidx)
+        self.form_a(self.warp_mma(self.split), sL, sR, sA, sGc, sBeta, tidx)
+        # w's operand k e^gc into sK: form_a's barrier is past every read of sK as A's operand, and the
+        # substitution's barrier orders these writes before w's product
+        if const_expr(self.split is self.io):
+            # k e^(gc - gc_mid) e^gc_mid: each thread rescales the segments it stored (its pivot registers
+            # hold their channels)
+            self.scale_rows(sK, cute.math.exp(pivot.load()), K, tidx)
+        else:
+            # the left operand is BF16: k and its gate sums read again, for k e^gc rounded once to FP16
+            self.decayed_rows(mK[None, hk, None], gS, sK, start, count, tidx)
         cute.arch.sync_threads()
         self.invert_column(sA, sTw, sTu, sGc, sBeta, tidx)
         cute.arch.sync_threads()
@@ -275,10 +283,24 @@ class DeltaPrepare(ChunkKernel):
                     gS[start + row, tidx] = total
 
     @cute.jit
-    def as_io(self, x):
-        frag = cute.make_rmem_tensor((1, _SEG), self.io)
-        frag.store(x.to(self.io))
+    def as_type(self, x, dtype):
+        """A segment's f32 values ``x`` in a register fragment of ``dtype``."""
+        frag = cute.make_rmem_tensor((1, _SEG), dtype)
+        frag.store(x.to(dtype))
         return frag
+
+    @cute.jit
+    def decayed_rows(self, gK: cute.Tensor, gS: cute.Tensor, sK: cute.Tensor, start: Int32, count: Int32,
+                     tidx: Int32):
+        """k e^gc (L2-normalised k when asked; gS: the chunk's gate sums, tokens x K, written by this CTA
+        before a barrier) into sK in the input type; rows past the chunk's end zero."""
+        sums = cute.make_rmem_tensor((1, _SEG), Float32)
+
+        def decay(p, row, seg, x):
+            cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (start + cutlass.min(row, count - 1), seg)), sums)
+            return x * cute.math.exp(sums.load())
+
+        self.load_rows(gK, sK, start, count, self.K, self.use_l2, tidx, store=decay)
 
     @cute.jit
     def load_keys(self, mK: cute.Tensor, mKd: cute.Tensor, sK: cute.Tensor, sGc: cute.Tensor, start: Int32,

@@ -92,7 +92,6 @@ class DeltaStatePass(ChunkKernel):
         mHt = cute.make_tensor(pht, states)
         tiled_mma = self.warp_mma()
         tidx, _, _ = cute.arch.thread_idx()
-        n, h, vb = cute.arch.block_idx()
         thr = tiled_mma.get_slice(tidx)
         storage = SmemAllocator().allocate(self.shared_storage())
         sW = cute.make_tensor(storage.w.data_ptr(), cute.make_layout((CHUNK, K), stride=(K + PAD, 1)))
@@ -101,6 +100,7 @@ class DeltaStatePass(ChunkKernel):
         sS = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((K, BV), stride=(BV + PAD, 1)))
         sDelta = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((CHUNK, BV), stride=(BV + PAD, 1)))
         sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
         sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
         state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
 
@@ -211,6 +211,40 @@ class DeltaStatePass(ChunkKernel):
         return total
 
     @cute.jit
+    def work_of_block(self, mCu: cute.Tensor, n_seq: Int32, tidx: Int32, sFirst: cute.Tensor):
+        """(sequence, value head, value block) of this CTA. The grid's CTAs, in launch order (x fastest), take
+        the sequences longest first (ties in index order; a sequence's H x V / BV CTAs one after another)
+        where the block's threads can rank them (at most ``threads`` sequences), else in index order: a CTA
+        walks its sequence's chunks one after another, so the longest chains go first and the last wave
+        holds the short ones (with 32 sequences of 64-512 tokens list scheduling's tail is about a tenth of
+        the pass; equal lengths keep index order). ``sFirst`` is free again when it returns."""
+        bx, by, bz = cute.arch.block_idx()
+        per_sequence = self.H * (self.V // self.BV)
+        linear = bx + n_seq * (by + self.H * bz)
+        rank = linear // per_sequence
+        rest = linear - rank * per_sequence
+        n = rank
+        if n_seq <= self.threads:
+            length = Int32(-1)
+            if tidx < n_seq:
+                length = mCu[tidx + 1] - mCu[tidx]
+            sFirst[tidx] = length
+            cute.arch.sync_threads()
+            ahead = Int32(0)
+            for i in cutlass.range(n_seq):
+                other = sFirst[i]
+                ahead = ahead + cutlass.select_(other > length, Int32(1), Int32(0)) + cutlass.select_(
+                    other == length, cutlass.select_(i < tidx, Int32(1), Int32(0)), Int32(0))
+            cute.arch.sync_threads()
+            if tidx < n_seq:
+                if ahead == rank:
+                    sFirst[0] = tidx
+            cute.arch.sync_threads()
+            n = sFirst[0]
+            cute.arch.sync_threads()
+        return n, rest % self.H, rest // self.H
+
+    @cute.jit
     def sequence_start(self, mCu: cute.Tensor, mH0: cute.Tensor, thr, n: Int32, h: Int32, vb: Int32, tidx: Int32,
                        sFirst: cute.Tensor):
         """(bos, eos, first chunk, chunk count, S) of sequence n: S (K x BV) in ``thr``'s accumulator fragment,
@@ -296,7 +330,6 @@ class DeltaStatePassResident(DeltaStatePass):
         mHtt = cute.make_tensor(pht, states_t)
         tiled_mma = self.warp_mma()
         tidx, _, _ = cute.arch.thread_idx()
-        n, h, vb = cute.arch.block_idx()
         warp = tidx // 32
         lane = tidx % 32
         thr = tiled_mma.get_slice(tidx)
@@ -307,6 +340,7 @@ class DeltaStatePassResident(DeltaStatePass):
         sStage = cute.make_tensor(storage.stage.data_ptr() + warp * CHUNK * (cols + PAD),
                                   cute.make_layout((CHUNK, cols), stride=(cols + PAD, 1)))
         sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
         sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
         state_at = thr.partition_C(cute.make_identity_tensor((BV, K)))      # [e] -> (value column, key row)
         delta_at = thr.partition_C(cute.make_identity_tensor((BV, CHUNK)))  # [e] -> (value column, token)
@@ -365,7 +399,7 @@ class DeltaStatePassResident(DeltaStatePass):
         a_kb = cute.make_rmem_tensor(src_a[None, None, 0].shape, self.io)
         thr = tiled_mma.get_slice(tidx)
         rB = tiled_mma.make_fragment_B(thr.partition_B(sB))
-        copy_b = self.ldmatrix_copy(tiled_mma, "B", b_transposed)
+        copy_b = self.ldmatrix_copy(tiled_mma, "B", b_transposed, sB.element_type)
         thr_b = copy_b.get_slice(tidx)
         sB_src = thr_b.partition_S(sB)
         rB_view = thr_b.retile(rB)
@@ -482,12 +516,12 @@ class DeltaStatePassWarpgroup(DeltaStatePass):
         mH0t = cute.make_tensor(ph0, states_t)
         mHtt = cute.make_tensor(pht, states_t)
         tidx, _, _ = cute.arch.thread_idx()
-        n, h, vb = cute.arch.block_idx()
         w_layout, kd_layout = self.operand_layouts()
         storage = SmemAllocator().allocate(self.shared_storage())
         sW = storage.w.get_tensor(w_layout.outer, swizzle=w_layout.inner)
         sKd = storage.kd.get_tensor(kd_layout.outer, swizzle=kd_layout.inner)
         sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
         sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
 
         mma_d, mma_s = self.products()
@@ -672,7 +706,6 @@ class DeltaStatePassFused(DeltaStatePass):
         mHt = cute.make_tensor(pht, states)
         tiled_mma = self.warp_mma()
         tidx, _, _ = cute.arch.thread_idx()
-        n, h, vb = cute.arch.block_idx()
         thr = tiled_mma.get_slice(tidx)
         storage = SmemAllocator().allocate(self.shared_storage())
         rows_k = cute.make_layout((CHUNK, K), stride=(K + PAD, 1))
@@ -685,6 +718,7 @@ class DeltaStatePassFused(DeltaStatePass):
         sDelta = cute.make_tensor(storage.d.data_ptr(), rows_bv)
         sOut = cute.make_tensor(storage.o.data_ptr(), rows_bv)
         sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
         sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
         state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
         gO = mO[None, h, None]
@@ -759,6 +793,110 @@ class DeltaStatePassFused(DeltaStatePass):
             cute.autovec_copy(state, thr.partition_C(cute.local_tile(mHt[n, h, None, None], (K, BV), (0, vb))))
 
 
+class DeltaStatePassReverse(DeltaStatePass):
+    """The backward's reverse state pass (``engines/cutile/_kernels.chunk_bwd_state_pass``), per (sequence, value
+    head, block of BV value columns), chunks last to first, dS (K x BV) in f32 accumulators::
+
+        dhs[c] = dS,   dD = P + KD dS  -> dd[c] (over chunk_bwd_intra's P),   dS <- e^(gc_last) dS + qg^T dO - W^T dD
+
+    from the backward's f32 scratch (kd, w, qg by chunk, rounded to the input type into shared memory each
+    step: an f32 row set in registers a step ahead would take 64 registers an operand), dO in the input type,
+    and dht / dh0 for the sequence's end and start (the base class's h0 / ht views and flags: carried in and out).
+    Products in the input type with f32 accumulation (the cuTile kernel's with BF16 products, mma="bf16"). One
+    more product a step than the forward's staged step; the same longest-first order (``work_of_block``)."""
+
+    def shared_storage(self):
+        rows_k = CHUNK * (self.K + PAD)
+        rows_bv = CHUNK * (self.BV + PAD)
+        return shared_struct("DeltaStateReverseStorage", {
+            "w": shared_field(self.io, rows_k), "kd": shared_field(self.io, rows_k), "qg": shared_field(self.io, rows_k),
+            "s": shared_field(self.io, self.K * (self.BV + PAD)), "do": shared_field(self.io, rows_bv),
+            "dd": shared_field(self.io, rows_bv), "first": shared_field(Int32, self.threads),
+            "decay": shared_field(Float32, self.K if self.per_channel else 1)})
+
+    @cute.jit
+    def __call__(self, pdo: cute.Pointer, pw: cute.Pointer, pkd: cute.Pointer, pqg: cute.Pointer, pg: cute.Pointer,
+                 pcu: cute.Pointer, pdht: cute.Pointer, pdhs: cute.Pointer, pdd: cute.Pointer, pdh0: cute.Pointer,
+                 tokens: Int32, chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pdo, pw, pkd, pqg, pg, pcu, pdht, pdhs, pdd, pdh0, tokens, chunks, n_seq).launch(
+            grid=[n_seq, self.H, self.V // self.BV], block=[self.threads, 1, 1], smem=self.shared_bytes(),
+            stream=stream, **self.launch_options())
+
+    @cute.kernel
+    def kernel(self, pdo: cute.Pointer, pw: cute.Pointer, pkd: cute.Pointer, pqg: cute.Pointer, pg: cute.Pointer,
+               pcu: cute.Pointer, pdht: cute.Pointer, pdhs: cute.Pointer, pdd: cute.Pointer, pdh0: cute.Pointer,
+               tokens: Int32, chunks: Int32, n_seq: Int32):
+        K, V, BV, H = self.K, self.V, self.BV, self.H
+        io = self.io
+        mKd, mW, mDd, mG, mCu, mDhs = self.chunk_views(pkd, pw, pdd, pg, pcu, pdhs, tokens, chunks, n_seq)
+        mQg = chunk_major(pqg, chunks, H, K)
+        # dO viewed by value block: this CTA's BV columns of every token are one (tokens, BV) slice
+        mDo = cute.make_tensor(pdo, cute.make_layout((tokens, H, V // BV, BV), stride=(H * V, V, BV, 1)))
+        states = cute.make_layout((n_seq, H, K, V), stride=(H * K * V, K * V, V, 1))
+        mDht = cute.make_tensor(pdht, states)
+        mDh0 = cute.make_tensor(pdh0, states)
+        tiled_mma = self.warp_mma()
+        tidx, _, _ = cute.arch.thread_idx()
+        thr = tiled_mma.get_slice(tidx)
+        storage = SmemAllocator().allocate(self.shared_storage())
+        rows_k = cute.make_layout((CHUNK, K), stride=(K + PAD, 1))
+        sW = cute.make_tensor(storage.w.data_ptr(), rows_k)
+        sKd = cute.make_tensor(storage.kd.data_ptr(), rows_k)
+        sQg = cute.make_tensor(storage.qg.data_ptr(), rows_k)
+        sS = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((K, BV), stride=(BV + PAD, 1)))
+        rows_bv = cute.make_layout((CHUNK, BV), stride=(BV + PAD, 1))
+        sDo = cute.make_tensor(storage.do.data_ptr(), rows_bv)
+        sDd = cute.make_tensor(storage.dd.data_ptr(), rows_bv)
+        sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
+        sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
+        state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
+        gDo = mDo[None, h, vb, None]
+
+        # dS from d_final_state (the base class's h0 flag and view) or zero
+        bos, eos, first, n_chunks, ds = self.sequence_start(mCu, mDht, thr, n, h, vb, tidx, sFirst)
+        s_io = cute.make_rmem_tensor(ds.shape, io)
+        dd = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, BV)), Float32)
+        dd_io = cute.make_rmem_tensor(dd.shape, io)
+        for jj in cutlass.range(n_chunks):
+            j = n_chunks - 1 - jj
+            c = first + j
+            start = bos + j * CHUNK
+            stop = cutlass.min(start + CHUNK, eos)
+            cute.arch.sync_threads()        # the previous step's readers of every buffer are done
+            cute.autovec_copy(ds, thr.partition_C(cute.local_tile(mDhs[c, h, None, None], (K, BV), (0, vb))))
+            s_io.store(ds.load().to(io))
+            cute.autovec_copy(s_io, thr.partition_C(sS))
+            self.rounded_rows(mKd[c, h, None, None], sKd, K, tidx)
+            self.rounded_rows(mW[c, h, None, None], sW, K, tidx)
+            self.rounded_rows(mQg[c, h, None, None], sQg, K, tidx)
+            self.load_rows(gDo, sDo, start, stop - start, BV, False, tidx)
+            cute.autovec_copy(thr.partition_C(cute.local_tile(mDd[c, h, None, None], (CHUNK, BV), (0, vb))), dd)
+            decay = Float32(0.0)
+            if const_expr(self.per_channel):
+                if tidx < K:
+                    sDecay[tidx] = cute.math.exp(mG[stop - 1, h, tidx])
+            else:
+                decay = cute.math.exp(mG[stop - 1, h])
+            cute.arch.sync_threads()
+            # dD = P + KD dS
+            self.product_bt(tiled_mma, dd, sKd, sS, K, BV, BV + PAD, tidx)
+            cute.autovec_copy(dd, thr.partition_C(cute.local_tile(mDd[c, h, None, None], (CHUNK, BV), (0, vb))))
+            dd_io.store((-dd.load()).to(io))
+            cute.autovec_copy(dd_io, thr.partition_C(sDd))
+            cute.arch.sync_threads()
+            # dS <- e^(gc_last) dS + qg^T dO - W^T dD
+            if const_expr(self.per_channel):
+                for e in range_constexpr(cute.size(ds)):
+                    ds[e] = ds[e] * sDecay[state_rows[e][0]]
+            else:
+                ds.store(ds.load() * decay)
+            self.product_tt(tiled_mma, ds, sQg, sDo, CHUNK, K, BV, K + PAD, BV + PAD, tidx)
+            self.product_tt(tiled_mma, ds, sW, sDd, CHUNK, K, BV, K + PAD, BV + PAD, tidx)
+        if const_expr(self.store_ht):
+            cute.autovec_copy(ds, thr.partition_C(cute.local_tile(mDh0[n, h, None, None], (K, BV), (0, vb))))
+
+
 FORMS = {"staged": DeltaStatePass, "resident": DeltaStatePassResident, "warpgroup": DeltaStatePassWarpgroup,
          "split": DeltaStatePassSplit}
 
@@ -792,3 +930,19 @@ def fused_state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, ha
     key = ("chunk_state_output", io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
     return KernelLauncher(lambda: DeltaStatePassFused(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel), key,
                           _fused_pointer_types(io_dtype), n_seq)
+
+
+def _reverse_pointer_types(io_dtype: str) -> tuple:
+    """dO, w, kd, qg (f32 scratch), g (the gate sums, f32), cu_seqlens, dht, dhs, dD (f32), dh0 (f32)."""
+    f32 = ("float32", 16)
+    g = _pointer_types(io_dtype)[3]
+    return ((io_dtype, 16), f32, f32, f32, g, ("int32", 4), f32, f32, f32, f32)
+
+
+def reverse_state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, has_dht: bool, has_h0: bool,
+                                n_seq: int, per_channel: bool = False) -> KernelLauncher:
+    """The launcher of one ``DeltaStatePassReverse`` specialisation (BV value columns a CTA); its slots: dO, w,
+    kd, qg, g, cu_seqlens, dht, dhs, dD, dh0."""
+    key = ("chunk_bwd_state_pass", io_dtype, K, V, BV, H, has_dht, has_h0, per_channel)
+    return KernelLauncher(lambda: DeltaStatePassReverse(io_dtype, K, V, BV, H, has_dht, has_h0, per_channel), key,
+                          _reverse_pointer_types(io_dtype), n_seq)

@@ -66,6 +66,29 @@ class CuteLaunch:
         return CuteLaunch(launcher, fallback, lambda a: a[:7], geometry)
 
     @staticmethod
+    def bwd_grads(variant: Variant, geometry: "_Geometry", fallback) -> "CuteLaunch":
+        """chunk_bwd_grads (gdn): the CuTe kernel takes the cuTile kernel's 18 buffers in its order: q, k, g,
+        beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's v part, dq / dk before the norm, dq, dk, dg, dbeta
+        (dq / dk are f32 shares with grouped value heads; dg is f32)."""
+        from ..cute._delta_bwd_grads import bwd_grads_launcher
+        g_dtype = "float32" if variant.gates.on_gate else variant.gates.g_dtype
+        dq_dtype = "float32" if variant.group > 1 else variant.io_dtype
+        launcher = bwd_grads_launcher(variant.io_dtype, g_dtype, variant.beta_dtype, dq_dtype, "float32",
+                                      variant.beta_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
+                                      variant.use_l2, variant.scale, variant.n_seq)
+        return CuteLaunch(launcher, fallback, lambda a: a[:18], geometry)
+
+    @staticmethod
+    def bwd_state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "CuteLaunch":
+        """chunk_bwd_state_pass: the CuTe kernel takes the cuTile kernel's 10 buffers in its order: dO, w, kd,
+        qg, the gate sums, cu_seqlens, dht, dhs, dD (P in, dD out), dh0."""
+        from ..cute._delta_state import reverse_state_pass_launcher
+        launcher = reverse_state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
+                                               variant.has_dht, variant.has_h0, variant.n_seq,
+                                               per_channel=variant.per_channel)
+        return CuteLaunch(launcher, fallback, lambda a: a[:10], geometry)
+
+    @staticmethod
     def state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "CuteLaunch":
         """chunk_state_pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0 and writes
         hs, ht, d."""

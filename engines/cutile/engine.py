@@ -519,8 +519,12 @@ class CutileBackwardPlan(CutileForwardPlan):
         if variant.intra == "cute":
             self._bwd_intra = CuteLaunch.bwd_intra(variant, geometry, self._bwd_intra)
         self._bwd_state_pass = _kernels.chunk_bwd_state_pass
+        if variant.bwd_state == "cute":
+            self._bwd_state_pass = CuteLaunch.bwd_state_pass(variant, geometry, self._bwd_state_pass)
         self._bwd_values = _kernels.chunk_bwd_values
         self._bwd_grads = _kernels.chunk_bwd_grads
+        if variant.grads == "cute":
+            self._bwd_grads = CuteLaunch.bwd_grads(variant, geometry, self._bwd_grads)
         self._grads_grid = (geometry.chunks, geometry.H, 1)
         self._group_sum = _kernels.group_sum
         self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
@@ -618,6 +622,19 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                 variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0))
             if cute_prepare and cute_intra:
                 variants.append(("cute_prepare_intra", {"mma": "tf32", "prepare": "cute", "intra": "cute"}, 16.0))
+                # chunk_bwd_grads in CuTe DSL too (engines/cute/_delta_bwd_grads; gdn, BF16): not yet run on a
+                # GPU, so to pin or time
+                if _cute_kernels_reason(graph, node, "grads") is None:
+                    variants.append(("cute_prepare_intra_grads",
+                                     {"mma": "tf32", "prepare": "cute", "intra": "cute", "grads": "cute"}, 1.5))
+                # the reverse state pass in CuTe DSL too (DeltaStatePassReverse; BF16 / FP16 products, as the
+                # mma="bf16" plan's): not yet run on a GPU, so to pin or time; with the gradients' kernel where
+                # that one can run
+                if _cute_kernels_reason(graph, node, "bwd_state") is None:
+                    state = {"mma": "tf32", "prepare": "cute", "intra": "cute", "bwd_state": "cute"}
+                    variants.append(("cute_prepare_intra_state", state, 1.4))
+                    if _cute_kernels_reason(graph, node, "grads") is None:
+                        variants.append(("cute_prepare_intra_grads_state", {**state, "grads": "cute"}, 1.6))
             # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider
             # loads; half the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill
             # 2.7 KB a thread in chunk_bwd_grads): not yet timed, so to pin or time
@@ -665,7 +682,10 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
                                           prepare=_kernel_source(graph, node, "prepare",
                                                                  plan.knobs.get("prepare", "cutile")),
-                                          intra=_kernel_source(graph, node, "intra", plan.knobs.get("intra", "cutile")))
+                                          intra=_kernel_source(graph, node, "intra", plan.knobs.get("intra", "cutile")),
+                                          grads=_kernel_source(graph, node, "grads", plan.knobs.get("grads", "cutile")),
+                                          bwd_state=_kernel_source(graph, node, "bwd_state",
+                                                                   plan.knobs.get("bwd_state", "cutile")))
             return CutileBackwardPlan(plan, graph, node, variant, geometry)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         if knobs["scratch"] not in ("f32", "io"):
@@ -746,7 +766,7 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     its own, the same bits) above both; where those CTAs fill at most half the GPU (K = 128,
     BF16), ``cute_bv16`` (the cuTile state pass over 16 value columns a CTA, twice the CTAs) above ``cute``.
     Where the CTAs fill the GPU at K = 128, ``cute_all_fused`` (the eight-warp state pass forming o itself) above
-    all, for BF16 and FP16, and for BF16 gdn ``cute_all_fused_prepare_scores`` (its scores formed by the
+    all, for BF16 and FP16, and for gdn ``cute_all_fused_prepare_scores`` (its scores formed by the
     prepare) above that; at K = 64 with BF16 inputs, where the CTAs fill at least half the GPU,
     ``cute_all_fused_bv32_prepare_scores`` (four warps) above ``cute``.
     The other variants are there to be pinned (plan index, a router) or timed."""
@@ -765,8 +785,8 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     # gdn only (the plans exist for gdn); bit-tested with BF16 inputs; measured in session 25 (H100): 0.229 vs
     # 0.249 ms at 4 x 2048, 0.293 vs 0.312 for 32 short sequences, 0.889 vs 0.927 at 2 x 8192 H 32, and at
     # K = 64 (4 x 2048, 128 CTAs) the 32-column form 0.139 vs cute's 0.141
-    if suffix == "cute_all_fused_prepare_scores":
-        return 33.0 if fills and io_dtype == "bfloat16" else 1.0
+    if suffix == "cute_all_fused_prepare_scores":     # FP16: its bits test (session 26) before its rank
+        return 33.0 if fills else 1.0
     if suffix == "cute_all_fused_bv32_prepare_scores":
         half = K < 128 and 2 * state_pass_ctas >= STATE_PASS_FILL and io_dtype == "bfloat16"
         return 22.0 if half else 1.0
@@ -774,14 +794,15 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
 
 
 # the ops each CuTe kernel computes ("intra": the backward's chunk_bwd_intra, named by its forward op)
-CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn", "kda"), "intra": ("gdn", "kda")}
+CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn", "kda"), "intra": ("gdn", "kda"),
+            "grads": ("gdn",), "bwd_state": ("gdn", "kda")}
 FORWARD_KERNEL_KNOBS = ("prepare", "output", "state_pass")     # a forward plan's kernel-source knobs
 
 
 def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
     """Why the CuTe DSL ``kernel`` ("prepare": engines/cute/_delta_prepare; "output": _delta_output;
     "state_pass": _delta_state) cannot stand in for the cuTile one for this node, or None when it can: gdn
-    and kda (scalar beta, no write gate; kda's prepare and output with BF16 inputs; the prepare also for
+    and kda (scalar beta, no write gate; kda's chunk_bwd_intra with BF16 inputs; the prepare also for
     their backward's recompute), on device 0, sm_90, with the DSL installed."""
     reason = _cute_op_reason(graph, node, kernel)
     return reason if reason is not None else _cute_device_reason(graph)
@@ -789,16 +810,22 @@ def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
 
 def _cute_op_reason(graph, node, kernel: str) -> str | None:
     """The part of ``_cute_kernels_reason`` the node alone decides (its op and input type)."""
-    # a backward's recompute (prepare) and its intra-chunk terms (intra) name the forward op
-    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra") else node.op
+    # a backward's recompute (prepare), intra-chunk terms (intra), gradients (grads) and reverse state pass
+    # (bwd_state) name the forward op
+    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra", "grads", "bwd_state") else node.op
     if op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
-    if OP_FEATURES[op][0] and kernel in ("prepare", "output", "intra") and \
+    if OP_FEATURES[op][0] and kernel == "intra" and \
             _IO_TYPES.get(GraphView.of(graph).data_type(node.inputs["q"])) == "float16":
-        # The per-channel decays enter these kernels' products as two factors in the input type; each may
-        # reach e^SPLIT_EXPONENT_LIMIT, and FP16 overflows past e^11 (the cuTile kernels take TF32 for FP16)
+        # The per-channel decays enter its products as two factors in the input type; each may reach
+        # e^SPLIT_EXPONENT_LIMIT, and FP16 overflows past e^11 (the prepare and the output hold them in BF16
+        # for FP16 inputs: ChunkKernel.split; the cuTile kernels take TF32 for FP16)
         return (f"the CuTe chunk_{kernel} holds {op}'s split decay factors (up to e^{SPLIT_EXPONENT_LIMIT:g}) "
                 f"in the input type, and FP16 overflows past e^11 (BF16 does not)")
+    if kernel == "grads" and _IO_TYPES.get(GraphView.of(graph).data_type(node.inputs["q"])) == "float16":
+        # its score products take q e^(gc - gc_mid) and k e^(gc_mid - gc) in the input type, as kda's split
+        return (f"the CuTe chunk_bwd_grads holds the split decay factors (up to e^{SPLIT_EXPONENT_LIMIT:g}) in "
+                f"the input type, and FP16 overflows past e^11 (BF16 does not)")
     return None
 
 

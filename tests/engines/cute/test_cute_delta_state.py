@@ -16,6 +16,7 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
 
 from cudnn_graph.engines.cute import _delta_state  # noqa: E402
+from cudnn_graph.engines.cute._delta_chunk import MAX_SHARED_BYTES  # noqa: E402
 from cudnn_graph.engines.cutile import _abi  # noqa: E402
 
 
@@ -192,3 +193,23 @@ def test_the_c_launch_record_writes_the_plan_sizes_not_the_grid():
     record = launch.c_launch("state_pass", (N, H, V // 32), args, lambda ref: index.setdefault(ref.uid, len(index)))
     assert record.grid == (N, H, V // 32) and record.block == (128, 1, 1)
     assert struct.unpack_from("<iii", record.image, 72) == (T, chunks, N)
+
+
+# the backward's reverse state pass: ten addresses (dO, w, kd, qg, g, cu_seqlens, dht, dhs, dD, dh0), f32
+# scratch rounded into three operand buffers each step (past 48 KB at K = 128: its launch opts in)
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("io, K, V, BV, states", [("bfloat16", 128, 128, 32, True), ("float16", 64, 64, 32, False),
+                                                   ("bfloat16", 128, 128, 64, False)])
+def test_the_reverse_pass_compiles_with_ten_addresses(io, K, V, BV, states, per_channel):
+    launcher = _delta_state.reverse_state_pass_launcher(io, K, V, BV, 4, states, states, 3, per_channel=per_channel)
+    cubin, block, shared = launcher.cubin()
+    (symbol,) = _abi.kernel_symbols(cubin)
+    table = _abi.cubin_parameters(cubin, symbol)
+    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(10)] + [(80, 4), (84, 4), (88, 4)]
+    assert block == (32 * _delta_state.WARPS_OF_BV[BV], 1, 1)
+    assert 0 < shared <= MAX_SHARED_BYTES
+
+
+def test_the_reverse_pass_reads_the_f32_scratch_and_writes_f32():
+    types = _delta_state._reverse_pointer_types("bfloat16")
+    assert types[0] == ("bfloat16", 16) and all(t == ("float32", 16) for t in types[1:4] + types[6:])

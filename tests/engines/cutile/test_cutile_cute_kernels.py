@@ -43,16 +43,54 @@ def test_uneven_sequences_bf16(op, plan, K, V):
     forward.run_case(op, forward.SMALL, K=K, V=V, seed=SEEDS[op] + 1, plan=plan)
 
 
-# kda's CuTe prepare and output take BF16 only (test_cutile_export.py: FP16 cannot hold the split decays)
-@pytest.mark.parametrize("op, plan", [(op, plan) for op, plan in OP_PLANS if op == "gdn"])
+@pytest.mark.parametrize("op, plan", OP_PLANS)
 def test_float16_without_state_or_l2norm(op, plan):
     forward.run_case(op, [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False, seed=SEEDS[op] + 2,
                      plan=plan)
 
 
+# kda with FP16 inputs: the prepare's and the scores' split-decay operands in BF16 (ChunkKernel.split; the
+# test inputs' decays reach e^16 over half a chunk, past FP16's e^11), everything else in FP16
+KDA_FP16_PLANS = [f"cutile_kda_chunk64_{v}" for v in ("cute_prepare", "cute", "cute_all", "cute_all_fused")]
+
+
+@pytest.mark.parametrize("plan", KDA_FP16_PLANS)
+@pytest.mark.parametrize("K, V", [(128, 128), (64, 64)])
+def test_kda_float16_holds_its_split_decays_in_bf16(plan, K, V):
+    forward.run_case("kda", forward.SMALL, K=K, V=V, dtype="float16", seed=SEEDS["kda"] + 12, plan=plan)
+
+
+def test_kda_float16_with_the_bounded_gate_near_its_limit():
+    # gate_lower_bound -2.5: a split factor up to e^80 (BF16 holds it, FP16 would not)
+    gva.run_case("kda", gva.SMALL, H=2, HV=4, K=128, V=128, dtype="float16", attrs=gva.GATES["bounded_neg_eigval"],
+                 seed=37, plan="cutile_kda_chunk64_cute_all_fused")
+
+
+@pytest.mark.parametrize("width", ["bv64", "bv32"])
+def test_the_fused_state_pass_gives_the_unfused_bits_for_kda_float16(width):
+    import numpy as np
+    fused, split = (forward.run_case("kda", forward.SMALL, K=128, V=128, dtype="float16", seed=SEEDS["kda"] + 13,
+                                     plan=f"cutile_kda_chunk64_{suffix}") for suffix in FUSED_PAIRS[width])
+    for name in split:
+        assert np.asarray(fused[name]).tobytes() == np.asarray(split[name]).tobytes(), name
+
+
+def test_the_kda_float16_backward_on_the_cute_recompute_matches_the_reference():
+    forward.run_bwd_case("kda_bwd", forward.SMALL, K=64, V=64, dtype="float16", seed=38,
+                         plan="cutile_kda_bwd_chunk64_cute_prepare")
+
+
 @pytest.mark.parametrize("op, plan", OP_PLANS)
 def test_long_sequences_h16(op, plan):
     forward.run_case(op, forward.BIG, H=16, seed=SEEDS[op] + 3, plan=plan)
+
+
+# every CuTe state pass form takes the sequences longest first (ties in index order): lengths out of order,
+# equal pairs, one of a single token, against the reference
+@pytest.mark.parametrize("suffix", ["cute_all", "cute_all_split", "cute_all_fused", "cute_all_resident", "cute_all_wg"])
+def test_the_state_pass_forms_take_the_longest_sequences_first(suffix):
+    forward.run_case("gdn", [0, 64, 364, 365, 1065, 1765, 1829], H=2, seed=SEEDS["gdn"] + 15,
+                     plan=f"cutile_gdn_chunk64_{suffix}")
 
 
 # the eight-warp CuTe state pass (64 value columns a CTA, KD in W's buffer)
@@ -135,6 +173,16 @@ def test_the_prepare_formed_scores_give_the_scores_kernels_bits(width, K, V, cu)
         assert np.asarray(prepared[name]).tobytes() == np.asarray(own[name]).tobytes(), name
 
 
+@pytest.mark.parametrize("width", ["", "_bv32"])
+def test_the_prepare_formed_scores_give_the_scores_kernels_bits_in_float16(width):
+    import numpy as np
+    own, prepared = (forward.run_case("gdn", forward.SMALL, K=128, V=128, dtype="float16", seed=SEEDS["gdn"] + 16,
+                                      plan=f"cutile_gdn_chunk64_{suffix}")
+                     for suffix in (f"cute_all_fused{width}", f"cute_all_fused{width}_prepare_scores"))
+    for name in own:
+        assert np.asarray(prepared[name]).tobytes() == np.asarray(own[name]).tobytes(), name
+
+
 def test_the_prepare_formed_scores_with_grouped_value_heads_and_gate_options():
     gva.run_case("gdn", gva.SMALL, H=2, HV=4, K=128, V=128, attrs=gva.GATES["softplus_beta_sigmoid"], seed=36,
                  plan="cutile_gdn_chunk64_cute_all_fused_prepare_scores")
@@ -202,3 +250,50 @@ def test_backward_recompute_on_the_cute_prepare(op, K, V):
 def test_the_first_backward_plan_gives_the_same_bits_every_execution(op):
     gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=5,
                  plan=f"cutile_{op}_chunk64_cute_prepare_intra", repeats=4)
+
+
+# chunk_bwd_grads in CuTe DSL (gdn, BF16: engines/cute/_delta_bwd_grads) on the first plan's other kernels
+GRADS_PLAN = "cutile_gdn_bwd_chunk64_cute_prepare_intra_grads"
+
+
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
+def test_the_cute_gradient_kernel_matches_the_reference(K, V):
+    forward.run_bwd_case("gdn_bwd", forward.SMALL, K=K, V=V, seed=43, plan=GRADS_PLAN)
+
+
+def test_the_cute_gradient_kernel_at_t8192_h16():
+    forward.run_bwd_case("gdn_bwd", forward.BIG, H=16, K=128, V=128, seed=44, plan=GRADS_PLAN)
+
+
+def test_the_cute_gradient_kernel_without_states_or_l2norm():
+    forward.run_bwd_case("gdn_bwd", [0, 64, 65, 190, 300], K=64, V=64, l2=False, h0=False, dht=False, seed=45,
+                         plan=GRADS_PLAN)
+
+
+def test_the_cute_gradient_kernel_with_grouped_value_heads_and_gate_options_every_execution():
+    # dq / dk as f32 shares summed by group_sum, dg / dbeta through gate_activation_bwd
+    gva.run_case("gdn_bwd", gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=46, plan=GRADS_PLAN, repeats=3)
+
+
+# the reverse state pass in CuTe DSL (DeltaStatePassReverse), alone and with the CuTe gradient kernel (gdn)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128)])
+def test_the_cute_reverse_state_pass_matches_the_reference(op, K, V):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=47, plan=f"cutile_{op}_chunk64_cute_prepare_intra_state")
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_the_cute_reverse_state_pass_at_t8192_h16(op):
+    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=48, plan=f"cutile_{op}_chunk64_cute_prepare_intra_state")
+
+
+def test_the_cute_reverse_state_pass_without_states_or_l2norm_in_float16():
+    forward.run_bwd_case("gdn_bwd", [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False,
+                         dht=False, seed=49, plan="cutile_gdn_bwd_chunk64_cute_prepare_intra_state")
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_the_cute_backward_kernels_give_the_same_bits_every_execution(op):
+    suffix = "cute_prepare_intra_grads_state" if op == "gdn_bwd" else "cute_prepare_intra_state"
+    gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=5, plan=f"cutile_{op}_chunk64_{suffix}",
+                 repeats=4)

@@ -430,7 +430,7 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     ("BFLOAT16", 64, 4, 2, "cute", "cutile"),         # K = 64 at 16 CTAs: the cuTile one
     ("HALF", 128, 2, 2, "cute_all", "cute"),          # FP16: the CuTe one (the cuTile one takes TF32 products)
     ("BFLOAT16", 64, 2, 2, "cute", "cutile"),         # K = 64 at 16 CTAs: 16 columns a CTA untimed there
-    ("HALF", 128, 16, 4, "cute_all_fused", "cute"),   # FP16 at 256 CTAs: the fused eight-warp one
+    ("HALF", 128, 16, 4, "cute_all_fused_prepare_scores", "cute"),   # FP16 at 256 CTAs: the same as BF16
 ])
 def test_the_cute_plan_ranks_first_where_its_kernels_can_run(dtype, K, H, n_seq, first, state_pass):
     cg = _package()
@@ -836,21 +836,36 @@ def test_grouped_heads_and_gate_options_give_their_variant_and_scratch(op, monke
     assert geometry.regions["dq_hv" if op.endswith("_bwd") else "g_act"][1][:2] == (100, 4)
 
 
-@pytest.mark.parametrize("kernel, refused", [("prepare", True), ("output", True), ("state_pass", False)])
-def test_kda_with_float16_inputs_keeps_the_cutile_prepare_and_output(kernel, refused):
-    # their split decay factors (up to e^80) live in the input type: FP16 would overflow to inf
-    cg = _package()
-    from cudnn_graph.engines.cutile import engine as cutile_engine
+def _kda_float16_graph(cg, H, K, n_seq):
     F = cg.data_type
     g = cg.pygraph(io_data_type=F.HALF, compute_data_type=F.FLOAT, device="cuda")
-    T, H, K = 100, 2, 64
+    T = 100
     q, k, v = (g.tensor(name=n, dim=[T, H, K], stride=[H * K, K, 1], data_type=F.HALF) for n in "qkv")
     gate = g.tensor(name="g", dim=[T, H, K], stride=[H * K, K, 1], data_type=F.FLOAT)
     beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1], data_type=F.HALF)
-    cu = g.tensor(name="cu", dim=[3], stride=[1], data_type=F.INT32)
+    cu = g.tensor(name="cu", dim=[n_seq + 1], stride=[1], data_type=F.INT32)
     o, _ = g.kda(q, k, v, gate, beta, cu_seqlens=cu)
     o.set_output(True)
     g.validate()
+    return g
+
+
+def test_kda_with_float16_inputs_ranks_the_fused_cute_plan_first_where_it_fills_the_gpu():
+    # what kda's BF16 graphs rank first at 4 x 2048 tokens, 16 heads, K = V = 128 (256 state-pass CTAs)
+    cg = _package()
+    g = _kda_float16_graph(cg, 16, 128, 4)
+    best = max(_proposed(cg, g), key=lambda p: p.priority)
+    assert best.label == "cutile_kda_chunk64_cute_all_fused"
+
+
+@pytest.mark.parametrize("kernel, refused", [("prepare", False), ("output", False), ("state_pass", False),
+                                             ("intra", True)])
+def test_kda_with_float16_inputs_keeps_the_cutile_bwd_intra_alone(kernel, refused):
+    # the split decay factors (up to e^80): the prepare and the output hold them in BF16 for FP16 inputs
+    # (ChunkKernel.split); chunk_bwd_intra in the input type, where FP16 would overflow to inf
+    cg = _package()
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    g = _kda_float16_graph(cg, 2, 64, 2)
     reason = cutile_engine._cute_kernels_reason(g, g.nodes[0], kernel)
     if refused:
         assert reason == (f"the CuTe chunk_{kernel} holds kda's split decay factors (up to e^80) in the input type, "
@@ -878,6 +893,17 @@ def test_the_backward_ranks_its_cute_prepare_and_intra_first_where_both_can_run(
             twin = by_name[f"{name}_bv64"]
             assert dict(twin.knobs, block_v=32) == dict(by_name[name].knobs) and twin.knobs["block_v"] == 64
             assert twin.priority < by_name[f"cutile_{op}_chunk64"].priority
+        # chunk_bwd_grads in CuTe too: gdn's twin of the first, ranked below the default (to time)
+        grads = by_name.get(f"{first.label}_grads")
+        if op == "gdn_bwd":
+            assert dict(grads.knobs, grads="cutile") == dict(first.knobs, grads="cutile") and grads.knobs["grads"] == "cute"
+            assert grads.priority < by_name[f"cutile_{op}_chunk64"].priority
+        else:
+            assert grads is None
+        # and the reverse state pass in CuTe (both ops), with the gradients' kernel for gdn: ranked below the default
+        state = by_name[f"{first.label}_state"]
+        assert state.knobs["bwd_state"] == "cute" and state.priority < by_name[f"cutile_{op}_chunk64"].priority
+        assert (f"{first.label}_grads_state" in by_name) == (op == "gdn_bwd")
         assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if "cute" in p.label]
     from cudnn_graph.engines.cutile import engine as cutile_engine
     g = _grouped_gated_graph(cg, "gdn2_bwd")

@@ -1,0 +1,467 @@
+"""The chunked delta rule's per-chunk gradients of q, k, the gate and beta in CuTe DSL, for sm_90: a per-token
+(scalar) gate (gdn).
+
+What ``engines/cutile/_kernels.chunk_bwd_grads`` computes for gdn (its docstring and
+tests/engines/cutile/test_cutile_export.py::chunked_backward have the algebra), from the same workspace
+regions, per (chunk of 64 tokens, value head): dq, dk, dg and dbeta from the chunk-start state ``S0`` (hs),
+the end gradient ``dS1`` (dhs), the deltas ``D`` and chunk_bwd_values' dCg, dA and dbeta part.
+
+Why: the cuTile kernel is the backward's largest (1.09 ms of gdn's 2.35 at 4 x 2048 tokens, 16 heads,
+K = V = 128 on the H100): 253 registers with eight warps, one CTA an SM, a chain of dependent products with
+nothing beside it. Here a CTA of four warps holds its operands in the input type in about 110 KB of shared
+memory (two CTAs an SM) and folds each 64 x 64 product into dq, dk and the gate's row sums as it is formed:
+
+1. locate the chunk; the gate's in-chunk sums and the per-row factors e^gc, e^(gc - gc_mid), e^(gc_mid - gc),
+   e^(gc_last - gc) and beta (threads 0-63, a row each); 1 / ||q|| and 1 / ||k|| per row when L2-normalised;
+2. dO and D (f32 scratch, rounded) into shared memory; ``dm = tril(dO D^T) scale`` and dA in the input type;
+3. per 64 key columns: S0's and dS1's rows (rounded; their f32 product summed for the last row's gate
+   term), q's and k's normalised columns; ``dqs = dO S0^T`` and ``dkg = D dS1^T``; then ``qn = q e^(gc -
+   gc_mid)``, ``kn = k e^(gc_mid - gc)``, ``an = beta k e^(gc - gc_mid)`` over S0's and dS1's place, and the
+   four score products ``dm kn``, ``dm^T qn``, ``dA kn``, ``dA^T an``; dq and dk leave (before the norm's
+   backward into the f32 scratch the plan gives, with L2 norm);
+4. the row sums (a quad's lanes, then one lane a row) into dg (a reverse cumulative sum) and dbeta; with L2
+   norm, dq and dk through ``x / ||x||``'s backward.
+
+The products take BF16 / FP16 operands with f32 accumulation (the cuTile kernel: TF32).
+"""
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr, range_constexpr
+from cutlass.memory import SmemAllocator
+
+from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD, SEG, SPLIT_ROW, THREADS, ChunkKernel, KernelLauncher,
+                           chunk_major, shared_field, shared_struct)
+
+
+class DeltaBwdGrads(ChunkKernel):
+    """One specialisation: the input type, the gate's and beta's types, the types dq / dk, dg and dbeta are
+    written in, K, V, the key heads ``HQ``, the value heads ``H`` and whether q and k are L2-normalised.
+    Called with q, k, g (the raw per-token gate), beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's v part,
+    dq and dk before the norm (f32 scratch), dq, dk, dg, dbeta, then tokens, chunks, sequences."""
+
+    def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
+                 dbeta_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float):
+        self.set_heads(io_dtype, K, V, HQ, H, use_l2)
+        if K % CHUNK or V % CHUNK:
+            raise ValueError(f"K = {K} and V = {V} must be multiples of {CHUNK}")
+        self.g_type, self.beta_type = DTYPES[g_dtype], DTYPES[beta_dtype]
+        self.dq_type, self.dg_type, self.dbeta_type = DTYPES[dq_dtype], DTYPES[dg_dtype], DTYPES[dbeta_dtype]
+        self.scale = float(scale)
+
+    def shared_storage(self):
+        v_rows = CHUNK * (self.V + PAD)
+        block = CHUNK * (CHUNK + PAD)
+        return shared_struct("DeltaBwdGradsStorage", {
+            "do": shared_field(self.io, v_rows), "d": shared_field(self.io, v_rows),
+            # S0's and dS1's 64 key rows, then qn, kn and an (64 x 64 each) in their place
+            "s0": shared_field(self.io, max(v_rows, 2 * block)), "ds1": shared_field(self.io, max(v_rows, block)),
+            "q": shared_field(self.io, block), "k": shared_field(self.io, block),
+            "dm": shared_field(self.io, block), "da": shared_field(self.io, block),
+            # per row: gate sums, e^gc, the split factors, e^(last - gc), beta, 1/||q||, 1/||k||, and the
+            # row sums dgc, dbeta, q . dq, k . dk
+            "rows": shared_field(Float32, 12 * CHUNK), "warp_sums": shared_field(Float32, THREADS // 32),
+            "scan": shared_field(Int32, THREADS), "where": shared_field(Int32, 4)})
+
+    def shared_bytes(self) -> int:
+        return self.shared_storage().size_in_bytes()
+
+    @cute.jit
+    def __call__(self, pq: cute.Pointer, pk: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer, pdo: cute.Pointer,
+                 pcu: cute.Pointer, phs: cute.Pointer, pdhs: cute.Pointer, pd: cute.Pointer, pdcg: cute.Pointer,
+                 pda: cute.Pointer, pdbv: cute.Pointer, pdqp: cute.Pointer, pdkp: cute.Pointer, pdq: cute.Pointer,
+                 pdk: cute.Pointer, pdg: cute.Pointer, pdbeta: cute.Pointer, tokens: Int32, chunks: Int32,
+                 n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pq, pk, pg, pbeta, pdo, pcu, phs, pdhs, pd, pdcg, pda, pdbv, pdqp, pdkp, pdq, pdk, pdg, pdbeta,
+                    tokens, chunks, n_seq).launch(grid=[chunks, self.H, 1], block=[THREADS, 1, 1],
+                                                  smem=self.shared_bytes(), stream=stream, **self.launch_options())
+
+    @cute.kernel
+    def kernel(self, pq: cute.Pointer, pk: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer, pdo: cute.Pointer,
+               pcu: cute.Pointer, phs: cute.Pointer, pdhs: cute.Pointer, pd: cute.Pointer, pdcg: cute.Pointer,
+               pda: cute.Pointer, pdbv: cute.Pointer, pdqp: cute.Pointer, pdkp: cute.Pointer, pdq: cute.Pointer,
+               pdk: cute.Pointer, pdg: cute.Pointer, pdbeta: cute.Pointer, tokens: Int32, chunks: Int32,
+               n_seq: Int32):
+        K, V, H, HQ = self.K, self.V, self.H, self.HQ
+        mQ = cute.make_tensor(pq, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
+        mK = cute.make_tensor(pk, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
+        mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
+        mBeta = cute.make_tensor(pbeta, cute.make_layout((tokens, H), stride=(H, 1)))
+        mDo = cute.make_tensor(pdo, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
+        mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
+        states = cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1))
+        mHs, mDhs = cute.make_tensor(phs, states), cute.make_tensor(pdhs, states)
+        mD, mDcg, mDa = chunk_major(pd, chunks, H, V), chunk_major(pdcg, chunks, H, K), chunk_major(pda, chunks, H, CHUNK)
+        mDbv = chunk_major(pdbv, chunks, H, 1)
+        mDqp, mDkp = chunk_major(pdqp, chunks, H, K), chunk_major(pdkp, chunks, H, K)
+        grads = cute.make_layout((tokens, H, K), stride=(H * K, K, 1))
+        mDq, mDk = cute.make_tensor(pdq, grads), cute.make_tensor(pdk, grads)
+        mDg = cute.make_tensor(pdg, cute.make_layout((tokens, H), stride=(H, 1)))
+        mDbeta = cute.make_tensor(pdbeta, cute.make_layout((tokens, H), stride=(H, 1)))
+        tiled_mma = self.warp_mma()
+        tidx, _, _ = cute.arch.thread_idx()
+        _, h, _ = cute.arch.block_idx()
+        hk = h // self.group
+        thr = tiled_mma.get_slice(tidx)
+
+        storage = SmemAllocator().allocate(self.shared_storage())
+        v_rows = cute.make_layout((CHUNK, V), stride=(V + PAD, 1))
+        block = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + PAD, 1))
+        sDo = cute.make_tensor(storage.do.data_ptr(), v_rows)
+        sD = cute.make_tensor(storage.d.data_ptr(), v_rows)
+        sS0 = cute.make_tensor(storage.s0.data_ptr(), v_rows)
+        sDs1 = cute.make_tensor(storage.ds1.data_ptr(), v_rows)
+        # qn and kn over S0's rows, an over dS1's, once the products that read those are done
+        sQn = cute.make_tensor(storage.s0.data_ptr(), block)
+        sKn = cute.make_tensor(storage.s0.data_ptr() + CHUNK * (CHUNK + PAD), block)
+        sAn = cute.make_tensor(storage.ds1.data_ptr(), block)
+        sQ = cute.make_tensor(storage.q.data_ptr(), block)
+        sK = cute.make_tensor(storage.k.data_ptr(), block)
+        sDm = cute.make_tensor(storage.dm.data_ptr(), block)
+        sDa = cute.make_tensor(storage.da.data_ptr(), block)
+        rows = cute.make_tensor(storage.rows.data_ptr(), cute.make_layout((12, CHUNK), stride=(CHUNK, 1)))
+        sWarp = cute.make_tensor(storage.warp_sums.data_ptr(), cute.make_layout((THREADS // 32,)))
+
+        c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
+        if seq < n_seq:
+            self.row_factors(mQ[None, hk, None], mK[None, hk, None], mG, mBeta, rows, h, hk, start, count, tidx)
+            # dO (zeros past the chunk's end) and D into shared memory, then dm and dA
+            self.load_rows(mDo[None, h, None], sDo, start, count, V, False, tidx)
+            self.rounded_rows(mD[c, h, None, None], sD, V, tidx)
+            self.rounded_rows(mDa[c, h, None, None], sDa, CHUNK, tidx)
+            cute.arch.sync_threads()
+            # an accumulator element's place in its 64 x 64 tile: rows row0 and row0 + 8, columns col0 and col0 + 1
+            # of each of the eight 8-column tiles (mma.sync m16n8's C layout, four warps along the rows)
+            row0 = (tidx // 32) * 16 + (tidx % 32) // 4
+            col0 = 2 * (tidx % 4)
+            acc = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
+            acc.fill(0.0)
+            self.product(tiled_mma, acc, sDo, sD, tidx)
+            dm = cute.make_rmem_tensor(acc.shape, self.io)
+            for e in range_constexpr(cute.size(acc)):
+                t, j = self.place(e, row0, col0)
+                val = Float32(0.0)
+                if j <= t:
+                    val = acc[e] * self.scale
+                dm[e] = val.to(self.io)
+            cute.autovec_copy(dm, thr.partition_C(sDm))
+
+            # row sums over this thread's two rows (a quad's four lanes share them)
+            sums = cute.make_rmem_tensor((4, 2), Float32)        # dgc, dbeta, q . dq, k . dk for row0, row0 + 8
+            sums.fill(0.0)
+            dlast = Float32(0.0)      # sum of dS1 * S0 (times e^gc_last below) and of kg * dkg, over the block
+            dq = cute.make_rmem_tensor(acc.shape, Float32)
+            dk = cute.make_rmem_tensor(acc.shape, Float32)
+            dct = cute.make_rmem_tensor(acc.shape, Float32)
+            last_e = cute.math.exp(rows[0, count - 1])
+            for kb in cutlass.range(K // CHUNK):
+                cute.arch.sync_threads()        # the previous block's readers of S0's and dS1's place are done
+                dlast = dlast + last_e * self.rounded_state_rows(mHs[c, h, None, None], mDhs[c, h, None, None], sS0,
+                                                                 sDs1, kb, tidx)
+                self.normalised_columns(mQ[None, hk, None], sQ, rows, 6, start, count, kb, tidx)
+                self.normalised_columns(mK[None, hk, None], sK, rows, 7, start, count, kb, tidx)
+                cute.arch.sync_threads()
+                # dqs = dO S0^T -> dq = dqs e^gc scale
+                acc.fill(0.0)
+                self.product(tiled_mma, acc, sDo, sS0, tidx)
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    q = sQ[t, i].to(Float32)
+                    dq[e] = acc[e] * rows[1, t] * self.scale
+                    self.add_row(sums, 0, e, q * dq[e])
+                # dkg = D dS1^T -> dk = dkg e^(last - gc)
+                acc.fill(0.0)
+                self.product(tiled_mma, acc, sD, sDs1, tidx)
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    kg = sK[t, i].to(Float32) * rows[4, t]
+                    dk[e] = acc[e] * rows[4, t]
+                    self.add_row(sums, 0, e, -kg * acc[e])
+                    dlast = dlast + kg * acc[e]
+                cute.arch.sync_threads()        # S0's and dS1's rows are read: qn, kn, an take their place
+                self.split_operands(sQ, sK, sQn, sKn, sAn, rows, tidx)
+                cute.arch.sync_threads()
+                # dm kn -> dq, which then leaves (its registers free for dk's terms)
+                acc.fill(0.0)
+                self.product_bt(tiled_mma, acc, sDm, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    q = sQ[t, i].to(Float32)
+                    dq[e] = dq[e] + acc[e] * rows[2, t]
+                    self.add_row(sums, 0, e, q * rows[2, t] * acc[e])
+                    self.add_row(sums, 2, e, q * dq[e])
+                self.leave(thr, dq, mDqp[c, h, None, None], mDq[None, h, None], row0, col0, start, count, kb)
+                # dm^T qn -> dk
+                acc.fill(0.0)
+                self.product_tt(tiled_mma, acc, sDm, sQn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    dk[e] = dk[e] + acc[e] * rows[3, t]
+                    self.add_row(sums, 0, e, -sK[t, i].to(Float32) * rows[3, t] * acc[e])
+                # dA kn -> dCt = dCg e^gc + dA kn e^(gc - mid)
+                cute.autovec_copy(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK), (0, kb))),
+                                  dct)
+                acc.fill(0.0)
+                self.product_bt(tiled_mma, acc, sDa, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    read = rows[5, t] * sK[t, i].to(Float32)
+                    self.add_row(sums, 0, e, read * rows[1, t] * dct[e] + read * rows[2, t] * acc[e])
+                    dct[e] = dct[e] * rows[1, t] + acc[e] * rows[2, t]
+                # dA^T an -> dk
+                acc.fill(0.0)
+                self.product_tt(tiled_mma, acc, sDa, sAn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    k = sK[t, i].to(Float32)
+                    dk[e] = dk[e] + acc[e] * rows[3, t] + rows[5, t] * dct[e]
+                    self.add_row(sums, 0, e, -k * rows[3, t] * acc[e])
+                    self.add_row(sums, 1, e, k * dct[e])
+                    self.add_row(sums, 3, e, k * dk[e])
+                self.leave(thr, dk, mDkp[c, h, None, None], mDk[None, h, None], row0, col0, start, count, kb)
+            self.finish(sums, dlast, rows, sWarp, row0, mDbv[c, h, None, None], mDg, mDbeta, h, start, count, tidx)
+            if const_expr(self.use_l2):
+                cute.arch.sync_threads()        # every dq / dk before the norm is written, the row dots are summed
+                self.through_the_norm(mDqp[c, h, None, None], mQ[None, hk, None], mDq[None, h, None], rows, 6, 10,
+                                      start, count, tidx)
+                self.through_the_norm(mDkp[c, h, None, None], mK[None, hk, None], mDk[None, h, None], rows, 7, 11,
+                                      start, count, tidx)
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def place(e: int, row0, col0):
+        """(row, column) in its 64 x 64 tile of accumulator element ``e`` of the thread whose first row and
+        column are row0 and col0: the fragment is ((2 columns, 2 rows 8 apart), 1, 8 column tiles)."""
+        return row0 + 8 * ((e // 2) % 2), col0 + 8 * (e // 4) + e % 2
+
+    @cute.jit
+    def add_row(self, sums: cute.Tensor, which: cutlass.Constexpr, e: cutlass.Constexpr, value):
+        """Add ``value`` (of accumulator element e) to its row's sum ``which`` (row0's or row0 + 8's)."""
+        sums[which, (e // 2) % 2] = sums[which, (e // 2) % 2] + value
+
+    @cute.jit
+    def row_factors(self, gQ: cute.Tensor, gK: cute.Tensor, mG: cute.Tensor, mBeta: cute.Tensor, rows: cute.Tensor,
+                    h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32):
+        """rows[0..7] per token of the chunk: gc (in-chunk gate sums; rows past the end repeat the last), e^gc,
+        e^(gc - gc_mid), e^(gc_mid - gc), e^(gc_last - gc), beta, 1 / ||q||, 1 / ||k|| (1 without L2 norm or
+        for a zero row: it passes the gradient through unchanged, as the cuTile kernel's); rows[8..11] zero.
+        Every thread is past a barrier when it returns."""
+        if tidx < CHUNK:
+            g = Float32(0.0)
+            b = Float32(0.0)
+            if tidx < count:
+                g = mG[start + tidx, h].to(Float32)
+                b = mBeta[start + tidx, h].to(Float32)
+            rows[8, tidx] = g
+            rows[5, tidx] = b
+            for which in range_constexpr(8, 12):
+                if const_expr(which != 8):
+                    rows[which, tidx] = Float32(0.0)
+        cute.arch.sync_threads()
+        if tidx < CHUNK:
+            gc = Float32(0.0)
+            for j in range_constexpr(CHUNK):
+                gc = gc + cutlass.select_(j <= tidx, rows[8, j], Float32(0.0))
+            rows[0, tidx] = gc
+        cute.arch.sync_threads()
+        if tidx < CHUNK:
+            rows[8, tidx] = Float32(0.0)
+            gc = rows[0, tidx]
+            mid = rows[0, cutlass.min(count - 1, SPLIT_ROW)]
+            rows[1, tidx] = cute.math.exp(gc)
+            rows[2, tidx] = cute.math.exp(gc - mid)
+            rows[3, tidx] = cute.math.exp(mid - gc)
+            rows[4, tidx] = cute.math.exp(rows[0, count - 1] - gc)
+        if const_expr(self.use_l2):
+            self.inverse_norms(gQ, rows, 6, start, count, tidx)
+            self.inverse_norms(gK, rows, 7, start, count, tidx)
+        else:
+            if tidx < CHUNK:
+                rows[6, tidx] = Float32(1.0)
+                rows[7, tidx] = Float32(1.0)
+        cute.arch.sync_threads()
+
+    @cute.jit
+    def inverse_norms(self, gX: cute.Tensor, rows: cute.Tensor, which: cutlass.Constexpr, start: Int32, count: Int32,
+                      tidx: Int32):
+        """rows[which, t] = 1 / ||x_t|| over all of K (1 for a zero row or one past the chunk's end)."""
+        segs = self.K // SEG
+        rows_per_pass = THREADS // segs
+        seg = tidx % segs
+        part = cute.make_rmem_tensor((1, SEG), self.io)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            if row < count:
+                cute.autovec_copy(cute.local_tile(gX, (1, SEG), (start + row, seg)), part)
+            else:
+                part.fill(0.0)
+            x = part.load().to(Float32)
+            ss = (x * x).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+            for lane in range_constexpr(segs.bit_length() - 1):
+                ss = ss + cute.arch.shuffle_sync_bfly(ss, 1 << lane)
+            if seg == 0:
+                rows[which, row] = cutlass.select_(ss > Float32(0.0), cute.math.rsqrt(ss), Float32(1.0))
+
+    @cute.jit
+    def rounded_state_rows(self, gS0: cute.Tensor, gDs1: cute.Tensor, sS0: cute.Tensor, sDs1: cute.Tensor,
+                           kb: Int32, tidx: Int32):
+        """Key rows [64 kb, 64 kb + 64) of S0 and dS1 (K x V, f32) rounded into sS0 / sDs1 (64 x V); returns this
+        thread's share of sum(S0 * dS1) over them, in f32."""
+        V = self.V
+        segs = V // SEG
+        rows_per_pass = THREADS // segs
+        seg = tidx % segs
+        a = cute.make_rmem_tensor((1, SEG), Float32)
+        b = cute.make_rmem_tensor((1, SEG), Float32)
+        out = cute.make_rmem_tensor((1, SEG), self.io)
+        total = Float32(0.0)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            cute.autovec_copy(cute.local_tile(gS0, (1, SEG), (kb * CHUNK + row, seg)), a)
+            cute.autovec_copy(cute.local_tile(gDs1, (1, SEG), (kb * CHUNK + row, seg)), b)
+            x, y = a.load(), b.load()
+            total = total + (x * y).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+            out.store(x.to(self.io))
+            cute.autovec_copy(out, cute.local_tile(sS0, (1, SEG), (row, seg)))
+            out.store(y.to(self.io))
+            cute.autovec_copy(out, cute.local_tile(sDs1, (1, SEG), (row, seg)))
+        return total
+
+    @cute.jit
+    def normalised_columns(self, gX: cute.Tensor, sX: cute.Tensor, rows: cute.Tensor, which: cutlass.Constexpr,
+                           start: Int32, count: Int32, kb: Int32, tidx: Int32):
+        """Columns [64 kb, 64 kb + 64) of x's chunk rows times rows[which] (1 / ||x||) into sX (64 x 64), zeros
+        past the chunk's end."""
+        segs = CHUNK // SEG
+        rows_per_pass = THREADS // segs
+        seg = tidx % segs
+        part = cute.make_rmem_tensor((1, SEG), self.io)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            if row < count:
+                cute.autovec_copy(cute.local_tile(gX, (1, SEG), (start + row, kb * segs + seg)), part)
+            else:
+                part.fill(0.0)
+            if const_expr(self.use_l2):
+                part.store((part.load().to(Float32) * rows[which, row]).to(self.io))
+            cute.autovec_copy(part, cute.local_tile(sX, (1, SEG), (row, seg)))
+
+    @cute.jit
+    def split_operands(self, sQ: cute.Tensor, sK: cute.Tensor, sQn: cute.Tensor, sKn: cute.Tensor, sAn: cute.Tensor,
+                       rows: cute.Tensor, tidx: Int32):
+        """qn = q e^(gc - mid), kn = k e^(mid - gc), an = beta k e^(gc - mid) (64 x 64, the input type)."""
+        segs = CHUNK // SEG
+        rows_per_pass = THREADS // segs
+        seg = tidx % segs
+        part = cute.make_rmem_tensor((1, SEG), self.io)
+        out = cute.make_rmem_tensor((1, SEG), self.io)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            up, down = rows[2, row], rows[3, row]
+            cute.autovec_copy(cute.local_tile(sQ, (1, SEG), (row, seg)), part)
+            out.store((part.load().to(Float32) * up).to(self.io))
+            cute.autovec_copy(out, cute.local_tile(sQn, (1, SEG), (row, seg)))
+            cute.autovec_copy(cute.local_tile(sK, (1, SEG), (row, seg)), part)
+            k = part.load().to(Float32)
+            out.store((k * down).to(self.io))
+            cute.autovec_copy(out, cute.local_tile(sKn, (1, SEG), (row, seg)))
+            out.store((k * (rows[5, row] * up)).to(self.io))
+            cute.autovec_copy(out, cute.local_tile(sAn, (1, SEG), (row, seg)))
+
+    @cute.jit
+    def leave(self, thr, acc: cute.Tensor, gPre: cute.Tensor, dst: cute.Tensor, row0: Int32, col0: Int32,
+              start: Int32, count: Int32, kb: Int32):
+        """Key block kb of dq or dk (acc): with L2 norm into the f32 scratch before the norm's backward (gPre,
+        64 x K by chunk), else into dst's rows."""
+        if const_expr(self.use_l2):
+            cute.autovec_copy(acc, thr.partition_C(cute.local_tile(gPre, (CHUNK, CHUNK), (0, kb))))
+        else:
+            self.store_rows(acc, row0, col0, dst, start, count, kb)
+
+    @cute.jit
+    def store_rows(self, acc: cute.Tensor, row0: Int32, col0: Int32, dst: cute.Tensor, start: Int32, count: Int32,
+                   kb: Int32):
+        """acc (64 x 64 of key block kb) into dst's rows start + t, t < count, in dst's type."""
+        for e in range_constexpr(cute.size(acc)):
+            t, i = self.place(e, row0, col0)
+            if t < count:
+                dst[start + t, kb * CHUNK + i] = acc[e].to(dst.element_type)
+
+    @cute.jit
+    def finish(self, sums: cute.Tensor, dlast, rows: cute.Tensor, sWarp: cute.Tensor, row0: Int32,
+               gDbv: cute.Tensor, mDg: cute.Tensor, mDbeta: cute.Tensor, h: Int32, start: Int32, count: Int32,
+               tidx: Int32):
+        """The row sums over a quad's lanes into rows[8..11]; the block's dlast into the last row's gate
+        gradient; dg (the reverse cumulative sum of dgc) and dbeta (plus chunk_bwd_values' v part) stored."""
+        for which in range_constexpr(4):
+            for half in range_constexpr(2):
+                x = sums[which, half]
+                x = x + cute.arch.shuffle_sync_bfly(x, 1)
+                x = x + cute.arch.shuffle_sync_bfly(x, 2)
+                sums[which, half] = x
+        for lane in range_constexpr(5):
+            dlast = dlast + cute.arch.shuffle_sync_bfly(dlast, 1 << lane)
+        if tidx % 4 == 0:
+            for which in range_constexpr(4):
+                rows[8 + which, row0] = sums[which, 0]
+                rows[8 + which, row0 + 8] = sums[which, 1]
+        if tidx % 32 == 0:
+            sWarp[tidx // 32] = dlast
+        cute.arch.sync_threads()
+        if tidx < CHUNK:
+            total = Float32(0.0)
+            for w in range_constexpr(THREADS // 32):
+                total = total + sWarp[w]
+            dg = Float32(0.0)
+            for j in range_constexpr(CHUNK):
+                dg = dg + cutlass.select_(j >= tidx, rows[8, j], Float32(0.0))
+            dg = Float32(dg + total)     # the last row's gate term reaches every row at or before it
+            if tidx < count:
+                mDg[start + tidx, h] = dg.to(mDg.element_type)
+                mDbeta[start + tidx, h] = Float32(rows[9, tidx] + gDbv[tidx, 0]).to(mDbeta.element_type)
+
+    @cute.jit
+    def through_the_norm(self, gPre: cute.Tensor, gX: cute.Tensor, dst: cute.Tensor, rows: cute.Tensor,
+                         which: cutlass.Constexpr, dot: cutlass.Constexpr, start: Int32, count: Int32, tidx: Int32):
+        """dx = (dxn - xn (xn . dxn)) / ||x|| from the f32 pre-norm gradient (64 x K) into dst's rows."""
+        segs = self.K // SEG
+        rows_per_pass = THREADS // segs
+        seg = tidx % segs
+        pre = cute.make_rmem_tensor((1, SEG), Float32)
+        x = cute.make_rmem_tensor((1, SEG), self.io)
+        out = cute.make_rmem_tensor((1, SEG), dst.element_type)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            if row < count:
+                inv = rows[which, row]
+                cute.autovec_copy(cute.local_tile(gPre, (1, SEG), (row, seg)), pre)
+                cute.autovec_copy(cute.local_tile(gX, (1, SEG), (start + row, seg)), x)
+                xn = x.load().to(Float32) * inv
+                out.store(((pre.load() - xn * rows[dot, row]) * inv).to(dst.element_type))
+                cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (start + row, seg)))
+
+
+def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
+                   dbeta_dtype: str) -> tuple:
+    """(element type, assumed alignment) of each pointer: q, k, g, beta, dO, cu_seqlens, hs, dhs, d, dCg, dA,
+    dbeta's v part, dq / dk before the norm (f32), dq, dk, dg, dbeta."""
+    f32 = ("float32", 16)
+    return ((io_dtype, 16), (io_dtype, 16), (g_dtype, ITEMSIZE[g_dtype]), (beta_dtype, ITEMSIZE[beta_dtype]),
+            (io_dtype, 16), ("int32", 4), f32, f32, f32, f32, f32, ("float32", 4), f32, f32, (dq_dtype, 16),
+            (dq_dtype, 16), (dg_dtype, ITEMSIZE[dg_dtype]), (dbeta_dtype, ITEMSIZE[dbeta_dtype]))
+
+
+def bwd_grads_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
+                       dbeta_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
+                       n_seq: int) -> KernelLauncher:
+    """The launcher of one specialisation; its slots: q, k, g, beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's
+    v part, dq / dk before the norm, dq, dk, dg, dbeta."""
+    key = ("chunk_bwd_grads", io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K, V, HQ, H, use_l2,
+           float(scale))
+    return KernelLauncher(lambda: DeltaBwdGrads(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K,
+                                                V, HQ, H, use_l2, scale),
+                          key, _pointer_types(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype), n_seq)

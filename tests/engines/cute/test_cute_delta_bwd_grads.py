@@ -1,0 +1,38 @@
+"""The CuTe DSL chunk_bwd_grads for gdn_bwd (engines/cute/_delta_bwd_grads), on the CPU: its specialisations
+compile for sm_90a with the parameters the cuTile plan's C launch path writes (eighteen addresses, then tokens,
+chunks and sequences as int32), a block of four warps and the shared memory two CTAs an SM can hold; the
+backward plans propose it for gdn with BF16 inputs only."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")    # the compile target when no GPU is there to ask
+
+pytest.importorskip("cudnn_graph")
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
+pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
+
+from cudnn_graph.engines.cute import _delta_bwd_grads  # noqa: E402
+from cudnn_graph.engines.cutile import _abi  # noqa: E402
+
+
+# (K, V, L2 norm, dq / dk type): the ports in the input type, or f32 shares for grouped value heads
+@pytest.mark.parametrize("K, V, use_l2, dq", [(128, 128, True, "bfloat16"), (64, 64, False, "float32"),
+                                              (128, 64, True, "float32"), (64, 128, False, "bfloat16")])
+def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(K, V, use_l2, dq):
+    launcher = _delta_bwd_grads.bwd_grads_launcher("bfloat16", "float32", "bfloat16", dq, "float32", "bfloat16", K, V,
+                                                   2, 4, use_l2, K ** -0.5, 3)
+    cubin, block, shared = launcher.cubin()
+    (symbol,) = _abi.kernel_symbols(cubin)
+    table = _abi.cubin_parameters(cubin, symbol)
+    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(18)] + [(144, 4), (148, 4),
+                                                                                          (152, 4)]
+    assert block == (128, 1, 1) and 0 < shared <= 113 * 1024
+
+
+def test_scalar_operands_are_aligned_to_their_own_size():
+    types = _delta_bwd_grads._pointer_types("bfloat16", "bfloat16", "float32", "float32", "float32", "float32")
+    assert types[2] == ("bfloat16", 2) and types[3] == ("float32", 4) and types[16:] == (("float32", 4),
+                                                                                        ("float32", 4))
