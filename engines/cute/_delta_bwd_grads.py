@@ -232,17 +232,6 @@ class DeltaBwdGrads(ChunkKernel):
 
     # -- helpers ------------------------------------------------------------------------------------
 
-    @staticmethod
-    def place(e: int, row0, col0):
-        """(row, column) in its 64 x 64 tile of accumulator element ``e`` of the thread whose first row and
-        column are row0 and col0: the fragment is ((2 columns, 2 rows 8 apart), 1, 8 column tiles)."""
-        return row0 + 8 * ((e // 2) % 2), col0 + 8 * (e // 4) + e % 2
-
-    @cute.jit
-    def add_row(self, sums: cute.Tensor, which: cutlass.Constexpr, e: cutlass.Constexpr, value):
-        """Add ``value`` (of accumulator element e) to its row's sum ``which`` (row0's or row0 + 8's)."""
-        sums[which, (e // 2) % 2] = sums[which, (e // 2) % 2] + value
-
     @cute.jit
     def row_factors(self, gQ: cute.Tensor, gK: cute.Tensor, mG: cute.Tensor, mBeta: cute.Tensor, rows: cute.Tensor,
                     h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32):
@@ -397,12 +386,7 @@ class DeltaBwdGrads(ChunkKernel):
                tidx: Int32):
         """The row sums over a quad's lanes into rows[8..11]; the block's dlast into the last row's gate
         gradient; dg (the reverse cumulative sum of dgc) and dbeta (plus chunk_bwd_values' v part) stored."""
-        for which in range_constexpr(4):
-            for half in range_constexpr(2):
-                x = sums[which, half]
-                x = x + cute.arch.shuffle_sync_bfly(x, 1)
-                x = x + cute.arch.shuffle_sync_bfly(x, 2)
-                sums[which, half] = x
+        self.quad_sums(sums, 4)
         for lane in range_constexpr(5):
             dlast = dlast + cute.arch.shuffle_sync_bfly(dlast, 1 << lane)
         if tidx % 4 == 0:

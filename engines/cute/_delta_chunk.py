@@ -249,19 +249,43 @@ class ChunkKernel:
                                       cute.local_tile(dst, (1, SEG), (dst_row + row, dst_seg + seg)))
 
     @cute.jit
-    def rounded_rows(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
-        """src (64 x width, f32, global: the backward's scratch) rounded to the input type into dst (shared), in
-        segments of 8 columns, a row's on adjacent threads."""
+    def rounded_rows(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32,
+                     rows: cutlass.Constexpr = CHUNK):
+        """src (``rows`` x width, f32, global: the backward's scratch) rounded to the input type into dst
+        (shared), in segments of 8 columns, a row's on adjacent threads."""
         segs = width // SEG
         rows_per_pass = self.threads // segs
         seg = tidx % segs
         raw = cute.make_rmem_tensor((1, SEG), Float32)
         out = cute.make_rmem_tensor((1, SEG), self.io)
-        for p in range_constexpr(CHUNK // rows_per_pass):
+        for p in range_constexpr(rows // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
             cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)), raw)
             out.store(raw.load().to(self.io))
             cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (row, seg)))
+
+    @staticmethod
+    def place(e: int, row0, col0):
+        """(row, column) of accumulator element ``e`` of a 64 x N product (``warp_mma``, four warps along the
+        rows) held by the thread whose first row and column are row0 = 16 warp + lane / 4 and col0 = 2 (lane %
+        4): the fragment is ((2 columns, 2 rows 8 apart), 1, N / 8 column tiles)."""
+        return row0 + 8 * ((e // 2) % 2), col0 + 8 * (e // 4) + e % 2
+
+    @cute.jit
+    def add_row(self, sums: cute.Tensor, which: cutlass.Constexpr, e: cutlass.Constexpr, value):
+        """Add ``value`` (of accumulator element e) to its row's sum ``which`` (row0's or row0 + 8's: ``place``);
+        a row's sum is spread over a quad's four lanes until ``quad_sums``."""
+        sums[which, (e // 2) % 2] = sums[which, (e // 2) % 2] + value
+
+    @cute.jit
+    def quad_sums(self, sums: cute.Tensor, count: cutlass.Constexpr):
+        """Each row sum of ``add_row`` (``count`` of them, two rows each) summed over the quad's lanes."""
+        for which in range_constexpr(count):
+            for half in range_constexpr(2):
+                x = sums[which, half]
+                x = x + cute.arch.shuffle_sync_bfly(x, 1)
+                x = x + cute.arch.shuffle_sync_bfly(x, 2)
+                sums[which, half] = x
 
     def row_registers(self, width: int):
         """A thread's share of a 64 x ``width`` block held in registers between ``fetch_rows`` and
