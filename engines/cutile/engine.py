@@ -803,9 +803,31 @@ def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
     """Why the CuTe DSL ``kernel`` ("prepare": engines/cute/_delta_prepare; "output": _delta_output;
     "state_pass": _delta_state) cannot stand in for the cuTile one for this node, or None when it can: gdn
     and kda (scalar beta, no write gate; kda's chunk_bwd_intra with BF16 inputs; the prepare also for
-    their backward's recompute), on device 0, sm_90, with the DSL installed."""
+    their backward's recompute), on device 0, sm_90, with the DSL installed, the outputs in their schema types."""
     reason = _cute_op_reason(graph, node, kernel)
-    return reason if reason is not None else _cute_device_reason(graph)
+    if reason is None:
+        reason = _cute_device_reason(graph)
+    return reason if reason is not None else _cute_output_reason(graph, node)
+
+
+# the type the op's schema gives each output a CuTe kernel writes ("io": the input type, "beta": beta's)
+_CUTE_OUTPUT_TYPES = {"o": "io", "dq": "io", "dk": "io", "dv": "io", "dg": DataType.FLOAT, "dbeta": "beta",
+                      "final_state": DataType.FLOAT, "d_initial_state": DataType.FLOAT}
+
+
+def _cute_output_reason(graph, node) -> str | None:
+    """The CuTe kernels write each output in the type the op's schema infers for it (their stores are compiled
+    for it); an output the caller set to another type leaves them out, where the cuTile kernels store any."""
+    resolve = GraphView.of(graph).data_type
+    for port, kind in _CUTE_OUTPUT_TYPES.items():
+        t = node.outputs.get(port)
+        if t is None:
+            continue
+        expected = {"io": resolve(node.inputs["q"]), "beta": resolve(node.inputs["beta"])}.get(kind, kind)
+        if resolve(t) != expected:
+            return (f"the CuTe kernels write {port} as {DataType(expected).name}; this graph sets it to "
+                    f"{DataType(resolve(t)).name}")
+    return None
 
 
 def _cute_op_reason(graph, node, kernel: str) -> str | None:

@@ -920,3 +920,17 @@ def test_the_backward_with_the_softplus_gate_ranks_as_any_other_gate(op, K, firs
     cg = _package()
     plans = _proposed(cg, _grouped_gated_graph(cg, op, K=K))
     assert max(plans, key=lambda p: p.priority).label == first
+
+
+def test_an_output_set_to_another_type_leaves_the_cute_kernels_out():
+    # the CuTe kernels' stores are compiled for the types the schema infers; the cuTile kernels store any type
+    cg = _package()
+    g = _grouped_gated_graph(cg, "gdn_bwd")
+    assert [p for p in _proposed(cg, g) if "cute" in p.label]
+    dv = next(t for name, t in g.nodes[0].outputs.items() if name == "dv")
+    dv.set_data_type(cg.data_type.FLOAT)
+    g.validate()
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    assert cutile_engine._cute_output_reason(g, g.nodes[0]) == \
+        "the CuTe kernels write dv as BFLOAT16; this graph sets it to FLOAT"
+    assert not [p for p in _proposed(cg, g) if "cute" in p.label]
