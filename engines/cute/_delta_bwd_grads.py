@@ -101,11 +101,7 @@ class DeltaBwdGrads(ChunkKernel):
         mDq, mDk = cute.make_tensor(pdq, grads), cute.make_tensor(pdk, grads)
         mDg = cute.make_tensor(pdg, cute.make_layout((tokens, H), stride=(H, 1)))
         mDbeta = cute.make_tensor(pdbeta, cute.make_layout((tokens, H), stride=(H, 1)))
-        tiled_mma = self.warp_mma()
-        tidx, _, _ = cute.arch.thread_idx()
-        _, h, _ = cute.arch.block_idx()
-        hk = h // self.group
-        thr = tiled_mma.get_slice(tidx)
+        tiled_mma, tidx, h, hk, thr = self.block_heads()
 
         storage = SmemAllocator().allocate(self.shared_storage())
         v_rows = cute.make_layout((CHUNK, V), stride=(V + PAD, 1))
@@ -284,10 +280,7 @@ class DeltaBwdGrads(ChunkKernel):
         part = cute.make_rmem_tensor((1, SEG), self.io)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
-            if row < count:
-                cute.autovec_copy(cute.local_tile(gX, (1, SEG), (start + row, seg)), part)
-            else:
-                part.fill(0.0)
+            self.load_segment(gX, part, start, row, seg, count)
             x = part.load().to(Float32)
             ss = (x * x).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
             for lane in range_constexpr(segs.bit_length() - 1):
@@ -331,6 +324,7 @@ class DeltaBwdGrads(ChunkKernel):
         part = cute.make_rmem_tensor((1, SEG), self.io)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
+            # inline, not load_segment: through the call the sm_90a cubin's frame grew 24 -> 32 bytes
             if row < count:
                 cute.autovec_copy(cute.local_tile(gX, (1, SEG), (start + row, kb * segs + seg)), part)
             else:

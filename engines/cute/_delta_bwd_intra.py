@@ -49,11 +49,7 @@ class DeltaBwdIntra(DeltaOutput):
         mDo = cute.make_tensor(pdo, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
         mP = chunk_major(pp, chunks, H, V)
         mQg = chunk_major(pqg, chunks, H, K)
-        tiled_mma = self.warp_mma()
-        tidx, _, _ = cute.arch.thread_idx()
-        _, h, _ = cute.arch.block_idx()
-        hk = h // self.group
-        thr = tiled_mma.get_slice(tidx)
+        tiled_mma, tidx, h, hk, thr = self.block_heads()
 
         storage = SmemAllocator().allocate(self.shared_storage())
         width = self._row_width

@@ -124,6 +124,15 @@ class ChunkKernel:
         cute.arch.sync_threads()
         return c, sWhere[0], sWhere[1], sWhere[2]
 
+    @cute.jit
+    def block_heads(self):
+        """A chunk kernel's start: its MMA (``warp_mma``), this thread's index, the block's value head (blockIdx.y)
+        and key head (value head // group) and the thread's slice of the MMA."""
+        tiled_mma = self.warp_mma()
+        tidx, _, _ = cute.arch.thread_idx()
+        _, h, _ = cute.arch.block_idx()
+        return tiled_mma, tidx, h, h // self.group, tiled_mma.get_slice(tidx)
+
     def warp_mma(self, dtype=None) -> cute.TiledMma:
         """The tile products' MMA: mma.sync m16n8k16 (``dtype`` in, the input type by default; f32 out), four
         warps along M (a wider block's further warps along N; traced into the caller's kernel)."""
@@ -180,12 +189,17 @@ class ChunkKernel:
         raw = self.row_registers(width)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
-            part = cute.local_tile(raw, (1, SEG), (p, 0))
-            if row < count:
-                cute.autovec_copy(cute.local_tile(src, (1, SEG), (start + row, seg)), part)
-            else:
-                part.fill(0.0)
+            self.load_segment(src, cute.local_tile(raw, (1, SEG), (p, 0)), start, row, seg, count)
         return raw
+
+    @cute.jit
+    def load_segment(self, src: cute.Tensor, part: cute.Tensor, start: Int32, row, seg, count: Int32):
+        """The 16-byte segment ``seg`` of ``src``'s row ``start + row`` into ``part`` (registers), or zeros
+        where ``row`` is past the chunk's ``count`` rows."""
+        if row < count:
+            cute.autovec_copy(cute.local_tile(src, (1, SEG), (start + row, seg)), part)
+        else:
+            part.fill(0.0)
 
     @cute.jit
     def put_loaded_rows(self, raw: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr,

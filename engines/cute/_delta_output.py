@@ -105,11 +105,7 @@ class DeltaOutput(ChunkKernel):
         mD = chunk_major(pd, chunks, H, V)
         mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
         mO = cute.make_tensor(po, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
-        tiled_mma = self.warp_mma()
-        tidx, _, _ = cute.arch.thread_idx()
-        _, h, _ = cute.arch.block_idx()
-        hk = h // self.group
-        thr = tiled_mma.get_slice(tidx)
+        tiled_mma, tidx, h, hk, thr = self.block_heads()
 
         storage = SmemAllocator().allocate(self.shared_storage())
         width = self._row_width
@@ -293,11 +289,7 @@ class DeltaScores(DeltaOutput):
         K, H = self.K, self.H
         mQ, mK, mG, mGs, mCu = self.score_views(pq, pk, pg, pcu, tokens, n_seq)
         mQg, mAttn = chunk_major(pqg, chunks, H, K), chunk_major(pattn, chunks, H, CHUNK)
-        tiled_mma = self.warp_mma()
-        tidx, _, _ = cute.arch.thread_idx()
-        _, h, _ = cute.arch.block_idx()
-        hk = h // self.group
-        thr = tiled_mma.get_slice(tidx)
+        tiled_mma, tidx, h, hk, thr = self.block_heads()
         storage = SmemAllocator().allocate(self.shared_storage())
         sQ, sK, _, sAttn, sGc = self.score_buffers(storage)
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)

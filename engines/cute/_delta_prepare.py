@@ -108,10 +108,7 @@ class DeltaPrepare(ChunkKernel):
         mGo = cute.make_tensor(pgo, cute.make_layout((tokens, H), stride=(H, 1)))
         mGs = cute.make_tensor(pgo, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))   # per channel
         mGc = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))
-        tiled_mma = self.warp_mma()
-        tidx, _, _ = cute.arch.thread_idx()
-        _, h, _ = cute.arch.block_idx()
-        hk = h // self.group
+        tiled_mma, tidx, h, hk, _ = self.block_heads()
 
         storage = SmemAllocator().allocate(self.shared_storage())
         width = self._row_width

@@ -87,22 +87,14 @@ class DeltaStatePass(ChunkKernel):
         io = self.io
         mKd, mW, mD, mG, mCu, mHs = self.chunk_views(pkd, pw, pd, pg, pcu, phs, tokens, chunks, n_seq)
         mU = chunk_major(pu, chunks, H, V)
-        states = cute.make_layout((n_seq, H, K, V), stride=(H * K * V, K * V, V, 1))
-        mH0 = cute.make_tensor(ph0, states)
-        mHt = cute.make_tensor(pht, states)
-        tiled_mma = self.warp_mma()
-        tidx, _, _ = cute.arch.thread_idx()
-        thr = tiled_mma.get_slice(tidx)
+        mH0, mHt = self.sequence_states(ph0, pht, n_seq)
         storage = SmemAllocator().allocate(self.shared_storage())
+        tiled_mma, tidx, thr, sFirst, n, h, vb, sDecay, state_rows = self.block_start(mCu, n_seq, storage)
         sW = cute.make_tensor(storage.w.data_ptr(), cute.make_layout((CHUNK, K), stride=(K + PAD, 1)))
         sKd = cute.make_tensor((storage.w if self.kd_in_w else storage.kd).data_ptr(),
                                cute.make_layout((CHUNK, K), stride=(K + PAD, 1)))
         sS = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((K, BV), stride=(BV + PAD, 1)))
         sDelta = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((CHUNK, BV), stride=(BV + PAD, 1)))
-        sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
-        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
-        sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
-        state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
 
         bos, eos, first, n_chunks, state = self.sequence_start(mCu, mH0, thr, n, h, vb, tidx, sFirst)
         s_io = cute.make_rmem_tensor(state.shape, io)
@@ -173,6 +165,32 @@ class DeltaStatePass(ChunkKernel):
         return (chunk_major(pkd, chunks, H, K), chunk_major(pw, chunks, H, K), chunk_major(pd, chunks, H, V),
                 mG, cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,))),
                 cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1))))
+
+    @cute.jit
+    def sequence_states(self, pa: cute.Pointer, pb: cute.Pointer, n_seq: Int32):
+        """Two per-sequence state views (sequences x heads x K x V, f32): h0 and ht, or dht and dh0."""
+        K, V, H = self.K, self.V, self.H
+        states = cute.make_layout((n_seq, H, K, V), stride=(H * K * V, K * V, V, 1))
+        return cute.make_tensor(pa, states), cute.make_tensor(pb, states)
+
+    @cute.jit
+    def block_start(self, mCu: cute.Tensor, n_seq: Int32, storage):
+        """What a form's block starts with: the MMA, this thread's index and slice, the longest-first scan's
+        buffer, the block's (sequence, head, value block) (``work_of_block``), the per-channel decay buffer
+        (e^(gc_last) per channel) and the state accumulators' (row, column) places."""
+        tiled_mma = self.warp_mma()
+        tidx, _, _ = cute.arch.thread_idx()
+        thr = tiled_mma.get_slice(tidx)
+        sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
+        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
+        sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((self.K,)))
+        state_rows = thr.partition_C(cute.make_identity_tensor((self.K, self.BV)))
+        return tiled_mma, tidx, thr, sFirst, n, h, vb, sDecay, state_rows
+
+    def key_rows(self, storage):
+        """The shared W, KD and qg buffers (64 rows of K) of the forms that hold all three."""
+        rows_k = cute.make_layout((CHUNK, self.K), stride=(self.K + PAD, 1))
+        return tuple(cute.make_tensor(field.data_ptr(), rows_k) for field in (storage.w, storage.kd, storage.qg))
 
     @cute.jit
     def fetch_chunk(self, mW: cute.Tensor, mKd: cute.Tensor, mU: cute.Tensor, mG: cute.Tensor, thr, next_w: cute.Tensor,
@@ -701,26 +719,15 @@ class DeltaStatePassFused(DeltaStatePass):
         mQg, mAttn = chunk_major(pqg, chunks, H, K), chunk_major(pattn, chunks, H, CHUNK)
         mU = chunk_major(pu, chunks, H, V)
         mO = cute.make_tensor(po, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
-        states = cute.make_layout((n_seq, H, K, V), stride=(H * K * V, K * V, V, 1))
-        mH0 = cute.make_tensor(ph0, states)
-        mHt = cute.make_tensor(pht, states)
-        tiled_mma = self.warp_mma()
-        tidx, _, _ = cute.arch.thread_idx()
-        thr = tiled_mma.get_slice(tidx)
+        mH0, mHt = self.sequence_states(ph0, pht, n_seq)
         storage = SmemAllocator().allocate(self.shared_storage())
-        rows_k = cute.make_layout((CHUNK, K), stride=(K + PAD, 1))
-        sW = cute.make_tensor(storage.w.data_ptr(), rows_k)
-        sKd = cute.make_tensor(storage.kd.data_ptr(), rows_k)
-        sQg = cute.make_tensor(storage.qg.data_ptr(), rows_k)
+        tiled_mma, tidx, thr, sFirst, n, h, vb, sDecay, state_rows = self.block_start(mCu, n_seq, storage)
+        sW, sKd, sQg = self.key_rows(storage)
         sAttn = cute.make_tensor(storage.attn.data_ptr(), cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + PAD, 1)))
         sS = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((K, BV), stride=(BV + PAD, 1)))
         rows_bv = cute.make_layout((CHUNK, BV), stride=(BV + PAD, 1))
         sDelta = cute.make_tensor(storage.d.data_ptr(), rows_bv)
         sOut = cute.make_tensor(storage.o.data_ptr(), rows_bv)
-        sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
-        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
-        sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
-        state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
         gO = mO[None, h, None]
         o_seg = vb * (BV // SEG)          # this CTA's first 16-byte segment of an o row
 
@@ -832,25 +839,14 @@ class DeltaStatePassReverse(DeltaStatePass):
         mQg = chunk_major(pqg, chunks, H, K)
         # dO viewed by value block: this CTA's BV columns of every token are one (tokens, BV) slice
         mDo = cute.make_tensor(pdo, cute.make_layout((tokens, H, V // BV, BV), stride=(H * V, V, BV, 1)))
-        states = cute.make_layout((n_seq, H, K, V), stride=(H * K * V, K * V, V, 1))
-        mDht = cute.make_tensor(pdht, states)
-        mDh0 = cute.make_tensor(pdh0, states)
-        tiled_mma = self.warp_mma()
-        tidx, _, _ = cute.arch.thread_idx()
-        thr = tiled_mma.get_slice(tidx)
+        mDht, mDh0 = self.sequence_states(pdht, pdh0, n_seq)
         storage = SmemAllocator().allocate(self.shared_storage())
-        rows_k = cute.make_layout((CHUNK, K), stride=(K + PAD, 1))
-        sW = cute.make_tensor(storage.w.data_ptr(), rows_k)
-        sKd = cute.make_tensor(storage.kd.data_ptr(), rows_k)
-        sQg = cute.make_tensor(storage.qg.data_ptr(), rows_k)
+        tiled_mma, tidx, thr, sFirst, n, h, vb, sDecay, state_rows = self.block_start(mCu, n_seq, storage)
+        sW, sKd, sQg = self.key_rows(storage)
         sS = cute.make_tensor(storage.s.data_ptr(), cute.make_layout((K, BV), stride=(BV + PAD, 1)))
         rows_bv = cute.make_layout((CHUNK, BV), stride=(BV + PAD, 1))
         sDo = cute.make_tensor(storage.do.data_ptr(), rows_bv)
         sDd = cute.make_tensor(storage.dd.data_ptr(), rows_bv)
-        sFirst = cute.make_tensor(storage.first.data_ptr(), cute.make_layout((self.threads,)))
-        n, h, vb = self.work_of_block(mCu, n_seq, tidx, sFirst)
-        sDecay = cute.make_tensor(storage.decay.data_ptr(), cute.make_layout((K,)))    # per channel: e^(gc_last)
-        state_rows = thr.partition_C(cute.make_identity_tensor((K, BV)))
         gDo = mDo[None, h, vb, None]
 
         # dS from d_final_state (the base class's h0 flag and view) or zero

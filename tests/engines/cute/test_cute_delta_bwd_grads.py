@@ -15,7 +15,7 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
 
 from cudnn_graph.engines.cute import _delta_bwd_grads  # noqa: E402
-from cudnn_graph.engines.cutile import _abi  # noqa: E402
+from cubin_tables import addresses_then_three_sizes, parameters  # noqa: E402
 
 
 # (K, V, L2 norm, dq / dk type): the ports in the input type, or f32 shares for grouped value heads
@@ -25,10 +25,7 @@ def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(K, V, use_l2,
     launcher = _delta_bwd_grads.bwd_grads_launcher("bfloat16", "float32", "bfloat16", dq, "float32", "bfloat16", K, V,
                                                    2, 4, use_l2, K ** -0.5, 3)
     cubin, block, shared = launcher.cubin()
-    (symbol,) = _abi.kernel_symbols(cubin)
-    table = _abi.cubin_parameters(cubin, symbol)
-    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(18)] + [(144, 4), (148, 4),
-                                                                                          (152, 4)]
+    assert parameters(cubin) == addresses_then_three_sizes(18)
     assert block == (128, 1, 1) and 0 < shared <= 113 * 1024
 
 

@@ -15,7 +15,7 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
 
 from cudnn_graph.engines.cute import _delta_bwd_intra  # noqa: E402
-from cudnn_graph.engines.cutile import _abi  # noqa: E402
+from cubin_tables import addresses_then_three_sizes, parameters  # noqa: E402
 
 
 # kda's CuTe kernels take BF16 inputs only (the split decays overflow FP16)
@@ -26,9 +26,7 @@ from cudnn_graph.engines.cutile import _abi  # noqa: E402
 def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, HQ, H, per_channel):
     launcher = _delta_bwd_intra.bwd_intra_launcher(io, K, V, HQ, H, True, K ** -0.5, 3, per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
-    (symbol,) = _abi.kernel_symbols(cubin)
-    table = _abi.cubin_parameters(cubin, symbol)
-    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(7)] + [(56, 4), (60, 4), (64, 4)]
+    assert parameters(cubin) == addresses_then_three_sizes(7)
     assert block == (128, 1, 1) and 0 < shared <= 48 * 1024
 
 

@@ -16,7 +16,7 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
 
 from cudnn_graph.engines.cute import _delta_output  # noqa: E402
-from cudnn_graph.engines.cutile import _abi  # noqa: E402
+from cubin_tables import addresses_then_three_sizes, kernel_table, parameters  # noqa: E402
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
@@ -24,10 +24,8 @@ from cudnn_graph.engines.cutile import _abi  # noqa: E402
 def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, HQ, H, per_channel):
     launcher = _delta_output.output_launcher(io, K, V, HQ, H, True, K ** -0.5, 3, per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
-    (symbol,) = _abi.kernel_symbols(cubin)
-    table = _abi.cubin_parameters(cubin, symbol)
-    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(7)] + [(56, 4), (60, 4), (64, 4)]
-    assert block == (128, 1, 1) and table.block in (None, block)
+    assert parameters(cubin) == addresses_then_three_sizes(7)
+    assert block == (128, 1, 1) and kernel_table(cubin).block in (None, block)
     assert 0 < shared <= 48 * 1024
 
 
@@ -37,9 +35,7 @@ def test_the_scores_kernel_compiles_with_six_addresses(io, K, HQ, H, per_channel
     # q, k, g, cu_seqlens, qg, attn; then tokens, chunks, sequences (the fused state pass reads qg and attn)
     launcher = _delta_output.scores_launcher(io, K, 128, HQ, H, True, K ** -0.5, 3, per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
-    (symbol,) = _abi.kernel_symbols(cubin)
-    table = _abi.cubin_parameters(cubin, symbol)
-    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(6)] + [(48, 4), (52, 4), (56, 4)]
+    assert parameters(cubin) == addresses_then_three_sizes(6)
     assert block == (128, 1, 1) and 0 < shared <= 48 * 1024
 
 

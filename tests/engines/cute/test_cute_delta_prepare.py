@@ -18,7 +18,8 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the C launch record is the cuTile plan's)")
 
 from cudnn_graph.engines.cute import _delta_prepare  # noqa: E402
-from cudnn_graph.engines.cutile import _abi, _c_launch, _cute_launch  # noqa: E402
+from cudnn_graph.engines.cutile import _c_launch, _cute_launch  # noqa: E402
+from cubin_tables import addresses_then_three_sizes, kernel_table, parameters  # noqa: E402
 from cudnn_graph.engines.cutile import engine as cutile_engine  # noqa: E402
 from cudnn_graph.engines.cutile._variants import Variant  # noqa: E402
 
@@ -39,10 +40,8 @@ def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, scratch, 
     launcher = _delta_prepare.prepare_launcher(io, "float32", io, scratch, K, V, HQ, H, True, 3,
                                                per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
-    (symbol,) = _abi.kernel_symbols(cubin)
-    table = _abi.cubin_parameters(cubin, symbol)
-    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(9)] + [(72, 4), (76, 4), (80, 4)]
-    assert block == (128, 1, 1) and table.block in (None, block)
+    assert parameters(cubin) == addresses_then_three_sizes(9)
+    assert block == (128, 1, 1) and kernel_table(cubin).block in (None, block)
     assert 0 < shared <= 48 * 1024
 
 
@@ -165,9 +164,7 @@ def test_the_prepare_with_scores_compiles_with_twelve_addresses_in_the_prepares_
     # A's place: no more shared memory than the prepare's
     launcher = _delta_prepare.prepare_scores_launcher(io, "float32", io, io, K, V, 2, 4, True, K ** -0.5, 3)
     cubin, block, shared = launcher.cubin()
-    (symbol,) = _abi.kernel_symbols(cubin)
-    table = _abi.cubin_parameters(cubin, symbol)
-    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(12)] + [(96, 4), (100, 4), (104, 4)]
+    assert parameters(cubin) == addresses_then_three_sizes(12)
     plain = _delta_prepare.DeltaPrepare(io, "float32", io, io, K, V, 2, 4, True)
     assert block == (128, 1, 1) and shared == plain.shared_bytes()
     # q (64 rows of K + 8, 16-bit) fits A's place (64 rows of 72 f32)

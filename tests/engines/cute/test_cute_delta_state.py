@@ -17,7 +17,7 @@ pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin r
 
 from cudnn_graph.engines.cute import _delta_state  # noqa: E402
 from cudnn_graph.engines.cute._delta_chunk import MAX_SHARED_BYTES  # noqa: E402
-from cudnn_graph.engines.cutile import _abi  # noqa: E402
+from cubin_tables import addresses_then_three_sizes, parameters  # noqa: E402
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
@@ -26,9 +26,7 @@ from cudnn_graph.engines.cutile import _abi  # noqa: E402
 def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, BV, states, per_channel):
     launcher = _delta_state.state_pass_launcher(io, K, V, BV, 4, states, states, 3, per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
-    (symbol,) = _abi.kernel_symbols(cubin)
-    table = _abi.cubin_parameters(cubin, symbol)
-    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(9)] + [(72, 4), (76, 4), (80, 4)]
+    assert parameters(cubin) == addresses_then_three_sizes(9)
     assert block == ({16: 128, 32: 128, 64: 256}[BV], 1, 1) and 0 < shared <= 48 * 1024
 
 
@@ -46,9 +44,7 @@ def test_the_split_form_gives_kd_its_own_buffer_past_48_kb_at_k_128(per_channel)
     launcher = _delta_state.state_pass_launcher("bfloat16", 128, 128, 64, 4, True, True, 3, per_channel=per_channel,
                                                 form="split")
     cubin, block, shared = launcher.cubin()
-    (symbol,) = _abi.kernel_symbols(cubin)
-    table = _abi.cubin_parameters(cubin, symbol)
-    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(9)] + [(72, 4), (76, 4), (80, 4)]
+    assert parameters(cubin) == addresses_then_three_sizes(9)
     # W, KD (64 x 136 each) and S (128 x 72) in BF16, plus the small fields: the launch opts in past 48 KB
     assert block == (256, 1, 1) and 2 * (2 * 64 * 136 + 128 * 72) < shared <= 56 * 1024 and shared > 48 * 1024
     assert not _delta_state.DeltaStatePassSplit("bfloat16", 128, 128, 64, 2, True, True).kd_in_w
@@ -60,10 +56,8 @@ def test_the_split_form_gives_kd_its_own_buffer_past_48_kb_at_k_128(per_channel)
 def test_the_fused_form_compiles_with_ten_addresses_and_opts_in_past_48_kb(io, K, V, BV, per_channel):
     launcher = _delta_state.fused_state_pass_launcher(io, K, V, BV, 4, True, True, 3, per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
-    (symbol,) = _abi.kernel_symbols(cubin)
-    table = _abi.cubin_parameters(cubin, symbol)
     # kd, w, u, g, cu_seqlens, h0, qg, attn, ht, o; then tokens, chunks, sequences
-    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(10)] + [(80, 4), (84, 4), (88, 4)]
+    assert parameters(cubin) == addresses_then_three_sizes(10)
     # W, KD, qg (64 x (K + 8) each), attn (64 x 72), S (K x (BV + 8)), D and o's staging (64 x (BV + 8) each)
     operands = 2 * (3 * 64 * (K + 8) + 64 * 72 + K * (BV + 8) + 2 * 64 * (BV + 8))
     assert block == (4 * BV, 1, 1) and operands < shared <= operands + 2048 and shared > 48 * 1024
@@ -86,9 +80,7 @@ def test_the_sixty_four_column_forms_compile_with_four_warps_under_48_kb(io, K, 
     launcher = _delta_state.state_pass_launcher(io, K, V, 64, 4, True, True, 3, per_channel=per_channel,
                                                 form=form)
     cubin, block, shared = launcher.cubin()
-    (symbol,) = _abi.kernel_symbols(cubin)
-    table = _abi.cubin_parameters(cubin, symbol)
-    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(9)] + [(72, 4), (76, 4), (80, 4)]
+    assert parameters(cubin) == addresses_then_three_sizes(9)
     assert block == (128, 1, 1) and 0 < shared <= 48 * 1024
 
 
@@ -203,9 +195,7 @@ def test_the_c_launch_record_writes_the_plan_sizes_not_the_grid():
 def test_the_reverse_pass_compiles_with_ten_addresses(io, K, V, BV, states, per_channel):
     launcher = _delta_state.reverse_state_pass_launcher(io, K, V, BV, 4, states, states, 3, per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
-    (symbol,) = _abi.kernel_symbols(cubin)
-    table = _abi.cubin_parameters(cubin, symbol)
-    assert [(p.offset, p.size) for p in table.params] == [(8 * i, 8) for i in range(10)] + [(80, 4), (84, 4), (88, 4)]
+    assert parameters(cubin) == addresses_then_three_sizes(10)
     assert block == (32 * _delta_state.WARPS_OF_BV[BV], 1, 1)
     assert 0 < shared <= MAX_SHARED_BYTES
 
