@@ -622,14 +622,14 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                 variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0))
             if cute_prepare and cute_intra:
                 variants.append(("cute_prepare_intra", {"mma": "tf32", "prepare": "cute", "intra": "cute"}, 16.0))
-                # chunk_bwd_grads in CuTe DSL too (engines/cute/_delta_bwd_grads; gdn, BF16): not yet run on a
-                # GPU, so to pin or time
+                # chunk_bwd_grads in CuTe DSL too (engines/cute/_delta_bwd_grads; gdn, BF16): its GPU tests passed
+                # (H100, session 26), not yet timed, so to pin or time
                 if _cute_kernels_reason(graph, node, "grads") is None:
                     variants.append(("cute_prepare_intra_grads",
                                      {"mma": "tf32", "prepare": "cute", "intra": "cute", "grads": "cute"}, 1.5))
                 # the reverse state pass in CuTe DSL too (DeltaStatePassReverse; BF16 / FP16 products, as the
-                # mma="bf16" plan's): not yet run on a GPU, so to pin or time; with the gradients' kernel where
-                # that one can run
+                # mma="bf16" plan's): GPU tests passed (H100, session 26), not yet timed, so to pin or time; with
+                # the gradients' kernel where that one can run
                 if _cute_kernels_reason(graph, node, "bwd_state") is None:
                     state = {"mma": "tf32", "prepare": "cute", "intra": "cute", "bwd_state": "cute"}
                     variants.append(("cute_prepare_intra_state", state, 1.4))
