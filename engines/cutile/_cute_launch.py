@@ -34,10 +34,9 @@ class CuteLaunch:
     def prepare(variant: Variant, geometry: "_Geometry", fallback) -> "CuteLaunch":
         """chunk_prepare: the CuTe kernel reads k, v, g, beta, cu_seqlens and writes w, u, g_out, kd."""
         from ..cute._delta_prepare import prepare_launcher
-        g_dtype = "float32" if variant.gates.on_gate else variant.gates.g_dtype
-        launcher = prepare_launcher(variant.io_dtype, g_dtype, variant.beta_dtype, variant.scratch_dtype, variant.K,
-                                    variant.V, geometry.HQ, geometry.H, variant.use_l2, variant.n_seq,
-                                    per_channel=variant.per_channel)
+        launcher = prepare_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype,
+                                    variant.scratch_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
+                                    variant.use_l2, variant.n_seq, per_channel=variant.per_channel)
         first = None
         if variant.per_channel:
             # the CuTe kernel forms kda's gate sums itself (the plan has no gates launch); its cuTile
@@ -71,9 +70,8 @@ class CuteLaunch:
         beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's v part, dq / dk before the norm, dq, dk, dg, dbeta
         (dq / dk are f32 shares with grouped value heads; dg is f32)."""
         from ..cute._delta_bwd_grads import bwd_grads_launcher
-        g_dtype = "float32" if variant.gates.on_gate else variant.gates.g_dtype
         dq_dtype = "float32" if variant.group > 1 else variant.io_dtype
-        launcher = bwd_grads_launcher(variant.io_dtype, g_dtype, variant.beta_dtype, dq_dtype, "float32",
+        launcher = bwd_grads_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype, dq_dtype, "float32",
                                       variant.beta_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
                                       variant.use_l2, variant.scale, variant.n_seq)
         return CuteLaunch(launcher, fallback, lambda a: a[:18], geometry)
@@ -114,10 +112,9 @@ class CuteLaunch:
         reads k, v, g, beta, cu_seqlens and q and writes w, u, g_out, kd, scale q e^gc and attn (no cuTile
         kernel: the plan checks ``takes`` first)."""
         from ..cute._delta_prepare import prepare_scores_launcher
-        g_dtype = "float32" if variant.gates.on_gate else variant.gates.g_dtype
-        launcher = prepare_scores_launcher(variant.io_dtype, g_dtype, variant.beta_dtype, variant.scratch_dtype,
-                                           variant.K, variant.V, geometry.HQ, geometry.H, variant.use_l2,
-                                           variant.scale, variant.n_seq)
+        launcher = prepare_scores_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype,
+                                           variant.scratch_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
+                                           variant.use_l2, variant.scale, variant.n_seq)
         return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod

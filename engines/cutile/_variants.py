@@ -94,6 +94,12 @@ class Variant:
         return OP_FEATURES[self.op][0]
 
     @property
+    def kernel_g_dtype(self) -> str:
+        """The type of g as the chunked kernels read it: gate_activation's f32 output where a gate option is on,
+        else the port's (beta's counterpart is ``beta_dtype`` itself)."""
+        return "float32" if self.gates.on_gate else self.gates.g_dtype
+
+    @property
     def beta_per_channel(self) -> bool:
         return OP_FEATURES[self.op][1]
 
