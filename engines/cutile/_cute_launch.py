@@ -87,6 +87,28 @@ class CuteLaunch:
         return CuteLaunch(launcher, fallback, lambda a: a[:10], geometry)
 
     @staticmethod
+    def prepare_inverse(variant: Variant, geometry: "_Geometry") -> "CuteLaunch":
+        """The backward recompute's chunk_prepare that leaves T = (I + A)^-1 for chunk_bwd_values
+        (``values="cute"``): the CuTe kernel reads k, v, g, beta, cu_seqlens and writes w, u, g_out, kd and T (no
+        cuTile kernel: the plan checks ``takes`` first, for it and the values kernel together)."""
+        from ..cute._delta_prepare import prepare_inverse_launcher
+        g_dtype = "float32" if variant.gates.on_gate else variant.gates.g_dtype
+        launcher = prepare_inverse_launcher(variant.io_dtype, g_dtype, variant.beta_dtype, variant.scratch_dtype,
+                                            variant.K, variant.V, geometry.HQ, geometry.H, variant.use_l2,
+                                            variant.n_seq, per_channel=variant.per_channel)
+        return CuteLaunch(launcher, None, lambda a: a, geometry)
+
+    @staticmethod
+    def bwd_values(variant: Variant, geometry: "_Geometry") -> "CuteLaunch":
+        """chunk_bwd_values from the T ``prepare_inverse`` left in dA's region: the CuTe kernel reads v, beta,
+        cu_seqlens, hs, dd, w, u and T and writes dv, dCg, dA (over T) and dbeta's v part (no cuTile kernel: the
+        plan checks ``takes`` first)."""
+        from ..cute._delta_bwd_values import bwd_values_launcher
+        launcher = bwd_values_launcher(variant.io_dtype, variant.beta_dtype, variant.io_dtype, variant.K, variant.V,
+                                       geometry.H, variant.n_seq)
+        return CuteLaunch(launcher, None, lambda a: a, geometry)
+
+    @staticmethod
     def state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "CuteLaunch":
         """chunk_state_pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0 and writes
         hs, ht, d."""

@@ -525,6 +525,10 @@ class CutileBackwardPlan(CutileForwardPlan):
         self._bwd_grads = _kernels.chunk_bwd_grads
         if variant.grads == "cute":
             self._bwd_grads = CuteLaunch.bwd_grads(variant, geometry, self._bwd_grads)
+        self._cute_values = None
+        if variant.values == "cute":
+            self._cute_values = (CuteLaunch.prepare_inverse(variant, geometry),
+                                 CuteLaunch.bwd_values(variant, geometry))
         self._grads_grid = (geometry.chunks, geometry.H, 1)
         self._group_sum = _kernels.group_sum
         self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
@@ -581,7 +585,23 @@ class CutileBackwardPlan(CutileForwardPlan):
               sc["w"], out["dq"], out["dk"], out["dg"], out["dbeta"], *v.bwd_grads_constants())),
             *self._after_launches(slot, sc),
         ]
+        if self._cute_values is not None:
+            self._take_cute_values(launches, sc)
         return launches
+
+    def _take_cute_values(self, launches: list, sc) -> None:
+        """``values="cute"``: the recompute's prepare leaves T = (I + A)^-1 in dA's region and the CuTe
+        chunk_bwd_values reads it there, so both CuTe launches replace theirs or neither does (a cuTile prepare
+        leaves no T)."""
+        prepare_inverse, values = self._cute_values
+        at = {launch[0]: i for i, launch in enumerate(launches)}
+        _, prepare_grid, _, a = launches[at["prepare"]]
+        prepare_args = (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9], sc["da"])
+        _, values_grid, _, a = launches[at["bwd_values"]]
+        values_args = (a[1], a[3], a[5], a[6], a[7], a[8], a[9], a[11], a[13], a[14], a[15])
+        if prepare_inverse.takes(prepare_args) and values.takes(values_args):
+            launches[at["prepare"]] = ("prepare", prepare_grid, prepare_inverse, prepare_args)
+            launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
 
 
 class CutileLinearAttentionEngine(ToolchainGatedEngine):
@@ -635,6 +655,14 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                     variants.append(("cute_prepare_intra_state", state, 1.4))
                     if _cute_kernels_reason(graph, node, "grads") is None:
                         variants.append(("cute_prepare_intra_grads_state", {**state, "grads": "cute"}, 1.6))
+                # chunk_bwd_values in CuTe DSL from the T the CuTe prepare leaves (engines/cute/_delta_bwd_values):
+                # not yet run on a GPU, so to pin or time; cute_all: every backward kernel the op has in CuTe
+                if _cute_kernels_reason(graph, node, "values") is None:
+                    values = {"mma": "tf32", "prepare": "cute", "intra": "cute", "values": "cute"}
+                    variants.append(("cute_prepare_intra_values", values, 1.3))
+                    every = {**values, **{kernel: "cute" for kernel in ("bwd_state", "grads")
+                                          if _cute_kernels_reason(graph, node, kernel) is None}}
+                    variants.append(("cute_all", every, 1.7))
             # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider
             # loads; half the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill
             # 2.7 KB a thread in chunk_bwd_grads): not yet timed, so to pin or time
@@ -685,7 +713,12 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                           intra=_kernel_source(graph, node, "intra", plan.knobs.get("intra", "cutile")),
                                           grads=_kernel_source(graph, node, "grads", plan.knobs.get("grads", "cutile")),
                                           bwd_state=_kernel_source(graph, node, "bwd_state",
-                                                                   plan.knobs.get("bwd_state", "cutile")))
+                                                                   plan.knobs.get("bwd_state", "cutile")),
+                                          values=_kernel_source(graph, node, "values",
+                                                                plan.knobs.get("values", "cutile")))
+            if variant.values == "cute" and variant.prepare != "cute":
+                raise GraphNotSupportedError("values='cute' reads T = (I + A)^-1 from the CuTe prepare; it needs "
+                                             f"prepare='cute' too (got prepare={variant.prepare!r})")
             return CutileBackwardPlan(plan, graph, node, variant, geometry)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         if knobs["scratch"] not in ("f32", "io"):
@@ -795,7 +828,7 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
 
 # the ops each CuTe kernel computes ("intra": the backward's chunk_bwd_intra, named by its forward op)
 CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn", "kda"), "intra": ("gdn", "kda"),
-            "grads": ("gdn",), "bwd_state": ("gdn", "kda")}
+            "grads": ("gdn",), "bwd_state": ("gdn", "kda"), "values": ("gdn", "kda")}
 FORWARD_KERNEL_KNOBS = ("prepare", "output", "state_pass")     # a forward plan's kernel-source knobs
 
 
@@ -832,9 +865,10 @@ def _cute_output_reason(graph, node) -> str | None:
 
 def _cute_op_reason(graph, node, kernel: str) -> str | None:
     """The part of ``_cute_kernels_reason`` the node alone decides (its op and input type)."""
-    # a backward's recompute (prepare), intra-chunk terms (intra), gradients (grads) and reverse state pass
-    # (bwd_state) name the forward op
-    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra", "grads", "bwd_state") else node.op
+    # a backward's recompute (prepare), intra-chunk terms (intra), gradients (grads), reverse state pass
+    # (bwd_state) and gradients through the UT transform (values) name the forward op
+    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra", "grads", "bwd_state", "values") \
+        else node.op
     if op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
     if OP_FEATURES[op][0] and kernel == "intra" and \

@@ -135,9 +135,9 @@ def test_a_cubin_table_that_differs_from_the_layout_is_a_mismatch():
 
 # ---------------------------------------------------------------------------- the ABI pin (toolchain)
 
-def _plan(cg, op, monkeypatch):
+def _plan(cg, op, monkeypatch, label=None):
     """A built cuTile plan of a small gdn / gdn_bwd / gdn2_bwd graph (T=64, H=2, K=V=64) and the graph's
-    layout, with no GPU (the device query is stubbed)."""
+    layout, with no GPU (the device query is stubbed): the first proposed, or the one named ``label``."""
     from cudnn_graph.engines.base import ExecutionContext
     from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
     from cudnn_graph.engines.cutile import engine as cutile_engine
@@ -145,7 +145,7 @@ def _plan(cg, op, monkeypatch):
     g = _graph(cg, op)
     engine = CutileLinearAttentionEngine()
     engine.missing = None
-    config = engine.propose_plans(g)[0]
+    config = next(p for p in engine.propose_plans(g) if label in (None, p.label))
     plan = engine.build_plan(g, config, ExecutionContext())
     return plan, g._layout_for(engine)
 
@@ -194,6 +194,20 @@ def test_every_kernel_of_a_plan_has_the_parameter_layout_the_packer_writes(op, m
     assert first["block"] == [1, 1, 1] and first["cubin"][:4] == b"\x7fELF"
     assert {a["operand_uid"] for k in description["kernels"] for a in k["addresses"]} - {None} == \
         {u["uid"] for u in description["operands"]}
+
+
+@needs_cutile
+def test_the_all_cute_backward_launches_the_prepare_that_leaves_t_and_the_values_kernel_that_reads_it(monkeypatch):
+    # values="cute": both CuTe launches replace the recompute's prepare and chunk_bwd_values, or neither does
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    import cudnn_graph as cg
+    plan, layout = _plan(cg, "gdn_bwd", monkeypatch, label="cutile_gdn_bwd_chunk64_cute_all")
+    prepared = plan.launch_plan(layout)
+    assert prepared is not None, "the plan fell back to the Python launch path (see the log)"
+    kernels = {k.name: k.symbol for k in prepared.kernels}
+    assert "DeltaPrepareInverse" in kernels["prepare"] and "DeltaBwdValues" in kernels["bwd_values"]
+    assert "DeltaBwdGrads" in kernels["bwd_grads"] and "DeltaStatePassReverse" in kernels["bwd_state_pass"]
 
 
 @needs_cutile
@@ -329,7 +343,9 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
                                       ("gdn", "cutile_gdn_chunk64_cute_all_fused"),
                                       ("kda", "cutile_kda_chunk64_cute_all_fused"),
                                       # gdn's prepare forming the scores (no scores launch)
-                                      ("gdn", "cutile_gdn_chunk64_cute_all_fused_prepare_scores")])
+                                      ("gdn", "cutile_gdn_chunk64_cute_all_fused_prepare_scores"),
+                                      # every CuTe backward kernel (the prepare leaving T, chunk_bwd_values)
+                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all")])
 def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)

@@ -297,3 +297,27 @@ def test_the_cute_backward_kernels_give_the_same_bits_every_execution(op):
     suffix = "cute_prepare_intra_grads_state" if op == "gdn_bwd" else "cute_prepare_intra_state"
     gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=5, plan=f"cutile_{op}_chunk64_{suffix}",
                  repeats=4)
+
+
+# chunk_bwd_values in CuTe DSL (DeltaBwdValues) from the T the backward's CuTe prepare leaves in dA's region
+# (DeltaPrepareInverse), alone and with every backward kernel the op has in CuTe (cute_all)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
+def test_the_cute_values_kernel_matches_the_reference(op, K, V):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=50, plan=f"cutile_{op}_chunk64_cute_prepare_intra_values")
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_every_cute_backward_kernel_at_t8192_h16(op):
+    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=51, plan=f"cutile_{op}_chunk64_cute_all")
+
+
+def test_the_cute_values_kernel_without_states_or_l2norm_in_float16():
+    forward.run_bwd_case("gdn_bwd", [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False,
+                         dht=False, seed=52, plan="cutile_gdn_bwd_chunk64_cute_prepare_intra_values")
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_every_cute_backward_kernel_with_grouped_value_heads_and_gate_options_every_execution(op):
+    gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=53, plan=f"cutile_{op}_chunk64_cute_all",
+                 repeats=4)

@@ -904,6 +904,11 @@ def test_the_backward_ranks_its_cute_prepare_and_intra_first_where_both_can_run(
         state = by_name[f"{first.label}_state"]
         assert state.knobs["bwd_state"] == "cute" and state.priority < by_name[f"cutile_{op}_chunk64"].priority
         assert (f"{first.label}_grads_state" in by_name) == (op == "gdn_bwd")
+        # chunk_bwd_values in CuTe (both ops) from the prepare's T, and every CuTe kernel the op has: below the default
+        values, every = by_name[f"{first.label}_values"], by_name[f"cutile_{op}_chunk64_cute_all"]
+        assert values.knobs["values"] == every.knobs["values"] == "cute" and values.knobs["prepare"] == "cute"
+        assert every.knobs["bwd_state"] == "cute" and every.knobs.get("grads") == ("cute" if op == "gdn_bwd" else None)
+        assert max(values.priority, every.priority) < by_name[f"cutile_{op}_chunk64"].priority
         assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if "cute" in p.label]
     from cudnn_graph.engines.cutile import engine as cutile_engine
     g = _grouped_gated_graph(cg, "gdn2_bwd")
@@ -920,6 +925,22 @@ def test_the_backward_with_the_softplus_gate_ranks_as_any_other_gate(op, K, firs
     cg = _package()
     plans = _proposed(cg, _grouped_gated_graph(cg, op, K=K))
     assert max(plans, key=lambda p: p.priority).label == first
+
+
+def test_the_cute_values_kernel_needs_the_prepare_that_leaves_t(monkeypatch):
+    cg = _package()
+    from cudnn_graph.engines.base import ExecutionContext, PlanConfig
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    monkeypatch.setattr(cutile_engine, "_support_reason", lambda graph, node: None)
+    monkeypatch.setattr(cutile_engine, "_cute_device_reason", lambda graph: None)
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None
+    g = _grouped_gated_graph(cg, "gdn_bwd")
+    plan = PlanConfig(cutile_engine.CUTILE_BASE, knobs={"intra": "cute", "values": "cute"}, name="pinned",
+                      engine=engine)
+    with pytest.raises(cg.GraphNotSupportedError, match="values='cute' reads T .* needs prepare='cute' too"):
+        engine.build_plan(g, plan, ExecutionContext())
 
 
 def test_an_output_set_to_another_type_leaves_the_cute_kernels_out():
