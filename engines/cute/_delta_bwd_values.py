@@ -120,10 +120,10 @@ class DeltaBwdValues(ChunkKernel):
                     b = mBeta[start + tidx, h].to(Float32)
                 sBeta[tidx] = b
             gDa = mDa[c, h, None, None]
-            self.rounded_rows(gDa, sT, CHUNK, tidx)
-            self.rounded_rows(mDd[c, h, None, None], sDd, V, tidx)
-            self.rounded_rows(mHs[c, h, None, None], sS0, V, tidx, rows=K)
-            self.rounded_rows(mU[c, h, None, None], sU, V, tidx)
+            self.scratch_rows(gDa, sT, CHUNK, tidx)
+            self.scratch_rows(mDd[c, h, None, None], sDd, V, tidx)
+            self.scratch_rows(mHs[c, h, None, None], sS0, V, tidx, rows=K)
+            self.scratch_rows(mU[c, h, None, None], sU, V, tidx)
             self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
             cute.arch.sync_threads()
             row0 = (tidx // 32) * 16 + (tidx % 32) // 4
@@ -168,7 +168,7 @@ class DeltaBwdValues(ChunkKernel):
             out_k.store(acc_k.load().to(io))
             cute.autovec_copy(out_k, thr.partition_C(sDcg))
             cute.arch.sync_threads()            # dv has left dD's place
-            self.rounded_rows(mW[c, h, None, None], sW, K, tidx)
+            self.scratch_rows(mW[c, h, None, None], sW, K, tidx)
             cute.arch.sync_threads()
 
             # 5. dA = -strict_tril(dX U^T + dCg W^T) over T's place
@@ -182,18 +182,19 @@ class DeltaBwdValues(ChunkKernel):
             cute.autovec_copy(acc, thr.partition_C(gDa))
 
 
-def _pointer_types(io_dtype: str, beta_dtype: str, dv_dtype: str) -> tuple:
-    """(element type, assumed alignment) of each pointer: v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, dA (T in),
-    dbeta's v part."""
+def _pointer_types(io_dtype: str, beta_dtype: str, dv_dtype: str, scratch_dtype: str = "float32") -> tuple:
+    """(element type, assumed alignment) of each pointer: v, beta, cu_seqlens, hs, dd, w, u (hs, w and u: the
+    recompute's scratch, f32 or the input type), dv, dCg, dA (T in), dbeta's v part."""
     f32 = ("float32", 16)
-    return ((io_dtype, 16), (beta_dtype, ITEMSIZE[beta_dtype]), ("int32", 4), f32, f32, f32, f32,
+    scratch = (scratch_dtype, 16)
+    return ((io_dtype, 16), (beta_dtype, ITEMSIZE[beta_dtype]), ("int32", 4), scratch, f32, scratch, scratch,
             (dv_dtype, 16), f32, f32, ("float32", 4))
 
 
 def bwd_values_launcher(io_dtype: str, beta_dtype: str, dv_dtype: str, K: int, V: int, H: int,
-                        n_seq: int) -> KernelLauncher:
+                        n_seq: int, scratch_dtype: str = "float32") -> KernelLauncher:
     """The launcher of one specialisation; its slots: v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, dA (T in, dA
-    out), dbeta's v part."""
-    key = ("chunk_bwd_values", io_dtype, beta_dtype, dv_dtype, K, V, H)
+    out), dbeta's v part (hs, w and u in ``scratch_dtype``)."""
+    key = ("chunk_bwd_values", io_dtype, beta_dtype, dv_dtype, K, V, H, scratch_dtype)
     return KernelLauncher(lambda: DeltaBwdValues(io_dtype, beta_dtype, dv_dtype, K, V, H), key,
-                          _pointer_types(io_dtype, beta_dtype, dv_dtype), n_seq)
+                          _pointer_types(io_dtype, beta_dtype, dv_dtype, scratch_dtype), n_seq)

@@ -141,7 +141,8 @@ class _Geometry:
         offset = 0
         self.regions = {}
         self.dtypes = {}
-        narrow = {"w", "u", "kd", "d", "hs"} if (io_scratch and not backward) else set()
+        # a backward keeps them in the input type only where every kernel is CuTe (scratch="io", below)
+        narrow = {"w", "u", "kd", "d", "hs"} if io_scratch else set()
         by_chunk = (self.chunks, self.H, CHUNK)
         regions = [("w", (*by_chunk, self.K)), ("u", (*by_chunk, self.V)), ("kd", (*by_chunk, self.K)),
                    ("d", (*by_chunk, self.V)), ("hs", (self.chunks, self.H, self.K, self.V)),
@@ -153,6 +154,9 @@ class _Geometry:
                         ("qg", (*by_chunk, self.K)), ("da", (*by_chunk, CHUNK)), ("dbeta_v", (*by_chunk, 1))]
             if self.group > 1:
                 regions += [("dq_hv", (self.T, self.H, self.K)), ("dk_hv", (self.T, self.H, self.K))]
+            if io_scratch:
+                # dq and dk before the L2 norm's backward (f32), which f32 kd and w have room for
+                regions += [("dq_pre", (*by_chunk, self.K)), ("dk_pre", (*by_chunk, self.K))]
         if self.gate_options:
             g_shape, beta_shape = tuple(node.inputs["g"].dim), tuple(node.inputs["beta"].dim)
             regions += [("g_act", g_shape), ("beta_act", beta_shape), ("a_log_dummy", (1,)),
@@ -519,6 +523,7 @@ class CutileBackwardPlan(CutileForwardPlan):
         if variant.intra == "cute":
             self._bwd_intra = CuteLaunch.bwd_intra(variant, geometry, self._bwd_intra)
         self._bwd_state_pass = _kernels.chunk_bwd_state_pass
+        self._io_scratch = variant.scratch_dtype != "float32"
         if variant.bwd_state == "cute":
             self._bwd_state_pass = CuteLaunch.bwd_state_pass(variant, geometry, self._bwd_state_pass)
         self._bwd_values = _kernels.chunk_bwd_values
@@ -581,13 +586,38 @@ class CutileBackwardPlan(CutileForwardPlan):
              (k, val, g, beta, wgate, cu, sc["hs"], sc["dd"], sc["w"], sc["u"], sc["g"], slot("dv"), out["dw"],
               sc["qg"], sc["da"], sc["dbeta_v"], *v.bwd_values_constants())),
             ("bwd_grads", self._grads_grid, self._bwd_grads,
-             (q, k, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["qg"], sc["da"], sc["dbeta_v"], sc["kd"],
-              sc["w"], out["dq"], out["dk"], out["dg"], out["dbeta"], *v.bwd_grads_constants())),
+             (q, k, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["qg"], sc["da"], sc["dbeta_v"],
+              *((sc["dq_pre"], sc["dk_pre"]) if self._io_scratch else (sc["kd"], sc["w"])), out["dq"], out["dk"],
+              out["dg"], out["dbeta"], *v.bwd_grads_constants())),
             *self._after_launches(slot, sc),
         ]
         if self._cute_values is not None:
             self._take_cute_values(launches, sc)
+        if self._io_scratch:
+            self._check_io_scratch(launches, slot)
         return launches
+
+    def _check_io_scratch(self, launches: list, slot) -> None:
+        """scratch="io": every kernel is CuTe and reads the recompute's scratch in the input type, which no
+        cuTile kernel of the backward takes, so there is nothing to fall back to: a buffer the CuTe kernels
+        refuse (not packed row-major, or not 16-byte aligned) is an error naming it."""
+        from ...errors import AlignmentError, StrideMismatchError
+        from ..._layout import row_major_strides
+        if all(kernel.takes(args) for _, _, kernel, args in launches if isinstance(kernel, CuteLaunch)):
+            return
+        for port in self._uid:
+            buffer = slot(port) if self._uid[port] is not None else None
+            if buffer is None or not hasattr(buffer, "data_ptr"):
+                continue
+            if buffer.numel > 1 and tuple(buffer.strides) != row_major_strides(buffer.shape):
+                raise StrideMismatchError(port, self._uid[port], f"strides (plan {self.plan.label}, every kernel "
+                                          "in CuTe on 16-bit scratch)", row_major_strides(buffer.shape),
+                                          tuple(buffer.strides))
+            if buffer.data_ptr % 16:
+                raise AlignmentError(port, self._uid[port], f"base address (plan {self.plan.label}, every kernel in "
+                                     "CuTe on 16-bit scratch)", "16-byte aligned", hex(buffer.data_ptr))
+        raise GraphNotSupportedError(f"plan {self.plan.label}: a CuTe kernel did not compile (see the log) and "
+                                     "its 16-bit scratch has no cuTile kernel to fall back to")
 
     def _take_cute_values(self, launches: list, sc) -> None:
         """``values="cute"``: the recompute's prepare leaves T = (I + A)^-1 in dA's region and the CuTe
@@ -626,7 +656,6 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
         self._require_toolchain()
         if node.op in BACKWARD_OPS:
-            size = _Geometry(node, backward=True).workspace_size
             # mma: the forward recompute's and the reverse state pass's products (the gradients stay TF32);
             # cute_prepare: the recompute's chunk_prepare in CuTe DSL (sm_90): 7-9% faster on the H200 at
             # 4 x 2048, H 16 (gdn bf16 K=128 2.27 vs 2.44 ms, K=64 1.14 vs 1.25, fp16 2.29 vs 2.49; kda bf16
@@ -663,14 +692,22 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                     every = {**values, **{kernel: "cute" for kernel in ("bwd_state", "grads")
                                           if _cute_kernels_reason(graph, node, kernel) is None}}
                     variants.append(("cute_all", every, 1.7))
+                    # and the recompute's w, u, kd, d and hs in the input type, its state pass in CuTe too
+                    # (gdn: every kernel has a CuTe form), not yet run on a GPU
+                    if every.get("grads") == "cute" and _cute_kernels_reason(graph, node, "state_pass") is None:
+                        variants.append(("cute_all_io", {**every, "state_pass": "cute", "scratch": "io"}, 1.8))
             # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider
             # loads; half the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill
             # 2.7 KB a thread in chunk_bwd_grads): not yet timed, so to pin or time
             variants += [(f"{suffix}_bv64" if suffix else "bv64", {**knobs, "block_v": 64}, 2.0)
                          for suffix, knobs, priority in variants if priority >= 10.0]
+            # the workspace by the scratch's type ("": f32; scratch="io": the input type)
+            io_dtype = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
+            sizes = {kind: _Geometry(node, backward=True, io_scratch=kind).workspace_size for kind in ("", io_dtype)}
             return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, **knobs},
                                name=f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else ""),
-                               engine=self, priority=priority, workspace_size=size)
+                               engine=self, priority=priority,
+                               workspace_size=sizes[io_dtype if knobs.get("scratch") == "io" else ""])
                     for suffix, knobs, priority in variants]
         plans = []
         cute_ok = {kernel: _cute_kernels_reason(graph, node, kernel) is None for kernel in FORWARD_KERNEL_KNOBS}
@@ -699,27 +736,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
         self._require_toolchain()
         if node.op in BACKWARD_OPS:
-            geometry = _Geometry(node, backward=True)
-            block_v = int(plan.knobs.get("block_v", BACKWARD_BLOCK_V))
-            if block_v not in (32, 64, 128) or geometry.V % block_v:
-                raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
-            mma = plan.knobs.get("mma", "tf32")
-            if mma not in MMA_TYPES:
-                raise GraphNotSupportedError(f"mma={mma!r}; expected one of {MMA_TYPES}")
-            low = {"bf16": True, "tf32": False}.get(mma)   # None: auto
-            variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
-                                          prepare=_kernel_source(graph, node, "prepare",
-                                                                 plan.knobs.get("prepare", "cutile")),
-                                          intra=_kernel_source(graph, node, "intra", plan.knobs.get("intra", "cutile")),
-                                          grads=_kernel_source(graph, node, "grads", plan.knobs.get("grads", "cutile")),
-                                          bwd_state=_kernel_source(graph, node, "bwd_state",
-                                                                   plan.knobs.get("bwd_state", "cutile")),
-                                          values=_kernel_source(graph, node, "values",
-                                                                plan.knobs.get("values", "cutile")))
-            if variant.values == "cute" and variant.prepare != "cute":
-                raise GraphNotSupportedError("values='cute' reads T = (I + A)^-1 from the CuTe prepare; it needs "
-                                             f"prepare='cute' too (got prepare={variant.prepare!r})")
-            return CutileBackwardPlan(plan, graph, node, variant, geometry)
+            return _backward_plan(graph, node, plan)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         if knobs["scratch"] not in ("f32", "io"):
             raise GraphNotSupportedError(f"scratch={knobs['scratch']!r}; expected 'f32' or 'io'")
@@ -832,6 +849,45 @@ CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": (
 FORWARD_KERNEL_KNOBS = ("prepare", "output", "state_pass")     # a forward plan's kernel-source knobs
 
 
+# a backward plan's kernel-source knobs ("state_pass": its forward recompute's)
+BACKWARD_KERNEL_KNOBS = ("prepare", "state_pass", "intra", "bwd_state", "values", "grads")
+
+
+def _backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
+    """A backward plan built from its knobs: ``block_v``, ``mma``, the kernel sources and ``scratch`` ("f32", or
+    "io": the recompute's w, u, kd, d and hs in the input type, where every kernel is CuTe)."""
+    block_v = int(plan.knobs.get("block_v", BACKWARD_BLOCK_V))
+    V = node.inputs["v"].dim[2]
+    if block_v not in (32, 64, 128) or V % block_v:
+        raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={V}")
+    mma = plan.knobs.get("mma", "tf32")
+    if mma not in MMA_TYPES:
+        raise GraphNotSupportedError(f"mma={mma!r}; expected one of {MMA_TYPES}")
+    low = {"bf16": True, "tf32": False}.get(mma)   # None: auto
+    sources = {kernel: _kernel_source(graph, node, kernel, plan.knobs.get(kernel, "cutile"))
+               for kernel in BACKWARD_KERNEL_KNOBS}
+    variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low), **sources)
+    if variant.values == "cute" and variant.prepare != "cute":
+        raise GraphNotSupportedError("values='cute' reads T = (I + A)^-1 from the CuTe prepare; it needs "
+                                     f"prepare='cute' too (got prepare={variant.prepare!r})")
+    scratch = plan.knobs.get("scratch", "f32")
+    if scratch not in ("f32", "io"):
+        raise GraphNotSupportedError(f"scratch={scratch!r}; expected 'f32' or 'io'")
+    io_scratch = ""
+    if scratch == "io":
+        # the backward's cuTile kernels read f32 scratch: with 16-bit scratch every kernel is CuTe
+        cutile = [kernel for kernel, source in sources.items() if source != "cute"]
+        if cutile:
+            raise GraphNotSupportedError(f"scratch='io' in a backward needs every kernel in CuTe; "
+                                         f"{', '.join(cutile)} are 'cutile'")
+        io_scratch = variant.io_dtype
+        variant = dataclasses.replace(variant, scratch_dtype=io_scratch)
+    elif variant.state_pass == "cute":
+        raise GraphNotSupportedError("state_pass='cute' in a backward reads the recompute's scratch in the input "
+                                     "type: it needs scratch='io'")
+    return CutileBackwardPlan(plan, graph, node, variant, _Geometry(node, backward=True, io_scratch=io_scratch))
+
+
 def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:
     """Why the CuTe DSL ``kernel`` ("prepare": engines/cute/_delta_prepare; "output": _delta_output;
     "state_pass": _delta_state) cannot stand in for the cuTile one for this node, or None when it can: gdn
@@ -865,10 +921,10 @@ def _cute_output_reason(graph, node) -> str | None:
 
 def _cute_op_reason(graph, node, kernel: str) -> str | None:
     """The part of ``_cute_kernels_reason`` the node alone decides (its op and input type)."""
-    # a backward's recompute (prepare), intra-chunk terms (intra), gradients (grads), reverse state pass
-    # (bwd_state) and gradients through the UT transform (values) name the forward op
-    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra", "grads", "bwd_state", "values") \
-        else node.op
+    # a backward's recompute (prepare, state_pass), intra-chunk terms (intra), gradients (grads), reverse state
+    # pass (bwd_state) and gradients through the UT transform (values) name the forward op
+    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "state_pass", "intra", "grads", "bwd_state",
+                                                          "values") else node.op
     if op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
     if OP_FEATURES[op][0] and kernel == "intra" and \

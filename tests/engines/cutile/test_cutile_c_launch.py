@@ -197,17 +197,21 @@ def test_every_kernel_of_a_plan_has_the_parameter_layout_the_packer_writes(op, m
 
 
 @needs_cutile
-def test_the_all_cute_backward_launches_the_prepare_that_leaves_t_and_the_values_kernel_that_reads_it(monkeypatch):
-    # values="cute": both CuTe launches replace the recompute's prepare and chunk_bwd_values, or neither does
+@pytest.mark.parametrize("suffix", ["cute_all", "cute_all_io"])
+def test_the_all_cute_backward_launches_the_prepare_that_leaves_t_and_the_values_kernel_that_reads_it(suffix,
+                                                                                                  monkeypatch):
+    # values="cute": both CuTe launches replace the recompute's prepare and chunk_bwd_values, or neither does;
+    # with scratch="io" the recompute's state pass is CuTe too (the input type's scratch has no cuTile reader)
     pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
     import cudnn_graph as cg
-    plan, layout = _plan(cg, "gdn_bwd", monkeypatch, label="cutile_gdn_bwd_chunk64_cute_all")
+    plan, layout = _plan(cg, "gdn_bwd", monkeypatch, label=f"cutile_gdn_bwd_chunk64_{suffix}")
     prepared = plan.launch_plan(layout)
     assert prepared is not None, "the plan fell back to the Python launch path (see the log)"
     kernels = {k.name: k.symbol for k in prepared.kernels}
     assert "DeltaPrepareInverse" in kernels["prepare"] and "DeltaBwdValues" in kernels["bwd_values"]
     assert "DeltaBwdGrads" in kernels["bwd_grads"] and "DeltaStatePassReverse" in kernels["bwd_state_pass"]
+    assert ("DeltaStatePass_" in kernels["state_pass"]) == (suffix == "cute_all_io")
 
 
 @needs_cutile
@@ -345,7 +349,8 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
                                       # gdn's prepare forming the scores (no scores launch)
                                       ("gdn", "cutile_gdn_chunk64_cute_all_fused_prepare_scores"),
                                       # every CuTe backward kernel (the prepare leaving T, chunk_bwd_values)
-                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all")])
+                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all"),
+                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io")])
 def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)

@@ -321,3 +321,21 @@ def test_the_cute_values_kernel_without_states_or_l2norm_in_float16():
 def test_every_cute_backward_kernel_with_grouped_value_heads_and_gate_options_every_execution(op):
     gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=53, plan=f"cutile_{op}_chunk64_cute_all",
                  repeats=4)
+
+
+# every backward kernel in CuTe with the recompute's w, u, kd, d and hs in the input type (gdn, BF16: scratch="io";
+# the recompute's state pass is the forward's CuTe pass)
+IO_PLAN = "cutile_gdn_bwd_chunk64_cute_all_io"
+
+
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
+def test_every_cute_backward_kernel_on_16_bit_scratch_matches_the_reference(K, V):
+    forward.run_bwd_case("gdn_bwd", forward.SMALL, K=K, V=V, seed=54, plan=IO_PLAN)
+
+
+def test_every_cute_backward_kernel_on_16_bit_scratch_at_t8192_h16_without_states():
+    forward.run_bwd_case("gdn_bwd", forward.BIG, H=16, K=128, V=128, h0=False, dht=False, seed=55, plan=IO_PLAN)
+
+
+def test_every_cute_backward_kernel_on_16_bit_scratch_with_grouped_value_heads_and_gate_options():
+    gva.run_case("gdn_bwd", gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=56, plan=IO_PLAN, repeats=3)

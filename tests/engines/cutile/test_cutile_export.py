@@ -19,6 +19,8 @@ import sys
 import types
 
 import numpy as np
+import re
+
 import pytest
 from _helpers import REPO_ROOT
 
@@ -553,9 +555,11 @@ def test_the_cute_kernels_say_which_ops_they_compute():
     _package()
     import types
     from cudnn_graph.engines.cutile import engine as cutile_engine
-    # the backward ops' recompute may take the CuTe prepare (checked further: device, dtype); nothing else
-    for op, kernels in (("gdn2", ("prepare", "output", "state_pass")), ("gdn2_bwd", ("prepare", "output")),
-                        ("kda_bwd", ("output", "state_pass")), ("gdn_bwd", ("output", "state_pass"))):
+    # the backward ops' recompute may take the CuTe prepare and state pass (checked further: device, dtype, and
+    # the state pass only with scratch="io"); not the output
+    for op, kernels in (("gdn2", ("prepare", "output", "state_pass")),
+                        ("gdn2_bwd", ("prepare", "output", "state_pass")), ("kda_bwd", ("output",)),
+                        ("gdn_bwd", ("output",))):
         for kernel in kernels:
             reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op), kernel)
             assert reason == f"the CuTe chunk_{kernel} computes gdn / kda, not {op}"
@@ -909,6 +913,13 @@ def test_the_backward_ranks_its_cute_prepare_and_intra_first_where_both_can_run(
         assert values.knobs["values"] == every.knobs["values"] == "cute" and values.knobs["prepare"] == "cute"
         assert every.knobs["bwd_state"] == "cute" and every.knobs.get("grads") == ("cute" if op == "gdn_bwd" else None)
         assert max(values.priority, every.priority) < by_name[f"cutile_{op}_chunk64"].priority
+        # and, for gdn, every kernel in CuTe on 16-bit scratch (the recompute's state pass too): below the default,
+        # in a smaller workspace
+        io = by_name.get(f"cutile_{op}_chunk64_cute_all_io")
+        assert (io is not None) == (op == "gdn_bwd")
+        if io is not None:
+            assert io.knobs == dict(every.knobs, state_pass="cute", scratch="io")
+            assert io.priority < by_name[f"cutile_{op}_chunk64"].priority and io.workspace_size < every.workspace_size
         assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if "cute" in p.label]
     from cudnn_graph.engines.cutile import engine as cutile_engine
     g = _grouped_gated_graph(cg, "gdn2_bwd")
@@ -955,3 +966,25 @@ def test_an_output_set_to_another_type_leaves_the_cute_kernels_out():
     assert cutile_engine._cute_output_reason(g, g.nodes[0]) == \
         "the CuTe kernels write dv as BFLOAT16; this graph sets it to FLOAT"
     assert not [p for p in _proposed(cg, g) if "cute" in p.label]
+
+
+@pytest.mark.parametrize("knobs, words", [
+    ({"scratch": "io", "prepare": "cute", "intra": "cute", "values": "cute", "bwd_state": "cute", "grads": "cute"},
+     "scratch='io' in a backward needs every kernel in CuTe; state_pass are 'cutile'"),
+    ({"prepare": "cute", "state_pass": "cute"}, "state_pass='cute' in a backward reads the recompute's scratch in the "
+                                                "input type: it needs scratch='io'"),
+    ({"scratch": "bf16"}, "scratch='bf16'; expected 'f32' or 'io'")])
+def test_the_backward_takes_16_bit_scratch_only_with_every_kernel_in_cute(knobs, words, monkeypatch):
+    # the backward's cuTile kernels read f32 scratch: a CuTe state pass over it would read f32 bits as BF16
+    cg = _package()
+    from cudnn_graph.engines.base import ExecutionContext, PlanConfig
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    monkeypatch.setattr(cutile_engine, "_support_reason", lambda graph, node: None)
+    monkeypatch.setattr(cutile_engine, "_cute_device_reason", lambda graph: None)
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None
+    g = _grouped_gated_graph(cg, "gdn_bwd")
+    plan = PlanConfig(cutile_engine.CUTILE_BASE, knobs=knobs, name="pinned", engine=engine)
+    with pytest.raises(cg.GraphNotSupportedError, match=re.escape(words)):
+        engine.build_plan(g, plan, ExecutionContext())
