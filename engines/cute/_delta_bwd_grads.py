@@ -129,10 +129,7 @@ class DeltaBwdGrads(ChunkKernel):
             self.scratch_rows(mD[c, h, None, None], sD, V, tidx)
             self.scratch_rows(mDa[c, h, None, None], sDa, CHUNK, tidx)
             cute.arch.sync_threads()
-            # an accumulator element's place in its 64 x 64 tile: rows row0 and row0 + 8, columns col0 and col0 + 1
-            # of each of the eight 8-column tiles (mma.sync m16n8's C layout, four warps along the rows)
-            row0 = (tidx // 32) * 16 + (tidx % 32) // 4
-            col0 = 2 * (tidx % 4)
+            row0, col0 = self.first_place(tidx)
             acc = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
             acc.fill(0.0)
             self.product(tiled_mma, acc, sDo, sD, tidx)

@@ -126,8 +126,7 @@ class DeltaBwdValues(ChunkKernel):
             self.scratch_rows(mU[c, h, None, None], sU, V, tidx)
             self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
             cute.arch.sync_threads()
-            row0 = (tidx // 32) * 16 + (tidx % 32) // 4
-            col0 = 2 * (tidx % 4)
+            row0, col0 = self.first_place(tidx)
 
             # 2. dW = dD S0^T, negated into S0's place
             acc_k = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, K)), Float32)

@@ -282,6 +282,12 @@ class ChunkKernel:
                 cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (row, seg)))
 
     @staticmethod
+    def first_place(tidx):
+        """(row0, col0): the first row and column of a thread's accumulator elements (``place``): four warps of
+        16 rows, a quad's lanes on a row, two columns a lane (mma.sync m16n8's C layout)."""
+        return (tidx // 32) * 16 + (tidx % 32) // 4, 2 * (tidx % 4)
+
+    @staticmethod
     def place(e: int, row0, col0):
         """(row, column) of accumulator element ``e`` of a 64 x N product (``warp_mma``, four warps along the
         rows) held by the thread whose first row and column are row0 = 16 warp + lane / 4 and col0 = 2 (lane %

@@ -938,8 +938,8 @@ def test_the_backward_with_the_softplus_gate_ranks_as_any_other_gate(op, K, firs
     assert max(plans, key=lambda p: p.priority).label == first
 
 
-def test_the_cute_values_kernel_needs_the_prepare_that_leaves_t(monkeypatch):
-    cg = _package()
+def _build_pinned_backward(cg, knobs: dict, monkeypatch):
+    """Build a gdn_bwd plan of ``knobs`` with the device checks stubbed (no GPU here to query)."""
     from cudnn_graph.engines.base import ExecutionContext, PlanConfig
     from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
     from cudnn_graph.engines.cutile import engine as cutile_engine
@@ -948,10 +948,14 @@ def test_the_cute_values_kernel_needs_the_prepare_that_leaves_t(monkeypatch):
     engine = CutileLinearAttentionEngine()
     engine.missing = None
     g = _grouped_gated_graph(cg, "gdn_bwd")
-    plan = PlanConfig(cutile_engine.CUTILE_BASE, knobs={"intra": "cute", "values": "cute"}, name="pinned",
-                      engine=engine)
+    engine.build_plan(g, PlanConfig(cutile_engine.CUTILE_BASE, knobs=knobs, name="pinned", engine=engine),
+                      ExecutionContext())
+
+
+def test_the_cute_values_kernel_needs_the_prepare_that_leaves_t(monkeypatch):
+    cg = _package()
     with pytest.raises(cg.GraphNotSupportedError, match="values='cute' reads T .* needs prepare='cute' too"):
-        engine.build_plan(g, plan, ExecutionContext())
+        _build_pinned_backward(cg, {"intra": "cute", "values": "cute"}, monkeypatch)
 
 
 def test_an_output_set_to_another_type_leaves_the_cute_kernels_out():
@@ -977,14 +981,5 @@ def test_an_output_set_to_another_type_leaves_the_cute_kernels_out():
 def test_the_backward_takes_16_bit_scratch_only_with_every_kernel_in_cute(knobs, words, monkeypatch):
     # the backward's cuTile kernels read f32 scratch: a CuTe state pass over it would read f32 bits as BF16
     cg = _package()
-    from cudnn_graph.engines.base import ExecutionContext, PlanConfig
-    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
-    from cudnn_graph.engines.cutile import engine as cutile_engine
-    monkeypatch.setattr(cutile_engine, "_support_reason", lambda graph, node: None)
-    monkeypatch.setattr(cutile_engine, "_cute_device_reason", lambda graph: None)
-    engine = CutileLinearAttentionEngine()
-    engine.missing = None
-    g = _grouped_gated_graph(cg, "gdn_bwd")
-    plan = PlanConfig(cutile_engine.CUTILE_BASE, knobs=knobs, name="pinned", engine=engine)
     with pytest.raises(cg.GraphNotSupportedError, match=re.escape(words)):
-        engine.build_plan(g, plan, ExecutionContext())
+        _build_pinned_backward(cg, knobs, monkeypatch)
