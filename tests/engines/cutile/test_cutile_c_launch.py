@@ -215,6 +215,34 @@ def test_the_all_cute_backward_launches_the_prepare_that_leaves_t_and_the_values
 
 
 @needs_cutile
+def test_a_buffer_the_16_bit_scratch_backward_cannot_take_is_an_error_naming_it(monkeypatch):
+    # scratch="io": no cuTile kernel of the backward reads 16-bit scratch, so nothing can stand in for a CuTe
+    # kernel that refuses a buffer (here q, 2 bytes off the 16-byte alignment it was compiled for)
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    import cudnn_graph as cg
+    from cudnn_graph import Slot
+    from cudnn_graph.errors import AlignmentError
+    plan, _ = _plan(cg, "gdn_bwd", monkeypatch, label="cutile_gdn_bwd_chunk64_cute_all_io")
+    g = _graph(cg, "gdn_bwd")
+    node = g.nodes[0]
+    names = {cg.data_type.BFLOAT16: "bfloat16", cg.data_type.FLOAT: "float32", cg.data_type.INT32: "int32"}
+    tensors = {port: t for port, t in {**node.inputs, **node.outputs}.items() if t is not None}
+
+    def slots(offset_of_q):
+        return {port: Slot.from_address(0x7F0000000000 + i * 0x100000 + (offset_of_q if port == "q" else 0),
+                                        tuple(t.dim), None, names[g.view.data_type(t)], "cuda:0")
+                for i, (port, t) in enumerate(tensors.items())}
+
+    workspace = plan._regions(0x7E0000000000)
+    aligned = slots(0)
+    kernels = [kernel for _, _, kernel, _ in plan._launch_list(aligned.__getitem__, workspace)]
+    assert any("values" in getattr(getattr(k, "_launcher", None), "name", "") for k in kernels)
+    with pytest.raises(AlignmentError, match="tensor 'q'.*16-byte aligned; got 0x7f0000000002"):
+        plan._launch_list(slots(2).__getitem__, workspace)
+
+
+@needs_cutile
 def test_a_plan_exports_the_launch_records_a_blob_carries_for_the_c_runtime(monkeypatch):
     """export_launch: one calling-convention-2 record per launch_description kernel, in launch order, that
     pack into a blob (format version 4) and read back equal, checked against the plan's tensor table."""
