@@ -98,10 +98,9 @@ class CuteLaunch:
         (``values="cute"``): the CuTe kernel reads k, v, g, beta, cu_seqlens and writes w, u, g_out, kd and T (no
         cuTile kernel: the plan checks ``takes`` first, for it and the values kernel together)."""
         from ..cute._delta_prepare import prepare_inverse_launcher
-        g_dtype = "float32" if variant.gates.on_gate else variant.gates.g_dtype
-        launcher = prepare_inverse_launcher(variant.io_dtype, g_dtype, variant.beta_dtype, variant.scratch_dtype,
-                                            variant.K, variant.V, geometry.HQ, geometry.H, variant.use_l2,
-                                            variant.n_seq, per_channel=variant.per_channel)
+        launcher = prepare_inverse_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype,
+                                            variant.scratch_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
+                                            variant.use_l2, variant.n_seq, per_channel=variant.per_channel)
         return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod
