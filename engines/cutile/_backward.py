@@ -7,9 +7,11 @@ import dataclasses
 
 from ..base import PlanConfig
 from ...errors import GraphNotSupportedError
+from . import _c_launch
 from ._cute_launch import CuteLaunch
 from ._variants import CHUNK, Variant
-from .engine import (BACKWARD_BLOCK_V, MMA_TYPES, CutileForwardPlan, _cdiv, _Geometry, _kernel_source,
+from .engine import (BACKWARD_BLOCK_V, MMA_TYPES, STATE_PASS_FILL, CutileForwardPlan, _cdiv, _cute_kernels_reason,
+                     _Geometry, _kernel_source, backward_workspace_size, logger,
                      variant_of)
 
 
@@ -18,8 +20,13 @@ class CutileBackwardPlan(CutileForwardPlan):
     reverse state pass and the per-chunk gradients in two parts (``_kernels``: chunk_bwd_intra,
     chunk_bwd_state_pass, chunk_bwd_values, chunk_bwd_grads)."""
 
-    def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry):
+    def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry,
+                 f32_twin: "CutileBackwardPlan | None" = None):
         super().__init__(plan, graph, node, variant, geometry)
+        # scratch="io": the same kernels on f32 scratch in this plan's workspace, for a call whose buffers a CuTe
+        # kernel refuses (no cuTile kernel of the backward reads 16-bit scratch to stand in for it alone)
+        self._f32_twin = f32_twin
+        self._told_fallback = False
         from . import _kernels
         self._bwd_intra = _kernels.chunk_bwd_intra
         if variant.intra == "cute":
@@ -95,31 +102,30 @@ class CutileBackwardPlan(CutileForwardPlan):
         ]
         if self._cute_values is not None:
             self._take_cute_values(launches, sc)
-        if self._io_scratch:
-            self._check_io_scratch(launches, slot)
+        if self._f32_twin is not None:
+            self._check_io_scratch(launches)
         return launches
 
-    def _check_io_scratch(self, launches: list, slot) -> None:
-        """scratch="io": every kernel is CuTe and reads the recompute's scratch in the input type, which no
-        cuTile kernel of the backward takes, so there is nothing to fall back to: a buffer the CuTe kernels
-        refuse (not packed row-major, or not 16-byte aligned) is an error naming it."""
-        from ...errors import AlignmentError, StrideMismatchError
-        from ..._layout import row_major_strides
-        if all(kernel.takes(args) for _, _, kernel, args in launches if isinstance(kernel, CuteLaunch)):
-            return
-        for port in self._uid:
-            buffer = slot(port) if self._uid[port] is not None else None
-            if buffer is None or not hasattr(buffer, "data_ptr"):
-                continue
-            if buffer.numel > 1 and tuple(buffer.strides) != row_major_strides(buffer.shape):
-                raise StrideMismatchError(port, self._uid[port], f"strides (plan {self.plan.label}, every kernel "
-                                          "in CuTe on 16-bit scratch)", row_major_strides(buffer.shape),
-                                          tuple(buffer.strides))
-            if buffer.data_ptr % 16:
-                raise AlignmentError(port, self._uid[port], f"base address (plan {self.plan.label}, every kernel in "
-                                     "CuTe on 16-bit scratch)", "16-byte aligned", hex(buffer.data_ptr))
-        raise GraphNotSupportedError(f"plan {self.plan.label}: a CuTe kernel did not compile (see the log) and "
-                                     "its 16-bit scratch has no cuTile kernel to fall back to")
+    def _check_io_scratch(self, launches: list) -> None:
+        """scratch="io": every launch over the recompute's scratch must be CuTe (no cuTile kernel of the backward
+        reads 16-bit scratch), so a CuTe kernel that refuses the buffers (not packed row-major, misaligned, or
+        it did not compile) refuses the plan's 16-bit form for the call: IoScratchRefused, which keeps the C
+        path off (it is an Unsupported) and sends a Python-path execute to the f32 twin."""
+        for name, _, kernel, args in launches:
+            if name in _SCRATCH_LAUNCHES and not (isinstance(kernel, CuteLaunch) and kernel.takes(args)):
+                raise IoScratchRefused(f"the CuTe {name} launch refuses this call's buffers; the plan's 16-bit "
+                                       "scratch has no cuTile reader")
+
+    def _launches_at(self, slot, base: int) -> list:
+        """scratch="io": the f32 twin's launches where a CuTe launch refuses this call's buffers (each of those
+        CuTe where it takes them, cuTile where not)."""
+        try:
+            return super()._launches_at(slot, base)
+        except IoScratchRefused as refused:
+            if not self._told_fallback:
+                self._told_fallback = True
+                logger.info("%s: %s; the same kernels on f32 scratch run it", self.plan.label, refused)
+            return self._f32_twin._launches_at(slot, base)
 
     def _take_cute_values(self, launches: list, sc) -> None:
         """``values="cute"``: the recompute's prepare leaves T = (I + A)^-1 in dA's region and the CuTe
@@ -136,8 +142,69 @@ class CutileBackwardPlan(CutileForwardPlan):
             launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
 
 
+class IoScratchRefused(_c_launch.Unsupported):
+    """A scratch="io" plan's CuTe launch refuses a call's buffers (the Python path runs the f32 twin)."""
+
+
+# the launches that write or read the recompute's w, u, kd, d and hs (16-bit with scratch="io")
+_SCRATCH_LAUNCHES = ("prepare", "state_pass", "bwd_intra", "bwd_state_pass", "bwd_values", "bwd_grads")
+
 # a backward plan's kernel-source knobs ("state_pass": its forward recompute's)
 BACKWARD_KERNEL_KNOBS = ("prepare", "state_pass", "intra", "bwd_state", "values", "grads")
+
+
+def backward_variants(graph, node) -> list:
+    """The backward plans this graph can have, as (name suffix, knobs, rank: higher first).
+
+    The default (TF32 products) ranks first where no CuTe kernel can run (not sm_90, gdn2); there, ``auto``
+    (BF16 / FP16 products where they are safe) is to pin. The recompute's prepare with chunk_bwd_intra in CuTe
+    (``cute_prepare_intra``) ranks above the default (7-9% faster on the H200, session 19). On sm_90 the more
+    kernels in CuTe the faster (H100, session 27: GPU ms at 4 x 2048, H 16, K = V = 128 BF16 against the
+    default's 2.348 / 2.869 for gdn / kda; docs/engines_cutile.md "The backward"):
+
+    - ``cute_all_io`` (gdn, BF16: every kernel in CuTe, the recompute's scratch in the input type) first: 1.122,
+      and 0.43-0.61x the default at every shape timed;
+    - else ``cute_all`` (every kernel the op has in CuTe; kda's chunk_bwd_grads is cuTile): gdn 1.398, kda
+      2.432, where the reverse state pass's CTAs (32 value columns each) fill the GPU; where they do not (one
+      long sequence, K = V = 64 at 4 x 2048), ``cute_all_tile_state``, the cuTile reverse pass, which has more
+      CTAs in flight there (one 32k sequence: 2.47 / 2.69 ms against the CuTe pass's 3.32 / 3.86);
+    - the plans with fewer CuTe kernels (each measured slower than these) are kept to pin or time.
+    """
+    variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
+    cute = {kernel: _cute_kernels_reason(graph, node, kernel) is None
+            for kernel in ("prepare", "intra", "grads", "bwd_state", "values", "state_pass")}
+    if cute["prepare"]:
+        variants.append(("cute_prepare", {"mma": "tf32", "prepare": "cute"}, 5.0))
+    if cute["intra"]:
+        variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0))
+    if cute["prepare"] and cute["intra"]:
+        both = {"mma": "tf32", "prepare": "cute", "intra": "cute"}
+        variants.append(("cute_prepare_intra", both, 16.0))
+        if cute["grads"]:
+            variants.append(("cute_prepare_intra_grads", {**both, "grads": "cute"}, 1.5))
+        if cute["bwd_state"]:
+            variants.append(("cute_prepare_intra_state", {**both, "bwd_state": "cute"}, 1.4))
+            if cute["grads"]:
+                variants.append(("cute_prepare_intra_grads_state",
+                                 {**both, "bwd_state": "cute", "grads": "cute"}, 1.6))
+        if cute["values"]:
+            values = {**both, "values": "cute"}
+            variants.append(("cute_prepare_intra_values", values, 1.3))
+            but_state = {**values, **({"grads": "cute"} if cute["grads"] else {})}
+            every = {**but_state, **({"bwd_state": "cute"} if cute["bwd_state"] else {})}
+            sequences, heads, V = node.inputs["cu_seqlens"].dim[0] - 1, node.inputs["v"].dim[1], node.inputs["v"].dim[2]
+            fills = sequences * heads * (V // BACKWARD_BLOCK_V) >= STATE_PASS_FILL     # the reverse pass's CTAs
+            variants.append(("cute_all", every, 20.0 if fills else 1.7))
+            if every != but_state:
+                variants.append(("cute_all_tile_state", but_state, 1.65 if fills else 20.0))
+            if every.get("grads") == every.get("bwd_state") == "cute" and cute["state_pass"]:   # gdn, BF16
+                variants.append(("cute_all_io", {**every, "state_pass": "cute", "scratch": "io"}, 30.0))
+    # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider loads; half
+    # the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill 2.7 KB a thread in
+    # chunk_bwd_grads): to pin or time
+    variants += [(f"{suffix}_bv64" if suffix else "bv64", {**knobs, "block_v": 64}, 2.0)
+                 for suffix, knobs, priority in variants if suffix in ("", "cute_prepare_intra")]
+    return variants
 
 
 def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
@@ -160,16 +227,19 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
     scratch = plan.knobs.get("scratch", "f32")
     if scratch not in ("f32", "io"):
         raise GraphNotSupportedError(f"scratch={scratch!r}; expected 'f32' or 'io'")
-    io_scratch = ""
-    if scratch == "io":
-        # the backward's cuTile kernels read f32 scratch: with 16-bit scratch every kernel is CuTe
-        cutile = [kernel for kernel, source in sources.items() if source != "cute"]
-        if cutile:
-            raise GraphNotSupportedError(f"scratch='io' in a backward needs every kernel in CuTe; "
-                                         f"{', '.join(cutile)} are 'cutile'")
-        io_scratch = variant.io_dtype
-        variant = dataclasses.replace(variant, scratch_dtype=io_scratch)
-    elif variant.state_pass == "cute":
-        raise GraphNotSupportedError("state_pass='cute' in a backward reads the recompute's scratch in the input "
-                                     "type: it needs scratch='io'")
-    return CutileBackwardPlan(plan, graph, node, variant, _Geometry(node, backward=True, io_scratch=io_scratch))
+    if scratch == "f32":
+        if variant.state_pass == "cute":
+            raise GraphNotSupportedError("state_pass='cute' in a backward reads the recompute's scratch in the "
+                                         "input type: it needs scratch='io'")
+        return CutileBackwardPlan(plan, graph, node, variant, _Geometry(node, backward=True))
+    # the backward's cuTile kernels read f32 scratch: with 16-bit scratch every kernel is CuTe
+    cutile = [kernel for kernel, source in sources.items() if source != "cute"]
+    if cutile:
+        raise GraphNotSupportedError(f"scratch='io' in a backward needs every kernel in CuTe; "
+                                     f"{', '.join(cutile)} are 'cutile'")
+    twin = CutileBackwardPlan(plan, graph, node, dataclasses.replace(variant, state_pass="cutile"),
+                              _Geometry(node, backward=True))
+    geometry = _Geometry(node, backward=True, io_scratch=variant.io_dtype)
+    geometry.workspace_size = backward_workspace_size(node, variant.io_dtype, "io")   # room for the twin's too
+    return CutileBackwardPlan(plan, graph, node, dataclasses.replace(variant, scratch_dtype=variant.io_dtype),
+                              geometry, twin)

@@ -231,6 +231,13 @@ def _support_reason(graph, node) -> str | None:
     return None
 
 
+def backward_workspace_size(node, io_dtype: str, scratch: str) -> int:
+    """A backward plan's workspace: its f32 scratch, or with scratch="io" room for its scratch in the input type
+    ``io_dtype`` and for its f32 twin's (``_backward``: the larger of the two)."""
+    f32 = _Geometry(node, backward=True).workspace_size
+    return f32 if scratch != "io" else max(f32, _Geometry(node, backward=True, io_scratch=io_dtype).workspace_size)
+
+
 class CutileForwardPlan(CompiledPlan):
     """A built forward plan: the variant's kernels, the operands' uids and the workspace layout."""
 
@@ -422,7 +429,11 @@ class CutileForwardPlan(CompiledPlan):
             launch.execute_addresses([slots[positions[u]].data_ptr for u in self._c_operand_uids], base,
                                      stream)
             return
-        self._launch_all(stream, self._launch_list(self._slot_reader(variant_pack), self._regions(base)))
+        self._launch_all(stream, self._launches_at(self._slot_reader(variant_pack), base))
+
+    def _launches_at(self, slot, base: int) -> list:
+        """The launches of a Python-path execute on the workspace at ``base``."""
+        return self._launch_list(slot, self._regions(base))
 
     # -- the C launch path (engines/cutile/_c_launch.py, src/cudnn_graph/_tile_launch.pyx) -----------------
 
@@ -533,59 +544,13 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
         self._require_toolchain()
         if node.op in BACKWARD_OPS:
-            # mma: the forward recompute's and the reverse state pass's products (the gradients stay TF32);
-            # cute_prepare: the recompute's chunk_prepare in CuTe DSL (sm_90): 7-9% faster on the H200 at
-            # 4 x 2048, H 16 (gdn bf16 K=128 2.27 vs 2.44 ms, K=64 1.14 vs 1.25, fp16 2.29 vs 2.49; kda bf16
-            # 2.74 vs 2.97); cute_intra: chunk_bwd_intra in CuTe DSL (engines/cute/_delta_bwd_intra), 0.08 ms
-            # of 2.48 (gdn) and 0.12 of 3.01 (kda) less than the default at 4 x 2048, H 16, K = 128 bf16
-            # (session 19). Both together (cute_prepare_intra) rank first.
-            variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
-            cute_prepare = _cute_kernels_reason(graph, node, "prepare") is None
-            cute_intra = _cute_kernels_reason(graph, node, "intra") is None
-            if cute_prepare:
-                variants.append(("cute_prepare", {"mma": "tf32", "prepare": "cute"}, 5.0))
-            if cute_intra:
-                variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0))
-            if cute_prepare and cute_intra:
-                variants.append(("cute_prepare_intra", {"mma": "tf32", "prepare": "cute", "intra": "cute"}, 16.0))
-                # chunk_bwd_grads in CuTe DSL too (engines/cute/_delta_bwd_grads; gdn, BF16): its GPU tests passed
-                # (H100, session 26), not yet timed, so to pin or time
-                if _cute_kernels_reason(graph, node, "grads") is None:
-                    variants.append(("cute_prepare_intra_grads",
-                                     {"mma": "tf32", "prepare": "cute", "intra": "cute", "grads": "cute"}, 1.5))
-                # the reverse state pass in CuTe DSL too (DeltaStatePassReverse; BF16 / FP16 products, as the
-                # mma="bf16" plan's): GPU tests passed (H100, session 26), not yet timed, so to pin or time; with
-                # the gradients' kernel where that one can run
-                if _cute_kernels_reason(graph, node, "bwd_state") is None:
-                    state = {"mma": "tf32", "prepare": "cute", "intra": "cute", "bwd_state": "cute"}
-                    variants.append(("cute_prepare_intra_state", state, 1.4))
-                    if _cute_kernels_reason(graph, node, "grads") is None:
-                        variants.append(("cute_prepare_intra_grads_state", {**state, "grads": "cute"}, 1.6))
-                # chunk_bwd_values in CuTe DSL from the T the CuTe prepare leaves (engines/cute/_delta_bwd_values):
-                # not yet run on a GPU, so to pin or time; cute_all: every backward kernel the op has in CuTe
-                if _cute_kernels_reason(graph, node, "values") is None:
-                    values = {"mma": "tf32", "prepare": "cute", "intra": "cute", "values": "cute"}
-                    variants.append(("cute_prepare_intra_values", values, 1.3))
-                    every = {**values, **{kernel: "cute" for kernel in ("bwd_state", "grads")
-                                          if _cute_kernels_reason(graph, node, kernel) is None}}
-                    variants.append(("cute_all", every, 1.7))
-                    # and the recompute's w, u, kd, d and hs in the input type, its state pass in CuTe too
-                    # (gdn: every kernel has a CuTe form), not yet run on a GPU
-                    if every.get("grads") == "cute" and _cute_kernels_reason(graph, node, "state_pass") is None:
-                        variants.append(("cute_all_io", {**every, "state_pass": "cute", "scratch": "io"}, 1.8))
-            # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider
-            # loads; half the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill
-            # 2.7 KB a thread in chunk_bwd_grads): not yet timed, so to pin or time
-            variants += [(f"{suffix}_bv64" if suffix else "bv64", {**knobs, "block_v": 64}, 2.0)
-                         for suffix, knobs, priority in variants if priority >= 10.0]
-            # the workspace by the scratch's type ("": f32; scratch="io": the input type)
+            from ._backward import backward_variants
             io_dtype = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
-            sizes = {kind: _Geometry(node, backward=True, io_scratch=kind).workspace_size for kind in ("", io_dtype)}
+            sizes = {scratch: backward_workspace_size(node, io_dtype, scratch) for scratch in ("f32", "io")}
             return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, **knobs},
                                name=f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else ""),
-                               engine=self, priority=priority,
-                               workspace_size=sizes[io_dtype if knobs.get("scratch") == "io" else ""])
-                    for suffix, knobs, priority in variants]
+                               engine=self, priority=priority, workspace_size=sizes[knobs.get("scratch", "f32")])
+                    for suffix, knobs, priority in backward_variants(graph, node)]
         plans = []
         cute_ok = {kernel: _cute_kernels_reason(graph, node, kernel) is None for kernel in FORWARD_KERNEL_KNOBS}
         io_dtype = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]

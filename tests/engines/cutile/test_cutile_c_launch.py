@@ -215,14 +215,16 @@ def test_the_all_cute_backward_launches_the_prepare_that_leaves_t_and_the_values
 
 
 @needs_cutile
-def test_a_buffer_the_16_bit_scratch_backward_cannot_take_is_an_error_naming_it(monkeypatch):
-    # scratch="io": no cuTile kernel of the backward reads 16-bit scratch, so nothing can stand in for a CuTe
-    # kernel that refuses a buffer (here q, 2 bytes off the 16-byte alignment it was compiled for)
+def test_a_buffer_the_16_bit_scratch_backward_refuses_runs_on_its_f32_twin(monkeypatch):
+    # scratch="io": no cuTile kernel of the backward reads 16-bit scratch, so where a CuTe kernel refuses a
+    # buffer (here q, 2 bytes off the 16-byte alignment it was compiled for) the same kernels on f32 scratch run
+    # the call, in the same workspace (sized for both); the C path is not built for such a call
     pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
     import cudnn_graph as cg
     from cudnn_graph import Slot
-    from cudnn_graph.errors import AlignmentError
+    from cudnn_graph.engines.cutile import _c_launch
+    from cudnn_graph.engines.cutile._backward import IoScratchRefused
     plan, _ = _plan(cg, "gdn_bwd", monkeypatch, label="cutile_gdn_bwd_chunk64_cute_all_io")
     g = _graph(cg, "gdn_bwd")
     node = g.nodes[0]
@@ -234,12 +236,24 @@ def test_a_buffer_the_16_bit_scratch_backward_cannot_take_is_an_error_naming_it(
                                         tuple(t.dim), None, names[g.view.data_type(t)], "cuda:0")
                 for i, (port, t) in enumerate(tensors.items())}
 
-    workspace = plan._regions(0x7E0000000000)
-    aligned = slots(0)
-    kernels = [kernel for _, _, kernel, _ in plan._launch_list(aligned.__getitem__, workspace)]
+    def scratch_types(launches):
+        """The element types of the workspace buffers the launches pass."""
+        return {a.dtype for _, _, _, args in launches for a in args
+                if getattr(a, "data_ptr", 0) >= base and a.data_ptr < base + plan.workspace_size}
+
+    base = 0x7E0000000000
+    aligned = plan._launches_at(slots(0).__getitem__, base)
+    kernels = [kernel for _, _, kernel, _ in aligned]
     assert any("values" in getattr(getattr(k, "_launcher", None), "name", "") for k in kernels)
-    with pytest.raises(AlignmentError, match="tensor 'q'.*16-byte aligned; got 0x7f0000000002"):
-        plan._launch_list(slots(2).__getitem__, workspace)
+    assert "bfloat16" in scratch_types(aligned)
+    with pytest.raises(IoScratchRefused, match="the CuTe bwd_intra launch refuses"):
+        plan._launch_list(slots(2).__getitem__, plan._regions(base))
+    assert issubclass(IoScratchRefused, _c_launch.Unsupported)      # the C path stays off for such a call
+    misaligned = plan._launches_at(slots(2).__getitem__, base)
+    assert scratch_types(misaligned) == {"float32"}
+    assert [name for name, *_ in misaligned] == [name for name, *_ in aligned]
+    regions = plan._f32_twin._geometry.regions
+    assert max(offset for offset, _ in regions.values()) < plan.workspace_size == plan.plan.workspace_size
 
 
 @needs_cutile
