@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..base import PlanConfig
+from ..base import GraphView, PlanConfig
+from ...data_type import DataType
 from ...errors import GraphNotSupportedError
 from . import _c_launch
 from ._cute_launch import CuteLaunch
 from ._variants import CHUNK, Variant
-from .engine import (BACKWARD_BLOCK_V, MMA_TYPES, STATE_PASS_FILL, CutileForwardPlan, _cdiv, _cute_kernels_reason,
-                     _Geometry, _kernel_source, backward_workspace_size, logger,
-                     variant_of)
+from .engine import (BACKWARD_BLOCK_V, MMA_TYPES, CutileForwardPlan, _cdiv, _cute_kernels_reason, _Geometry,
+                     _kernel_source, backward_workspace_size, logger, variant_of)
 
 
 class CutileBackwardPlan(CutileForwardPlan):
@@ -159,16 +159,18 @@ def backward_variants(graph, node) -> list:
     The default (TF32 products) ranks first where no CuTe kernel can run (not sm_90, gdn2); there, ``auto``
     (BF16 / FP16 products where they are safe) is to pin. The recompute's prepare with chunk_bwd_intra in CuTe
     (``cute_prepare_intra``) ranks above the default (7-9% faster on the H200, session 19). On sm_90 the more
-    kernels in CuTe the faster (H100, session 27: GPU ms at 4 x 2048, H 16, K = V = 128 BF16 against the
-    default's 2.348 / 2.869 for gdn / kda; docs/engines_cutile.md "The backward"):
+    kernels in CuTe the faster (H100, session 27, GPU ms against the default; docs/engines_cutile.md "The
+    backward"): with BF16 inputs ``cute_all`` (every kernel the op has in CuTe; kda's chunk_bwd_grads is cuTile)
+    ranks first, gdn 1.398 against 2.348 and kda 2.432 against 2.869 at 4 x 2048, H 16, K = V = 128, and faster
+    at every shape timed. Kept to pin or time until their GPU tests have run:
 
-    - ``cute_all_io`` (gdn, BF16: every kernel in CuTe, the recompute's scratch in the input type) first: 1.122,
-      and 0.43-0.61x the default at every shape timed;
-    - else ``cute_all`` (every kernel the op has in CuTe; kda's chunk_bwd_grads is cuTile): gdn 1.398, kda
-      2.432, where the reverse state pass's CTAs (32 value columns each) fill the GPU; where they do not (one
-      long sequence, K = V = 64 at 4 x 2048), ``cute_all_tile_state``, the cuTile reverse pass, which has more
-      CTAs in flight there (one 32k sequence: 2.47 / 2.69 ms against the CuTe pass's 3.32 / 3.86);
-    - the plans with fewer CuTe kernels (each measured slower than these) are kept to pin or time.
+    - ``cute_all_io`` (gdn, BF16: every kernel in CuTe, the recompute's scratch in the input type): 1.122 there
+      and 0.43-0.61x the default at every shape timed; a call whose buffers a CuTe kernel refuses runs on its
+      f32 twin (``CutileBackwardPlan._launches_at``);
+    - ``cute_all_tile_state``: the cuTile reverse state pass, which has more CTAs in flight where the sequences
+      are few (one 32k sequence: 2.47 / 2.69 ms for gdn / kda against the CuTe pass's 3.32 / 3.86);
+    - ``cute_all`` with FP16 inputs (gdn 2.002 against 2.378; each of its kernels GPU-tested in FP16);
+    - the plans with fewer CuTe kernels (each measured slower than ``cute_all``).
     """
     variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
     cute = {kernel: _cute_kernels_reason(graph, node, kernel) is None
@@ -192,13 +194,12 @@ def backward_variants(graph, node) -> list:
             variants.append(("cute_prepare_intra_values", values, 1.3))
             but_state = {**values, **({"grads": "cute"} if cute["grads"] else {})}
             every = {**but_state, **({"bwd_state": "cute"} if cute["bwd_state"] else {})}
-            sequences, heads, V = node.inputs["cu_seqlens"].dim[0] - 1, node.inputs["v"].dim[1], node.inputs["v"].dim[2]
-            fills = sequences * heads * (V // BACKWARD_BLOCK_V) >= STATE_PASS_FILL     # the reverse pass's CTAs
-            variants.append(("cute_all", every, 20.0 if fills else 1.7))
+            bf16 = GraphView.of(graph).data_type(node.inputs["q"]) == DataType.BFLOAT16
+            variants.append(("cute_all", every, 20.0 if bf16 else 1.7))
             if every != but_state:
-                variants.append(("cute_all_tile_state", but_state, 1.65 if fills else 20.0))
+                variants.append(("cute_all_tile_state", but_state, 1.65))
             if every.get("grads") == every.get("bwd_state") == "cute" and cute["state_pass"]:   # gdn, BF16
-                variants.append(("cute_all_io", {**every, "state_pass": "cute", "scratch": "io"}, 30.0))
+                variants.append(("cute_all_io", {**every, "state_pass": "cute", "scratch": "io"}, 1.8))
     # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider loads; half
     # the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill 2.7 KB a thread in
     # chunk_bwd_grads): to pin or time
