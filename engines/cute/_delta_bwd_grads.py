@@ -126,13 +126,10 @@ class DeltaBwdGrads(ChunkKernel):
             self.row_factors(mQ[None, hk, None], mK[None, hk, None], mG, mBeta, rows, h, hk, start, count, tidx)
             # dO (zeros past the chunk's end) and D into shared memory, then dm and dA
             self.load_rows(mDo[None, h, None], sDo, start, count, V, False, tidx)
-            self.rounded_rows(mD[c, h, None, None], sD, V, tidx)
-            self.rounded_rows(mDa[c, h, None, None], sDa, CHUNK, tidx)
+            self.scratch_rows(mD[c, h, None, None], sD, V, tidx)
+            self.scratch_rows(mDa[c, h, None, None], sDa, CHUNK, tidx)
             cute.arch.sync_threads()
-            # an accumulator element's place in its 64 x 64 tile: rows row0 and row0 + 8, columns col0 and col0 + 1
-            # of each of the eight 8-column tiles (mma.sync m16n8's C layout, four warps along the rows)
-            row0 = (tidx // 32) * 16 + (tidx % 32) // 4
-            col0 = 2 * (tidx % 4)
+            row0, col0 = self.first_place(tidx)
             acc = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
             acc.fill(0.0)
             self.product(tiled_mma, acc, sDo, sD, tidx)
@@ -291,13 +288,13 @@ class DeltaBwdGrads(ChunkKernel):
     @cute.jit
     def rounded_state_rows(self, gS0: cute.Tensor, gDs1: cute.Tensor, sS0: cute.Tensor, sDs1: cute.Tensor,
                            kb: Int32, tidx: Int32):
-        """Key rows [64 kb, 64 kb + 64) of S0 and dS1 (K x V, f32) rounded into sS0 / sDs1 (64 x V); returns this
-        thread's share of sum(S0 * dS1) over them, in f32."""
+        """Key rows [64 kb, 64 kb + 64) of S0 (K x V, f32 or the input type) and dS1 (f32) in the input type into
+        sS0 / sDs1 (64 x V); returns this thread's share of sum(S0 * dS1) over them, in f32."""
         V = self.V
         segs = V // SEG
         rows_per_pass = THREADS // segs
         seg = tidx % segs
-        a = cute.make_rmem_tensor((1, SEG), Float32)
+        a = cute.make_rmem_tensor((1, SEG), gS0.element_type)     # f32, or the input type (its scratch)
         b = cute.make_rmem_tensor((1, SEG), Float32)
         out = cute.make_rmem_tensor((1, SEG), self.io)
         total = Float32(0.0)
@@ -305,7 +302,7 @@ class DeltaBwdGrads(ChunkKernel):
             row = tidx // segs + p * rows_per_pass
             cute.autovec_copy(cute.local_tile(gS0, (1, SEG), (kb * CHUNK + row, seg)), a)
             cute.autovec_copy(cute.local_tile(gDs1, (1, SEG), (kb * CHUNK + row, seg)), b)
-            x, y = a.load(), b.load()
+            x, y = a.load().to(Float32), b.load()
             total = total + (x * y).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
             out.store(x.to(self.io))
             cute.autovec_copy(out, cute.local_tile(sS0, (1, SEG), (row, seg)))
@@ -424,22 +421,25 @@ class DeltaBwdGrads(ChunkKernel):
 
 
 def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
-                   dbeta_dtype: str) -> tuple:
-    """(element type, assumed alignment) of each pointer: q, k, g, beta, dO, cu_seqlens, hs, dhs, d, dCg, dA,
-    dbeta's v part, dq / dk before the norm (f32), dq, dk, dg, dbeta."""
+                   dbeta_dtype: str, scratch_dtype: str = "float32") -> tuple:
+    """(element type, assumed alignment) of each pointer: q, k, g, beta, dO, cu_seqlens, hs and d (the recompute's
+    scratch: f32 or the input type), dhs, dCg, dA, dbeta's v part, dq / dk before the norm (f32), dq, dk, dg,
+    dbeta."""
     f32 = ("float32", 16)
+    scratch = (scratch_dtype, 16)
     return ((io_dtype, 16), (io_dtype, 16), (g_dtype, ITEMSIZE[g_dtype]), (beta_dtype, ITEMSIZE[beta_dtype]),
-            (io_dtype, 16), ("int32", 4), f32, f32, f32, f32, f32, ("float32", 4), f32, f32, (dq_dtype, 16),
+            (io_dtype, 16), ("int32", 4), scratch, f32, scratch, f32, f32, ("float32", 4), f32, f32, (dq_dtype, 16),
             (dq_dtype, 16), (dg_dtype, ITEMSIZE[dg_dtype]), (dbeta_dtype, ITEMSIZE[dbeta_dtype]))
 
 
 def bwd_grads_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
                        dbeta_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
-                       n_seq: int) -> KernelLauncher:
+                       n_seq: int, scratch_dtype: str = "float32") -> KernelLauncher:
     """The launcher of one specialisation; its slots: q, k, g, beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's
-    v part, dq / dk before the norm, dq, dk, dg, dbeta."""
+    v part, dq / dk before the norm, dq, dk, dg, dbeta (hs and d in ``scratch_dtype``)."""
     key = ("chunk_bwd_grads", io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K, V, HQ, H, use_l2,
-           float(scale))
+           float(scale), scratch_dtype)
     return KernelLauncher(lambda: DeltaBwdGrads(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K,
                                                 V, HQ, H, use_l2, scale),
-                          key, _pointer_types(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype), n_seq)
+                          key, _pointer_types(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype,
+                                              scratch_dtype), n_seq)

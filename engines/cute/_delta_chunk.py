@@ -263,20 +263,29 @@ class ChunkKernel:
                                       cute.local_tile(dst, (1, SEG), (dst_row + row, dst_seg + seg)))
 
     @cute.jit
-    def rounded_rows(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32,
+    def scratch_rows(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32,
                      rows: cutlass.Constexpr = CHUNK):
-        """src (``rows`` x width, f32, global: the backward's scratch) rounded to the input type into dst
-        (shared), in segments of 8 columns, a row's on adjacent threads."""
+        """src (``rows`` x width, global: the backward's scratch, f32 or the input type) into dst (shared, the
+        input type), rounded from f32 or copied, in segments of 8 columns, a row's on adjacent threads."""
         segs = width // SEG
         rows_per_pass = self.threads // segs
         seg = tidx % segs
-        raw = cute.make_rmem_tensor((1, SEG), Float32)
+        raw = cute.make_rmem_tensor((1, SEG), src.element_type)
         out = cute.make_rmem_tensor((1, SEG), self.io)
         for p in range_constexpr(rows // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
             cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)), raw)
-            out.store(raw.load().to(self.io))
-            cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (row, seg)))
+            if const_expr(src.element_type is self.io):
+                cute.autovec_copy(raw, cute.local_tile(dst, (1, SEG), (row, seg)))
+            else:
+                out.store(raw.load().to(self.io))
+                cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (row, seg)))
+
+    @staticmethod
+    def first_place(tidx):
+        """(row0, col0): the first row and column of a thread's accumulator elements (``place``): four warps of
+        16 rows, a quad's lanes on a row, two columns a lane (mma.sync m16n8's C layout)."""
+        return (tidx // 32) * 16 + (tidx % 32) // 4, 2 * (tidx % 4)
 
     @staticmethod
     def place(e: int, row0, col0):

@@ -93,8 +93,9 @@ class DeltaPrepare(ChunkKernel):
     @cute.jit
     def run(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer, pcu: cute.Pointer,
             pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer, tokens: Int32, chunks: Int32,
-            n_seq: Int32, scores=None):
-        """The kernel's body; ``scores``, when given, the pointers (q, qg, attn) of ``DeltaPrepareScores``."""
+            n_seq: Int32, scores=None, inverse=None):
+        """The kernel's body; ``scores``, when given, the pointers (q, qg, attn) of ``DeltaPrepareScores``;
+        ``inverse``, the pointer T goes to (``DeltaPrepareInverse``)."""
         K, V, H, HQ = self.K, self.V, self.H, self.HQ
         io = self.io
         mK = cute.make_tensor(pk, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
@@ -108,6 +109,9 @@ class DeltaPrepare(ChunkKernel):
         mGo = cute.make_tensor(pgo, cute.make_layout((tokens, H), stride=(H, 1)))
         mGs = cute.make_tensor(pgo, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))   # per channel
         mGc = cute.make_tensor(pg, cute.make_layout((tokens, H, K), stride=(H * K, K, 1)))
+        mT = None
+        if const_expr(inverse is not None):
+            mT = chunk_major(inverse, chunks, H, CHUNK)
         tiled_mma, tidx, h, hk, _ = self.block_heads()
 
         storage = SmemAllocator().allocate(self.shared_storage())
@@ -125,15 +129,18 @@ class DeltaPrepare(ChunkKernel):
         # 1. which sequence and tokens chunk c covers
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
+            gT = None
+            if const_expr(mT is not None):
+                gT = mT[c, h, None, None]
             if const_expr(self.per_channel):
                 self.prepare_per_channel(tiled_mma, mK, mV, mB, mGc, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
-                                         sBeta, c, h, hk, start, count, tidx)
+                                         sBeta, c, h, hk, start, count, tidx, gT)
             else:
                 score_views = None
                 if const_expr(scores is not None):
                     score_views = self.score_views(*scores, tokens, chunks)
                 self.prepare_per_token(tiled_mma, mK, mV, mG, mB, mGo, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
-                                       sBeta, c, h, hk, start, count, tidx, score_views)
+                                       sBeta, c, h, hk, start, count, tidx, score_views, gT)
 
     @cute.jit
     def load_beta(self, mB: cute.Tensor, sBeta: cute.Tensor, h: Int32, start: Int32, count: Int32, tidx: Int32):
@@ -145,9 +152,11 @@ class DeltaPrepare(ChunkKernel):
 
     @cute.jit
     def prepare_per_token(self, tiled_mma, mK, mV, mG, mB, mGo, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc, sBeta,
-                          c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32, score_views=None):
+                          c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32, score_views=None,
+                          gT=None):
         """gdn: the gate's in-chunk sums (written to g_out), then A, T, w and u (and, with ``score_views``:
-        (q, qg, attn) global views, ``DeltaPrepareScores``' scale q e^gc and attn, once k is in place)."""
+        (q, qg, attn) global views, ``DeltaPrepareScores``' scale q e^gc and attn, once k is in place; with
+        ``gT``, the chunk's 64 x 64 global view, T itself)."""
         K, V = self.K, self.V
         # 2. gates and beta (a row a thread), then k
         self.load_beta(mB, sBeta, h, start, count, tidx)
@@ -177,15 +186,15 @@ class DeltaPrepare(ChunkKernel):
         self.form_a(tiled_mma, sK, sK, sA, sGc, sBeta, tidx)
         cute.arch.sync_threads()
         # 4. T = (I + A)^-1, a column a thread
-        self.invert_column(sA, sTw, sTu, sGc, sBeta, tidx)
+        self.invert_column(sA, sTw, sTu, sGc, sBeta, tidx, gT)
         cute.arch.sync_threads()
         # 5. w = T diag(beta e^gc) k, u = T diag(beta) v
         self.w_and_u(tiled_mma, mV, mW, mU, sK, sV, sTw, sTu, c, h, start, count, tidx)
 
     @cute.jit
     def prepare_per_channel(self, tiled_mma, mK, mV, mB, mGc, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc, sBeta,
-                            c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32):
-        """kda: the gates' in-chunk sums gc into g_out, then A from k e^(gc - gc_mid) and k e^(gc_mid - gc)
+                            c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32, gT=None):
+        """kda (``gT``: as ``prepare_per_token``'s): the gates' in-chunk sums gc into g_out, then A from k e^(gc - gc_mid) and k e^(gc_mid - gc)
         (the split: each factor spans at most half a chunk of decay), T scaled by beta alone, w = T diag(beta)
         (k e^gc), its right operand A's left one rescaled in place by e^gc_mid (per channel): reading k and
         the gate sums again cost a second pass over both (the sums are f32, twice k's bytes)."""
@@ -246,7 +255,7 @@ class DeltaPrepare(ChunkKernel):
             # the left operand is BF16: k and its gate sums read again, for k e^gc rounded once to FP16
             self.decayed_rows(mK[None, hk, None], gS, sK, start, count, tidx)
         cute.arch.sync_threads()
-        self.invert_column(sA, sTw, sTu, sGc, sBeta, tidx)
+        self.invert_column(sA, sTw, sTu, sGc, sBeta, tidx, gT)
         cute.arch.sync_threads()
         self.w_and_u(tiled_mma, mV, mW, mU, sK, sV, sTw, sTu, c, h, start, count, tidx)
 
@@ -337,17 +346,22 @@ class DeltaPrepare(ChunkKernel):
 
     @cute.jit
     def invert_column(self, sA: cute.Tensor, sTw: cute.Tensor, sTu: cute.Tensor, sGc: cute.Tensor,
-                      sBeta: cute.Tensor, tidx: Int32):
-        """Column ``tidx`` (threads 0-63) of T = (I + A)^-1, scaled into sTw / sTu over A's place. gdn: in
-        32-row blocks (``invert_blocks``); kda: one forward substitution over all 64 rows (the blocked form
-        took 145 registers in kda's specialisation against 97, and 100 in gdn's: the cause was not found).
-        Every thread reaches the barrier between T's last read of A and its writes over it."""
+                      sBeta: cute.Tensor, tidx: Int32, gT=None):
+        """Column ``tidx`` (threads 0-63) of T = (I + A)^-1, scaled into sTw / sTu over A's place (and, with
+        ``gT``, as it is into gT: 64 x 64 global, a row's columns on a warp's lanes). gdn: in 32-row blocks
+        (``invert_blocks``); kda: one forward substitution over all 64 rows (the blocked form took 145
+        registers in kda's specialisation against 97, and 100 in gdn's: the cause was not found). Every
+        thread reaches the barrier between T's last read of A and its writes over it."""
         tcol = cute.make_rmem_tensor((CHUNK,), Float32)
         if const_expr(self.per_channel):
             if tidx < CHUNK:
                 self.substitute(sA, tcol, 0, tidx, CHUNK)
         else:
             self.invert_blocks(sA, tcol, tidx)
+        if const_expr(gT is not None):
+            if tidx < CHUNK:
+                for r in range_constexpr(CHUNK):
+                    gT[r, tidx] = tcol[r]
         cute.arch.sync_threads()
         if tidx < CHUNK:
             scale_u = sBeta[tidx]
@@ -499,6 +513,27 @@ class DeltaPrepareScores(DeltaPrepare):
         self.masked_scores(tiled_mma, tiled_mma.get_slice(tidx), sQ, sK, gAttn, sGc, True, tidx)
 
 
+class DeltaPrepareInverse(DeltaPrepare):
+    """The backward recompute's prepare (gdn or kda) that also writes T = (I + A)^-1 itself (f32, 64 x 64 a
+    chunk, chunk-major) for ``_delta_bwd_values.DeltaBwdValues``, which would otherwise form it again: the
+    substitution's columns go to global memory from the registers that hold them. Called with k, v, g, beta,
+    cu_seqlens, w, u, g_out, kd, T, then tokens, chunks, sequences."""
+
+    @cute.jit
+    def __call__(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
+                 pcu: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer,
+                 pt: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, pt, tokens, chunks, n_seq).launch(
+            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream,
+            **self.launch_options())
+
+    @cute.kernel
+    def kernel(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
+               pcu: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer,
+               pt: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32):
+        self.run(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, tokens, chunks, n_seq, inverse=pt)
+
+
 def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str) -> tuple:
     """(element type, assumed address alignment) of each pointer argument, in order: k, v, g, beta,
     cu_seqlens, w, u, g_out, kd. The row-major tiles (rows of K or V elements) and g_out (a workspace
@@ -534,3 +569,13 @@ def prepare_scores_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratc
     types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + ((io_dtype, 16),) * 3
     return KernelLauncher(lambda: DeltaPrepareScores(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
                                                      scale), key, types, n_seq)
+
+
+def prepare_inverse_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
+                             HQ: int, H: int, use_l2: bool, n_seq: int, per_channel: bool = False) -> KernelLauncher:
+    """The launcher of one ``DeltaPrepareInverse`` specialisation; its slots: k, v, g, beta, cu_seqlens, w, u,
+    g_out, kd, T (f32)."""
+    key = ("chunk_prepare_inverse", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, per_channel)
+    types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + (("float32", 16),)
+    return KernelLauncher(lambda: DeltaPrepareInverse(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H,
+                                                      use_l2, per_channel), key, types, n_seq)

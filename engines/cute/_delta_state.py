@@ -863,9 +863,9 @@ class DeltaStatePassReverse(DeltaStatePass):
             cute.autovec_copy(ds, thr.partition_C(cute.local_tile(mDhs[c, h, None, None], (K, BV), (0, vb))))
             s_io.store(ds.load().to(io))
             cute.autovec_copy(s_io, thr.partition_C(sS))
-            self.rounded_rows(mKd[c, h, None, None], sKd, K, tidx)
-            self.rounded_rows(mW[c, h, None, None], sW, K, tidx)
-            self.rounded_rows(mQg[c, h, None, None], sQg, K, tidx)
+            self.scratch_rows(mKd[c, h, None, None], sKd, K, tidx)
+            self.scratch_rows(mW[c, h, None, None], sW, K, tidx)
+            self.scratch_rows(mQg[c, h, None, None], sQg, K, tidx)
             self.load_rows(gDo, sDo, start, stop - start, BV, False, tidx)
             cute.autovec_copy(thr.partition_C(cute.local_tile(mDd[c, h, None, None], (CHUNK, BV), (0, vb))), dd)
             decay = Float32(0.0)
@@ -928,17 +928,19 @@ def fused_state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, ha
                           _fused_pointer_types(io_dtype), n_seq)
 
 
-def _reverse_pointer_types(io_dtype: str) -> tuple:
-    """dO, w, kd, qg (f32 scratch), g (the gate sums, f32), cu_seqlens, dht, dhs, dD (f32), dh0 (f32)."""
+def _reverse_pointer_types(io_dtype: str, scratch_dtype: str = "float32") -> tuple:
+    """dO, w and kd (the recompute's scratch: f32 or the input type), qg (f32), g (the gate sums, f32),
+    cu_seqlens, dht, dhs, dD (f32), dh0 (f32)."""
     f32 = ("float32", 16)
     g = _pointer_types(io_dtype)[3]
-    return ((io_dtype, 16), f32, f32, f32, g, ("int32", 4), f32, f32, f32, f32)
+    scratch = (scratch_dtype, 16)
+    return ((io_dtype, 16), scratch, scratch, f32, g, ("int32", 4), f32, f32, f32, f32)
 
 
 def reverse_state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, has_dht: bool, has_h0: bool,
-                                n_seq: int, per_channel: bool = False) -> KernelLauncher:
+                                n_seq: int, per_channel: bool = False, scratch_dtype: str = "float32") -> KernelLauncher:
     """The launcher of one ``DeltaStatePassReverse`` specialisation (BV value columns a CTA); its slots: dO, w,
-    kd, qg, g, cu_seqlens, dht, dhs, dD, dh0."""
-    key = ("chunk_bwd_state_pass", io_dtype, K, V, BV, H, has_dht, has_h0, per_channel)
+    kd, qg, g, cu_seqlens, dht, dhs, dD, dh0 (w and kd in ``scratch_dtype``)."""
+    key = ("chunk_bwd_state_pass", io_dtype, K, V, BV, H, has_dht, has_h0, per_channel, scratch_dtype)
     return KernelLauncher(lambda: DeltaStatePassReverse(io_dtype, K, V, BV, H, has_dht, has_h0, per_channel), key,
-                          _reverse_pointer_types(io_dtype), n_seq)
+                          _reverse_pointer_types(io_dtype, scratch_dtype), n_seq)

@@ -14,6 +14,12 @@ def gates_grid(variant: Variant, geometry: "_Geometry") -> tuple:
     return (geometry.chunks, geometry.H, geometry.K // variant.gate_block)
 
 
+def _cutile_reads(variant: Variant, fallback):
+    """A backward CuTe launch's cuTile fallback, or None where the recompute's scratch is in the input type
+    (scratch="io"), which the backward's cuTile kernels do not read (the plan checks every launch first)."""
+    return fallback if variant.scratch_dtype == "float32" else None
+
+
 class CuteLaunch:
     """A cuTile launch through a CuTe DSL kernel (engines/cute/_delta_prepare, _delta_state, _delta_output:
     sm_90) that takes the same arguments, or through the cuTile kernel for a call whose buffers the CuTe one
@@ -73,8 +79,8 @@ class CuteLaunch:
         dq_dtype = "float32" if variant.group > 1 else variant.io_dtype
         launcher = bwd_grads_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype, dq_dtype, "float32",
                                       variant.beta_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
-                                      variant.use_l2, variant.scale, variant.n_seq)
-        return CuteLaunch(launcher, fallback, lambda a: a[:18], geometry)
+                                      variant.use_l2, variant.scale, variant.n_seq, variant.scratch_dtype)
+        return CuteLaunch(launcher, _cutile_reads(variant, fallback), lambda a: a[:18], geometry)
 
     @staticmethod
     def bwd_state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "CuteLaunch":
@@ -83,8 +89,29 @@ class CuteLaunch:
         from ..cute._delta_state import reverse_state_pass_launcher
         launcher = reverse_state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
                                                variant.has_dht, variant.has_h0, variant.n_seq,
-                                               per_channel=variant.per_channel)
-        return CuteLaunch(launcher, fallback, lambda a: a[:10], geometry)
+                                               per_channel=variant.per_channel, scratch_dtype=variant.scratch_dtype)
+        return CuteLaunch(launcher, _cutile_reads(variant, fallback), lambda a: a[:10], geometry)
+
+    @staticmethod
+    def prepare_inverse(variant: Variant, geometry: "_Geometry") -> "CuteLaunch":
+        """The backward recompute's chunk_prepare that leaves T = (I + A)^-1 for chunk_bwd_values
+        (``values="cute"``): the CuTe kernel reads k, v, g, beta, cu_seqlens and writes w, u, g_out, kd and T (no
+        cuTile kernel: the plan checks ``takes`` first, for it and the values kernel together)."""
+        from ..cute._delta_prepare import prepare_inverse_launcher
+        launcher = prepare_inverse_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype,
+                                            variant.scratch_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
+                                            variant.use_l2, variant.n_seq, per_channel=variant.per_channel)
+        return CuteLaunch(launcher, None, lambda a: a, geometry)
+
+    @staticmethod
+    def bwd_values(variant: Variant, geometry: "_Geometry") -> "CuteLaunch":
+        """chunk_bwd_values from the T ``prepare_inverse`` left in dA's region: the CuTe kernel reads v, beta,
+        cu_seqlens, hs, dd, w, u and T and writes dv, dCg, dA (over T) and dbeta's v part (no cuTile kernel: the
+        plan checks ``takes`` first)."""
+        from ..cute._delta_bwd_values import bwd_values_launcher
+        launcher = bwd_values_launcher(variant.io_dtype, variant.beta_dtype, variant.io_dtype, variant.K, variant.V,
+                                       geometry.H, variant.n_seq, variant.scratch_dtype)
+        return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod
     def state_pass(variant: Variant, geometry: "_Geometry", fallback) -> "CuteLaunch":

@@ -88,6 +88,8 @@ class Variant:
     intra: str = "cutile"   # backward chunk_bwd_intra: "cutile", or "cute" (engines/cute/_delta_bwd_intra, sm_90)
     grads: str = "cutile"   # backward chunk_bwd_grads: "cutile", or "cute" (engines/cute/_delta_bwd_grads, gdn)
     bwd_state: str = "cutile"  # backward chunk_bwd_state_pass: "cutile", or "cute" (_delta_state.DeltaStatePassReverse)
+    # backward chunk_bwd_values: "cutile", or "cute" (engines/cute/_delta_bwd_values; T from the CuTe prepare)
+    values: str = "cutile"
 
     @property
     def per_channel(self) -> bool:

@@ -141,7 +141,8 @@ class _Geometry:
         offset = 0
         self.regions = {}
         self.dtypes = {}
-        narrow = {"w", "u", "kd", "d", "hs"} if (io_scratch and not backward) else set()
+        # a backward keeps them in the input type only where every kernel is CuTe (scratch="io", below)
+        narrow = {"w", "u", "kd", "d", "hs"} if io_scratch else set()
         by_chunk = (self.chunks, self.H, CHUNK)
         regions = [("w", (*by_chunk, self.K)), ("u", (*by_chunk, self.V)), ("kd", (*by_chunk, self.K)),
                    ("d", (*by_chunk, self.V)), ("hs", (self.chunks, self.H, self.K, self.V)),
@@ -153,6 +154,9 @@ class _Geometry:
                         ("qg", (*by_chunk, self.K)), ("da", (*by_chunk, CHUNK)), ("dbeta_v", (*by_chunk, 1))]
             if self.group > 1:
                 regions += [("dq_hv", (self.T, self.H, self.K)), ("dk_hv", (self.T, self.H, self.K))]
+            if io_scratch:
+                # dq and dk before the L2 norm's backward (f32), which f32 kd and w have room for
+                regions += [("dq_pre", (*by_chunk, self.K)), ("dk_pre", (*by_chunk, self.K))]
         if self.gate_options:
             g_shape, beta_shape = tuple(node.inputs["g"].dim), tuple(node.inputs["beta"].dim)
             regions += [("g_act", g_shape), ("beta_act", beta_shape), ("a_log_dummy", (1,)),
@@ -225,6 +229,13 @@ def _support_reason(graph, node) -> str | None:
     if cc < MIN_ARCH:
         return f"device {ordinal} is sm_{cc[0]}{cc[1]}; the cuTile kernels need sm_80 or newer"
     return None
+
+
+def backward_workspace_size(node, io_dtype: str, scratch: str) -> int:
+    """A backward plan's workspace: its f32 scratch, or with scratch="io" room for its scratch in the input type
+    ``io_dtype`` and for its f32 twin's (``_backward``: the larger of the two)."""
+    f32 = _Geometry(node, backward=True).workspace_size
+    return f32 if scratch != "io" else max(f32, _Geometry(node, backward=True, io_scratch=io_dtype).workspace_size)
 
 
 class CutileForwardPlan(CompiledPlan):
@@ -418,7 +429,11 @@ class CutileForwardPlan(CompiledPlan):
             launch.execute_addresses([slots[positions[u]].data_ptr for u in self._c_operand_uids], base,
                                      stream)
             return
-        self._launch_all(stream, self._launch_list(self._slot_reader(variant_pack), self._regions(base)))
+        self._launch_all(stream, self._launches_at(self._slot_reader(variant_pack), base))
+
+    def _launches_at(self, slot, base: int) -> list:
+        """The launches of a Python-path execute on the workspace at ``base``."""
+        return self._launch_list(slot, self._regions(base))
 
     # -- the C launch path (engines/cutile/_c_launch.py, src/cudnn_graph/_tile_launch.pyx) -----------------
 
@@ -507,83 +522,6 @@ class CutileForwardPlan(CompiledPlan):
         return self._c_launch.execute_mapping if self._c_launch else None
 
 
-class CutileBackwardPlan(CutileForwardPlan):
-    """A built gdn_bwd / kda_bwd / gdn2_bwd plan: the forward recompute, then the dS-free terms per chunk, the
-    reverse state pass and the per-chunk gradients in two parts (``_kernels``: chunk_bwd_intra,
-    chunk_bwd_state_pass, chunk_bwd_values, chunk_bwd_grads)."""
-
-    def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry):
-        super().__init__(plan, graph, node, variant, geometry)
-        from . import _kernels
-        self._bwd_intra = _kernels.chunk_bwd_intra
-        if variant.intra == "cute":
-            self._bwd_intra = CuteLaunch.bwd_intra(variant, geometry, self._bwd_intra)
-        self._bwd_state_pass = _kernels.chunk_bwd_state_pass
-        if variant.bwd_state == "cute":
-            self._bwd_state_pass = CuteLaunch.bwd_state_pass(variant, geometry, self._bwd_state_pass)
-        self._bwd_values = _kernels.chunk_bwd_values
-        self._bwd_grads = _kernels.chunk_bwd_grads
-        if variant.grads == "cute":
-            self._bwd_grads = CuteLaunch.bwd_grads(variant, geometry, self._bwd_grads)
-        self._grads_grid = (geometry.chunks, geometry.H, 1)
-        self._group_sum = _kernels.group_sum
-        self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
-        self._gate_activation_bwd = _kernels.gate_activation_bwd
-
-    def _gradient_targets(self, slot, sc) -> dict:
-        """Where chunk_bwd_grads writes dq, dk, dg and dbeta: the ports, or scratch that group_sum /
-        gate_activation_bwd read back (grouped value heads, the gate options); and where chunk_bwd_values
-        writes the write gate's dw (gdn2; dv in its place otherwise, which the kernel then never writes
-        there)."""
-        v, o = self.variant, self.variant.gates
-        grouped = v.group > 1
-        return {"dq": sc["dq_hv"] if grouped else slot("dq"), "dk": sc["dk_hv"] if grouped else slot("dk"),
-                "dg": sc["dg_act"] if o.on_gate else slot("dg"),
-                "dbeta": sc["dbeta_act"] if o.on_beta else slot("dbeta"),
-                "dw": slot("dw") if v.has_w else slot("dv")}
-
-    def _after_launches(self, slot, sc) -> list:
-        """group_sum into dq and dk, then gate_activation_bwd, where the variant needs them."""
-        v, o = self.variant, self.variant.gates
-        launches = []
-        if v.group > 1:
-            for name in ("dq", "dk"):
-                launches.append(("group_sum", self._group_sum_grid, self._group_sum,
-                                 (sc[name + "_hv"], slot(name), *v.group_sum_constants())))
-        if o.on_gate or o.on_beta:
-            a_log, dt_bias = self._gate_parameters(slot, sc)
-            d_a_log = slot("d_a_log") if o.a_log_dtype else sc["a_log_dummy"]
-            d_dt_bias = slot("d_dt_bias") if o.dt_bias_dtype else sc["dt_bias_dummy"]
-            launches.append(("gate_activation_bwd", (self._geometry.H, 1, 1), self._gate_activation_bwd,
-                             (slot("g"), a_log, dt_bias, slot("beta"), sc["dg_act"], sc["dbeta_act"], slot("dg"),
-                              slot("dbeta"), d_a_log, d_dt_bias, *v.gate_activation_constants())))
-        return launches
-
-    def _launch_list(self, slot, sc) -> list:
-        v = self.variant
-        q, k, val, cu, do = (slot(p) for p in ("q", "k", "v", "cu_seqlens", "dO"))
-        dummy = sc["state_dummy"]
-        launches, g, beta, wgate = self._recompute_launches(slot, sc, dummy)
-        out = self._gradient_targets(slot, sc)
-        dht = slot("d_final_state") if v.has_dht else dummy
-        dh0 = slot("d_initial_state") if v.has_h0 else dummy
-        launches += [
-            ("bwd_intra", self._prepare_grid, self._bwd_intra,
-             (q, k, do, sc["g"], cu, sc["dd"], sc["qg"], *v.bwd_intra_constants())),
-            ("bwd_state_pass", self._state_pass_grid, self._bwd_state_pass,
-             (do, sc["w"], sc["kd"], sc["qg"], sc["g"], cu, dht, sc["dhs"], sc["dd"], dh0,
-              *v.bwd_state_pass_constants())),
-            ("bwd_values", self._grads_grid, self._bwd_values,
-             (k, val, g, beta, wgate, cu, sc["hs"], sc["dd"], sc["w"], sc["u"], sc["g"], slot("dv"), out["dw"],
-              sc["qg"], sc["da"], sc["dbeta_v"], *v.bwd_values_constants())),
-            ("bwd_grads", self._grads_grid, self._bwd_grads,
-             (q, k, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["qg"], sc["da"], sc["dbeta_v"], sc["kd"],
-              sc["w"], out["dq"], out["dk"], out["dg"], out["dbeta"], *v.bwd_grads_constants())),
-            *self._after_launches(slot, sc),
-        ]
-        return launches
-
-
 class CutileLinearAttentionEngine(ToolchainGatedEngine):
     """cuTile chunked delta-rule kernels (gdn, kda, gdn2 and their backward ops) on sm_80 and newer."""
 
@@ -606,44 +544,13 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
         self._require_toolchain()
         if node.op in BACKWARD_OPS:
-            size = _Geometry(node, backward=True).workspace_size
-            # mma: the forward recompute's and the reverse state pass's products (the gradients stay TF32);
-            # cute_prepare: the recompute's chunk_prepare in CuTe DSL (sm_90): 7-9% faster on the H200 at
-            # 4 x 2048, H 16 (gdn bf16 K=128 2.27 vs 2.44 ms, K=64 1.14 vs 1.25, fp16 2.29 vs 2.49; kda bf16
-            # 2.74 vs 2.97); cute_intra: chunk_bwd_intra in CuTe DSL (engines/cute/_delta_bwd_intra), 0.08 ms
-            # of 2.48 (gdn) and 0.12 of 3.01 (kda) less than the default at 4 x 2048, H 16, K = 128 bf16
-            # (session 19). Both together (cute_prepare_intra) rank first.
-            variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
-            cute_prepare = _cute_kernels_reason(graph, node, "prepare") is None
-            cute_intra = _cute_kernels_reason(graph, node, "intra") is None
-            if cute_prepare:
-                variants.append(("cute_prepare", {"mma": "tf32", "prepare": "cute"}, 5.0))
-            if cute_intra:
-                variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0))
-            if cute_prepare and cute_intra:
-                variants.append(("cute_prepare_intra", {"mma": "tf32", "prepare": "cute", "intra": "cute"}, 16.0))
-                # chunk_bwd_grads in CuTe DSL too (engines/cute/_delta_bwd_grads; gdn, BF16): its GPU tests passed
-                # (H100, session 26), not yet timed, so to pin or time
-                if _cute_kernels_reason(graph, node, "grads") is None:
-                    variants.append(("cute_prepare_intra_grads",
-                                     {"mma": "tf32", "prepare": "cute", "intra": "cute", "grads": "cute"}, 1.5))
-                # the reverse state pass in CuTe DSL too (DeltaStatePassReverse; BF16 / FP16 products, as the
-                # mma="bf16" plan's): GPU tests passed (H100, session 26), not yet timed, so to pin or time; with
-                # the gradients' kernel where that one can run
-                if _cute_kernels_reason(graph, node, "bwd_state") is None:
-                    state = {"mma": "tf32", "prepare": "cute", "intra": "cute", "bwd_state": "cute"}
-                    variants.append(("cute_prepare_intra_state", state, 1.4))
-                    if _cute_kernels_reason(graph, node, "grads") is None:
-                        variants.append(("cute_prepare_intra_grads_state", {**state, "grads": "cute"}, 1.6))
-            # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider
-            # loads; half the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill
-            # 2.7 KB a thread in chunk_bwd_grads): not yet timed, so to pin or time
-            variants += [(f"{suffix}_bv64" if suffix else "bv64", {**knobs, "block_v": 64}, 2.0)
-                         for suffix, knobs, priority in variants if priority >= 10.0]
+            from ._backward import backward_variants
+            io_dtype = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
+            sizes = {scratch: backward_workspace_size(node, io_dtype, scratch) for scratch in ("f32", "io")}
             return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, **knobs},
                                name=f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else ""),
-                               engine=self, priority=priority, workspace_size=size)
-                    for suffix, knobs, priority in variants]
+                               engine=self, priority=priority, workspace_size=sizes[knobs.get("scratch", "f32")])
+                    for suffix, knobs, priority in backward_variants(graph, node)]
         plans = []
         cute_ok = {kernel: _cute_kernels_reason(graph, node, kernel) is None for kernel in FORWARD_KERNEL_KNOBS}
         io_dtype = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
@@ -671,22 +578,8 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {reason}")
         self._require_toolchain()
         if node.op in BACKWARD_OPS:
-            geometry = _Geometry(node, backward=True)
-            block_v = int(plan.knobs.get("block_v", BACKWARD_BLOCK_V))
-            if block_v not in (32, 64, 128) or geometry.V % block_v:
-                raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={geometry.V}")
-            mma = plan.knobs.get("mma", "tf32")
-            if mma not in MMA_TYPES:
-                raise GraphNotSupportedError(f"mma={mma!r}; expected one of {MMA_TYPES}")
-            low = {"bf16": True, "tf32": False}.get(mma)   # None: auto
-            variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
-                                          prepare=_kernel_source(graph, node, "prepare",
-                                                                 plan.knobs.get("prepare", "cutile")),
-                                          intra=_kernel_source(graph, node, "intra", plan.knobs.get("intra", "cutile")),
-                                          grads=_kernel_source(graph, node, "grads", plan.knobs.get("grads", "cutile")),
-                                          bwd_state=_kernel_source(graph, node, "bwd_state",
-                                                                   plan.knobs.get("bwd_state", "cutile")))
-            return CutileBackwardPlan(plan, graph, node, variant, geometry)
+            from ._backward import backward_plan
+            return backward_plan(graph, node, plan)
         knobs = {**DEFAULT_KNOBS, **plan.knobs}
         if knobs["scratch"] not in ("f32", "io"):
             raise GraphNotSupportedError(f"scratch={knobs['scratch']!r}; expected 'f32' or 'io'")
@@ -795,7 +688,7 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
 
 # the ops each CuTe kernel computes ("intra": the backward's chunk_bwd_intra, named by its forward op)
 CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn", "kda"), "intra": ("gdn", "kda"),
-            "grads": ("gdn",), "bwd_state": ("gdn", "kda")}
+            "grads": ("gdn",), "bwd_state": ("gdn", "kda"), "values": ("gdn", "kda")}
 FORWARD_KERNEL_KNOBS = ("prepare", "output", "state_pass")     # a forward plan's kernel-source knobs
 
 
@@ -832,9 +725,10 @@ def _cute_output_reason(graph, node) -> str | None:
 
 def _cute_op_reason(graph, node, kernel: str) -> str | None:
     """The part of ``_cute_kernels_reason`` the node alone decides (its op and input type)."""
-    # a backward's recompute (prepare), intra-chunk terms (intra), gradients (grads) and reverse state pass
-    # (bwd_state) name the forward op
-    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "intra", "grads", "bwd_state") else node.op
+    # a backward's recompute (prepare, state_pass), intra-chunk terms (intra), gradients (grads), reverse state
+    # pass (bwd_state) and gradients through the UT transform (values) name the forward op
+    op = BACKWARD_OPS.get(node.op, node.op) if kernel in ("prepare", "state_pass", "intra", "grads", "bwd_state",
+                                                          "values") else node.op
     if op not in CUTE_OPS[kernel]:
         return f"the CuTe chunk_{kernel} computes {' / '.join(CUTE_OPS[kernel])}, not {node.op}"
     if OP_FEATURES[op][0] and kernel == "intra" and \

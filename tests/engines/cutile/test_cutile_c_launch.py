@@ -135,9 +135,9 @@ def test_a_cubin_table_that_differs_from_the_layout_is_a_mismatch():
 
 # ---------------------------------------------------------------------------- the ABI pin (toolchain)
 
-def _plan(cg, op, monkeypatch):
+def _plan(cg, op, monkeypatch, label=None):
     """A built cuTile plan of a small gdn / gdn_bwd / gdn2_bwd graph (T=64, H=2, K=V=64) and the graph's
-    layout, with no GPU (the device query is stubbed)."""
+    layout, with no GPU (the device query is stubbed): the first proposed, or the one named ``label``."""
     from cudnn_graph.engines.base import ExecutionContext
     from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
     from cudnn_graph.engines.cutile import engine as cutile_engine
@@ -145,7 +145,7 @@ def _plan(cg, op, monkeypatch):
     g = _graph(cg, op)
     engine = CutileLinearAttentionEngine()
     engine.missing = None
-    config = engine.propose_plans(g)[0]
+    config = next(p for p in engine.propose_plans(g) if label in (None, p.label))
     plan = engine.build_plan(g, config, ExecutionContext())
     return plan, g._layout_for(engine)
 
@@ -194,6 +194,66 @@ def test_every_kernel_of_a_plan_has_the_parameter_layout_the_packer_writes(op, m
     assert first["block"] == [1, 1, 1] and first["cubin"][:4] == b"\x7fELF"
     assert {a["operand_uid"] for k in description["kernels"] for a in k["addresses"]} - {None} == \
         {u["uid"] for u in description["operands"]}
+
+
+@needs_cutile
+@pytest.mark.parametrize("suffix", ["cute_all", "cute_all_io"])
+def test_the_all_cute_backward_launches_the_prepare_that_leaves_t_and_the_values_kernel_that_reads_it(suffix,
+                                                                                                  monkeypatch):
+    # values="cute": both CuTe launches replace the recompute's prepare and chunk_bwd_values, or neither does;
+    # with scratch="io" the recompute's state pass is CuTe too (the input type's scratch has no cuTile reader)
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    import cudnn_graph as cg
+    plan, layout = _plan(cg, "gdn_bwd", monkeypatch, label=f"cutile_gdn_bwd_chunk64_{suffix}")
+    prepared = plan.launch_plan(layout)
+    assert prepared is not None, "the plan fell back to the Python launch path (see the log)"
+    kernels = {k.name: k.symbol for k in prepared.kernels}
+    assert "DeltaPrepareInverse" in kernels["prepare"] and "DeltaBwdValues" in kernels["bwd_values"]
+    assert "DeltaBwdGrads" in kernels["bwd_grads"] and "DeltaStatePassReverse" in kernels["bwd_state_pass"]
+    assert ("DeltaStatePass_" in kernels["state_pass"]) == (suffix == "cute_all_io")
+
+
+@needs_cutile
+def test_a_buffer_the_16_bit_scratch_backward_refuses_runs_on_its_f32_twin(monkeypatch):
+    # scratch="io": no cuTile kernel of the backward reads 16-bit scratch, so where a CuTe kernel refuses a
+    # buffer (here q, 2 bytes off the 16-byte alignment it was compiled for) the same kernels on f32 scratch run
+    # the call, in the same workspace (sized for both); the C path is not built for such a call
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    import cudnn_graph as cg
+    from cudnn_graph import Slot
+    from cudnn_graph.engines.cutile import _c_launch
+    from cudnn_graph.engines.cutile._backward import IoScratchRefused
+    plan, _ = _plan(cg, "gdn_bwd", monkeypatch, label="cutile_gdn_bwd_chunk64_cute_all_io")
+    g = _graph(cg, "gdn_bwd")
+    node = g.nodes[0]
+    names = {cg.data_type.BFLOAT16: "bfloat16", cg.data_type.FLOAT: "float32", cg.data_type.INT32: "int32"}
+    tensors = {port: t for port, t in {**node.inputs, **node.outputs}.items() if t is not None}
+
+    def slots(offset_of_q):
+        return {port: Slot.from_address(0x7F0000000000 + i * 0x100000 + (offset_of_q if port == "q" else 0),
+                                        tuple(t.dim), None, names[g.view.data_type(t)], "cuda:0")
+                for i, (port, t) in enumerate(tensors.items())}
+
+    def scratch_types(launches):
+        """The element types of the workspace buffers the launches pass."""
+        return {a.dtype for _, _, _, args in launches for a in args
+                if getattr(a, "data_ptr", 0) >= base and a.data_ptr < base + plan.workspace_size}
+
+    base = 0x7E0000000000
+    aligned = plan._launches_at(slots(0).__getitem__, base)
+    kernels = [kernel for _, _, kernel, _ in aligned]
+    assert any("values" in getattr(getattr(k, "_launcher", None), "name", "") for k in kernels)
+    assert "bfloat16" in scratch_types(aligned)
+    with pytest.raises(IoScratchRefused, match="the CuTe bwd_intra launch refuses"):
+        plan._launch_list(slots(2).__getitem__, plan._regions(base))
+    assert issubclass(IoScratchRefused, _c_launch.Unsupported)      # the C path stays off for such a call
+    misaligned = plan._launches_at(slots(2).__getitem__, base)
+    assert scratch_types(misaligned) == {"float32"}
+    assert [name for name, *_ in misaligned] == [name for name, *_ in aligned]
+    regions = plan._f32_twin._geometry.regions
+    assert max(offset for offset, _ in regions.values()) < plan.workspace_size == plan.plan.workspace_size
 
 
 @needs_cutile
@@ -329,7 +389,10 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
                                       ("gdn", "cutile_gdn_chunk64_cute_all_fused"),
                                       ("kda", "cutile_kda_chunk64_cute_all_fused"),
                                       # gdn's prepare forming the scores (no scores launch)
-                                      ("gdn", "cutile_gdn_chunk64_cute_all_fused_prepare_scores")])
+                                      ("gdn", "cutile_gdn_chunk64_cute_all_fused_prepare_scores"),
+                                      # every CuTe backward kernel (the prepare leaving T, chunk_bwd_values)
+                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all"),
+                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io")])
 def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)

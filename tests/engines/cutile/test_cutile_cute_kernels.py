@@ -297,3 +297,64 @@ def test_the_cute_backward_kernels_give_the_same_bits_every_execution(op):
     suffix = "cute_prepare_intra_grads_state" if op == "gdn_bwd" else "cute_prepare_intra_state"
     gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=5, plan=f"cutile_{op}_chunk64_{suffix}",
                  repeats=4)
+
+
+# chunk_bwd_values in CuTe DSL (DeltaBwdValues) from the T the backward's CuTe prepare leaves in dA's region
+# (DeltaPrepareInverse), alone and with every backward kernel the op has in CuTe (cute_all)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
+def test_the_cute_values_kernel_matches_the_reference(op, K, V):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=50, plan=f"cutile_{op}_chunk64_cute_prepare_intra_values")
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_every_cute_backward_kernel_at_t8192_h16(op):
+    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=51, plan=f"cutile_{op}_chunk64_cute_all")
+
+
+# every backward kernel the op has in CuTe but the reverse state pass (cuTile: the first plan where that pass's
+# CTAs are few); and every one in FP16 (gdn: chunk_bwd_grads stays cuTile)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128)])
+def test_every_cute_backward_kernel_but_the_reverse_state_pass(op, K, V):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=57, plan=f"cutile_{op}_chunk64_cute_all_tile_state")
+
+
+def test_every_cute_backward_kernel_in_float16():
+    forward.run_bwd_case("gdn_bwd", [0, 64, 65, 190, 300], K=128, V=128, dtype="float16", seed=58,
+                         plan="cutile_gdn_bwd_chunk64_cute_all")
+
+
+def test_the_cute_values_kernel_without_states_or_l2norm_in_float16():
+    forward.run_bwd_case("gdn_bwd", [0, 64, 65, 190, 300], K=64, V=64, dtype="float16", l2=False, h0=False,
+                         dht=False, seed=52, plan="cutile_gdn_bwd_chunk64_cute_prepare_intra_values")
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_every_cute_backward_kernel_with_grouped_value_heads_and_gate_options_every_execution(op):
+    gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=53, plan=f"cutile_{op}_chunk64_cute_all",
+                 repeats=4)
+
+
+# every backward kernel in CuTe with the recompute's w, u, kd, d and hs in the input type (gdn, BF16: scratch="io";
+# the recompute's state pass is the forward's CuTe pass)
+IO_PLAN = "cutile_gdn_bwd_chunk64_cute_all_io"
+
+
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
+def test_every_cute_backward_kernel_on_16_bit_scratch_matches_the_reference(K, V):
+    forward.run_bwd_case("gdn_bwd", forward.SMALL, K=K, V=V, seed=54, plan=IO_PLAN)
+
+
+def test_every_cute_backward_kernel_on_16_bit_scratch_at_t8192_h16_without_states():
+    forward.run_bwd_case("gdn_bwd", forward.BIG, H=16, K=128, V=128, h0=False, dht=False, seed=55, plan=IO_PLAN)
+
+
+def test_every_cute_backward_kernel_on_16_bit_scratch_with_grouped_value_heads_and_gate_options():
+    gva.run_case("gdn_bwd", gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=56, plan=IO_PLAN, repeats=3)
+
+
+def test_a_query_the_16_bit_scratch_kernels_refuse_runs_on_the_f32_twin():
+    # q a slice of a fused q/k buffer (rows not packed): the CuTe kernels refuse it, so the call runs the same
+    # kernels on f32 scratch (each CuTe where it takes its buffers, cuTile where not)
+    forward.run_bwd_case("gdn_bwd", forward.SMALL, K=64, V=64, seed=59, plan=IO_PLAN, q_in_qk=True)

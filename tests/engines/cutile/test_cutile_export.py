@@ -19,6 +19,8 @@ import sys
 import types
 
 import numpy as np
+import re
+
 import pytest
 from _helpers import REPO_ROOT
 
@@ -553,9 +555,11 @@ def test_the_cute_kernels_say_which_ops_they_compute():
     _package()
     import types
     from cudnn_graph.engines.cutile import engine as cutile_engine
-    # the backward ops' recompute may take the CuTe prepare (checked further: device, dtype); nothing else
-    for op, kernels in (("gdn2", ("prepare", "output", "state_pass")), ("gdn2_bwd", ("prepare", "output")),
-                        ("kda_bwd", ("output", "state_pass")), ("gdn_bwd", ("output", "state_pass"))):
+    # the backward ops' recompute may take the CuTe prepare and state pass (checked further: device, dtype, and
+    # the state pass only with scratch="io"); not the output
+    for op, kernels in (("gdn2", ("prepare", "output", "state_pass")),
+                        ("gdn2_bwd", ("prepare", "output", "state_pass")), ("kda_bwd", ("output",)),
+                        ("gdn_bwd", ("output",))):
         for kernel in kernels:
             reason = cutile_engine._cute_kernels_reason(None, types.SimpleNamespace(op=op), kernel)
             assert reason == f"the CuTe chunk_{kernel} computes gdn / kda, not {op}"
@@ -749,7 +753,7 @@ def test_state_pass_and_output_kernels_number_chunks_alike(cu):
     assert _locate(cu, int(np.sum(count)))[0] == len(cu) - 1                  # past the last chunk
 
 
-def _grouped_gated_graph(cg, op, H=2, HV=4, K=64, **attrs):
+def _grouped_gated_graph(cg, op, H=2, HV=4, K=64, N=2, **attrs):
     F = cg.data_type
     g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
     T, V = 100, 64
@@ -764,7 +768,7 @@ def _grouped_gated_graph(cg, op, H=2, HV=4, K=64, **attrs):
             tensor("beta", (T, HV, K) if op.startswith("gdn2") else (T, HV))]
     if op.startswith("gdn2"):
         args.append(tensor("w", (T, HV, V)))
-    keywords = dict(cu_seqlens=tensor("cu", (3,), F.INT32), a_log=tensor("a_log", (HV,), F.FLOAT),
+    keywords = dict(cu_seqlens=tensor("cu", (N + 1,), F.INT32), a_log=tensor("a_log", (HV,), F.FLOAT),
                     dt_bias=tensor("dt_bias", (HV, K) if per_channel else (HV,)), safe_gate=True,
                     use_beta_sigmoid=True, **attrs)
     if op.endswith("_bwd"):
@@ -874,36 +878,49 @@ def test_kda_with_float16_inputs_keeps_the_cutile_bwd_intra_alone(kernel, refuse
         assert reason is None or "FP16" not in reason
 
 
-def test_the_backward_ranks_its_cute_prepare_and_intra_first_where_both_can_run():
-    # the CuTe chunk_prepare and chunk_bwd_intra together rank first; each alone below the default (to pin or
-    # time); none of them where the CuTe kernels cannot run
+def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
+    # sm_90, BF16 (measured on the H100, session 27): every kernel the op has in CuTe first; the CuTe prepare and
+    # chunk_bwd_intra together above the default, each alone below it; the plans not yet GPU-tested below the
+    # default (to pin or time); none of them where the CuTe kernels cannot run
     cg = _package()
     for op, attrs in (("gdn_bwd", {}), ("kda_bwd", {"gate_lower_bound": -2.5})):
         g = _grouped_gated_graph(cg, op, **attrs)
         plans = _proposed(cg, g)
         by_name = {p.label: p for p in plans}
+
+        def name(suffix, op=op):
+            return f"cutile_{op}_chunk64{suffix}"
+        default = by_name[name("")]
         first = max(plans, key=lambda p: p.priority)
-        assert first.label == f"cutile_{op}_chunk64_cute_prepare_intra"
-        assert (first.knobs["prepare"], first.knobs["intra"], first.knobs["mma"]) == ("cute", "cute", "tf32")
+        every, but_state = by_name[name("_cute_all")], by_name[name("_cute_all_tile_state")]
+        assert first is every
+        values = by_name[name("_cute_prepare_intra_values")]
+        assert values.knobs["values"] == every.knobs["values"] == "cute" and values.knobs["prepare"] == "cute"
+        assert every.knobs["bwd_state"] == "cute" and every.knobs.get("grads") == ("cute" if op == "gdn_bwd" else None)
+        assert but_state.knobs == {k: v for k, v in every.knobs.items() if k != "bwd_state"}
+        pair = by_name[name("_cute_prepare_intra")]
+        assert (pair.knobs["prepare"], pair.knobs["intra"], pair.knobs["mma"]) == ("cute", "cute", "tf32")
+        assert every.priority > pair.priority > default.priority > but_state.priority
         for alone, knob in (("cute_prepare", "prepare"), ("cute_intra", "intra")):
-            assert by_name[f"cutile_{op}_chunk64_{alone}"].knobs[knob] == "cute"
-            assert by_name[f"cutile_{op}_chunk64"].priority > by_name[f"cutile_{op}_chunk64_{alone}"].priority
-        # the first and the default plan have twins over value blocks of 64, ranked below both (to time)
-        for name in (first.label, f"cutile_{op}_chunk64"):
-            twin = by_name[f"{name}_bv64"]
-            assert dict(twin.knobs, block_v=32) == dict(by_name[name].knobs) and twin.knobs["block_v"] == 64
-            assert twin.priority < by_name[f"cutile_{op}_chunk64"].priority
-        # chunk_bwd_grads in CuTe too: gdn's twin of the first, ranked below the default (to time)
-        grads = by_name.get(f"{first.label}_grads")
-        if op == "gdn_bwd":
-            assert dict(grads.knobs, grads="cutile") == dict(first.knobs, grads="cutile") and grads.knobs["grads"] == "cute"
-            assert grads.priority < by_name[f"cutile_{op}_chunk64"].priority
-        else:
-            assert grads is None
-        # and the reverse state pass in CuTe (both ops), with the gradients' kernel for gdn: ranked below the default
-        state = by_name[f"{first.label}_state"]
-        assert state.knobs["bwd_state"] == "cute" and state.priority < by_name[f"cutile_{op}_chunk64"].priority
-        assert (f"{first.label}_grads_state" in by_name) == (op == "gdn_bwd")
+            assert by_name[name(f"_{alone}")].knobs[knob] == "cute"
+            assert default.priority > by_name[name(f"_{alone}")].priority
+        # the default and the pair have twins over value blocks of 64, below the default (to time)
+        for label in (pair.label, default.label):
+            twin = by_name[f"{label}_bv64"]
+            assert dict(twin.knobs, block_v=32) == dict(by_name[label].knobs) and twin.knobs["block_v"] == 64
+            assert twin.priority < default.priority
+        # fewer CuTe kernels: below the default (measured slower than every one in CuTe)
+        fewer = ["_cute_prepare_intra_state", "_cute_prepare_intra_values"]
+        fewer += ["_cute_prepare_intra_grads", "_cute_prepare_intra_grads_state"] if op == "gdn_bwd" else []
+        assert all(by_name[name(suffix)].priority < default.priority for suffix in fewer)
+        assert (name("_cute_prepare_intra_grads") in by_name) == (op == "gdn_bwd")
+        # gdn: every kernel in CuTe on 16-bit scratch, below the default until its f32 twin (which runs a call
+        # whose buffers a CuTe kernel refuses, in the same workspace) has run on a GPU
+        io = by_name.get(name("_cute_all_io"))
+        assert (io is not None) == (op == "gdn_bwd")
+        if io is not None:
+            assert io.knobs == dict(every.knobs, state_pass="cute", scratch="io")
+            assert io.priority < default.priority and io.workspace_size == every.workspace_size
         assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if "cute" in p.label]
     from cudnn_graph.engines.cutile import engine as cutile_engine
     g = _grouped_gated_graph(cg, "gdn2_bwd")
@@ -911,8 +928,8 @@ def test_the_backward_ranks_its_cute_prepare_and_intra_first_where_both_can_run(
         "the CuTe chunk_intra computes gdn / kda, not gdn2_bwd"
 
 
-@pytest.mark.parametrize("op, K, first", [("kda_bwd", 64, "cutile_kda_bwd_chunk64_cute_prepare_intra"),
-                                          ("kda_bwd", 128, "cutile_kda_bwd_chunk64_cute_prepare_intra"),
+@pytest.mark.parametrize("op, K, first", [("kda_bwd", 64, "cutile_kda_bwd_chunk64_cute_all"),
+                                          ("kda_bwd", 128, "cutile_kda_bwd_chunk64_cute_all"),
                                           ("gdn2_bwd", 64, "cutile_gdn2_bwd_chunk64")])
 def test_the_backward_with_the_softplus_gate_ranks_as_any_other_gate(op, K, first):
     # the misses that kept the softplus gate's backward on BF16 products (sessions 11-19) were the eight-warp
@@ -920,6 +937,26 @@ def test_the_backward_with_the_softplus_gate_ranks_as_any_other_gate(op, K, firs
     cg = _package()
     plans = _proposed(cg, _grouped_gated_graph(cg, op, K=K))
     assert max(plans, key=lambda p: p.priority).label == first
+
+
+def _build_pinned_backward(cg, knobs: dict, monkeypatch):
+    """Build a gdn_bwd plan of ``knobs`` with the device checks stubbed (no GPU here to query)."""
+    from cudnn_graph.engines.base import ExecutionContext, PlanConfig
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    monkeypatch.setattr(cutile_engine, "_support_reason", lambda graph, node: None)
+    monkeypatch.setattr(cutile_engine, "_cute_device_reason", lambda graph: None)
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None
+    g = _grouped_gated_graph(cg, "gdn_bwd")
+    engine.build_plan(g, PlanConfig(cutile_engine.CUTILE_BASE, knobs=knobs, name="pinned", engine=engine),
+                      ExecutionContext())
+
+
+def test_the_cute_values_kernel_needs_the_prepare_that_leaves_t(monkeypatch):
+    cg = _package()
+    with pytest.raises(cg.GraphNotSupportedError, match="values='cute' reads T .* needs prepare='cute' too"):
+        _build_pinned_backward(cg, {"intra": "cute", "values": "cute"}, monkeypatch)
 
 
 def test_an_output_set_to_another_type_leaves_the_cute_kernels_out():
@@ -934,3 +971,16 @@ def test_an_output_set_to_another_type_leaves_the_cute_kernels_out():
     assert cutile_engine._cute_output_reason(g, g.nodes[0]) == \
         "the CuTe kernels write dv as BFLOAT16; this graph sets it to FLOAT"
     assert not [p for p in _proposed(cg, g) if "cute" in p.label]
+
+
+@pytest.mark.parametrize("knobs, words", [
+    ({"scratch": "io", "prepare": "cute", "intra": "cute", "values": "cute", "bwd_state": "cute", "grads": "cute"},
+     "scratch='io' in a backward needs every kernel in CuTe; state_pass are 'cutile'"),
+    ({"prepare": "cute", "state_pass": "cute"}, "state_pass='cute' in a backward reads the recompute's scratch in the "
+                                                "input type: it needs scratch='io'"),
+    ({"scratch": "bf16"}, "scratch='bf16'; expected 'f32' or 'io'")])
+def test_the_backward_takes_16_bit_scratch_only_with_every_kernel_in_cute(knobs, words, monkeypatch):
+    # the backward's cuTile kernels read f32 scratch: a CuTe state pass over it would read f32 bits as BF16
+    cg = _package()
+    with pytest.raises(cg.GraphNotSupportedError, match=re.escape(words)):
+        _build_pinned_backward(cg, knobs, monkeypatch)

@@ -235,12 +235,17 @@ def bwd_builder_for(op, host, io_type, l2, plan=None):
 
 
 def run_bwd_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, dht=True,
-                 producer="cupy", seed=0, plan=None):
+                 producer="cupy", seed=0, plan=None, q_in_qk=False):
+    """``q_in_qk``: q is the first half of a (T, H, 2K) buffer, as a fused q/k projection gives it (its rows not
+    packed)."""
     import ml_dtypes
     _require_engine()
     io_np = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
     io_type = {"bfloat16": F.BFLOAT16, "float16": F.HALF}[dtype]
     host = make_inputs(op[:-4], cu, H, K, V, io_np, seed, h0)
+    if q_in_qk:
+        qk = np.concatenate([host["q"], host["k"]], axis=2)
+        host["q"] = qk[:, :, :K]
     rng = np.random.default_rng(seed + 100)
     T, N = cu[-1], len(cu) - 1
     host["dO"] = rng.standard_normal((T, H, V)).astype(io_np)

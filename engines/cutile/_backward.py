@@ -1,0 +1,246 @@
+"""The cuTile engine's backward plans (gdn_bwd, kda_bwd, gdn2_bwd): the forward recompute, then the gradient
+kernels (``_kernels``: chunk_bwd_intra, chunk_bwd_state_pass, chunk_bwd_values, chunk_bwd_grads; their CuTe
+forms on sm_90 through ``CuteLaunch``), and the plan built from its knobs (``backward_plan``)."""
+from __future__ import annotations
+
+import dataclasses
+
+from ..base import GraphView, PlanConfig
+from ...data_type import DataType
+from ...errors import GraphNotSupportedError
+from . import _c_launch
+from ._cute_launch import CuteLaunch
+from ._variants import CHUNK, Variant
+from .engine import (BACKWARD_BLOCK_V, MMA_TYPES, CutileForwardPlan, _cdiv, _cute_kernels_reason, _Geometry,
+                     _kernel_source, backward_workspace_size, logger, variant_of)
+
+
+class CutileBackwardPlan(CutileForwardPlan):
+    """A built gdn_bwd / kda_bwd / gdn2_bwd plan: the forward recompute, then the dS-free terms per chunk, the
+    reverse state pass and the per-chunk gradients in two parts (``_kernels``: chunk_bwd_intra,
+    chunk_bwd_state_pass, chunk_bwd_values, chunk_bwd_grads)."""
+
+    def __init__(self, plan: PlanConfig, graph, node, variant: Variant, geometry: _Geometry,
+                 f32_twin: "CutileBackwardPlan | None" = None):
+        super().__init__(plan, graph, node, variant, geometry)
+        # scratch="io": the same kernels on f32 scratch in this plan's workspace, for a call whose buffers a CuTe
+        # kernel refuses (no cuTile kernel of the backward reads 16-bit scratch to stand in for it alone)
+        self._f32_twin = f32_twin
+        self._told_fallback = False
+        from . import _kernels
+        self._bwd_intra = _kernels.chunk_bwd_intra
+        if variant.intra == "cute":
+            self._bwd_intra = CuteLaunch.bwd_intra(variant, geometry, self._bwd_intra)
+        self._bwd_state_pass = _kernels.chunk_bwd_state_pass
+        self._io_scratch = variant.scratch_dtype != "float32"
+        if variant.bwd_state == "cute":
+            self._bwd_state_pass = CuteLaunch.bwd_state_pass(variant, geometry, self._bwd_state_pass)
+        self._bwd_values = _kernels.chunk_bwd_values
+        self._bwd_grads = _kernels.chunk_bwd_grads
+        if variant.grads == "cute":
+            self._bwd_grads = CuteLaunch.bwd_grads(variant, geometry, self._bwd_grads)
+        self._cute_values = None
+        if variant.values == "cute":
+            self._cute_values = (CuteLaunch.prepare_inverse(variant, geometry),
+                                 CuteLaunch.bwd_values(variant, geometry))
+        self._grads_grid = (geometry.chunks, geometry.H, 1)
+        self._group_sum = _kernels.group_sum
+        self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
+        self._gate_activation_bwd = _kernels.gate_activation_bwd
+
+    def _gradient_targets(self, slot, sc) -> dict:
+        """Where chunk_bwd_grads writes dq, dk, dg and dbeta: the ports, or scratch that group_sum /
+        gate_activation_bwd read back (grouped value heads, the gate options); and where chunk_bwd_values
+        writes the write gate's dw (gdn2; dv in its place otherwise, which the kernel then never writes
+        there)."""
+        v, o = self.variant, self.variant.gates
+        grouped = v.group > 1
+        return {"dq": sc["dq_hv"] if grouped else slot("dq"), "dk": sc["dk_hv"] if grouped else slot("dk"),
+                "dg": sc["dg_act"] if o.on_gate else slot("dg"),
+                "dbeta": sc["dbeta_act"] if o.on_beta else slot("dbeta"),
+                "dw": slot("dw") if v.has_w else slot("dv")}
+
+    def _after_launches(self, slot, sc) -> list:
+        """group_sum into dq and dk, then gate_activation_bwd, where the variant needs them."""
+        v, o = self.variant, self.variant.gates
+        launches = []
+        if v.group > 1:
+            for name in ("dq", "dk"):
+                launches.append(("group_sum", self._group_sum_grid, self._group_sum,
+                                 (sc[name + "_hv"], slot(name), *v.group_sum_constants())))
+        if o.on_gate or o.on_beta:
+            a_log, dt_bias = self._gate_parameters(slot, sc)
+            d_a_log = slot("d_a_log") if o.a_log_dtype else sc["a_log_dummy"]
+            d_dt_bias = slot("d_dt_bias") if o.dt_bias_dtype else sc["dt_bias_dummy"]
+            launches.append(("gate_activation_bwd", (self._geometry.H, 1, 1), self._gate_activation_bwd,
+                             (slot("g"), a_log, dt_bias, slot("beta"), sc["dg_act"], sc["dbeta_act"], slot("dg"),
+                              slot("dbeta"), d_a_log, d_dt_bias, *v.gate_activation_constants())))
+        return launches
+
+    def _launch_list(self, slot, sc) -> list:
+        v = self.variant
+        q, k, val, cu, do = (slot(p) for p in ("q", "k", "v", "cu_seqlens", "dO"))
+        dummy = sc["state_dummy"]
+        launches, g, beta, wgate = self._recompute_launches(slot, sc, dummy)
+        out = self._gradient_targets(slot, sc)
+        dht = slot("d_final_state") if v.has_dht else dummy
+        dh0 = slot("d_initial_state") if v.has_h0 else dummy
+        launches += [
+            ("bwd_intra", self._prepare_grid, self._bwd_intra,
+             (q, k, do, sc["g"], cu, sc["dd"], sc["qg"], *v.bwd_intra_constants())),
+            ("bwd_state_pass", self._state_pass_grid, self._bwd_state_pass,
+             (do, sc["w"], sc["kd"], sc["qg"], sc["g"], cu, dht, sc["dhs"], sc["dd"], dh0,
+              *v.bwd_state_pass_constants())),
+            ("bwd_values", self._grads_grid, self._bwd_values,
+             (k, val, g, beta, wgate, cu, sc["hs"], sc["dd"], sc["w"], sc["u"], sc["g"], slot("dv"), out["dw"],
+              sc["qg"], sc["da"], sc["dbeta_v"], *v.bwd_values_constants())),
+            ("bwd_grads", self._grads_grid, self._bwd_grads,
+             (q, k, g, beta, do, cu, sc["hs"], sc["dhs"], sc["d"], sc["qg"], sc["da"], sc["dbeta_v"],
+              *((sc["dq_pre"], sc["dk_pre"]) if self._io_scratch else (sc["kd"], sc["w"])), out["dq"], out["dk"],
+              out["dg"], out["dbeta"], *v.bwd_grads_constants())),
+            *self._after_launches(slot, sc),
+        ]
+        if self._cute_values is not None:
+            self._take_cute_values(launches, sc)
+        if self._f32_twin is not None:
+            self._check_io_scratch(launches)
+        return launches
+
+    def _check_io_scratch(self, launches: list) -> None:
+        """scratch="io": every launch over the recompute's scratch must be CuTe (no cuTile kernel of the backward
+        reads 16-bit scratch), so a CuTe kernel that refuses the buffers (not packed row-major, misaligned, or
+        it did not compile) refuses the plan's 16-bit form for the call: IoScratchRefused, which keeps the C
+        path off (it is an Unsupported) and sends a Python-path execute to the f32 twin."""
+        for name, _, kernel, args in launches:
+            if name in _SCRATCH_LAUNCHES and not (isinstance(kernel, CuteLaunch) and kernel.takes(args)):
+                raise IoScratchRefused(f"the CuTe {name} launch refuses this call's buffers; the plan's 16-bit "
+                                       "scratch has no cuTile reader")
+
+    def _launches_at(self, slot, base: int) -> list:
+        """scratch="io": the f32 twin's launches where a CuTe launch refuses this call's buffers (each of those
+        CuTe where it takes them, cuTile where not)."""
+        try:
+            return super()._launches_at(slot, base)
+        except IoScratchRefused as refused:
+            if not self._told_fallback:
+                self._told_fallback = True
+                logger.info("%s: %s; the same kernels on f32 scratch run it", self.plan.label, refused)
+            return self._f32_twin._launches_at(slot, base)
+
+    def _take_cute_values(self, launches: list, sc) -> None:
+        """``values="cute"``: the recompute's prepare leaves T = (I + A)^-1 in dA's region and the CuTe
+        chunk_bwd_values reads it there, so both CuTe launches replace theirs or neither does (a cuTile prepare
+        leaves no T)."""
+        prepare_inverse, values = self._cute_values
+        at = {launch[0]: i for i, launch in enumerate(launches)}
+        _, prepare_grid, _, a = launches[at["prepare"]]
+        prepare_args = (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9], sc["da"])
+        _, values_grid, _, a = launches[at["bwd_values"]]
+        values_args = (a[1], a[3], a[5], a[6], a[7], a[8], a[9], a[11], a[13], a[14], a[15])
+        if prepare_inverse.takes(prepare_args) and values.takes(values_args):
+            launches[at["prepare"]] = ("prepare", prepare_grid, prepare_inverse, prepare_args)
+            launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
+
+
+class IoScratchRefused(_c_launch.Unsupported):
+    """A scratch="io" plan's CuTe launch refuses a call's buffers (the Python path runs the f32 twin)."""
+
+
+# the launches that write or read the recompute's w, u, kd, d and hs (16-bit with scratch="io")
+_SCRATCH_LAUNCHES = ("prepare", "state_pass", "bwd_intra", "bwd_state_pass", "bwd_values", "bwd_grads")
+
+# a backward plan's kernel-source knobs ("state_pass": its forward recompute's)
+BACKWARD_KERNEL_KNOBS = ("prepare", "state_pass", "intra", "bwd_state", "values", "grads")
+
+
+def backward_variants(graph, node) -> list:
+    """The backward plans this graph can have, as (name suffix, knobs, rank: higher first).
+
+    The default (TF32 products) ranks first where no CuTe kernel can run (not sm_90, gdn2); there, ``auto``
+    (BF16 / FP16 products where they are safe) is to pin. The recompute's prepare with chunk_bwd_intra in CuTe
+    (``cute_prepare_intra``) ranks above the default (7-9% faster on the H200, session 19). On sm_90 the more
+    kernels in CuTe the faster (H100, session 27, GPU ms against the default; docs/engines_cutile.md "The
+    backward"): with BF16 inputs ``cute_all`` (every kernel the op has in CuTe; kda's chunk_bwd_grads is cuTile)
+    ranks first, gdn 1.398 against 2.348 and kda 2.432 against 2.869 at 4 x 2048, H 16, K = V = 128, and faster
+    at every shape timed. Kept to pin or time until their GPU tests have run:
+
+    - ``cute_all_io`` (gdn, BF16: every kernel in CuTe, the recompute's scratch in the input type): 1.122 there
+      and 0.43-0.61x the default at every shape timed; a call whose buffers a CuTe kernel refuses runs on its
+      f32 twin (``CutileBackwardPlan._launches_at``);
+    - ``cute_all_tile_state``: the cuTile reverse state pass, which has more CTAs in flight where the sequences
+      are few (one 32k sequence: 2.47 / 2.69 ms for gdn / kda against the CuTe pass's 3.32 / 3.86);
+    - ``cute_all`` with FP16 inputs (gdn 2.002 against 2.378; each of its kernels GPU-tested in FP16);
+    - the plans with fewer CuTe kernels (each measured slower than ``cute_all``).
+    """
+    variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
+    cute = {kernel: _cute_kernels_reason(graph, node, kernel) is None
+            for kernel in ("prepare", "intra", "grads", "bwd_state", "values", "state_pass")}
+    if cute["prepare"]:
+        variants.append(("cute_prepare", {"mma": "tf32", "prepare": "cute"}, 5.0))
+    if cute["intra"]:
+        variants.append(("cute_intra", {"mma": "tf32", "intra": "cute"}, 4.0))
+    if cute["prepare"] and cute["intra"]:
+        both = {"mma": "tf32", "prepare": "cute", "intra": "cute"}
+        variants.append(("cute_prepare_intra", both, 16.0))
+        if cute["grads"]:
+            variants.append(("cute_prepare_intra_grads", {**both, "grads": "cute"}, 1.5))
+        if cute["bwd_state"]:
+            variants.append(("cute_prepare_intra_state", {**both, "bwd_state": "cute"}, 1.4))
+            if cute["grads"]:
+                variants.append(("cute_prepare_intra_grads_state",
+                                 {**both, "bwd_state": "cute", "grads": "cute"}, 1.6))
+        if cute["values"]:
+            values = {**both, "values": "cute"}
+            variants.append(("cute_prepare_intra_values", values, 1.3))
+            but_state = {**values, **({"grads": "cute"} if cute["grads"] else {})}
+            every = {**but_state, **({"bwd_state": "cute"} if cute["bwd_state"] else {})}
+            bf16 = GraphView.of(graph).data_type(node.inputs["q"]) == DataType.BFLOAT16
+            variants.append(("cute_all", every, 20.0 if bf16 else 1.7))
+            if every != but_state:
+                variants.append(("cute_all_tile_state", but_state, 1.65))
+            if every.get("grads") == every.get("bwd_state") == "cute" and cute["state_pass"]:   # gdn, BF16
+                variants.append(("cute_all_io", {**every, "state_pass": "cute", "scratch": "io"}, 1.8))
+    # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider loads; half
+    # the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill 2.7 KB a thread in
+    # chunk_bwd_grads): to pin or time
+    variants += [(f"{suffix}_bv64" if suffix else "bv64", {**knobs, "block_v": 64}, 2.0)
+                 for suffix, knobs, priority in variants if suffix in ("", "cute_prepare_intra")]
+    return variants
+
+
+def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
+    """A backward plan built from its knobs: ``block_v``, ``mma``, the kernel sources and ``scratch`` ("f32", or
+    "io": the recompute's w, u, kd, d and hs in the input type, where every kernel is CuTe)."""
+    block_v = int(plan.knobs.get("block_v", BACKWARD_BLOCK_V))
+    V = node.inputs["v"].dim[2]
+    if block_v not in (32, 64, 128) or V % block_v:
+        raise GraphNotSupportedError(f"block_v={block_v} is not one of 32, 64, 128 dividing V={V}")
+    mma = plan.knobs.get("mma", "tf32")
+    if mma not in MMA_TYPES:
+        raise GraphNotSupportedError(f"mma={mma!r}; expected one of {MMA_TYPES}")
+    low = {"bf16": True, "tf32": False}.get(mma)   # None: auto
+    sources = {kernel: _kernel_source(graph, node, kernel, plan.knobs.get(kernel, "cutile"))
+               for kernel in BACKWARD_KERNEL_KNOBS}
+    variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low), **sources)
+    if variant.values == "cute" and variant.prepare != "cute":
+        raise GraphNotSupportedError("values='cute' reads T = (I + A)^-1 from the CuTe prepare; it needs "
+                                     f"prepare='cute' too (got prepare={variant.prepare!r})")
+    scratch = plan.knobs.get("scratch", "f32")
+    if scratch not in ("f32", "io"):
+        raise GraphNotSupportedError(f"scratch={scratch!r}; expected 'f32' or 'io'")
+    if scratch == "f32":
+        if variant.state_pass == "cute":
+            raise GraphNotSupportedError("state_pass='cute' in a backward reads the recompute's scratch in the "
+                                         "input type: it needs scratch='io'")
+        return CutileBackwardPlan(plan, graph, node, variant, _Geometry(node, backward=True))
+    # the backward's cuTile kernels read f32 scratch: with 16-bit scratch every kernel is CuTe
+    cutile = [kernel for kernel, source in sources.items() if source != "cute"]
+    if cutile:
+        raise GraphNotSupportedError(f"scratch='io' in a backward needs every kernel in CuTe; "
+                                     f"{', '.join(cutile)} are 'cutile'")
+    twin = CutileBackwardPlan(plan, graph, node, dataclasses.replace(variant, state_pass="cutile"),
+                              _Geometry(node, backward=True))
+    geometry = _Geometry(node, backward=True, io_scratch=variant.io_dtype)
+    geometry.workspace_size = backward_workspace_size(node, variant.io_dtype, "io")   # room for the twin's too
+    return CutileBackwardPlan(plan, graph, node, dataclasses.replace(variant, scratch_dtype=variant.io_dtype),
+                              geometry, twin)

@@ -1,0 +1,45 @@
+"""The CuTe DSL chunk_bwd_values for gdn_bwd / kda_bwd (engines/cute/_delta_bwd_values) and the backward
+prepare that leaves it T (``_delta_prepare.DeltaPrepareInverse``), on the CPU: their specialisations compile for
+sm_90a with the parameters the cuTile plan's C launch path writes (the addresses, then tokens, chunks and
+sequences as int32), a block of four warps, and the values kernel in the shared memory two CTAs an SM hold."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")    # the compile target when no GPU is there to ask
+
+pytest.importorskip("cudnn_graph")
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
+pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
+
+from cudnn_graph.engines.cute import _delta_bwd_values, _delta_prepare  # noqa: E402
+from cubin_tables import addresses_then_three_sizes, parameters  # noqa: E402
+
+
+# (input type, beta's type, dv's type, K, V)
+@pytest.mark.parametrize("io, beta, dv, K, V", [("bfloat16", "bfloat16", "bfloat16", 128, 128),
+                                                ("bfloat16", "float32", "bfloat16", 64, 64),
+                                                ("float16", "float16", "float16", 128, 64),
+                                                ("bfloat16", "bfloat16", "float32", 64, 128)])
+def test_the_values_kernel_compiles_with_the_parameters_the_c_path_writes(io, beta, dv, K, V):
+    cubin, block, shared = _delta_bwd_values.bwd_values_launcher(io, beta, dv, K, V, 4, 3).cubin()
+    assert parameters(cubin) == addresses_then_three_sizes(11)
+    assert block == (128, 1, 1) and 0 < shared <= 113 * 1024
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_the_prepare_that_leaves_t_takes_one_address_more_than_the_prepare(per_channel):
+    launcher = _delta_prepare.prepare_inverse_launcher("bfloat16", "float32", "bfloat16", "float32", 128, 128, 2, 4,
+                                                       True, 3, per_channel=per_channel)
+    cubin, block, shared = launcher.cubin()
+    assert parameters(cubin) == addresses_then_three_sizes(10)
+    plain = _delta_prepare.prepare_launcher("bfloat16", "float32", "bfloat16", "float32", 128, 128, 2, 4, True, 3,
+                                            per_channel=per_channel)
+    assert block == (128, 1, 1) and shared == plain.cubin()[2]
+
+
+def test_scalar_operands_are_aligned_to_their_own_size():
+    types = _delta_bwd_values._pointer_types("bfloat16", "bfloat16", "bfloat16")
+    assert types[1] == ("bfloat16", 2) and types[2] == ("int32", 4) and types[10] == ("float32", 4)
