@@ -146,7 +146,8 @@ class IoScratchRefused(_c_launch.Unsupported):
     """A scratch="io" plan's CuTe launch refuses a call's buffers (the Python path runs the f32 twin)."""
 
 
-# the launches that write or read the recompute's w, u, kd, d and hs (16-bit with scratch="io")
+# the launches a scratch="io" plan runs only in CuTe: those over the recompute's w, u, kd, d and hs (16-bit), and
+# chunk_bwd_intra (its buffers are the gradient kernels' too: a call it refuses, they refuse)
 _SCRATCH_LAUNCHES = ("prepare", "state_pass", "bwd_intra", "bwd_state_pass", "bwd_values", "bwd_grads")
 
 # a backward plan's kernel-source knobs ("state_pass": its forward recompute's)
