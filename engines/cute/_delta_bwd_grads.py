@@ -420,26 +420,371 @@ class DeltaBwdGrads(ChunkKernel):
                 cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (start + row, seg)))
 
 
+# f32 shared rows of the per-channel kernel's 64 x 64 gate blocks: 68 floats apart (272 bytes: 16-byte aligned rows,
+# a quad's lanes on other banks than the next row's)
+GATE_STRIDE = CHUNK + 4
+_ROW_DOT = 0       # rows[0] of the per-channel kernel: sum over V of S0 * dS1 per key row of the block
+
+
+class DeltaBwdGradsPerChannel(DeltaBwdGrads):
+    """chunk_bwd_grads for a per-channel gate (kda): g is (tokens, H, K), and the gate's terms are per (token, key
+    column) instead of row sums. Per block of 64 key columns, what the per-token kernel does with these changes:
+
+    - the gate's in-chunk sums gc (64 x 64, f32 shared: g's rows, then a cumulative sum down each column by one
+      thread a column) and its factors e^gc, e^(gc - gc_mid), e^(gc_mid - gc), e^(gc_last - gc) per element;
+    - the gate-gradient terms per element added up in f32 shared memory (``dgc``: in registers the sm_90a cubin
+      spilled 656 bytes a thread at K = 128); one thread a column forms dg as their reverse cumulative sum plus
+      the last row's term: the column sums of kg * dkg (a warp's lanes by shuffles, then the warps through
+      shared memory) and e^gc_last times the key row's sum over V of S0 * dS1 (in f32, as dS1's rows are
+      rounded into shared memory);
+    - two operand buffers instead of four (dO and S0, then D and dS1, reloaded a block each; qn and kn over the
+      first), so that two CTAs fit an SM with the two f32 gate blocks beside them.
+    """
+
+    def shared_storage(self):
+        block = CHUNK * (CHUNK + PAD)
+        operands = max(CHUNK * (self.V + PAD), 2 * block)      # 64 rows of V, or qn and kn
+        return shared_struct("DeltaBwdGradsPerChannelStorage", {
+            "a": shared_field(self.io, operands), "b": shared_field(self.io, operands),
+            "q": shared_field(self.io, block), "k": shared_field(self.io, block),
+            "dm": shared_field(self.io, block), "da": shared_field(self.io, block),
+            "gc": shared_field(Float32, CHUNK * GATE_STRIDE), "dgc": shared_field(Float32, CHUNK * GATE_STRIDE),
+            # per token: beta, 1/||q||, 1/||k||, and the row sums dbeta, q . dq, k . dk (rows 5-7, 9-11, as the
+            # per-token kernel's); per key row of the block: sum(S0 * dS1) (row 0)
+            "rows": shared_field(Float32, 12 * CHUNK),
+            "columns": shared_field(Float32, (THREADS // 32) * CHUNK),     # each warp's column sums of kg * dkg
+            "scan": shared_field(Int32, THREADS), "where": shared_field(Int32, 4)})
+
+    @cute.kernel
+    def kernel(self, pq: cute.Pointer, pk: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer, pdo: cute.Pointer,
+               pcu: cute.Pointer, phs: cute.Pointer, pdhs: cute.Pointer, pd: cute.Pointer, pdcg: cute.Pointer,
+               pda: cute.Pointer, pdbv: cute.Pointer, pdqp: cute.Pointer, pdkp: cute.Pointer, pdq: cute.Pointer,
+               pdk: cute.Pointer, pdg: cute.Pointer, pdbeta: cute.Pointer, tokens: Int32, chunks: Int32,
+               n_seq: Int32):
+        K, V, H, HQ = self.K, self.V, self.H, self.HQ
+        mQ = cute.make_tensor(pq, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
+        mK = cute.make_tensor(pk, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
+        mBeta = cute.make_tensor(pbeta, cute.make_layout((tokens, H), stride=(H, 1)))
+        mDo = cute.make_tensor(pdo, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
+        mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
+        states = cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1))
+        mHs, mDhs = cute.make_tensor(phs, states), cute.make_tensor(pdhs, states)
+        mD, mDcg, mDa = chunk_major(pd, chunks, H, V), chunk_major(pdcg, chunks, H, K), chunk_major(pda, chunks, H, CHUNK)
+        mDbv = chunk_major(pdbv, chunks, H, 1)
+        mDqp, mDkp = chunk_major(pdqp, chunks, H, K), chunk_major(pdkp, chunks, H, K)
+        per_key = cute.make_layout((tokens, H, K), stride=(H * K, K, 1))
+        mG, mDg = cute.make_tensor(pg, per_key), cute.make_tensor(pdg, per_key)
+        mDq, mDk = cute.make_tensor(pdq, per_key), cute.make_tensor(pdk, per_key)
+        mDbeta = cute.make_tensor(pdbeta, cute.make_layout((tokens, H), stride=(H, 1)))
+        tiled_mma, tidx, h, hk, thr = self.block_heads()
+
+        storage = SmemAllocator().allocate(self.shared_storage())
+        v_rows = cute.make_layout((CHUNK, V), stride=(V + PAD, 1))
+        block = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + PAD, 1))
+        gates = cute.make_layout((CHUNK, CHUNK), stride=(GATE_STRIDE, 1))
+        sA = cute.make_tensor(storage.a.data_ptr(), v_rows)       # dO, then D
+        sB = cute.make_tensor(storage.b.data_ptr(), v_rows)       # S0's key rows, then dS1's
+        sQn = cute.make_tensor(storage.a.data_ptr(), block)
+        sKn = cute.make_tensor(storage.a.data_ptr() + CHUNK * (CHUNK + PAD), block)
+        sAn = cute.make_tensor(storage.b.data_ptr(), block)
+        sDgc = cute.make_tensor(storage.dgc.data_ptr(), gates)
+        sQ = cute.make_tensor(storage.q.data_ptr(), block)
+        sK = cute.make_tensor(storage.k.data_ptr(), block)
+        sDm = cute.make_tensor(storage.dm.data_ptr(), block)
+        sDa = cute.make_tensor(storage.da.data_ptr(), block)
+        sGc = cute.make_tensor(storage.gc.data_ptr(), gates)
+        rows = cute.make_tensor(storage.rows.data_ptr(), cute.make_layout((12, CHUNK), stride=(CHUNK, 1)))
+        sColumns = cute.make_tensor(storage.columns.data_ptr(),
+                                    cute.make_layout((THREADS // 32, CHUNK), stride=(CHUNK, 1)))
+
+        c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
+        if seq < n_seq:
+            self.token_factors(mQ[None, hk, None], mK[None, hk, None], mBeta, rows, h, start, count, tidx)
+            # dm = tril(dO D^T) scale over all of V, and dA, once
+            self.load_rows(mDo[None, h, None], sA, start, count, V, False, tidx)
+            self.scratch_rows(mD[c, h, None, None], sB, V, tidx)
+            self.scratch_rows(mDa[c, h, None, None], sDa, CHUNK, tidx)
+            cute.arch.sync_threads()
+            row0, col0 = self.first_place(tidx)
+            acc = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
+            acc.fill(0.0)
+            self.product(tiled_mma, acc, sA, sB, tidx)
+            dm = cute.make_rmem_tensor(acc.shape, self.io)
+            for e in range_constexpr(cute.size(acc)):
+                t, j = self.place(e, row0, col0)
+                val = Float32(0.0)
+                if j <= t:
+                    val = acc[e] * self.scale
+                dm[e] = val.to(self.io)
+            cute.autovec_copy(dm, thr.partition_C(sDm))
+
+            sums = cute.make_rmem_tensor((3, 2), Float32)        # dbeta, q . dq, k . dk for row0, row0 + 8
+            sums.fill(0.0)
+            dq = cute.make_rmem_tensor(acc.shape, Float32)
+            dk = cute.make_rmem_tensor(acc.shape, Float32)
+            dct = cute.make_rmem_tensor(acc.shape, Float32)
+            mid_row = cutlass.min(count - 1, SPLIT_ROW)
+            for kb in cutlass.range(K // CHUNK):
+                cute.arch.sync_threads()        # the previous block's readers of A, B, the gates and sums are done
+                self.gate_rows(mG[None, h, None], sGc, start, count, kb, tidx)
+                self.normalised_columns(mQ[None, hk, None], sQ, rows, 6, start, count, kb, tidx)
+                self.normalised_columns(mK[None, hk, None], sK, rows, 7, start, count, kb, tidx)
+                if kb > 0:
+                    self.load_rows(mDo[None, h, None], sA, start, count, V, False, tidx)
+                self.scratch_rows(cute.local_tile(mHs[c, h, None, None], (CHUNK, V), (kb, 0)), sB, V, tidx)
+                cute.arch.sync_threads()
+                self.column_cumsum(sGc, tidx)
+                # dqs = dO S0^T -> dq = dqs e^gc scale
+                acc.fill(0.0)
+                self.product(tiled_mma, acc, sA, sB, tidx)
+                cute.arch.sync_threads()        # the sums are formed; dO's and S0's rows are read
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    dq[e] = acc[e] * cute.math.exp(sGc[t, i]) * self.scale
+                    sDgc[t, i] = sQ[t, i].to(Float32) * dq[e]
+                # dkg = D dS1^T -> dk = dkg e^(last - gc)
+                self.scratch_rows(mD[c, h, None, None], sA, V, tidx)
+                self.state_gradient_rows(mHs[c, h, None, None], mDhs[c, h, None, None], sB, rows, kb, tidx)
+                cute.arch.sync_threads()
+                acc.fill(0.0)
+                self.product(tiled_mma, acc, sA, sB, tidx)
+                columns = cute.make_rmem_tensor((cute.size(acc) // 2,), Float32)     # kg * dkg over row0, row0 + 8
+                columns.fill(0.0)
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    tail = cute.math.exp(sGc[count - 1, i] - sGc[t, i])
+                    kg_dkg = sK[t, i].to(Float32) * tail * acc[e]
+                    dk[e] = acc[e] * tail
+                    sDgc[t, i] = sDgc[t, i] - kg_dkg
+                    columns[(e // 4) * 2 + e % 2] = columns[(e // 4) * 2 + e % 2] + kg_dkg
+                self.warp_column_sums(columns, sColumns, col0, tidx)
+                cute.arch.sync_threads()        # D's and dS1's rows are read: qn, kn, an take their place
+                self.split_operands_per_channel(sQ, sK, sQn, sKn, sAn, sGc, rows, mid_row, tidx)
+                cute.arch.sync_threads()
+                # dm kn -> dq, which then leaves
+                acc.fill(0.0)
+                self.product_bt(tiled_mma, acc, sDm, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    q = sQ[t, i].to(Float32)
+                    t_q = acc[e] * cute.math.exp(sGc[t, i] - sGc[mid_row, i])
+                    dq[e] = dq[e] + t_q
+                    sDgc[t, i] = sDgc[t, i] + q * t_q
+                    self.add_row(sums, 1, e, q * dq[e])
+                self.leave(thr, dq, mDqp[c, h, None, None], mDq[None, h, None], row0, col0, start, count, kb)
+                # dm^T qn -> dk
+                acc.fill(0.0)
+                self.product_tt(tiled_mma, acc, sDm, sQn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    t_k = acc[e] * cute.math.exp(sGc[mid_row, i] - sGc[t, i])
+                    dk[e] = dk[e] + t_k
+                    sDgc[t, i] = sDgc[t, i] - sK[t, i].to(Float32) * t_k
+                # dA kn -> dCt = dCg e^gc + dA kn e^(gc - mid)
+                cute.autovec_copy(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK), (0, kb))),
+                                  dct)
+                acc.fill(0.0)
+                self.product_bt(tiled_mma, acc, sDa, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    gc = sGc[t, i]
+                    read = rows[5, t] * sK[t, i].to(Float32)
+                    decay = cute.math.exp(gc)
+                    t_a = acc[e] * cute.math.exp(gc - sGc[mid_row, i])
+                    sDgc[t, i] = sDgc[t, i] + read * (decay * dct[e] + t_a)
+                    dct[e] = dct[e] * decay + t_a
+                # dA^T an -> dk, which then leaves
+                acc.fill(0.0)
+                self.product_tt(tiled_mma, acc, sDa, sAn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
+                for e in range_constexpr(cute.size(acc)):
+                    t, i = self.place(e, row0, col0)
+                    k = sK[t, i].to(Float32)
+                    t_b = acc[e] * cute.math.exp(sGc[mid_row, i] - sGc[t, i])
+                    dk[e] = dk[e] + t_b + rows[5, t] * dct[e]
+                    sDgc[t, i] = sDgc[t, i] - k * t_b
+                    self.add_row(sums, 0, e, k * dct[e])
+                    self.add_row(sums, 2, e, k * dk[e])
+                self.leave(thr, dk, mDkp[c, h, None, None], mDk[None, h, None], row0, col0, start, count, kb)
+                cute.arch.sync_threads()        # every term is in the gate-gradient block
+                self.gate_gradients(sDgc, sGc, sColumns, rows, mDg[None, h, None], start, count, kb, tidx)
+            self.finish_rows(sums, rows, row0, mDbv[c, h, None, None], mDbeta, h, start, count, tidx)
+            if const_expr(self.use_l2):
+                cute.arch.sync_threads()        # every dq / dk before the norm is written, the row dots are summed
+                self.through_the_norm(mDqp[c, h, None, None], mQ[None, hk, None], mDq[None, h, None], rows, 6, 10,
+                                      start, count, tidx)
+                self.through_the_norm(mDkp[c, h, None, None], mK[None, hk, None], mDk[None, h, None], rows, 7, 11,
+                                      start, count, tidx)
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    @cute.jit
+    def token_factors(self, gQ: cute.Tensor, gK: cute.Tensor, mBeta: cute.Tensor, rows: cute.Tensor, h: Int32,
+                      start: Int32, count: Int32, tidx: Int32):
+        """rows[5..7] per token: beta, 1 / ||q||, 1 / ||k|| (as ``row_factors``); rows[9..11] zero. Every thread is
+        past a barrier when it returns."""
+        if tidx < CHUNK:
+            b = Float32(0.0)
+            if tidx < count:
+                b = mBeta[start + tidx, h].to(Float32)
+            rows[5, tidx] = b
+            for which in range_constexpr(9, 12):
+                rows[which, tidx] = Float32(0.0)
+        if const_expr(self.use_l2):
+            self.inverse_norms(gQ, rows, 6, start, count, tidx)
+            self.inverse_norms(gK, rows, 7, start, count, tidx)
+        else:
+            if tidx < CHUNK:
+                rows[6, tidx] = Float32(1.0)
+                rows[7, tidx] = Float32(1.0)
+        cute.arch.sync_threads()
+
+    @cute.jit
+    def gate_rows(self, gG: cute.Tensor, sGc: cute.Tensor, start: Int32, count: Int32, kb: Int32, tidx: Int32):
+        """Columns [64 kb, 64 kb + 64) of g's chunk rows (tokens x K) into sGc in f32, zeros past the chunk's end
+        (so that the sums there repeat the last row's, as the cuTile kernel's)."""
+        segs = CHUNK // SEG
+        rows_per_pass = THREADS // segs
+        seg = tidx % segs
+        raw = cute.make_rmem_tensor((1, SEG), gG.element_type)
+        out = cute.make_rmem_tensor((1, SEG), Float32)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            if row < count:
+                cute.autovec_copy(cute.local_tile(gG, (1, SEG), (start + row, kb * segs + seg)), raw)
+            else:
+                raw.fill(0.0)
+            out.store(raw.load().to(Float32))
+            cute.autovec_copy(out, cute.local_tile(sGc, (1, SEG), (row, seg)))
+
+    @cute.jit
+    def column_cumsum(self, sGc: cute.Tensor, tidx: Int32):
+        """sGc's columns replaced by their inclusive cumulative sums, one thread a column (threads 0-63)."""
+        if tidx < CHUNK:
+            total = Float32(0.0)
+            for t in range_constexpr(CHUNK):
+                total = total + sGc[t, tidx]
+                sGc[t, tidx] = total
+
+    @cute.jit
+    def state_gradient_rows(self, gS0: cute.Tensor, gDs1: cute.Tensor, sDs1: cute.Tensor, rows: cute.Tensor,
+                            kb: Int32, tidx: Int32):
+        """Key rows [64 kb, 64 kb + 64) of dS1 (K x V, f32) in the input type into sDs1 (64 x V), and
+        rows[_ROW_DOT, r] = sum over V of S0 * dS1 of key row 64 kb + r (f32; S0 as the scratch holds it)."""
+        V = self.V
+        segs = V // SEG
+        rows_per_pass = THREADS // segs
+        seg = tidx % segs
+        a = cute.make_rmem_tensor((1, SEG), gS0.element_type)
+        b = cute.make_rmem_tensor((1, SEG), Float32)
+        out = cute.make_rmem_tensor((1, SEG), self.io)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            cute.autovec_copy(cute.local_tile(gS0, (1, SEG), (kb * CHUNK + row, seg)), a)
+            cute.autovec_copy(cute.local_tile(gDs1, (1, SEG), (kb * CHUNK + row, seg)), b)
+            y = b.load()
+            dot = (a.load().to(Float32) * y).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+            for lane in range_constexpr(segs.bit_length() - 1):
+                dot = dot + cute.arch.shuffle_sync_bfly(dot, 1 << lane)
+            if seg == 0:
+                rows[_ROW_DOT, row] = dot
+            out.store(y.to(self.io))
+            cute.autovec_copy(out, cute.local_tile(sDs1, (1, SEG), (row, seg)))
+
+    @cute.jit
+    def warp_column_sums(self, columns: cute.Tensor, sColumns: cute.Tensor, col0: Int32, tidx: Int32):
+        """A thread's per-column partial sums (``columns[2 n + j]``: column col0 + 8 n + j, over its two rows)
+        summed over the warp's eight lanes that share the columns, into sColumns[warp, column]."""
+        for n in range_constexpr(cute.size(columns)):
+            x = columns[n]
+            for lane in range_constexpr(2, 5):
+                x = x + cute.arch.shuffle_sync_bfly(x, 1 << lane)
+            columns[n] = x
+        if (tidx % 32) < 4:
+            for n in range_constexpr(cute.size(columns)):
+                sColumns[tidx // 32, col0 + 8 * (n // 2) + n % 2] = columns[n]
+
+    @cute.jit
+    def split_operands_per_channel(self, sQ: cute.Tensor, sK: cute.Tensor, sQn: cute.Tensor, sKn: cute.Tensor,
+                                   sAn: cute.Tensor, sGc: cute.Tensor, rows: cute.Tensor, mid_row: Int32,
+                                   tidx: Int32):
+        """qn = q e^(gc - mid), kn = k e^(mid - gc), an = beta k e^(gc - mid) per element (64 x 64, the input
+        type), mid: gc's row ``mid_row``."""
+        segs = CHUNK // SEG
+        rows_per_pass = THREADS // segs
+        seg = tidx % segs
+        part = cute.make_rmem_tensor((1, SEG), self.io)
+        out = cute.make_rmem_tensor((1, SEG), self.io)
+        gc = cute.make_rmem_tensor((1, SEG), Float32)
+        mid = cute.make_rmem_tensor((1, SEG), Float32)
+        cute.autovec_copy(cute.local_tile(sGc, (1, SEG), (mid_row, seg)), mid)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            cute.autovec_copy(cute.local_tile(sGc, (1, SEG), (row, seg)), gc)
+            up = cute.math.exp(gc.load() - mid.load())
+            down = cute.math.exp(mid.load() - gc.load())
+            cute.autovec_copy(cute.local_tile(sQ, (1, SEG), (row, seg)), part)
+            out.store((part.load().to(Float32) * up).to(self.io))
+            cute.autovec_copy(out, cute.local_tile(sQn, (1, SEG), (row, seg)))
+            cute.autovec_copy(cute.local_tile(sK, (1, SEG), (row, seg)), part)
+            k = part.load().to(Float32)
+            out.store((k * down).to(self.io))
+            cute.autovec_copy(out, cute.local_tile(sKn, (1, SEG), (row, seg)))
+            out.store((k * up * rows[5, row]).to(self.io))
+            cute.autovec_copy(out, cute.local_tile(sAn, (1, SEG), (row, seg)))
+
+    @cute.jit
+    def gate_gradients(self, sDgc: cute.Tensor, sGc: cute.Tensor, sColumns: cute.Tensor, rows: cute.Tensor,
+                       gDg: cute.Tensor, start: Int32, count: Int32, kb: Int32, tidx: Int32):
+        """dg of key columns [64 kb, 64 kb + 64), one thread a column: the reverse cumulative sum of the block's
+        gate-gradient terms plus the last row's term (which reaches every row at or before it): the column sum
+        of kg * dkg and e^gc_last sum(S0 * dS1) of the column's key row."""
+        if tidx < CHUNK:
+            total = cute.math.exp(sGc[count - 1, tidx]) * rows[_ROW_DOT, tidx]
+            for w in range_constexpr(THREADS // 32):
+                total = total + sColumns[w, tidx]
+            for r in range_constexpr(CHUNK):
+                t = CHUNK - 1 - r
+                total = total + sDgc[t, tidx]
+                if t < count:
+                    gDg[start + t, kb * CHUNK + tidx] = total.to(gDg.element_type)
+
+    @cute.jit
+    def finish_rows(self, sums: cute.Tensor, rows: cute.Tensor, row0: Int32, gDbv: cute.Tensor, mDbeta: cute.Tensor,
+                    h: Int32, start: Int32, count: Int32, tidx: Int32):
+        """The row sums over a quad's lanes into rows[9..11]; dbeta (plus chunk_bwd_values' v part) stored."""
+        self.quad_sums(sums, 3)
+        if tidx % 4 == 0:
+            for which in range_constexpr(3):
+                rows[9 + which, row0] = sums[which, 0]
+                rows[9 + which, row0 + 8] = sums[which, 1]
+        cute.arch.sync_threads()
+        if tidx < count:
+            mDbeta[start + tidx, h] = Float32(rows[9, tidx] + gDbv[tidx, 0]).to(mDbeta.element_type)
+
+
 def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
-                   dbeta_dtype: str, scratch_dtype: str = "float32") -> tuple:
+                   dbeta_dtype: str, scratch_dtype: str = "float32", per_channel: bool = False) -> tuple:
     """(element type, assumed alignment) of each pointer: q, k, g, beta, dO, cu_seqlens, hs and d (the recompute's
     scratch: f32 or the input type), dhs, dCg, dA, dbeta's v part, dq / dk before the norm (f32), dq, dk, dg,
-    dbeta."""
+    dbeta. A per-channel g and dg are read and written a row of K at a time (16-byte segments of g)."""
     f32 = ("float32", 16)
     scratch = (scratch_dtype, 16)
-    return ((io_dtype, 16), (io_dtype, 16), (g_dtype, ITEMSIZE[g_dtype]), (beta_dtype, ITEMSIZE[beta_dtype]),
+    g = (g_dtype, 16) if per_channel else (g_dtype, ITEMSIZE[g_dtype])
+    return ((io_dtype, 16), (io_dtype, 16), g, (beta_dtype, ITEMSIZE[beta_dtype]),
             (io_dtype, 16), ("int32", 4), scratch, f32, scratch, f32, f32, ("float32", 4), f32, f32, (dq_dtype, 16),
             (dq_dtype, 16), (dg_dtype, ITEMSIZE[dg_dtype]), (dbeta_dtype, ITEMSIZE[dbeta_dtype]))
 
 
 def bwd_grads_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
                        dbeta_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
-                       n_seq: int, scratch_dtype: str = "float32") -> KernelLauncher:
+                       n_seq: int, scratch_dtype: str = "float32", per_channel: bool = False) -> KernelLauncher:
     """The launcher of one specialisation; its slots: q, k, g, beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's
-    v part, dq / dk before the norm, dq, dk, dg, dbeta (hs and d in ``scratch_dtype``)."""
+    v part, dq / dk before the norm, dq, dk, dg, dbeta (hs and d in ``scratch_dtype``; g and dg per channel,
+    (tokens, H, K), with ``per_channel``)."""
     key = ("chunk_bwd_grads", io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K, V, HQ, H, use_l2,
-           float(scale), scratch_dtype)
-    return KernelLauncher(lambda: DeltaBwdGrads(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K,
-                                                V, HQ, H, use_l2, scale),
+           float(scale), scratch_dtype, per_channel)
+    kernel = DeltaBwdGradsPerChannel if per_channel else DeltaBwdGrads
+    return KernelLauncher(lambda: kernel(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K, V, HQ, H,
+                                         use_l2, scale),
                           key, _pointer_types(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype,
-                                              scratch_dtype), n_seq)
+                                              scratch_dtype, per_channel), n_seq)

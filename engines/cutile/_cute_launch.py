@@ -72,14 +72,15 @@ class CuteLaunch:
 
     @staticmethod
     def bwd_grads(variant: Variant, geometry: "_Geometry", fallback) -> "CuteLaunch":
-        """chunk_bwd_grads (gdn): the CuTe kernel takes the cuTile kernel's 18 buffers in its order: q, k, g,
+        """chunk_bwd_grads (gdn, kda): the CuTe kernel takes the cuTile kernel's 18 buffers in its order: q, k, g,
         beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's v part, dq / dk before the norm, dq, dk, dg, dbeta
         (dq / dk are f32 shares with grouped value heads; dg is f32)."""
         from ..cute._delta_bwd_grads import bwd_grads_launcher
         dq_dtype = "float32" if variant.group > 1 else variant.io_dtype
         launcher = bwd_grads_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype, dq_dtype, "float32",
                                       variant.beta_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
-                                      variant.use_l2, variant.scale, variant.n_seq, variant.scratch_dtype)
+                                      variant.use_l2, variant.scale, variant.n_seq, variant.scratch_dtype,
+                                      per_channel=variant.per_channel)
         return CuteLaunch(launcher, _cutile_reads(variant, fallback), lambda a: a[:18], geometry)
 
     @staticmethod

@@ -1,7 +1,7 @@
-"""The CuTe DSL chunk_bwd_grads for gdn_bwd (engines/cute/_delta_bwd_grads), on the CPU: its specialisations
-compile for sm_90a with the parameters the cuTile plan's C launch path writes (eighteen addresses, then tokens,
-chunks and sequences as int32), a block of four warps and the shared memory two CTAs an SM can hold; the
-backward plans propose it for gdn with BF16 inputs only."""
+"""The CuTe DSL chunk_bwd_grads for gdn_bwd and kda_bwd (engines/cute/_delta_bwd_grads), on the CPU: its
+specialisations (a per-token and a per-channel gate) compile for sm_90a with the parameters the cuTile plan's C
+launch path writes (eighteen addresses, then tokens, chunks and sequences as int32), a block of four warps and
+the shared memory two CTAs an SM can hold; the backward plans propose it with BF16 inputs only."""
 from __future__ import annotations
 
 import os
@@ -19,11 +19,12 @@ from cubin_tables import addresses_then_three_sizes, parameters  # noqa: E402
 
 
 # (K, V, L2 norm, dq / dk type): the ports in the input type, or f32 shares for grouped value heads
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("K, V, use_l2, dq", [(128, 128, True, "bfloat16"), (64, 64, False, "float32"),
                                               (128, 64, True, "float32"), (64, 128, False, "bfloat16")])
-def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(K, V, use_l2, dq):
+def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(K, V, use_l2, dq, per_channel):
     launcher = _delta_bwd_grads.bwd_grads_launcher("bfloat16", "float32", "bfloat16", dq, "float32", "bfloat16", K, V,
-                                                   2, 4, use_l2, K ** -0.5, 3)
+                                                   2, 4, use_l2, K ** -0.5, 3, per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
     assert parameters(cubin) == addresses_then_three_sizes(18)
     assert block == (128, 1, 1) and 0 < shared <= 113 * 1024
@@ -33,3 +34,9 @@ def test_scalar_operands_are_aligned_to_their_own_size():
     types = _delta_bwd_grads._pointer_types("bfloat16", "bfloat16", "float32", "float32", "float32", "float32")
     assert types[2] == ("bfloat16", 2) and types[3] == ("float32", 4) and types[16:] == (("float32", 4),
                                                                                         ("float32", 4))
+
+
+def test_a_per_channel_gate_is_read_in_16_byte_segments():
+    types = _delta_bwd_grads._pointer_types("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
+                                            per_channel=True)
+    assert types[2] == ("float32", 16)

@@ -392,7 +392,9 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
                                       ("gdn", "cutile_gdn_chunk64_cute_all_fused_prepare_scores"),
                                       # every CuTe backward kernel (the prepare leaving T, chunk_bwd_values)
                                       ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all"),
-                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io")])
+                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io"),
+                                      ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all"),
+                                      ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io")])
 def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)

@@ -896,7 +896,7 @@ def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
         assert first is every
         values = by_name[name("_cute_prepare_intra_values")]
         assert values.knobs["values"] == every.knobs["values"] == "cute" and values.knobs["prepare"] == "cute"
-        assert every.knobs["bwd_state"] == "cute" and every.knobs.get("grads") == ("cute" if op == "gdn_bwd" else None)
+        assert every.knobs["bwd_state"] == every.knobs["grads"] == "cute"
         assert but_state.knobs == {k: v for k, v in every.knobs.items() if k != "bwd_state"}
         pair = by_name[name("_cute_prepare_intra")]
         assert (pair.knobs["prepare"], pair.knobs["intra"], pair.knobs["mma"]) == ("cute", "cute", "tf32")
@@ -910,17 +910,14 @@ def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
             assert dict(twin.knobs, block_v=32) == dict(by_name[label].knobs) and twin.knobs["block_v"] == 64
             assert twin.priority < default.priority
         # fewer CuTe kernels: below the default (measured slower than every one in CuTe)
-        fewer = ["_cute_prepare_intra_state", "_cute_prepare_intra_values"]
-        fewer += ["_cute_prepare_intra_grads", "_cute_prepare_intra_grads_state"] if op == "gdn_bwd" else []
+        fewer = ["_cute_prepare_intra_state", "_cute_prepare_intra_values", "_cute_prepare_intra_grads",
+                 "_cute_prepare_intra_grads_state"]
         assert all(by_name[name(suffix)].priority < default.priority for suffix in fewer)
-        assert (name("_cute_prepare_intra_grads") in by_name) == (op == "gdn_bwd")
-        # gdn: every kernel in CuTe on 16-bit scratch, below the default until its f32 twin (which runs a call
-        # whose buffers a CuTe kernel refuses, in the same workspace) has run on a GPU
-        io = by_name.get(name("_cute_all_io"))
-        assert (io is not None) == (op == "gdn_bwd")
-        if io is not None:
-            assert io.knobs == dict(every.knobs, state_pass="cute", scratch="io")
-            assert io.priority < default.priority and io.workspace_size == every.workspace_size
+        # every kernel in CuTe on 16-bit scratch, below the default until its f32 twin (which runs a call whose
+        # buffers a CuTe kernel refuses, in the same workspace) has run on a GPU
+        io = by_name[name("_cute_all_io")]
+        assert io.knobs == dict(every.knobs, state_pass="cute", scratch="io")
+        assert io.priority < default.priority and io.workspace_size == every.workspace_size
         assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if "cute" in p.label]
     from cudnn_graph.engines.cutile import engine as cutile_engine
     g = _grouped_gated_graph(cg, "gdn2_bwd")
