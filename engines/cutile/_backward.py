@@ -11,7 +11,7 @@ from ...errors import GraphNotSupportedError
 from . import _c_launch
 from ._cute_launch import CuteLaunch
 from ._variants import CHUNK, Variant
-from .engine import (BACKWARD_BLOCK_V, MMA_TYPES, CutileForwardPlan, _cdiv, _cute_kernels_reason, _Geometry,
+from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, MMA_TYPES, CutileForwardPlan, _cdiv, _cute_kernels_reason, _Geometry,
                      _kernel_source, backward_workspace_size, logger, variant_of)
 
 
@@ -153,6 +153,10 @@ _SCRATCH_LAUNCHES = ("prepare", "state_pass", "bwd_intra", "bwd_state_pass", "bw
 # a backward plan's kernel-source knobs ("state_pass": its forward recompute's)
 BACKWARD_KERNEL_KNOBS = ("prepare", "state_pass", "intra", "bwd_state", "values", "grads")
 
+# the ops whose CuTe chunk_bwd_grads has passed its GPU tests (tests/engines/cutile/test_cutile_cute_kernels.py):
+# their plans with it rank first; kda's per-channel kernel (DeltaBwdGradsPerChannel) waits for its run
+CUTE_GRADS_GPU_TESTED = ("gdn",)
+
 
 def backward_variants(graph, node) -> list:
     """The backward plans this graph can have, as (name suffix, knobs, rank: higher first).
@@ -196,10 +200,16 @@ def backward_variants(graph, node) -> list:
             but_state = {**values, **({"grads": "cute"} if cute["grads"] else {})}
             every = {**but_state, **({"bwd_state": "cute"} if cute["bwd_state"] else {})}
             bf16 = GraphView.of(graph).data_type(node.inputs["q"]) == DataType.BFLOAT16
-            variants.append(("cute_all", every, 20.0 if bf16 else 1.7))
+            op = BACKWARD_OPS.get(node.op, node.op)
+            grads_tested = cute["grads"] and op in CUTE_GRADS_GPU_TESTED
+            variants.append(("cute_all", every, 20.0 if bf16 and (grads_tested or not cute["grads"]) else 1.7))
             if every != but_state:
                 variants.append(("cute_all_tile_state", but_state, 1.65))
-            if every.get("grads") == every.get("bwd_state") == "cute" and cute["state_pass"]:   # gdn, BF16
+            if cute["grads"]:
+                # every kernel in CuTe but chunk_bwd_grads: the first plan where the CuTe one is not yet GPU-tested
+                variants.append(("cute_all_tile_grads", {**every, "grads": "cutile"},
+                                 20.0 if bf16 and not grads_tested else 1.6))
+            if every.get("grads") == every.get("bwd_state") == "cute" and cute["state_pass"]:   # BF16
                 variants.append(("cute_all_io", {**every, "state_pass": "cute", "scratch": "io"}, 1.8))
     # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider loads; half
     # the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill 2.7 KB a thread in
