@@ -165,11 +165,13 @@ def backward_variants(graph, node) -> list:
     (BF16 / FP16 products where they are safe) is to pin. The recompute's prepare with chunk_bwd_intra in CuTe
     (``cute_prepare_intra``) ranks above the default (7-9% faster on the H200, session 19). On sm_90 the more
     kernels in CuTe the faster (H100, session 27, GPU ms against the default; docs/engines_cutile.md "The
-    backward"): with BF16 inputs ``cute_all`` (every kernel the op has in CuTe; kda's chunk_bwd_grads is cuTile)
-    ranks first, gdn 1.398 against 2.348 and kda 2.432 against 2.869 at 4 x 2048, H 16, K = V = 128, and faster
-    at every shape timed. Kept to pin or time until their GPU tests have run:
+    backward"): with BF16 inputs ``cute_all`` (every kernel the op has in CuTe) ranks first, gdn 1.398 against
+    2.348 and kda (its chunk_bwd_grads then cuTile) 2.432 against 2.869 at 4 x 2048, H 16, K = V = 128, and
+    faster at every shape timed; where the op's CuTe chunk_bwd_grads has not passed its GPU tests
+    (``CUTE_GRADS_GPU_TESTED``), ``cute_all_tile_grads`` (the same with the cuTile one) ranks first instead.
+    Kept to pin or time until their GPU tests have run:
 
-    - ``cute_all_io`` (gdn, BF16: every kernel in CuTe, the recompute's scratch in the input type): 1.122 there
+    - ``cute_all_io`` (BF16: every kernel in CuTe, the recompute's scratch in the input type): gdn 1.122 there
       and 0.43-0.61x the default at every shape timed; a call whose buffers a CuTe kernel refuses runs on its
       f32 twin (``CutileBackwardPlan._launches_at``);
     - ``cute_all_tile_state``: the cuTile reverse state pass, which has more CTAs in flight where the sequences
