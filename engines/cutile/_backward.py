@@ -154,8 +154,8 @@ _SCRATCH_LAUNCHES = ("prepare", "state_pass", "bwd_intra", "bwd_state_pass", "bw
 BACKWARD_KERNEL_KNOBS = ("prepare", "state_pass", "intra", "bwd_state", "values", "grads")
 
 # the ops whose CuTe chunk_bwd_grads has passed its GPU tests (tests/engines/cutile/test_cutile_cute_kernels.py):
-# their plans with it rank first; kda's per-channel kernel (DeltaBwdGradsPerChannel) waits for its run
-CUTE_GRADS_GPU_TESTED = ("gdn",)
+# their plans with it rank first (kda's per-channel DeltaBwdGradsPerChannel: session 28, on the H100)
+CUTE_GRADS_GPU_TESTED = ("gdn", "kda")
 
 
 def backward_variants(graph, node) -> list:
@@ -164,16 +164,14 @@ def backward_variants(graph, node) -> list:
     The default (TF32 products) ranks first where no CuTe kernel can run (not sm_90, gdn2); there, ``auto``
     (BF16 / FP16 products where they are safe) is to pin. The recompute's prepare with chunk_bwd_intra in CuTe
     (``cute_prepare_intra``) ranks above the default (7-9% faster on the H200, session 19). On sm_90 the more
-    kernels in CuTe the faster (H100, session 27, GPU ms against the default; docs/engines_cutile.md "The
-    backward"): with BF16 inputs ``cute_all`` (every kernel the op has in CuTe) ranks first, gdn 1.398 against
-    2.348 and kda (its chunk_bwd_grads then cuTile) 2.432 against 2.869 at 4 x 2048, H 16, K = V = 128, and
-    faster at every shape timed; where the op's CuTe chunk_bwd_grads has not passed its GPU tests
-    (``CUTE_GRADS_GPU_TESTED``), ``cute_all_tile_grads`` (the same with the cuTile one) ranks first instead.
-    Kept to pin or time until their GPU tests have run:
+    kernels in CuTe the faster (H100, sessions 27-28, GPU ms; docs/engines_cutile.md "The backward"). With BF16
+    inputs ``cute_all_io`` (every kernel in CuTe, the recompute's scratch in the input type; a call whose
+    buffers a CuTe kernel refuses runs on its f32 twin, ``CutileBackwardPlan._launches_at``) ranks first: at 4 x
+    2048, H 16, K = V = 128 gdn 1.119 and kda 1.714 against 2.348 and 2.869 for the first plan of session 26,
+    the fastest plan at every shape timed; then ``cute_all`` (the same on f32 scratch: 1.396 / 2.044). Where
+    the op's CuTe chunk_bwd_grads has not passed its GPU tests (``CUTE_GRADS_GPU_TESTED``), the plan with its
+    cuTile one (``cute_all_tile_grads``) ranks first instead. Kept to pin or time:
 
-    - ``cute_all_io`` (BF16: every kernel in CuTe, the recompute's scratch in the input type): gdn 1.122 there
-      and 0.43-0.61x the default at every shape timed; a call whose buffers a CuTe kernel refuses runs on its
-      f32 twin (``CutileBackwardPlan._launches_at``);
     - ``cute_all_tile_state``: the cuTile reverse state pass, which has more CTAs in flight where the sequences
       are few (one 32k sequence: 2.47 / 2.69 ms for gdn / kda against the CuTe pass's 3.32 / 3.86);
     - ``cute_all`` with FP16 inputs (gdn 2.002 against 2.378; each of its kernels GPU-tested in FP16);
@@ -212,7 +210,8 @@ def backward_variants(graph, node) -> list:
                 variants.append(("cute_all_tile_grads", {**every, "grads": "cutile"},
                                  20.0 if bf16 and not grads_tested else 1.6))
             if every.get("grads") == every.get("bwd_state") == "cute" and cute["state_pass"]:   # BF16
-                variants.append(("cute_all_io", {**every, "state_pass": "cute", "scratch": "io"}, 1.8))
+                variants.append(("cute_all_io", {**every, "state_pass": "cute", "scratch": "io"},
+                                 25.0 if grads_tested else 1.8))
     # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider loads; half
     # the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill 2.7 KB a thread in
     # chunk_bwd_grads): to pin or time
