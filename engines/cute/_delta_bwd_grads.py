@@ -43,6 +43,8 @@ class DeltaBwdGrads(ChunkKernel):
     Called with q, k, g (the raw per-token gate), beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's v part,
     dq and dk before the norm (f32 scratch), dq, dk, dg, dbeta, then tokens, chunks, sequences."""
 
+    per_channel = False         # g and dg (tokens, H), a gate per token
+
     def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
                  dbeta_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float):
         self.set_heads(io_dtype, K, V, HQ, H, use_l2)
@@ -79,28 +81,37 @@ class DeltaBwdGrads(ChunkKernel):
                     tokens, chunks, n_seq).launch(grid=[chunks, self.H, 1], block=[THREADS, 1, 1],
                                                   smem=self.shared_bytes(), stream=stream, **self.launch_options())
 
+    def global_tensors(self, pointers: tuple, tokens: Int32, chunks: Int32, n_seq: Int32) -> tuple:
+        """The kernel's 18 pointers as tensors (traced into the kernel): q, k (tokens, key heads, K), g, beta, dO,
+        cu_seqlens, hs and dhs (chunks, H, K, V), the chunk-major scratch d, dCg, dA, dbeta's v part, dq / dk
+        before the norm, then dq, dk (tokens, H, K), dg (as g: per token or per channel) and dbeta."""
+        (pq, pk, pg, pbeta, pdo, pcu, phs, pdhs, pd, pdcg, pda, pdbv, pdqp, pdkp, pdq, pdk, pdg, pdbeta) = pointers
+        K, V, H, HQ = self.K, self.V, self.H, self.HQ
+        keys = cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1))
+        per_token = cute.make_layout((tokens, H), stride=(H, 1))
+        per_key = cute.make_layout((tokens, H, K), stride=(H * K, K, 1))
+        gates = per_key if self.per_channel else per_token
+        states = cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1))
+        return (cute.make_tensor(pq, keys), cute.make_tensor(pk, keys), cute.make_tensor(pg, gates),
+                cute.make_tensor(pbeta, per_token),
+                cute.make_tensor(pdo, cute.make_layout((tokens, H, V), stride=(H * V, V, 1))),
+                cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,))),
+                cute.make_tensor(phs, states), cute.make_tensor(pdhs, states),
+                chunk_major(pd, chunks, H, V), chunk_major(pdcg, chunks, H, K), chunk_major(pda, chunks, H, CHUNK),
+                chunk_major(pdbv, chunks, H, 1), chunk_major(pdqp, chunks, H, K), chunk_major(pdkp, chunks, H, K),
+                cute.make_tensor(pdq, per_key), cute.make_tensor(pdk, per_key), cute.make_tensor(pdg, gates),
+                cute.make_tensor(pdbeta, per_token))
+
     @cute.kernel
     def kernel(self, pq: cute.Pointer, pk: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer, pdo: cute.Pointer,
                pcu: cute.Pointer, phs: cute.Pointer, pdhs: cute.Pointer, pd: cute.Pointer, pdcg: cute.Pointer,
                pda: cute.Pointer, pdbv: cute.Pointer, pdqp: cute.Pointer, pdkp: cute.Pointer, pdq: cute.Pointer,
                pdk: cute.Pointer, pdg: cute.Pointer, pdbeta: cute.Pointer, tokens: Int32, chunks: Int32,
                n_seq: Int32):
-        K, V, H, HQ = self.K, self.V, self.H, self.HQ
-        mQ = cute.make_tensor(pq, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
-        mK = cute.make_tensor(pk, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
-        mG = cute.make_tensor(pg, cute.make_layout((tokens, H), stride=(H, 1)))
-        mBeta = cute.make_tensor(pbeta, cute.make_layout((tokens, H), stride=(H, 1)))
-        mDo = cute.make_tensor(pdo, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
-        mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
-        states = cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1))
-        mHs, mDhs = cute.make_tensor(phs, states), cute.make_tensor(pdhs, states)
-        mD, mDcg, mDa = chunk_major(pd, chunks, H, V), chunk_major(pdcg, chunks, H, K), chunk_major(pda, chunks, H, CHUNK)
-        mDbv = chunk_major(pdbv, chunks, H, 1)
-        mDqp, mDkp = chunk_major(pdqp, chunks, H, K), chunk_major(pdkp, chunks, H, K)
-        grads = cute.make_layout((tokens, H, K), stride=(H * K, K, 1))
-        mDq, mDk = cute.make_tensor(pdq, grads), cute.make_tensor(pdk, grads)
-        mDg = cute.make_tensor(pdg, cute.make_layout((tokens, H), stride=(H, 1)))
-        mDbeta = cute.make_tensor(pdbeta, cute.make_layout((tokens, H), stride=(H, 1)))
+        (mQ, mK, mG, mBeta, mDo, mCu, mHs, mDhs, mD, mDcg, mDa, mDbv, mDqp, mDkp, mDq, mDk, mDg,
+         mDbeta) = self.global_tensors((pq, pk, pg, pbeta, pdo, pcu, phs, pdhs, pd, pdcg, pda, pdbv, pdqp, pdkp, pdq,
+                                        pdk, pdg, pdbeta), tokens, chunks, n_seq)
+        K, V = self.K, self.V
         tiled_mma, tidx, h, hk, thr = self.block_heads()
 
         storage = SmemAllocator().allocate(self.shared_storage())
@@ -131,16 +142,7 @@ class DeltaBwdGrads(ChunkKernel):
             cute.arch.sync_threads()
             row0, col0 = self.first_place(tidx)
             acc = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
-            acc.fill(0.0)
-            self.product(tiled_mma, acc, sDo, sD, tidx)
-            dm = cute.make_rmem_tensor(acc.shape, self.io)
-            for e in range_constexpr(cute.size(acc)):
-                t, j = self.place(e, row0, col0)
-                val = Float32(0.0)
-                if j <= t:
-                    val = acc[e] * self.scale
-                dm[e] = val.to(self.io)
-            cute.autovec_copy(dm, thr.partition_C(sDm))
+            self.score_gradient(tiled_mma, thr, acc, sDo, sD, sDm, row0, col0, tidx)
 
             # row sums over this thread's two rows (a quad's four lanes share them)
             sums = cute.make_rmem_tensor((4, 2), Float32)        # dgc, dbeta, q . dq, k . dk for row0, row0 + 8
@@ -224,6 +226,22 @@ class DeltaBwdGrads(ChunkKernel):
                                       start, count, tidx)
 
     # -- helpers ------------------------------------------------------------------------------------
+
+    @cute.jit
+    def score_gradient(self, tiled_mma, thr, acc: cute.Tensor, sDo: cute.Tensor, sD: cute.Tensor, sDm: cute.Tensor,
+                       row0: Int32, col0: Int32, tidx: Int32):
+        """dm = tril(dO D^T) scale (the gradient of o's intra-chunk scores) into sDm in the input type; ``acc``
+        (64 x 64 accumulators) is overwritten."""
+        acc.fill(0.0)
+        self.product(tiled_mma, acc, sDo, sD, tidx)
+        dm = cute.make_rmem_tensor(acc.shape, self.io)
+        for e in range_constexpr(cute.size(acc)):
+            t, j = self.place(e, row0, col0)
+            val = Float32(0.0)
+            if j <= t:
+                val = acc[e] * self.scale
+            dm[e] = val.to(self.io)
+        cute.autovec_copy(dm, thr.partition_C(sDm))
 
     @cute.jit
     def row_factors(self, gQ: cute.Tensor, gK: cute.Tensor, mG: cute.Tensor, mBeta: cute.Tensor, rows: cute.Tensor,
@@ -441,6 +459,8 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
       first), so that two CTAs fit an SM with the two f32 gate blocks beside them.
     """
 
+    per_channel = True          # g and dg (tokens, H, K)
+
     def shared_storage(self):
         block = CHUNK * (CHUNK + PAD)
         operands = max(CHUNK * (self.V + PAD), 2 * block)      # 64 rows of V, or qn and kn
@@ -461,21 +481,10 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                pda: cute.Pointer, pdbv: cute.Pointer, pdqp: cute.Pointer, pdkp: cute.Pointer, pdq: cute.Pointer,
                pdk: cute.Pointer, pdg: cute.Pointer, pdbeta: cute.Pointer, tokens: Int32, chunks: Int32,
                n_seq: Int32):
-        K, V, H, HQ = self.K, self.V, self.H, self.HQ
-        mQ = cute.make_tensor(pq, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
-        mK = cute.make_tensor(pk, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
-        mBeta = cute.make_tensor(pbeta, cute.make_layout((tokens, H), stride=(H, 1)))
-        mDo = cute.make_tensor(pdo, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
-        mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
-        states = cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1))
-        mHs, mDhs = cute.make_tensor(phs, states), cute.make_tensor(pdhs, states)
-        mD, mDcg, mDa = chunk_major(pd, chunks, H, V), chunk_major(pdcg, chunks, H, K), chunk_major(pda, chunks, H, CHUNK)
-        mDbv = chunk_major(pdbv, chunks, H, 1)
-        mDqp, mDkp = chunk_major(pdqp, chunks, H, K), chunk_major(pdkp, chunks, H, K)
-        per_key = cute.make_layout((tokens, H, K), stride=(H * K, K, 1))
-        mG, mDg = cute.make_tensor(pg, per_key), cute.make_tensor(pdg, per_key)
-        mDq, mDk = cute.make_tensor(pdq, per_key), cute.make_tensor(pdk, per_key)
-        mDbeta = cute.make_tensor(pdbeta, cute.make_layout((tokens, H), stride=(H, 1)))
+        (mQ, mK, mG, mBeta, mDo, mCu, mHs, mDhs, mD, mDcg, mDa, mDbv, mDqp, mDkp, mDq, mDk, mDg,
+         mDbeta) = self.global_tensors((pq, pk, pg, pbeta, pdo, pcu, phs, pdhs, pd, pdcg, pda, pdbv, pdqp, pdkp, pdq,
+                                        pdk, pdg, pdbeta), tokens, chunks, n_seq)
+        K, V = self.K, self.V
         tiled_mma, tidx, h, hk, thr = self.block_heads()
 
         storage = SmemAllocator().allocate(self.shared_storage())
@@ -507,16 +516,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
             cute.arch.sync_threads()
             row0, col0 = self.first_place(tidx)
             acc = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
-            acc.fill(0.0)
-            self.product(tiled_mma, acc, sA, sB, tidx)
-            dm = cute.make_rmem_tensor(acc.shape, self.io)
-            for e in range_constexpr(cute.size(acc)):
-                t, j = self.place(e, row0, col0)
-                val = Float32(0.0)
-                if j <= t:
-                    val = acc[e] * self.scale
-                dm[e] = val.to(self.io)
-            cute.autovec_copy(dm, thr.partition_C(sDm))
+            self.score_gradient(tiled_mma, thr, acc, sA, sB, sDm, row0, col0, tidx)
 
             sums = cute.make_rmem_tensor((3, 2), Float32)        # dbeta, q . dq, k . dk for row0, row0 + 8
             sums.fill(0.0)
