@@ -1,5 +1,6 @@
 """The chunked delta rule's per-chunk gradients of q, k, the gate and beta in CuTe DSL, for sm_90: a per-token
-(scalar) gate (gdn).
+(scalar) gate (gdn: ``DeltaBwdGrads``) or a per-channel one (kda: ``DeltaBwdGradsPerChannel``, whose docstring
+says what differs).
 
 What ``engines/cutile/_kernels.chunk_bwd_grads`` computes for gdn (its docstring and
 tests/engines/cutile/test_cutile_export.py::chunked_backward have the algebra), from the same workspace
