@@ -254,31 +254,30 @@ def test_the_first_backward_plan_gives_the_same_bits_every_execution(op):
 
 # chunk_bwd_grads in CuTe DSL (BF16: engines/cute/_delta_bwd_grads; kda's per-channel gate: DeltaBwdGradsPerChannel)
 # on the first plan's other kernels
-def grads_plan(op: str) -> str:
-    return f"cutile_{op}_chunk64_cute_prepare_intra_grads"
-
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 @pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
 def test_the_cute_gradient_kernel_matches_the_reference(op, K, V):
-    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=43, plan=grads_plan(op))
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=43, plan=f"cutile_{op}_chunk64_cute_prepare_intra_grads")
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 def test_the_cute_gradient_kernel_at_t8192_h16(op):
-    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=44, plan=grads_plan(op))
+    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=44,
+                         plan=f"cutile_{op}_chunk64_cute_prepare_intra_grads")
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 def test_the_cute_gradient_kernel_without_states_or_l2norm(op):
     forward.run_bwd_case(op, [0, 64, 65, 190, 300], K=64, V=64, l2=False, h0=False, dht=False, seed=45,
-                         plan=grads_plan(op))
+                         plan=f"cutile_{op}_chunk64_cute_prepare_intra_grads")
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 def test_the_cute_gradient_kernel_with_grouped_value_heads_and_gate_options_every_execution(op):
     # dq / dk as f32 shares summed by group_sum, dg / dbeta through gate_activation_bwd
-    gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=46, plan=grads_plan(op), repeats=3)
+    gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=46,
+                 plan=f"cutile_{op}_chunk64_cute_prepare_intra_grads", repeats=3)
 
 
 # the reverse state pass in CuTe DSL (DeltaStatePassReverse), alone and with the CuTe gradient kernel (gdn)
@@ -344,28 +343,27 @@ def test_every_cute_backward_kernel_with_grouped_value_heads_and_gate_options_ev
 
 # every backward kernel in CuTe with the recompute's w, u, kd, d and hs in the input type (BF16: scratch="io";
 # the recompute's state pass is the forward's CuTe pass)
-def io_plan(op: str) -> str:
-    return f"cutile_{op}_chunk64_cute_all_io"
-
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 @pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
 def test_every_cute_backward_kernel_on_16_bit_scratch_matches_the_reference(op, K, V):
-    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=54, plan=io_plan(op))
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=54, plan=f"cutile_{op}_chunk64_cute_all_io")
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 def test_every_cute_backward_kernel_on_16_bit_scratch_at_t8192_h16_without_states(op):
-    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, h0=False, dht=False, seed=55, plan=io_plan(op))
+    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, h0=False, dht=False, seed=55,
+                         plan=f"cutile_{op}_chunk64_cute_all_io")
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 def test_every_cute_backward_kernel_on_16_bit_scratch_with_grouped_value_heads_and_gate_options(op):
-    gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=56, plan=io_plan(op), repeats=3)
+    gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=56, plan=f"cutile_{op}_chunk64_cute_all_io",
+                 repeats=3)
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 def test_a_query_the_16_bit_scratch_kernels_refuse_runs_on_the_f32_twin(op):
     # q a slice of a fused q/k buffer (rows not packed): the CuTe kernels refuse it, so the call runs the same
     # kernels on f32 scratch (each CuTe where it takes its buffers, cuTile where not)
-    forward.run_bwd_case(op, forward.SMALL, K=64, V=64, seed=59, plan=io_plan(op), q_in_qk=True)
+    forward.run_bwd_case(op, forward.SMALL, K=64, V=64, seed=59, plan=f"cutile_{op}_chunk64_cute_all_io", q_in_qk=True)
