@@ -14,12 +14,13 @@ memory (two CTAs an SM) and folds each 64 x 64 product into dq, dk and the gate'
 
 1. locate the chunk; the gate's in-chunk sums and the per-row factors e^gc, e^(gc - gc_mid), e^(gc_mid - gc),
    e^(gc_last - gc) and beta (threads 0-63, a row each); 1 / ||q|| and 1 / ||k|| per row when L2-normalised;
-2. dO and D (f32 scratch, rounded) into shared memory; ``dm = tril(dO D^T) scale`` and dA in the input type;
+2. dO and D (D rounded from f32 scratch) into shared memory; ``dm = tril(dO D^T) scale`` and dA in the input
+   type;
 3. per 64 key columns: S0's and dS1's rows (rounded; their f32 product summed for the last row's gate
    term), q's and k's normalised columns; ``dqs = dO S0^T`` and ``dkg = D dS1^T``; then ``qn = q e^(gc -
    gc_mid)``, ``kn = k e^(gc_mid - gc)``, ``an = beta k e^(gc - gc_mid)`` over S0's and dS1's place, and the
    four score products ``dm kn``, ``dm^T qn``, ``dA kn``, ``dA^T an``; dq and dk leave (before the norm's
-   backward into the f32 scratch the plan gives, with L2 norm);
+   backward into the scratch the plan gives, with L2 norm);
 4. the row sums (a quad's lanes, then one lane a row) into dg (a reverse cumulative sum) and dbeta; with L2
    norm, dq and dk through ``x / ||x||``'s backward.
 
@@ -42,7 +43,7 @@ class DeltaBwdGrads(ChunkKernel):
     """One specialisation: the input type, the gate's and beta's types, the types dq / dk, dg and dbeta are
     written in, K, V, the key heads ``HQ``, the value heads ``H`` and whether q and k are L2-normalised.
     Called with q, k, g (the raw per-token gate), beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's v part,
-    dq and dk before the norm (f32 scratch), dq, dk, dg, dbeta, then tokens, chunks, sequences."""
+    dq and dk before the norm (scratch), dq, dk, dg, dbeta, then tokens, chunks, sequences."""
 
     per_channel = False         # g and dg (tokens, H), a gate per token
 
@@ -198,8 +199,8 @@ class DeltaBwdGrads(ChunkKernel):
                     dk[e] = dk[e] + acc[e] * rows[3, t]
                     self.add_row(sums, 0, e, -sK[t, i].to(Float32) * rows[3, t] * acc[e])
                 # dA kn -> dCt = dCg e^gc + dA kn e^(gc - mid)
-                cute.autovec_copy(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK), (0, kb))),
-                                  dct)
+                self.scratch_fragment(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK),
+                                                                      (0, kb))), dct)
                 acc.fill(0.0)
                 self.product_bt(tiled_mma, acc, sDa, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
                 for e in range_constexpr(cute.size(acc)):
@@ -305,23 +306,34 @@ class DeltaBwdGrads(ChunkKernel):
                 rows[which, row] = cutlass.select_(ss > Float32(0.0), cute.math.rsqrt(ss), Float32(1.0))
 
     @cute.jit
+    def scratch_fragment(self, src: cute.Tensor, dst: cute.Tensor):
+        """A thread's accumulator-shaped fragment of the scratch (f32, or the input type with scratch="io_all")
+        into f32 registers ``dst``."""
+        if const_expr(src.element_type is Float32):
+            cute.autovec_copy(src, dst)
+        else:
+            raw = cute.make_rmem_tensor(dst.shape, src.element_type)
+            cute.autovec_copy(src, raw)
+            dst.store(raw.load().to(Float32))
+
+    @cute.jit
     def rounded_state_rows(self, gS0: cute.Tensor, gDs1: cute.Tensor, sS0: cute.Tensor, sDs1: cute.Tensor,
                            kb: Int32, tidx: Int32):
-        """Key rows [64 kb, 64 kb + 64) of S0 (K x V, f32 or the input type) and dS1 (f32) in the input type into
-        sS0 / sDs1 (64 x V); returns this thread's share of sum(S0 * dS1) over them, in f32."""
+        """Key rows [64 kb, 64 kb + 64) of S0 and dS1 (K x V, f32 or the input type: the scratch's) in the input type
+        into sS0 / sDs1 (64 x V); returns this thread's share of sum(S0 * dS1) over them, in f32."""
         V = self.V
         segs = V // SEG
         rows_per_pass = THREADS // segs
         seg = tidx % segs
         a = cute.make_rmem_tensor((1, SEG), gS0.element_type)     # f32, or the input type (its scratch)
-        b = cute.make_rmem_tensor((1, SEG), Float32)
+        b = cute.make_rmem_tensor((1, SEG), gDs1.element_type)
         out = cute.make_rmem_tensor((1, SEG), self.io)
         total = Float32(0.0)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
             cute.autovec_copy(cute.local_tile(gS0, (1, SEG), (kb * CHUNK + row, seg)), a)
             cute.autovec_copy(cute.local_tile(gDs1, (1, SEG), (kb * CHUNK + row, seg)), b)
-            x, y = a.load().to(Float32), b.load()
+            x, y = a.load().to(Float32), b.load().to(Float32)
             total = total + (x * y).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
             out.store(x.to(self.io))
             cute.autovec_copy(out, cute.local_tile(sS0, (1, SEG), (row, seg)))
@@ -374,10 +386,16 @@ class DeltaBwdGrads(ChunkKernel):
     @cute.jit
     def leave(self, thr, acc: cute.Tensor, gPre: cute.Tensor, dst: cute.Tensor, row0: Int32, col0: Int32,
               start: Int32, count: Int32, kb: Int32):
-        """Key block kb of dq or dk (acc): with L2 norm into the f32 scratch before the norm's backward (gPre,
-        64 x K by chunk), else into dst's rows."""
+        """Key block kb of dq or dk (acc): with L2 norm into the scratch before the norm's backward (gPre, 64 x K
+        by chunk: f32, or the input type with scratch="io_all"), else into dst's rows."""
         if const_expr(self.use_l2):
-            cute.autovec_copy(acc, thr.partition_C(cute.local_tile(gPre, (CHUNK, CHUNK), (0, kb))))
+            gBlock = thr.partition_C(cute.local_tile(gPre, (CHUNK, CHUNK), (0, kb)))
+            if const_expr(gPre.element_type is Float32):
+                cute.autovec_copy(acc, gBlock)
+            else:
+                rounded = cute.make_rmem_tensor(acc.shape, gPre.element_type)
+                rounded.store(acc.load().to(gPre.element_type))
+                cute.autovec_copy(rounded, gBlock)
         else:
             self.store_rows(acc, row0, col0, dst, start, count, kb)
 
@@ -421,11 +439,12 @@ class DeltaBwdGrads(ChunkKernel):
     @cute.jit
     def through_the_norm(self, gPre: cute.Tensor, gX: cute.Tensor, dst: cute.Tensor, rows: cute.Tensor,
                          which: cutlass.Constexpr, dot: cutlass.Constexpr, start: Int32, count: Int32, tidx: Int32):
-        """dx = (dxn - xn (xn . dxn)) / ||x|| from the f32 pre-norm gradient (64 x K) into dst's rows."""
+        """dx = (dxn - xn (xn . dxn)) / ||x|| from the pre-norm gradient (64 x K, the scratch's type; the dot in
+        f32 from the registers that held it) into dst's rows."""
         segs = self.K // SEG
         rows_per_pass = THREADS // segs
         seg = tidx % segs
-        pre = cute.make_rmem_tensor((1, SEG), Float32)
+        pre = cute.make_rmem_tensor((1, SEG), gPre.element_type)
         x = cute.make_rmem_tensor((1, SEG), self.io)
         out = cute.make_rmem_tensor((1, SEG), dst.element_type)
         for p in range_constexpr(CHUNK // rows_per_pass):
@@ -435,7 +454,7 @@ class DeltaBwdGrads(ChunkKernel):
                 cute.autovec_copy(cute.local_tile(gPre, (1, SEG), (row, seg)), pre)
                 cute.autovec_copy(cute.local_tile(gX, (1, SEG), (start + row, seg)), x)
                 xn = x.load().to(Float32) * inv
-                out.store(((pre.load() - xn * rows[dot, row]) * inv).to(dst.element_type))
+                out.store(((pre.load().to(Float32) - xn * rows[dot, row]) * inv).to(dst.element_type))
                 cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (start + row, seg)))
 
 
@@ -582,8 +601,8 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     dk[e] = dk[e] + t_k
                     sDgc[t, i] = sDgc[t, i] - sK[t, i].to(Float32) * t_k
                 # dA kn -> dCt = dCg e^gc + dA kn e^(gc - mid)
-                cute.autovec_copy(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK), (0, kb))),
-                                  dct)
+                self.scratch_fragment(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK),
+                                                                      (0, kb))), dct)
                 acc.fill(0.0)
                 self.product_bt(tiled_mma, acc, sDa, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
                 for e in range_constexpr(cute.size(acc)):
@@ -669,20 +688,21 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
     @cute.jit
     def state_gradient_rows(self, gS0: cute.Tensor, gDs1: cute.Tensor, sDs1: cute.Tensor, rows: cute.Tensor,
                             kb: Int32, tidx: Int32):
-        """Key rows [64 kb, 64 kb + 64) of dS1 (K x V, f32) in the input type into sDs1 (64 x V), and
-        rows[_ROW_DOT, r] = sum over V of S0 * dS1 of key row 64 kb + r (f32; S0 as the scratch holds it)."""
+        """Key rows [64 kb, 64 kb + 64) of dS1 (K x V, the scratch's type) in the input type into sDs1 (64 x V),
+        and rows[_ROW_DOT, r] = sum over V of S0 * dS1 of key row 64 kb + r (f32; both as the scratch holds
+        them)."""
         V = self.V
         segs = V // SEG
         rows_per_pass = THREADS // segs
         seg = tidx % segs
         a = cute.make_rmem_tensor((1, SEG), gS0.element_type)
-        b = cute.make_rmem_tensor((1, SEG), Float32)
+        b = cute.make_rmem_tensor((1, SEG), gDs1.element_type)
         out = cute.make_rmem_tensor((1, SEG), self.io)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
             cute.autovec_copy(cute.local_tile(gS0, (1, SEG), (kb * CHUNK + row, seg)), a)
             cute.autovec_copy(cute.local_tile(gDs1, (1, SEG), (kb * CHUNK + row, seg)), b)
-            y = b.load()
+            y = b.load().to(Float32)
             dot = (a.load().to(Float32) * y).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
             for lane in range_constexpr(segs.bit_length() - 1):
                 dot = dot + cute.arch.shuffle_sync_bfly(dot, 1 << lane)
@@ -764,28 +784,30 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
 
 
 def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
-                   dbeta_dtype: str, scratch_dtype: str = "float32", per_channel: bool = False) -> tuple:
-    """(element type, assumed alignment) of each pointer: q, k, g, beta, dO, cu_seqlens, hs and d (the recompute's
-    scratch: f32 or the input type), dhs, dCg, dA, dbeta's v part, dq / dk before the norm (f32), dq, dk, dg,
-    dbeta. A per-channel g and dg are read and written a row of K at a time (16-byte segments of g)."""
-    f32 = ("float32", 16)
-    scratch = (scratch_dtype, 16)
+                   dbeta_dtype: str, scratch_dtype: str = "float32", per_channel: bool = False,
+                   own_dtype: str = "float32") -> tuple:
+    """(element type, assumed alignment) of each pointer: q, k, g, beta, dO, cu_seqlens, hs (the recompute's
+    scratch: f32 or the input type), dhs (the backward's own scratch: f32 or the input type), d (the recompute's),
+    dCg and dA (own), dbeta's v part (f32), dq / dk before the norm (own), dq, dk, dg, dbeta. A per-channel g and
+    dg are read and written a row of K at a time (16-byte segments of g)."""
+    scratch, own = (scratch_dtype, 16), (own_dtype, 16)
     g = (g_dtype, 16) if per_channel else (g_dtype, ITEMSIZE[g_dtype])
     return ((io_dtype, 16), (io_dtype, 16), g, (beta_dtype, ITEMSIZE[beta_dtype]),
-            (io_dtype, 16), ("int32", 4), scratch, f32, scratch, f32, f32, ("float32", 4), f32, f32, (dq_dtype, 16),
-            (dq_dtype, 16), (dg_dtype, ITEMSIZE[dg_dtype]), (dbeta_dtype, ITEMSIZE[dbeta_dtype]))
+            (io_dtype, 16), ("int32", 4), scratch, own, scratch, own, own, ("float32", 4), own, own,
+            (dq_dtype, 16), (dq_dtype, 16), (dg_dtype, ITEMSIZE[dg_dtype]), (dbeta_dtype, ITEMSIZE[dbeta_dtype]))
 
 
 def bwd_grads_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
                        dbeta_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
-                       n_seq: int, scratch_dtype: str = "float32", per_channel: bool = False) -> KernelLauncher:
+                       n_seq: int, scratch_dtype: str = "float32", per_channel: bool = False,
+                       own_dtype: str = "float32") -> KernelLauncher:
     """The launcher of one specialisation; its slots: q, k, g, beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's
-    v part, dq / dk before the norm, dq, dk, dg, dbeta (hs and d in ``scratch_dtype``; g and dg per channel,
-    (tokens, H, K), with ``per_channel``)."""
+    v part, dq / dk before the norm, dq, dk, dg, dbeta (hs and d in ``scratch_dtype``; dhs, dCg, dA and dq / dk
+    before the norm in ``own_dtype``; g and dg per channel, (tokens, H, K), with ``per_channel``)."""
     key = ("chunk_bwd_grads", io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K, V, HQ, H, use_l2,
-           float(scale), scratch_dtype, per_channel)
+           float(scale), scratch_dtype, per_channel, own_dtype)
     kernel = DeltaBwdGradsPerChannel if per_channel else DeltaBwdGrads
     return KernelLauncher(lambda: kernel(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K, V, HQ, H,
                                          use_l2, scale),
                           key, _pointer_types(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype,
-                                              scratch_dtype, per_channel), n_seq)
+                                              scratch_dtype, per_channel, own_dtype), n_seq)

@@ -4,8 +4,10 @@ per-channel gates (kda).
 What ``engines/cutile/_kernels.chunk_bwd_intra`` computes, into the same workspace regions, per (chunk of 64
 tokens, value head): the parts of the reverse state pass that need no dS::
 
-    P = attn^T dO   (f32, by chunk: the reverse pass adds kd dS to it in place)
-    qg = scale q e^gc   (f32, by chunk)
+    P = attn^T dO   (by chunk: the reverse pass adds kd dS to it in place)
+    qg = scale q e^gc   (by chunk)
+
+in f32, or in the input type where the plan keeps its own scratch so (scratch="io_all").
 
 with attn the forward's masked, decayed and scaled scores (``_delta_output``: the same shared memory, the
 same score passes). qg is formed in f32 from q's normalised rows as they are loaded (the scores take q in
@@ -26,7 +28,7 @@ from cutlass import Float32, Int32, const_expr
 from cutlass.memory import SmemAllocator
 
 from ._delta_chunk import CHUNK, PAD, SEG, THREADS, KernelLauncher, chunk_major
-from ._delta_output import DeltaOutput, score_kernel_launcher
+from ._delta_output import DeltaOutput
 
 
 class DeltaBwdIntra(DeltaOutput):
@@ -58,10 +60,10 @@ class DeltaBwdIntra(DeltaOutput):
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
             gQg = mQg[c, h, None, None]
-            qg_part = cute.make_rmem_tensor((1, SEG), Float32)
+            qg_part = cute.make_rmem_tensor((1, SEG), mQg.element_type)
             if const_expr(self.per_channel):
                 def store_qg(p, row, seg, x, sums):
-                    qg_part.store(x * cute.math.exp(sums) * self.scale)
+                    qg_part.store((x * cute.math.exp(sums) * self.scale).to(mQg.element_type))
                     cute.autovec_copy(qg_part, cute.local_tile(gQg, (1, SEG), (row, seg)))
 
                 self.scores_per_channel(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mGs[None, h, None],
@@ -70,7 +72,7 @@ class DeltaBwdIntra(DeltaOutput):
                 def store_qg(p, row, seg, x):
                     # rows past the chunk's end are zero whatever their gate: the last row's is read
                     gate = mG[start + cutlass.min(row, count - 1), h]
-                    qg_part.store(x * (self.scale * cute.math.exp(gate)))
+                    qg_part.store((x * (self.scale * cute.math.exp(gate))).to(mQg.element_type))
                     cute.autovec_copy(qg_part, cute.local_tile(gQg, (1, SEG), (row, seg)))
 
                 self.scores_per_token(tiled_mma, thr, mQ[None, hk, None], mK[None, hk, None], mG, sQ, sK, sAttn,
@@ -82,18 +84,27 @@ class DeltaBwdIntra(DeltaOutput):
             p = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, V)), Float32)
             p.fill(0.0)
             self.product_tt(tiled_mma, p, sAttn, sX, CHUNK, CHUNK, V, CHUNK + PAD, width, tidx)
-            cute.autovec_copy(p, thr.partition_C(mP[c, h, None, None]))
+            if const_expr(mP.element_type is Float32):
+                cute.autovec_copy(p, thr.partition_C(mP[c, h, None, None]))
+            else:
+                rounded = cute.make_rmem_tensor(p.shape, mP.element_type)
+                rounded.store(p.load().to(mP.element_type))
+                cute.autovec_copy(rounded, thr.partition_C(mP[c, h, None, None]))
 
 
-def _pointer_types(io_dtype: str, per_channel: bool = False) -> tuple:
+def _pointer_types(io_dtype: str, per_channel: bool = False, own_dtype: str = "float32") -> tuple:
     """(element type, assumed alignment) of each pointer: q, k, dO, g (the stored cumulative gates, f32; per
-    channel, read in 32-byte row segments), cu_seqlens, P (f32 scratch), qg (f32 scratch)."""
+    channel, read in 32-byte row segments), cu_seqlens, P and qg (the backward's own scratch: f32 or the input
+    type)."""
+    own = (own_dtype, 16)
     return ((io_dtype, 16), (io_dtype, 16), (io_dtype, 16), ("float32", 16 if per_channel else 4), ("int32", 4),
-            ("float32", 16), ("float32", 16))
+            own, own)
 
 
 def bwd_intra_launcher(io_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
-                       n_seq: int, per_channel: bool = False) -> KernelLauncher:
-    """The launcher of one specialisation; its slots: q, k, dO, g, cu_seqlens, P, qg."""
-    return score_kernel_launcher(DeltaBwdIntra, "chunk_bwd_intra", _pointer_types, io_dtype, K, V, HQ, H, use_l2,
-                                 scale, n_seq, per_channel)
+                       n_seq: int, per_channel: bool = False, own_dtype: str = "float32") -> KernelLauncher:
+    """The launcher of one specialisation; its slots: q, k, dO, g, cu_seqlens, P, qg (P and qg in
+    ``own_dtype``)."""
+    key = ("chunk_bwd_intra", io_dtype, K, V, HQ, H, use_l2, float(scale), per_channel, own_dtype)
+    return KernelLauncher(lambda: DeltaBwdIntra(io_dtype, K, V, HQ, H, use_l2, scale, per_channel), key,
+                          _pointer_types(io_dtype, per_channel, own_dtype), n_seq)

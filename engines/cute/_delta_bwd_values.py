@@ -9,16 +9,17 @@ the deltas' gradient dD (dd) and the recompute's W and U,
 
 Why: the cuTile kernel (0.42 ms of gdn's 2.35 ms backward at 4 x 2048 tokens, 16 heads, K = V = 128 on the
 H100) forms T again from k, g and beta: the recompute's prepare did that already, so here the backward's
-prepare (``_delta_prepare.DeltaPrepareInverse``) leaves T (f32) in dA's region, which this kernel reads
+prepare (``_delta_prepare.DeltaPrepareInverse``) leaves T in dA's region, which this kernel reads
 before it writes dA over it (each CTA its own chunk's 64 x 64: no other CTA reads it). Nothing else depends
 on the gate, so one kernel serves gdn and kda. A CTA of four warps holds its operands in the input type
-(rounded from the f32 scratch) in shared memory (94 KB at K = V = 128: two CTAs an SM):
+(rounded from f32 scratch, or copied where the plan keeps its scratch in the input type) in shared memory (94
+KB at K = V = 128: two CTAs an SM):
 
 1. T, dD, S0 (K rows), U rounded, v and beta;
 2. dW = dD S0^T, negated into S0's place;
 3. dX = T^T dD, the row sums of v * dX into dbeta's v part, dX into v's place and dv = beta dX out through
    dD's place;
-4. dCg = T^T dW to its f32 scratch from the accumulators, rounded into S0's place beside dW; W rounded into
+4. dCg = T^T dW to its scratch from the accumulators, rounded into S0's place beside dW; W rounded into
    dD's place;
 5. dA = -strict_tril(dX U^T + dCg W^T) over T's region.
 
@@ -160,11 +161,17 @@ class DeltaBwdValues(ChunkKernel):
             cute.autovec_copy(out_v, thr.partition_C(sV))
             self.store_staged(tiled_mma, acc_v, stage, mDv[None, h, None], start, count, V, tidx)
 
-            # 4. dCg = T^T dW to the f32 scratch and into S0's place; W into dD's place once dv is out
+            # 4. dCg = T^T dW to its scratch and into S0's place; W into dD's place once dv is out
             acc_k.fill(0.0)
             self.product_tt(tiled_mma, acc_k, sT, sDw, CHUNK, CHUNK, K, CHUNK + PAD, K + PAD, tidx)
-            cute.autovec_copy(acc_k, thr.partition_C(mDcg[c, h, None, None]))
-            out_k.store(acc_k.load().to(io))
+            # dCg's scratch: f32, or the input type (scratch="io_all") as rounded here for the products
+            gDcg = thr.partition_C(mDcg[c, h, None, None])
+            if const_expr(mDcg.element_type is Float32):
+                cute.autovec_copy(acc_k, gDcg)
+                out_k.store(acc_k.load().to(io))
+            else:
+                out_k.store(acc_k.load().to(io))
+                cute.autovec_copy(out_k, gDcg)
             cute.autovec_copy(out_k, thr.partition_C(sDcg))
             cute.arch.sync_threads()            # dv has left dD's place
             self.scratch_rows(mW[c, h, None, None], sW, K, tidx)
@@ -178,22 +185,28 @@ class DeltaBwdValues(ChunkKernel):
             for e in range_constexpr(cute.size(acc)):
                 t, j = self.place(e, row0, col0)
                 acc[e] = cutlass.select_(t > j, -acc[e], Float32(0.0))
-            cute.autovec_copy(acc, thr.partition_C(gDa))
+            if const_expr(gDa.element_type is Float32):
+                cute.autovec_copy(acc, thr.partition_C(gDa))
+            else:
+                rounded = cute.make_rmem_tensor(acc.shape, gDa.element_type)
+                rounded.store(acc.load().to(gDa.element_type))
+                cute.autovec_copy(rounded, thr.partition_C(gDa))
 
 
-def _pointer_types(io_dtype: str, beta_dtype: str, dv_dtype: str, scratch_dtype: str = "float32") -> tuple:
-    """(element type, assumed alignment) of each pointer: v, beta, cu_seqlens, hs, dd, w, u (hs, w and u: the
-    recompute's scratch, f32 or the input type), dv, dCg, dA (T in), dbeta's v part."""
-    f32 = ("float32", 16)
-    scratch = (scratch_dtype, 16)
-    return ((io_dtype, 16), (beta_dtype, ITEMSIZE[beta_dtype]), ("int32", 4), scratch, f32, scratch, scratch,
-            (dv_dtype, 16), f32, f32, ("float32", 4))
+def _pointer_types(io_dtype: str, beta_dtype: str, dv_dtype: str, scratch_dtype: str = "float32",
+                   own_dtype: str = "float32") -> tuple:
+    """(element type, assumed alignment) of each pointer: v, beta, cu_seqlens, hs (the recompute's scratch: f32 or
+    the input type), dd (the backward's own scratch: f32 or the input type), w, u (the recompute's), dv, dCg, dA
+    (T in; both own), dbeta's v part (f32)."""
+    scratch, own = (scratch_dtype, 16), (own_dtype, 16)
+    return ((io_dtype, 16), (beta_dtype, ITEMSIZE[beta_dtype]), ("int32", 4), scratch, own, scratch, scratch,
+            (dv_dtype, 16), own, own, ("float32", 4))
 
 
 def bwd_values_launcher(io_dtype: str, beta_dtype: str, dv_dtype: str, K: int, V: int, H: int,
-                        n_seq: int, scratch_dtype: str = "float32") -> KernelLauncher:
+                        n_seq: int, scratch_dtype: str = "float32", own_dtype: str = "float32") -> KernelLauncher:
     """The launcher of one specialisation; its slots: v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, dA (T in, dA
-    out), dbeta's v part (hs, w and u in ``scratch_dtype``)."""
-    key = ("chunk_bwd_values", io_dtype, beta_dtype, dv_dtype, K, V, H, scratch_dtype)
+    out), dbeta's v part (hs, w and u in ``scratch_dtype``; dd, dCg and dA in ``own_dtype``)."""
+    key = ("chunk_bwd_values", io_dtype, beta_dtype, dv_dtype, K, V, H, scratch_dtype, own_dtype)
     return KernelLauncher(lambda: DeltaBwdValues(io_dtype, beta_dtype, dv_dtype, K, V, H), key,
-                          _pointer_types(io_dtype, beta_dtype, dv_dtype, scratch_dtype), n_seq)
+                          _pointer_types(io_dtype, beta_dtype, dv_dtype, scratch_dtype, own_dtype), n_seq)

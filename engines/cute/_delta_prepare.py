@@ -361,7 +361,10 @@ class DeltaPrepare(ChunkKernel):
         if const_expr(gT is not None):
             if tidx < CHUNK:
                 for r in range_constexpr(CHUNK):
-                    gT[r, tidx] = tcol[r]
+                    if const_expr(gT.element_type is Float32):
+                        gT[r, tidx] = tcol[r]
+                    else:       # scratch="io_all": T as the values kernel's product takes it
+                        gT[r, tidx] = tcol[r].to(gT.element_type)
         cute.arch.sync_threads()
         if tidx < CHUNK:
             scale_u = sBeta[tidx]
@@ -514,10 +517,11 @@ class DeltaPrepareScores(DeltaPrepare):
 
 
 class DeltaPrepareInverse(DeltaPrepare):
-    """The backward recompute's prepare (gdn or kda) that also writes T = (I + A)^-1 itself (f32, 64 x 64 a
-    chunk, chunk-major) for ``_delta_bwd_values.DeltaBwdValues``, which would otherwise form it again: the
-    substitution's columns go to global memory from the registers that hold them. Called with k, v, g, beta,
-    cu_seqlens, w, u, g_out, kd, T, then tokens, chunks, sequences."""
+    """The backward recompute's prepare (gdn or kda) that also writes T = (I + A)^-1 itself (64 x 64 a chunk,
+    chunk-major, in the backward's own scratch type: f32, or the input type with scratch="io_all") for
+    ``_delta_bwd_values.DeltaBwdValues``, which would otherwise form it again: the substitution's columns go to
+    global memory from the registers that hold them. Called with k, v, g, beta, cu_seqlens, w, u, g_out, kd, T,
+    then tokens, chunks, sequences."""
 
     @cute.jit
     def __call__(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
@@ -572,10 +576,12 @@ def prepare_scores_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratc
 
 
 def prepare_inverse_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
-                             HQ: int, H: int, use_l2: bool, n_seq: int, per_channel: bool = False) -> KernelLauncher:
+                             HQ: int, H: int, use_l2: bool, n_seq: int, per_channel: bool = False,
+                             own_dtype: str = "float32") -> KernelLauncher:
     """The launcher of one ``DeltaPrepareInverse`` specialisation; its slots: k, v, g, beta, cu_seqlens, w, u,
-    g_out, kd, T (f32)."""
-    key = ("chunk_prepare_inverse", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, per_channel)
-    types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + (("float32", 16),)
+    g_out, kd, T (w, u and kd in ``scratch_dtype``, T in ``own_dtype``)."""
+    key = ("chunk_prepare_inverse", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, per_channel,
+           own_dtype)
+    types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + ((own_dtype, 16),)
     return KernelLauncher(lambda: DeltaPrepareInverse(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H,
                                                       use_l2, per_channel), key, types, n_seq)

@@ -806,8 +806,8 @@ class DeltaStatePassReverse(DeltaStatePass):
 
         dhs[c] = dS,   dD = P + KD dS  -> dd[c] (over chunk_bwd_intra's P),   dS <- e^(gc_last) dS + qg^T dO - W^T dD
 
-    from the backward's f32 scratch (kd, w, qg by chunk, rounded to the input type into shared memory each
-    step: an f32 row set in registers a step ahead would take 64 registers an operand), dO in the input type,
+    from the backward's scratch (kd, w, qg by chunk, f32 rounded to the input type into shared memory each step,
+    or in the input type: kd and w with scratch="io", qg, P / dD and dhs too with "io_all"), dO in the input type,
     and dht / dh0 for the sequence's end and start (the base class's h0 / ht views and flags: carried in and out).
     Products in the input type with f32 accumulation (the cuTile kernel's with BF16 products, mma="bf16"). One
     more product a step than the forward's staged step; the same longest-first order (``work_of_block``)."""
@@ -860,14 +860,23 @@ class DeltaStatePassReverse(DeltaStatePass):
             start = bos + j * CHUNK
             stop = cutlass.min(start + CHUNK, eos)
             cute.arch.sync_threads()        # the previous step's readers of every buffer are done
-            cute.autovec_copy(ds, thr.partition_C(cute.local_tile(mDhs[c, h, None, None], (K, BV), (0, vb))))
             s_io.store(ds.load().to(io))
+            gDhs = thr.partition_C(cute.local_tile(mDhs[c, h, None, None], (K, BV), (0, vb)))
+            if const_expr(mDhs.element_type is Float32):
+                cute.autovec_copy(ds, gDhs)
+            else:
+                cute.autovec_copy(s_io, gDhs)
             cute.autovec_copy(s_io, thr.partition_C(sS))
             self.scratch_rows(mKd[c, h, None, None], sKd, K, tidx)
             self.scratch_rows(mW[c, h, None, None], sW, K, tidx)
             self.scratch_rows(mQg[c, h, None, None], sQg, K, tidx)
             self.load_rows(gDo, sDo, start, stop - start, BV, False, tidx)
-            cute.autovec_copy(thr.partition_C(cute.local_tile(mDd[c, h, None, None], (CHUNK, BV), (0, vb))), dd)
+            gDd = thr.partition_C(cute.local_tile(mDd[c, h, None, None], (CHUNK, BV), (0, vb)))
+            if const_expr(mDd.element_type is Float32):
+                cute.autovec_copy(gDd, dd)
+            else:
+                cute.autovec_copy(gDd, dd_io)
+                dd.store(dd_io.load().to(Float32))
             decay = Float32(0.0)
             if const_expr(self.per_channel):
                 if tidx < K:
@@ -877,8 +886,13 @@ class DeltaStatePassReverse(DeltaStatePass):
             cute.arch.sync_threads()
             # dD = P + KD dS
             self.product_bt(tiled_mma, dd, sKd, sS, K, BV, BV + PAD, tidx)
-            cute.autovec_copy(dd, thr.partition_C(cute.local_tile(mDd[c, h, None, None], (CHUNK, BV), (0, vb))))
-            dd_io.store((-dd.load()).to(io))
+            if const_expr(mDd.element_type is Float32):
+                cute.autovec_copy(dd, gDd)
+                dd_io.store((-dd.load()).to(io))
+            else:
+                dd_io.store(dd.load().to(io))
+                cute.autovec_copy(dd_io, gDd)
+                dd_io.store(-dd_io.load())
             cute.autovec_copy(dd_io, thr.partition_C(sDd))
             cute.arch.sync_threads()
             # dS <- e^(gc_last) dS + qg^T dO - W^T dD
@@ -928,19 +942,20 @@ def fused_state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, ha
                           _fused_pointer_types(io_dtype), n_seq)
 
 
-def _reverse_pointer_types(io_dtype: str, scratch_dtype: str = "float32") -> tuple:
-    """dO, w and kd (the recompute's scratch: f32 or the input type), qg (f32), g (the gate sums, f32),
-    cu_seqlens, dht, dhs, dD (f32), dh0 (f32)."""
+def _reverse_pointer_types(io_dtype: str, scratch_dtype: str = "float32", own_dtype: str = "float32") -> tuple:
+    """dO, w and kd (the recompute's scratch: f32 or the input type), qg (the backward's own scratch: f32 or the
+    input type), g (the gate sums, f32), cu_seqlens, dht (f32), dhs and dD (own), dh0 (f32)."""
     f32 = ("float32", 16)
     g = _pointer_types(io_dtype)[3]
-    scratch = (scratch_dtype, 16)
-    return ((io_dtype, 16), scratch, scratch, f32, g, ("int32", 4), f32, f32, f32, f32)
+    scratch, own = (scratch_dtype, 16), (own_dtype, 16)
+    return ((io_dtype, 16), scratch, scratch, own, g, ("int32", 4), f32, own, own, f32)
 
 
 def reverse_state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, has_dht: bool, has_h0: bool,
-                                n_seq: int, per_channel: bool = False, scratch_dtype: str = "float32") -> KernelLauncher:
+                                n_seq: int, per_channel: bool = False, scratch_dtype: str = "float32",
+                                own_dtype: str = "float32") -> KernelLauncher:
     """The launcher of one ``DeltaStatePassReverse`` specialisation (BV value columns a CTA); its slots: dO, w,
-    kd, qg, g, cu_seqlens, dht, dhs, dD, dh0 (w and kd in ``scratch_dtype``)."""
-    key = ("chunk_bwd_state_pass", io_dtype, K, V, BV, H, has_dht, has_h0, per_channel, scratch_dtype)
+    kd, qg, g, cu_seqlens, dht, dhs, dD, dh0 (w and kd in ``scratch_dtype``; qg, dhs and dD in ``own_dtype``)."""
+    key = ("chunk_bwd_state_pass", io_dtype, K, V, BV, H, has_dht, has_h0, per_channel, scratch_dtype, own_dtype)
     return KernelLauncher(lambda: DeltaStatePassReverse(io_dtype, K, V, BV, H, has_dht, has_h0, per_channel), key,
-                          _reverse_pointer_types(io_dtype, scratch_dtype), n_seq)
+                          _reverse_pointer_types(io_dtype, scratch_dtype, own_dtype), n_seq)

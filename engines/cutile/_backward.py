@@ -11,8 +11,8 @@ from ...errors import GraphNotSupportedError
 from . import _c_launch
 from ._cute_launch import CuteLaunch
 from ._variants import CHUNK, Variant
-from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, MMA_TYPES, CutileForwardPlan, _cdiv, _cute_kernels_reason, _Geometry,
-                     _kernel_source, backward_workspace_size, logger, variant_of)
+from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, MMA_TYPES, SCRATCH_FORMS, CutileForwardPlan, _cdiv,
+                     _cute_kernels_reason, _Geometry, _kernel_source, backward_workspace_size, logger, variant_of)
 
 
 class CutileBackwardPlan(CutileForwardPlan):
@@ -156,6 +156,9 @@ BACKWARD_KERNEL_KNOBS = ("prepare", "state_pass", "intra", "bwd_state", "values"
 # the ops whose CuTe chunk_bwd_grads has passed its GPU tests (tests/engines/cutile/test_cutile_cute_kernels.py):
 # their plans with it rank first (kda's per-channel DeltaBwdGradsPerChannel: session 28, on the H100)
 CUTE_GRADS_GPU_TESTED = ("gdn", "kda")
+# whether scratch="io_all" (the backward's own scratch in the input type too) has passed its GPU tests
+# (test_cutile_cute_kernels.py's 16-bit scratch cases, the C path's bitwise test): it then ranks first
+IO_ALL_GPU_TESTED = False
 
 
 def backward_variants(graph, node) -> list:
@@ -212,6 +215,9 @@ def backward_variants(graph, node) -> list:
             if every.get("grads") == every.get("bwd_state") == "cute" and cute["state_pass"]:   # BF16
                 variants.append(("cute_all_io", {**every, "state_pass": "cute", "scratch": "io"},
                                  25.0 if grads_tested else 1.8))
+                # the backward's own scratch in 16 bits too: first once GPU-tested
+                variants.append(("cute_all_io_all", {**every, "state_pass": "cute", "scratch": "io_all"},
+                                 26.0 if grads_tested and IO_ALL_GPU_TESTED else 1.85))
     # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider loads; half
     # the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill 2.7 KB a thread in
     # chunk_bwd_grads): to pin or time
@@ -238,8 +244,8 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
         raise GraphNotSupportedError("values='cute' reads T = (I + A)^-1 from the CuTe prepare; it needs "
                                      f"prepare='cute' too (got prepare={variant.prepare!r})")
     scratch = plan.knobs.get("scratch", "f32")
-    if scratch not in ("f32", "io"):
-        raise GraphNotSupportedError(f"scratch={scratch!r}; expected 'f32' or 'io'")
+    if scratch not in SCRATCH_FORMS:
+        raise GraphNotSupportedError(f"scratch={scratch!r}; expected one of {', '.join(map(repr, SCRATCH_FORMS))}")
     if scratch == "f32":
         if variant.state_pass == "cute":
             raise GraphNotSupportedError("state_pass='cute' in a backward reads the recompute's scratch in the "
@@ -248,11 +254,13 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
     # the backward's cuTile kernels read f32 scratch: with 16-bit scratch every kernel is CuTe
     cutile = [kernel for kernel, source in sources.items() if source != "cute"]
     if cutile:
-        raise GraphNotSupportedError(f"scratch='io' in a backward needs every kernel in CuTe; "
+        raise GraphNotSupportedError(f"scratch={scratch!r} in a backward needs every kernel in CuTe; "
                                      f"{', '.join(cutile)} are 'cutile'")
     twin = CutileBackwardPlan(plan, graph, node, dataclasses.replace(variant, state_pass="cutile"),
                               _Geometry(node, backward=True))
-    geometry = _Geometry(node, backward=True, io_scratch=variant.io_dtype)
-    geometry.workspace_size = backward_workspace_size(node, variant.io_dtype, "io")   # room for the twin's too
-    return CutileBackwardPlan(plan, graph, node, dataclasses.replace(variant, scratch_dtype=variant.io_dtype),
-                              geometry, twin)
+    own = scratch == "io_all"
+    geometry = _Geometry(node, backward=True, io_scratch=variant.io_dtype, io_backward=own)
+    geometry.workspace_size = backward_workspace_size(node, variant.io_dtype, scratch)   # room for the twin's too
+    narrow = dataclasses.replace(variant, scratch_dtype=variant.io_dtype,
+                                 own_dtype=variant.io_dtype if own else "float32")
+    return CutileBackwardPlan(plan, graph, node, narrow, geometry, twin)

@@ -15,8 +15,8 @@ def gates_grid(variant: Variant, geometry: "_Geometry") -> tuple:
 
 
 def _cutile_reads(variant: Variant, fallback):
-    """A backward CuTe launch's cuTile fallback, or None where the recompute's scratch is in the input type
-    (scratch="io"), which the backward's cuTile kernels do not read (the plan checks every launch first)."""
+    """A backward CuTe launch's cuTile fallback, or None where the scratch is in the input type (scratch="io"),
+    which the backward's cuTile kernels neither read nor write (the plan checks every launch first)."""
     return fallback if variant.scratch_dtype == "float32" else None
 
 
@@ -64,11 +64,12 @@ class CuteLaunch:
     @staticmethod
     def bwd_intra(variant: Variant, geometry: "_Geometry", fallback) -> "CuteLaunch":
         """chunk_bwd_intra: the CuTe kernel reads q, k, dO, the cumulative gates, cu_seqlens and writes P (over
-        dD's region) and qg."""
+        dD's region) and qg (in the backward's own scratch type: the input type with scratch="io_all")."""
         from ..cute._delta_bwd_intra import bwd_intra_launcher
         launcher = bwd_intra_launcher(variant.io_dtype, variant.K, variant.V, geometry.HQ, geometry.H, variant.use_l2,
-                                      variant.scale, variant.n_seq, per_channel=variant.per_channel)
-        return CuteLaunch(launcher, fallback, lambda a: a[:7], geometry)
+                                      variant.scale, variant.n_seq, per_channel=variant.per_channel,
+                                      own_dtype=variant.own_dtype)
+        return CuteLaunch(launcher, _cutile_reads(variant, fallback), lambda a: a[:7], geometry)
 
     @staticmethod
     def bwd_grads(variant: Variant, geometry: "_Geometry", fallback) -> "CuteLaunch":
@@ -80,7 +81,7 @@ class CuteLaunch:
         launcher = bwd_grads_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype, dq_dtype, "float32",
                                       variant.beta_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
                                       variant.use_l2, variant.scale, variant.n_seq, variant.scratch_dtype,
-                                      per_channel=variant.per_channel)
+                                      per_channel=variant.per_channel, own_dtype=variant.own_dtype)
         return CuteLaunch(launcher, _cutile_reads(variant, fallback), lambda a: a[:18], geometry)
 
     @staticmethod
@@ -90,7 +91,8 @@ class CuteLaunch:
         from ..cute._delta_state import reverse_state_pass_launcher
         launcher = reverse_state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
                                                variant.has_dht, variant.has_h0, variant.n_seq,
-                                               per_channel=variant.per_channel, scratch_dtype=variant.scratch_dtype)
+                                               per_channel=variant.per_channel, scratch_dtype=variant.scratch_dtype,
+                                               own_dtype=variant.own_dtype)
         return CuteLaunch(launcher, _cutile_reads(variant, fallback), lambda a: a[:10], geometry)
 
     @staticmethod
@@ -101,7 +103,8 @@ class CuteLaunch:
         from ..cute._delta_prepare import prepare_inverse_launcher
         launcher = prepare_inverse_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype,
                                             variant.scratch_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
-                                            variant.use_l2, variant.n_seq, per_channel=variant.per_channel)
+                                            variant.use_l2, variant.n_seq, per_channel=variant.per_channel,
+                                            own_dtype=variant.own_dtype)
         return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod
@@ -111,7 +114,7 @@ class CuteLaunch:
         plan checks ``takes`` first)."""
         from ..cute._delta_bwd_values import bwd_values_launcher
         launcher = bwd_values_launcher(variant.io_dtype, variant.beta_dtype, variant.io_dtype, variant.K, variant.V,
-                                       geometry.H, variant.n_seq, variant.scratch_dtype)
+                                       geometry.H, variant.n_seq, variant.scratch_dtype, variant.own_dtype)
         return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod

@@ -78,6 +78,8 @@ class Variant:
     has_dht: bool = False   # backward: d_final_state is given
     output_block_v: int = 0  # value columns per CTA of the output kernel (0: block_v)
     scratch_dtype: str = "float32"   # w, u, kd, the deltas and the chunk-start states of the forward
+    # the backward's own scratch (P / dD, qg / dCg, dhs, T / dA, dq / dk before the norm): "io_all" plans'
+    own_dtype: str = "float32"
     group: int = 1          # value heads per query/key head (HV // H)
     gates: GateOptions = GateOptions()
     prepare: str = "cutile"  # forward chunk_prepare: "cutile", or "cute" (engines/cute/_delta_prepare, sm_90)

@@ -107,6 +107,9 @@ VARIANT_KNOBS = {
     "f32_scratch": {"scratch": "f32"},
 }
 MMA_TYPES = ("auto", "tf32", "bf16")
+# a backward's scratch knob: all f32; "io": the recompute's w, u, kd, d and hs in the input type (every kernel
+# CuTe); "io_all": the backward's own scratch in it too (_Geometry)
+SCRATCH_FORMS = ("f32", "io", "io_all")
 FORWARD_BLOCK_VS = (16, 32, 64, 128)    # the forward's block_v knob: value columns per state-pass CTA
 # the CuTe state pass's forms (engines/cute/_delta_state.FORMS, and "fused": DeltaStatePassFused, which writes o)
 STATE_FORMS = ("staged", "resident", "warpgroup", "split", "fused")
@@ -123,9 +126,11 @@ class _Geometry:
     """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built. ``H`` counts
     the value heads (the kernels' heads), ``HQ`` the query/key heads."""
 
-    def __init__(self, node, backward: bool = False, io_scratch: str = "", fused: bool = False):
+    def __init__(self, node, backward: bool = False, io_scratch: str = "", fused: bool = False,
+                 io_backward: bool = False):
         """``io_scratch``: the input type ("bfloat16", "float16") in which the forward keeps w, u, kd, the
-        deltas and the chunk-start states ("": float32, as everything else). Per-chunk scratch is laid out
+        deltas and the chunk-start states ("": float32, as everything else); ``io_backward``: the backward's
+        own scratch in it too (scratch="io_all"). Per-chunk scratch is laid out
         (chunk, head, CHUNK rows, width), by global chunk. ``fused``: the regions ``scores_qg`` (scale q e^gc)
         and ``scores_attn`` of the fused state pass, in the input type over the deltas' and chunk-start states'
         place (that pass writes neither; d precedes hs, and 64 V + K V >= 64 K + 64 x 64 for K, V in 64, 128)."""
@@ -141,8 +146,13 @@ class _Geometry:
         offset = 0
         self.regions = {}
         self.dtypes = {}
-        # a backward keeps them in the input type only where every kernel is CuTe (scratch="io", below)
+        # a backward keeps them in the input type only where every kernel is CuTe (scratch="io", below); with
+        # scratch="io_all" its own scratch too: dhs, dd (P, then dD), qg (then dCg) and da (T, then dA), which its
+        # kernels read mostly as products' operands (rounded to the input type on the way into shared memory in
+        # any case), and dq / dk before the norm (what the rest costs in precision: docs/engines_cutile.md)
         narrow = {"w", "u", "kd", "d", "hs"} if io_scratch else set()
+        if io_scratch and backward and io_backward:
+            narrow |= {"dhs", "dd", "qg", "da", "dq_pre", "dk_pre"}
         by_chunk = (self.chunks, self.H, CHUNK)
         regions = [("w", (*by_chunk, self.K)), ("u", (*by_chunk, self.V)), ("kd", (*by_chunk, self.K)),
                    ("d", (*by_chunk, self.V)), ("hs", (self.chunks, self.H, self.K, self.V)),
@@ -155,7 +165,7 @@ class _Geometry:
             if self.group > 1:
                 regions += [("dq_hv", (self.T, self.H, self.K)), ("dk_hv", (self.T, self.H, self.K))]
             if io_scratch:
-                # dq and dk before the L2 norm's backward (f32), which f32 kd and w have room for
+                # dq and dk before the L2 norm's backward, which f32 plans keep in kd's and w's place
                 regions += [("dq_pre", (*by_chunk, self.K)), ("dk_pre", (*by_chunk, self.K))]
         if self.gate_options:
             g_shape, beta_shape = tuple(node.inputs["g"].dim), tuple(node.inputs["beta"].dim)
@@ -232,10 +242,12 @@ def _support_reason(graph, node) -> str | None:
 
 
 def backward_workspace_size(node, io_dtype: str, scratch: str) -> int:
-    """A backward plan's workspace: its f32 scratch, or with scratch="io" room for its scratch in the input type
-    ``io_dtype`` and for its f32 twin's (``_backward``: the larger of the two)."""
+    """A backward plan's workspace: its f32 scratch, or with scratch="io" / "io_all" room for its scratch in the
+    input type ``io_dtype`` and for its f32 twin's (``_backward``: the larger of the two)."""
     f32 = _Geometry(node, backward=True).workspace_size
-    return f32 if scratch != "io" else max(f32, _Geometry(node, backward=True, io_scratch=io_dtype).workspace_size)
+    if scratch == "f32":
+        return f32
+    return max(f32, _Geometry(node, backward=True, io_scratch=io_dtype, io_backward=scratch == "io_all").workspace_size)
 
 
 class CutileForwardPlan(CompiledPlan):
@@ -546,7 +558,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         if node.op in BACKWARD_OPS:
             from ._backward import backward_variants
             io_dtype = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
-            sizes = {scratch: backward_workspace_size(node, io_dtype, scratch) for scratch in ("f32", "io")}
+            sizes = {scratch: backward_workspace_size(node, io_dtype, scratch) for scratch in SCRATCH_FORMS}
             return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, **knobs},
                                name=f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else ""),
                                engine=self, priority=priority, workspace_size=sizes[knobs.get("scratch", "f32")])

@@ -36,6 +36,18 @@ def test_scalar_operands_are_aligned_to_their_own_size():
                                                                                         ("float32", 4))
 
 
+def test_the_scratch_it_reads_and_the_pre_norm_gradients_follow_their_scratch_types():
+    types = ("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16")
+    recompute, own = (6, 8), (7, 9, 10, 12, 13)     # hs, d; dhs, dCg, dA, dq / dk before the norm
+    f32 = _delta_bwd_grads._pointer_types(*types)
+    io = _delta_bwd_grads._pointer_types(*types, "bfloat16")
+    io_all = _delta_bwd_grads._pointer_types(*types, "bfloat16", own_dtype="bfloat16")
+    assert all(f32[i] == ("float32", 16) for i in recompute + own)
+    assert all(io[i] == ("bfloat16", 16) for i in recompute) and all(io[i] == ("float32", 16) for i in own)
+    assert all(io_all[i] == ("bfloat16", 16) for i in recompute + own)
+    assert io_all[11] == ("float32", 4)     # dbeta's v part
+
+
 def test_a_per_channel_gate_is_read_in_16_byte_segments():
     types = _delta_bwd_grads._pointer_types("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
                                             per_channel=True)

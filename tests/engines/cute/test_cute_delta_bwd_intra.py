@@ -30,5 +30,15 @@ def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, HQ,
     assert block == (128, 1, 1) and 0 < shared <= 48 * 1024
 
 
-def test_its_scratch_outputs_are_float32_and_aligned_for_16_byte_stores():
+def test_its_scratch_outputs_are_in_the_own_scratch_type_and_aligned_for_16_byte_stores():
     assert _delta_bwd_intra._pointer_types("bfloat16", True)[5:] == (("float32", 16), ("float32", 16))
+    assert _delta_bwd_intra._pointer_types("bfloat16", True, "bfloat16")[5:] == (("bfloat16", 16), ("bfloat16", 16))
+
+
+def test_the_16_bit_scratch_kernel_compiles_apart_from_the_f32_one():
+    f32 = _delta_bwd_intra.bwd_intra_launcher("bfloat16", 128, 128, 2, 4, True, 128 ** -0.5, 3)
+    narrow = _delta_bwd_intra.bwd_intra_launcher("bfloat16", 128, 128, 2, 4, True, 128 ** -0.5, 3,
+                                                 own_dtype="bfloat16")
+    cubin, block, shared = narrow.cubin()
+    assert parameters(cubin) == addresses_then_three_sizes(7)
+    assert cubin != f32.cubin()[0] and shared == f32.cubin()[2]

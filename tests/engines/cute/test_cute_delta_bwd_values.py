@@ -43,3 +43,10 @@ def test_the_prepare_that_leaves_t_takes_one_address_more_than_the_prepare(per_c
 def test_scalar_operands_are_aligned_to_their_own_size():
     types = _delta_bwd_values._pointer_types("bfloat16", "bfloat16", "bfloat16")
     assert types[1] == ("bfloat16", 2) and types[2] == ("int32", 4) and types[10] == ("float32", 4)
+
+
+def test_dd_dcg_and_da_take_the_backward_scratch_type_and_hs_w_u_the_recompute_type():
+    io = _delta_bwd_values._pointer_types("bfloat16", "bfloat16", "bfloat16", "bfloat16")
+    assert all(io[i] == ("bfloat16", 16) for i in (3, 5, 6)) and all(io[i] == ("float32", 16) for i in (4, 8, 9))
+    io_all = _delta_bwd_values._pointer_types("bfloat16", "bfloat16", "bfloat16", "bfloat16", "bfloat16")
+    assert all(io_all[i] == ("bfloat16", 16) for i in (3, 4, 5, 6, 8, 9)) and io_all[10] == ("float32", 4)

@@ -200,6 +200,12 @@ def test_the_reverse_pass_compiles_with_ten_addresses(io, K, V, BV, states, per_
     assert 0 < shared <= MAX_SHARED_BYTES
 
 
-def test_the_reverse_pass_reads_the_f32_scratch_and_writes_f32():
+def test_the_reverse_pass_reads_and_writes_the_scratch_in_its_type():
     types = _delta_state._reverse_pointer_types("bfloat16")
     assert types[0] == ("bfloat16", 16) and all(t == ("float32", 16) for t in types[1:4] + types[6:])
+    # scratch="io": w and kd in the input type; "io_all": qg, dhs and dD too; dht and dh0 (the op's ports) f32
+    io = _delta_state._reverse_pointer_types("bfloat16", "bfloat16")
+    assert io[1] == io[2] == ("bfloat16", 16) and all(t == ("float32", 16) for t in io[3:4] + io[6:])
+    io_all = _delta_state._reverse_pointer_types("bfloat16", "bfloat16", "bfloat16")
+    assert all(io_all[i] == ("bfloat16", 16) for i in (1, 2, 3, 7, 8))
+    assert io_all[6] == io_all[9] == ("float32", 16)

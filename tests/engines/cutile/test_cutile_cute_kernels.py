@@ -342,28 +342,40 @@ def test_every_cute_backward_kernel_with_grouped_value_heads_and_gate_options_ev
 
 
 # every backward kernel in CuTe with the recompute's w, u, kd, d and hs in the input type (BF16: scratch="io";
-# the recompute's state pass is the forward's CuTe pass)
+# the recompute's state pass is the forward's CuTe pass), and with the backward's own scratch in it too
+# (scratch="io_all": dhs, P / dD, qg / dCg, T / dA, dq / dk before the norm)
+SIXTEEN_BIT_SCRATCH = ["cute_all_io", "cute_all_io_all"]
 
+
+@pytest.mark.parametrize("suffix", SIXTEEN_BIT_SCRATCH)
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 @pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
-def test_every_cute_backward_kernel_on_16_bit_scratch_matches_the_reference(op, K, V):
-    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=54, plan=f"cutile_{op}_chunk64_cute_all_io")
+def test_every_cute_backward_kernel_on_16_bit_scratch_matches_the_reference(op, K, V, suffix):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=54, plan=f"cutile_{op}_chunk64_{suffix}")
 
 
+@pytest.mark.parametrize("suffix", SIXTEEN_BIT_SCRATCH)
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-def test_every_cute_backward_kernel_on_16_bit_scratch_at_t8192_h16_without_states(op):
+def test_every_cute_backward_kernel_on_16_bit_scratch_at_t8192_h16_without_states(op, suffix):
     forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, h0=False, dht=False, seed=55,
-                         plan=f"cutile_{op}_chunk64_cute_all_io")
+                         plan=f"cutile_{op}_chunk64_{suffix}")
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-def test_every_cute_backward_kernel_on_16_bit_scratch_with_grouped_value_heads_and_gate_options(op):
-    gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=56, plan=f"cutile_{op}_chunk64_cute_all_io",
+def test_the_16_bit_backward_scratch_at_t8192_h16_with_states(op):
+    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=60, plan=f"cutile_{op}_chunk64_cute_all_io_all")
+
+
+@pytest.mark.parametrize("suffix", SIXTEEN_BIT_SCRATCH)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_every_cute_backward_kernel_on_16_bit_scratch_with_grouped_value_heads_and_gate_options(op, suffix):
+    gva.run_case(op, gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=56, plan=f"cutile_{op}_chunk64_{suffix}",
                  repeats=3)
 
 
+@pytest.mark.parametrize("suffix", SIXTEEN_BIT_SCRATCH)
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-def test_a_query_the_16_bit_scratch_kernels_refuse_runs_on_the_f32_twin(op):
+def test_a_query_the_16_bit_scratch_kernels_refuse_runs_on_the_f32_twin(op, suffix):
     # q a slice of a fused q/k buffer (rows not packed): the CuTe kernels refuse it, so the call runs the same
     # kernels on f32 scratch (each CuTe where it takes its buffers, cuTile where not)
-    forward.run_bwd_case(op, forward.SMALL, K=64, V=64, seed=59, plan=f"cutile_{op}_chunk64_cute_all_io", q_in_qk=True)
+    forward.run_bwd_case(op, forward.SMALL, K=64, V=64, seed=59, plan=f"cutile_{op}_chunk64_{suffix}", q_in_qk=True)

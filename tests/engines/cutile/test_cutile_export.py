@@ -900,11 +900,15 @@ def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
         assert io.knobs == dict(every.knobs, state_pass="cute", scratch="io")
         assert io.workspace_size == every.workspace_size
         assert but_grads.knobs == dict(every.knobs, grads="cutile")
-        from cudnn_graph.engines.cutile._backward import CUTE_GRADS_GPU_TESTED
+        io_all = by_name[name("_cute_all_io_all")]
+        assert io_all.knobs == dict(io.knobs, scratch="io_all") and io_all.workspace_size == every.workspace_size
+        from cudnn_graph.engines.cutile._backward import CUTE_GRADS_GPU_TESTED, IO_ALL_GPU_TESTED
         if op.removesuffix("_bwd") in CUTE_GRADS_GPU_TESTED:
-            assert first is io and io.priority > every.priority > default.priority > but_grads.priority
+            assert io.priority > every.priority > default.priority > but_grads.priority
+            assert first is (io_all if IO_ALL_GPU_TESTED else io)
+            assert (io_all.priority > io.priority) == IO_ALL_GPU_TESTED
         else:
-            assert first is but_grads and max(io.priority, every.priority) < default.priority
+            assert first is but_grads and max(io.priority, io_all.priority, every.priority) < default.priority
         values = by_name[name("_cute_prepare_intra_values")]
         assert values.knobs["values"] == every.knobs["values"] == "cute" and values.knobs["prepare"] == "cute"
         assert every.knobs["bwd_state"] == every.knobs["grads"] == "cute"
@@ -959,6 +963,26 @@ def _build_pinned_backward(cg, knobs: dict, monkeypatch):
                       ExecutionContext())
 
 
+def test_a_backward_keeps_in_the_input_type_the_scratch_its_scratch_knob_names():
+    # "io": the recompute's scratch; "io_all": the backward's own too (dhs, dD, qg / dCg, T / dA, dq / dk before
+    # the norm); the f32 twin (a call a CuTe kernel refuses) and dbeta's v part keep f32
+    cg = _package()
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    g = _grouped_gated_graph(cg, "gdn_bwd")
+    node = g.nodes[0]
+    recompute = {"w", "u", "kd", "d", "hs"}
+    own = {"dhs", "dd", "qg", "da", "dq_pre", "dk_pre"}
+    twin = cutile_engine._Geometry(node, backward=True)
+    assert set(twin.dtypes.values()) == {"float32"} and "dq_pre" not in twin.regions
+    for scratch, narrow in (("io", recompute), ("io_all", recompute | own)):
+        geometry = cutile_engine._Geometry(node, backward=True, io_scratch="bfloat16",
+                                           io_backward=scratch == "io_all")
+        assert {name for name, dtype in geometry.dtypes.items() if dtype == "bfloat16"} == narrow
+        assert geometry.dtypes["dbeta_v"] == "float32"
+        assert cutile_engine.backward_workspace_size(node, "bfloat16", scratch) == max(geometry.workspace_size,
+                                                                                      twin.workspace_size)
+
+
 def test_the_cute_values_kernel_needs_the_prepare_that_leaves_t(monkeypatch):
     cg = _package()
     with pytest.raises(cg.GraphNotSupportedError, match="values='cute' reads T .* needs prepare='cute' too"):
@@ -984,7 +1008,7 @@ def test_an_output_set_to_another_type_leaves_the_cute_kernels_out():
      "scratch='io' in a backward needs every kernel in CuTe; state_pass are 'cutile'"),
     ({"prepare": "cute", "state_pass": "cute"}, "state_pass='cute' in a backward reads the recompute's scratch in the "
                                                 "input type: it needs scratch='io'"),
-    ({"scratch": "bf16"}, "scratch='bf16'; expected 'f32' or 'io'")])
+    ({"scratch": "bf16"}, "scratch='bf16'; expected one of 'f32', 'io', 'io_all'")])
 def test_the_backward_takes_16_bit_scratch_only_with_every_kernel_in_cute(knobs, words, monkeypatch):
     # the backward's cuTile kernels read f32 scratch: a CuTe state pass over it would read f32 bits as BF16
     cg = _package()
