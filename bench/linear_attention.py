@@ -31,6 +31,7 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
     --no-backward       forward only
     --no-fla-backward   our backward only (fla's refuses to run on Hopper with Triton < 3.7.1, after ~45 s of
                         compiles a row)
+    --no-fla            no fla at all: our plans against each other (fla's forward autotunes 15-70 s a row)
     --cases OP:SHAPE:DTYPE:DIM,...   exactly these rows (e.g. gdn:4x2048_h16:bf16:128), instead of --ops /
                                  --shapes / --full
 
@@ -458,14 +459,14 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
         r["fla_bwd_kernels_gpu_ms"] = {}
         r["fla_bwd_gpu_ms"] = gpu_ms(torch, fla_backward(torch, case.op, x), args.iters, r["fla_bwd_kernels_gpu_ms"])
 
-    if not variant:
+    if not variant and args.fla:
         _measure("fla", row, fla_forward)
     _measure("ours", row, our_forward)
     if args.backward and not variant:
         _measure("ours_bwd", row, our_backward)
         for name in _variant_names(args.bwd_variants):
             _measure(f"ours_bwd_{name}", row, our_backward_variant(name))
-        if args.fla_backward:
+        if args.fla_backward and args.fla:
             _measure("fla_bwd", row, fla_bwd)
     if row.get("ours_gpu_ms") and row.get("fla_gpu_ms"):
         row["ours_over_fla_gpu"] = row["ours_gpu_ms"] / row["fla_gpu_ms"]
@@ -488,6 +489,8 @@ def main(argv=None) -> None:
     parser.add_argument("--per-call", action="store_true", help="also the wall time per forward call (events)")
     parser.add_argument("--rounds", type=int, default=5, help="with --per-call: alternating fla / ours rounds")
     parser.add_argument("--no-backward", dest="backward", action="store_false", help="forward only")
+    parser.add_argument("--no-fla", dest="fla", action="store_false",
+                        help="no fla at all (our plans against each other; fla's forward autotunes ~15-70 s a row)")
     parser.add_argument("--no-fla-backward", dest="fla_backward", action="store_false",
                         help="skip fla's backward (it refuses Hopper with Triton < 3.7.1, after its compiles)")
     parser.add_argument("--bwd-variants", default="", help="a comma list of backward plan variants to time too "
