@@ -16,7 +16,6 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
 
 from cudnn_graph.engines.cute import _delta_state  # noqa: E402
-from cudnn_graph.engines.cute._delta_chunk import MAX_SHARED_BYTES  # noqa: E402
 from cubin_tables import addresses_then_three_sizes, parameters  # noqa: E402
 
 
@@ -185,27 +184,3 @@ def test_the_c_launch_record_writes_the_plan_sizes_not_the_grid():
     record = launch.c_launch("state_pass", (N, H, V // 32), args, lambda ref: index.setdefault(ref.uid, len(index)))
     assert record.grid == (N, H, V // 32) and record.block == (128, 1, 1)
     assert struct.unpack_from("<iii", record.image, 72) == (T, chunks, N)
-
-
-# the backward's reverse state pass: ten addresses (dO, w, kd, qg, g, cu_seqlens, dht, dhs, dD, dh0), f32
-# scratch rounded into three operand buffers each step (past 48 KB at K = 128: its launch opts in)
-@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-@pytest.mark.parametrize("io, K, V, BV, states", [("bfloat16", 128, 128, 32, True), ("float16", 64, 64, 32, False),
-                                                   ("bfloat16", 128, 128, 64, False)])
-def test_the_reverse_pass_compiles_with_ten_addresses(io, K, V, BV, states, per_channel):
-    launcher = _delta_state.reverse_state_pass_launcher(io, K, V, BV, 4, states, states, 3, per_channel=per_channel)
-    cubin, block, shared = launcher.cubin()
-    assert parameters(cubin) == addresses_then_three_sizes(10)
-    assert block == (32 * _delta_state.WARPS_OF_BV[BV], 1, 1)
-    assert 0 < shared <= MAX_SHARED_BYTES
-
-
-def test_the_reverse_pass_reads_and_writes_the_scratch_in_its_type():
-    types = _delta_state._reverse_pointer_types("bfloat16")
-    assert types[0] == ("bfloat16", 16) and all(t == ("float32", 16) for t in types[1:4] + types[6:])
-    # scratch="io": w and kd in the input type; "io_all": qg, dhs and dD too; dht and dh0 (the op's ports) f32
-    io = _delta_state._reverse_pointer_types("bfloat16", "bfloat16")
-    assert io[1] == io[2] == ("bfloat16", 16) and all(t == ("float32", 16) for t in io[3:4] + io[6:])
-    io_all = _delta_state._reverse_pointer_types("bfloat16", "bfloat16", "bfloat16")
-    assert all(io_all[i] == ("bfloat16", 16) for i in (1, 2, 3, 7, 8))
-    assert io_all[6] == io_all[9] == ("float32", 16)

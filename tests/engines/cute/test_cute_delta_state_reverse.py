@@ -1,0 +1,62 @@
+"""The CuTe DSL reverse state pass of gdn_bwd and kda_bwd (engines/cute/_delta_state_reverse), on the CPU: its
+specialisations compile for sm_90a with the parameters the cuTile plan's C launch path writes (ten addresses: dO,
+w, kd, qg, g, cu_seqlens, dht, dhs, dD, dh0; then tokens, chunks and sequences as int32), its scratch slots
+follow the plan's scratch types, and the form that loads a chunk ahead spills nothing."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")    # the compile target when no GPU is there to ask
+
+pytest.importorskip("cudnn_graph")
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
+pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
+
+from cudnn_graph.engines.cute import _delta_state, _delta_state_reverse  # noqa: E402
+from cudnn_graph.engines.cute._delta_chunk import MAX_SHARED_BYTES  # noqa: E402
+from cubin_tables import addresses_then_three_sizes, largest_frame, parameters  # noqa: E402
+
+
+# the backward's reverse state pass: ten addresses (dO, w, kd, qg, g, cu_seqlens, dht, dhs, dD, dh0), f32
+# scratch rounded into three operand buffers each step (past 48 KB at K = 128: its launch opts in)
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("io, K, V, BV, states", [("bfloat16", 128, 128, 32, True), ("float16", 64, 64, 32, False),
+                                                   ("bfloat16", 128, 128, 64, False)])
+def test_the_reverse_pass_compiles_with_ten_addresses(io, K, V, BV, states, per_channel):
+    launcher = _delta_state_reverse.reverse_state_pass_launcher(io, K, V, BV, 4, states, states, 3,
+                                                                per_channel=per_channel)
+    cubin, block, shared = launcher.cubin()
+    assert parameters(cubin) == addresses_then_three_sizes(10)
+    assert block == (32 * _delta_state.WARPS_OF_BV[BV], 1, 1)
+    assert 0 < shared <= MAX_SHARED_BYTES
+
+
+@pytest.mark.parametrize("K, V, BV, per_channel", [(128, 128, 32, False), (128, 128, 64, True), (64, 64, 32, True)])
+def test_the_prefetching_reverse_pass_compiles_without_spilling(K, V, BV, per_channel):
+    # scratch="io_all": W, KD, dO, P and the gate of the chunk before are held in registers a step ahead
+    launcher = _delta_state_reverse.reverse_state_pass_launcher("bfloat16", K, V, BV, 4, True, True, 3,
+                                                                per_channel=per_channel, scratch_dtype="bfloat16",
+                                                                own_dtype="bfloat16", prefetch=True)
+    cubin, block, shared = launcher.cubin()
+    assert parameters(cubin) == addresses_then_three_sizes(10)
+    assert block == (32 * _delta_state.WARPS_OF_BV[BV], 1, 1) and 0 < shared <= MAX_SHARED_BYTES
+    assert largest_frame(cubin) == 0
+
+
+def test_the_prefetching_reverse_pass_needs_16_bit_scratch():
+    with pytest.raises(ValueError, match="needs 16-bit scratch"):
+        _delta_state_reverse.reverse_state_pass_launcher("bfloat16", 128, 128, 32, 4, True, True, 3,
+                                                         scratch_dtype="bfloat16", prefetch=True)
+
+
+def test_the_reverse_pass_reads_and_writes_the_scratch_in_its_type():
+    types = _delta_state_reverse._reverse_pointer_types("bfloat16")
+    assert types[0] == ("bfloat16", 16) and all(t == ("float32", 16) for t in types[1:4] + types[6:])
+    # scratch="io": w and kd in the input type; "io_all": qg, dhs and dD too; dht and dh0 (the op's ports) f32
+    io = _delta_state_reverse._reverse_pointer_types("bfloat16", "bfloat16")
+    assert io[1] == io[2] == ("bfloat16", 16) and all(t == ("float32", 16) for t in io[3:4] + io[6:])
+    io_all = _delta_state_reverse._reverse_pointer_types("bfloat16", "bfloat16", "bfloat16")
+    assert all(io_all[i] == ("bfloat16", 16) for i in (1, 2, 3, 7, 8))
+    assert io_all[6] == io_all[9] == ("float32", 16)
