@@ -199,7 +199,7 @@ class DeltaBwdGrads(ChunkKernel):
                     dk[e] = dk[e] + acc[e] * rows[3, t]
                     self.add_row(sums, 0, e, -sK[t, i].to(Float32) * rows[3, t] * acc[e])
                 # dA kn -> dCt = dCg e^gc + dA kn e^(gc - mid)
-                self.scratch_fragment(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK),
+                self.load_fragment(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK),
                                                                       (0, kb))), dct)
                 acc.fill(0.0)
                 self.product_bt(tiled_mma, acc, sDa, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
@@ -306,17 +306,6 @@ class DeltaBwdGrads(ChunkKernel):
                 rows[which, row] = cutlass.select_(ss > Float32(0.0), cute.math.rsqrt(ss), Float32(1.0))
 
     @cute.jit
-    def scratch_fragment(self, src: cute.Tensor, dst: cute.Tensor):
-        """A thread's accumulator-shaped fragment of the scratch (f32, or the input type with scratch="io_all")
-        into f32 registers ``dst``."""
-        if const_expr(src.element_type is Float32):
-            cute.autovec_copy(src, dst)
-        else:
-            raw = cute.make_rmem_tensor(dst.shape, src.element_type)
-            cute.autovec_copy(src, raw)
-            dst.store(raw.load().to(Float32))
-
-    @cute.jit
     def rounded_state_rows(self, gS0: cute.Tensor, gDs1: cute.Tensor, sS0: cute.Tensor, sDs1: cute.Tensor,
                            kb: Int32, tidx: Int32):
         """Key rows [64 kb, 64 kb + 64) of S0 and dS1 (K x V, f32 or the input type: the scratch's) in the input type
@@ -389,13 +378,7 @@ class DeltaBwdGrads(ChunkKernel):
         """Key block kb of dq or dk (acc): with L2 norm into the scratch before the norm's backward (gPre, 64 x K
         by chunk: f32, or the input type with scratch="io_all"), else into dst's rows."""
         if const_expr(self.use_l2):
-            gBlock = thr.partition_C(cute.local_tile(gPre, (CHUNK, CHUNK), (0, kb)))
-            if const_expr(gPre.element_type is Float32):
-                cute.autovec_copy(acc, gBlock)
-            else:
-                rounded = cute.make_rmem_tensor(acc.shape, gPre.element_type)
-                rounded.store(acc.load().to(gPre.element_type))
-                cute.autovec_copy(rounded, gBlock)
+            self.store_fragment(acc, thr.partition_C(cute.local_tile(gPre, (CHUNK, CHUNK), (0, kb))))
         else:
             self.store_rows(acc, row0, col0, dst, start, count, kb)
 
@@ -601,7 +584,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     dk[e] = dk[e] + t_k
                     sDgc[t, i] = sDgc[t, i] - sK[t, i].to(Float32) * t_k
                 # dA kn -> dCt = dCg e^gc + dA kn e^(gc - mid)
-                self.scratch_fragment(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK),
+                self.load_fragment(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK),
                                                                       (0, kb))), dct)
                 acc.fill(0.0)
                 self.product_bt(tiled_mma, acc, sDa, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)

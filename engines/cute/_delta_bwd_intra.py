@@ -84,12 +84,7 @@ class DeltaBwdIntra(DeltaOutput):
             p = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, V)), Float32)
             p.fill(0.0)
             self.product_tt(tiled_mma, p, sAttn, sX, CHUNK, CHUNK, V, CHUNK + PAD, width, tidx)
-            if const_expr(mP.element_type is Float32):
-                cute.autovec_copy(p, thr.partition_C(mP[c, h, None, None]))
-            else:
-                rounded = cute.make_rmem_tensor(p.shape, mP.element_type)
-                rounded.store(p.load().to(mP.element_type))
-                cute.autovec_copy(rounded, thr.partition_C(mP[c, h, None, None]))
+            self.store_fragment(p, thr.partition_C(mP[c, h, None, None]))
 
 
 def _pointer_types(io_dtype: str, per_channel: bool = False, own_dtype: str = "float32") -> tuple:

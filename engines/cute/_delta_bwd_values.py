@@ -185,12 +185,7 @@ class DeltaBwdValues(ChunkKernel):
             for e in range_constexpr(cute.size(acc)):
                 t, j = self.place(e, row0, col0)
                 acc[e] = cutlass.select_(t > j, -acc[e], Float32(0.0))
-            if const_expr(gDa.element_type is Float32):
-                cute.autovec_copy(acc, thr.partition_C(gDa))
-            else:
-                rounded = cute.make_rmem_tensor(acc.shape, gDa.element_type)
-                rounded.store(acc.load().to(gDa.element_type))
-                cute.autovec_copy(rounded, thr.partition_C(gDa))
+            self.store_fragment(acc, thr.partition_C(gDa))
 
 
 def _pointer_types(io_dtype: str, beta_dtype: str, dv_dtype: str, scratch_dtype: str = "float32",

@@ -263,6 +263,28 @@ class ChunkKernel:
                                       cute.local_tile(dst, (1, SEG), (dst_row + row, dst_seg + seg)))
 
     @cute.jit
+    def load_fragment(self, src: cute.Tensor, dst: cute.Tensor):
+        """A thread's accumulator-shaped fragment of scratch (f32, or the input type with 16-bit scratch) into f32
+        registers ``dst``."""
+        if const_expr(src.element_type is Float32):
+            cute.autovec_copy(src, dst)
+        else:
+            raw = cute.make_rmem_tensor(dst.shape, src.element_type)
+            cute.autovec_copy(src, raw)
+            dst.store(raw.load().to(Float32))
+
+    @cute.jit
+    def store_fragment(self, src: cute.Tensor, dst: cute.Tensor):
+        """f32 accumulators ``src`` into a thread's fragment of scratch ``dst`` in its type (rounded to 16 bits
+        with 16-bit scratch)."""
+        if const_expr(dst.element_type is Float32):
+            cute.autovec_copy(src, dst)
+        else:
+            rounded = cute.make_rmem_tensor(src.shape, dst.element_type)
+            rounded.store(src.load().to(dst.element_type))
+            cute.autovec_copy(rounded, dst)
+
+    @cute.jit
     def scratch_rows(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32,
                      rows: cutlass.Constexpr = CHUNK):
         """src (``rows`` x width, global: the backward's scratch, f32 or the input type) into dst (shared, the

@@ -74,9 +74,10 @@ class DeltaStatePassReverse(DeltaStatePass):
         s_io = cute.make_rmem_tensor(ds.shape, io)
         dd = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, BV)), Float32)
         dd_io = cute.make_rmem_tensor(dd.shape, io)
-        ahead = (self.row_registers(K), self.row_registers(K), self.row_registers(BV),
-                 cute.make_rmem_tensor(dd.shape, io), cute.make_rmem_tensor((1,), Float32))
+        ahead = None
         if const_expr(self.prefetch):
+            ahead = (self.row_registers(K), self.row_registers(K), self.row_registers(BV),
+                     cute.make_rmem_tensor(dd.shape, io), cute.make_rmem_tensor((1,), Float32))
             if n_chunks > 0:     # an empty sequence's "first" chunk may lie past the workspace
                 self.fetch_reverse(mW, mKd, mDd, gDo, mG, thr, ahead, first, n_chunks - 1, bos, eos, h, vb, tidx)
         for jj in cutlass.range(n_chunks):
@@ -85,7 +86,6 @@ class DeltaStatePassReverse(DeltaStatePass):
             start = bos + j * CHUNK
             stop = cutlass.min(start + CHUNK, eos)
             cute.arch.sync_threads()        # the previous step's readers of every buffer are done
-            gate = Float32(0.0)
             if const_expr(self.prefetch):
                 self.put_rows(ahead[0], sW, K, tidx)
                 self.put_rows(ahead[1], sKd, K, tidx)
@@ -117,11 +117,7 @@ class DeltaStatePassReverse(DeltaStatePass):
                 self.scratch_rows(mQg[c, h, None, None], sQg, K, tidx)
                 self.load_rows(gDo, sDo, start, stop - start, BV, False, tidx)
                 gDd = thr.partition_C(cute.local_tile(mDd[c, h, None, None], (CHUNK, BV), (0, vb)))
-                if const_expr(mDd.element_type is Float32):
-                    cute.autovec_copy(gDd, dd)
-                else:
-                    cute.autovec_copy(gDd, dd_io)
-                    dd.store(dd_io.load().to(Float32))
+                self.load_fragment(gDd, dd)
                 if const_expr(self.per_channel):
                     if tidx < K:
                         sDecay[tidx] = cute.math.exp(mG[stop - 1, h, tidx])
