@@ -24,7 +24,16 @@ memory (two CTAs an SM) and folds each 64 x 64 product into dq, dk and the gate'
 4. the row sums (a quad's lanes, then one lane a row) into dg (a reverse cumulative sum) and dbeta; with L2
    norm, dq and dk through ``x / ||x||``'s backward.
 
-The products take BF16 / FP16 operands with f32 accumulation (the cuTile kernel: TF32).
+The products take BF16 / FP16 operands with f32 accumulation (the cuTile kernel: TF32). The gate's terms of the four
+score products multiply each product by the rounded operand the product paired it with (``qn * (dm kn)`` against
+``kn * (dm^T qn)``, ``an * (dA kn)`` against ``kn * (dA^T an)``; read back from shared memory, or rounded again in
+registers as ``split_operands`` rounded it where that kept the stack frame smaller), not by q e^(gc - mid) in f32:
+the scores depend on gate differences only, so over a chunk these terms cancel, and they cancel in the kernel too
+only when both sides of each pair see the same values. With f32 factors each pair left a residue of the operands'
+rounding (2^-9 of the term) that the reverse cumulative sum and any token sum of dg add up coherently: kda with
+``gate_lower_bound = -2.5`` (gate sums of -70 to -80 over a chunk) had d_dt_bias 7.5e-2 and d_a_log 4.0e-2 off the
+reference on the H100 (tolerance 3e-2); a numpy model of the kernels' roundings gives those figures to three digits,
+and 2.0e-3 / 3.6e-3 with the paired operands.
 """
 from __future__ import annotations
 
@@ -188,7 +197,7 @@ class DeltaBwdGrads(ChunkKernel):
                     t, i = self.place(e, row0, col0)
                     q = sQ[t, i].to(Float32)
                     dq[e] = dq[e] + acc[e] * rows[2, t]
-                    self.add_row(sums, 0, e, q * rows[2, t] * acc[e])
+                    self.add_row(sums, 0, e, sQn[t, i].to(Float32) * acc[e])
                     self.add_row(sums, 2, e, q * dq[e])
                 self.leave(thr, dq, mDqp[c, h, None, None], mDq[None, h, None], row0, col0, start, count, kb)
                 # dm^T qn -> dk
@@ -197,7 +206,7 @@ class DeltaBwdGrads(ChunkKernel):
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     dk[e] = dk[e] + acc[e] * rows[3, t]
-                    self.add_row(sums, 0, e, -sK[t, i].to(Float32) * rows[3, t] * acc[e])
+                    self.add_row(sums, 0, e, -sKn[t, i].to(Float32) * acc[e])
                 # dA kn -> dCt = dCg e^gc + dA kn e^(gc - mid)
                 self.load_fragment(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK),
                                                                       (0, kb))), dct)
@@ -206,7 +215,7 @@ class DeltaBwdGrads(ChunkKernel):
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     read = rows[5, t] * sK[t, i].to(Float32)
-                    self.add_row(sums, 0, e, read * rows[1, t] * dct[e] + read * rows[2, t] * acc[e])
+                    self.add_row(sums, 0, e, read * rows[1, t] * dct[e] + sAn[t, i].to(Float32) * acc[e])
                     dct[e] = dct[e] * rows[1, t] + acc[e] * rows[2, t]
                 # dA^T an -> dk
                 acc.fill(0.0)
@@ -215,7 +224,7 @@ class DeltaBwdGrads(ChunkKernel):
                     t, i = self.place(e, row0, col0)
                     k = sK[t, i].to(Float32)
                     dk[e] = dk[e] + acc[e] * rows[3, t] + rows[5, t] * dct[e]
-                    self.add_row(sums, 0, e, -k * rows[3, t] * acc[e])
+                    self.add_row(sums, 0, e, -sKn[t, i].to(Float32) * acc[e])
                     self.add_row(sums, 1, e, k * dct[e])
                     self.add_row(sums, 3, e, k * dk[e])
                 self.leave(thr, dk, mDkp[c, h, None, None], mDk[None, h, None], row0, col0, start, count, kb)
@@ -228,6 +237,12 @@ class DeltaBwdGrads(ChunkKernel):
                                       start, count, tidx)
 
     # -- helpers ------------------------------------------------------------------------------------
+
+    @cute.jit
+    def as_operand(self, x):
+        """x rounded to the input type as the score products' operands were (``split_operands``: the same f32
+        product, so the same bits), back in f32."""
+        return x.to(self.io).to(Float32)
 
     @cute.jit
     def score_gradient(self, tiled_mma, thr, acc: cute.Tensor, sDo: cute.Tensor, sD: cute.Tensor, sDm: cute.Tensor,
@@ -570,9 +585,9 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     q = sQ[t, i].to(Float32)
-                    t_q = acc[e] * cute.math.exp(sGc[t, i] - sGc[mid_row, i])
-                    dq[e] = dq[e] + t_q
-                    sDgc[t, i] = sDgc[t, i] + q * t_q
+                    up = cute.math.exp(sGc[t, i] - sGc[mid_row, i])
+                    dq[e] = dq[e] + acc[e] * up
+                    sDgc[t, i] = sDgc[t, i] + self.as_operand(q * up) * acc[e]
                     self.add_row(sums, 1, e, q * dq[e])
                 self.leave(thr, dq, mDqp[c, h, None, None], mDq[None, h, None], row0, col0, start, count, kb)
                 # dm^T qn -> dk
@@ -580,9 +595,9 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                 self.product_tt(tiled_mma, acc, sDm, sQn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
-                    t_k = acc[e] * cute.math.exp(sGc[mid_row, i] - sGc[t, i])
-                    dk[e] = dk[e] + t_k
-                    sDgc[t, i] = sDgc[t, i] - sK[t, i].to(Float32) * t_k
+                    down = cute.math.exp(sGc[mid_row, i] - sGc[t, i])
+                    dk[e] = dk[e] + acc[e] * down
+                    sDgc[t, i] = sDgc[t, i] - self.as_operand(sK[t, i].to(Float32) * down) * acc[e]
                 # dA kn -> dCt = dCg e^gc + dA kn e^(gc - mid)
                 self.load_fragment(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK),
                                                                       (0, kb))), dct)
@@ -591,10 +606,12 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     gc = sGc[t, i]
-                    read = rows[5, t] * sK[t, i].to(Float32)
+                    k = sK[t, i].to(Float32)
                     decay = cute.math.exp(gc)
-                    t_a = acc[e] * cute.math.exp(gc - sGc[mid_row, i])
-                    sDgc[t, i] = sDgc[t, i] + read * (decay * dct[e] + t_a)
+                    up = cute.math.exp(gc - sGc[mid_row, i])
+                    t_a = acc[e] * up
+                    sDgc[t, i] = (sDgc[t, i] + rows[5, t] * k * decay * dct[e]
+                                  + self.as_operand(k * up * rows[5, t]) * acc[e])
                     dct[e] = dct[e] * decay + t_a
                 # dA^T an -> dk, which then leaves
                 acc.fill(0.0)
@@ -602,9 +619,9 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     k = sK[t, i].to(Float32)
-                    t_b = acc[e] * cute.math.exp(sGc[mid_row, i] - sGc[t, i])
-                    dk[e] = dk[e] + t_b + rows[5, t] * dct[e]
-                    sDgc[t, i] = sDgc[t, i] - k * t_b
+                    down = cute.math.exp(sGc[mid_row, i] - sGc[t, i])
+                    dk[e] = dk[e] + acc[e] * down + rows[5, t] * dct[e]
+                    sDgc[t, i] = sDgc[t, i] - self.as_operand(k * down) * acc[e]
                     self.add_row(sums, 0, e, k * dct[e])
                     self.add_row(sums, 2, e, k * dk[e])
                 self.leave(thr, dk, mDkp[c, h, None, None], mDk[None, h, None], row0, col0, start, count, kb)
