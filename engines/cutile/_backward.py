@@ -157,8 +157,9 @@ BACKWARD_KERNEL_KNOBS = ("prepare", "state_pass", "intra", "bwd_state", "values"
 # their plans with it rank first (kda's per-channel DeltaBwdGradsPerChannel: session 28, on the H100)
 CUTE_GRADS_GPU_TESTED = ("gdn", "kda")
 # whether scratch="io_all" (the backward's own scratch in the input type too) has passed its GPU tests
-# (test_cutile_cute_kernels.py's 16-bit scratch cases, the C path's bitwise test): it then ranks first
-IO_ALL_GPU_TESTED = False
+# (test_cutile_cute_kernels.py's 16-bit scratch cases, the C path's bitwise test): it then ranks first (session 30,
+# H100: all passed; gdn 0.924 / kda 1.542 ms against the io plan's 1.118 / 1.705 at 4 x 2048, H 16, K = V = 128)
+IO_ALL_GPU_TESTED = True
 
 
 def backward_variants(graph, node) -> list:
@@ -168,10 +169,11 @@ def backward_variants(graph, node) -> list:
     (BF16 / FP16 products where they are safe) is to pin. The recompute's prepare with chunk_bwd_intra in CuTe
     (``cute_prepare_intra``) ranks above the default (7-9% faster on the H200, session 19). On sm_90 the more
     kernels in CuTe the faster (H100, sessions 27-28, GPU ms; docs/engines_cutile.md "The backward"). With BF16
-    inputs ``cute_all_io`` (every kernel in CuTe, the recompute's scratch in the input type; a call whose
-    buffers a CuTe kernel refuses runs on its f32 twin, ``CutileBackwardPlan._launches_at``) ranks first: at 4 x
-    2048, H 16, K = V = 128 gdn 1.119 and kda 1.714 against 2.348 and 2.869 for the first plan of session 26,
-    the fastest plan at every shape timed; then ``cute_all`` (the same on f32 scratch: 1.396 / 2.044). Where
+    inputs ``cute_all_io_all`` (every kernel in CuTe, all scratch in the input type; a call whose buffers a CuTe
+    kernel refuses runs on its f32 twin, ``CutileBackwardPlan._launches_at``) ranks first: at 4 x 2048, H 16,
+    K = V = 128 gdn 0.924 and kda 1.542 ms (H100, session 30); then ``cute_all_io`` (the recompute's scratch
+    alone in the input type: 1.118 / 1.705, against 2.348 and 2.869 for the first plan of session 26) and
+    ``cute_all`` (the same on f32 scratch: 1.396 / 2.044). Where
     the op's CuTe chunk_bwd_grads has not passed its GPU tests (``CUTE_GRADS_GPU_TESTED``), the plan with its
     cuTile one (``cute_all_tile_grads``) ranks first instead. Kept to pin or time:
 

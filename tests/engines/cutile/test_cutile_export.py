@@ -941,11 +941,11 @@ def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
 def test_the_backward_with_the_softplus_gate_ranks_as_any_other_gate(op, K, first):
     # the misses that kept the softplus gate's backward on BF16 products (sessions 11-19) were the eight-warp
     # reverse state pass's race (docs/engines_cutile.md, "The backward"); gdn2 has no CuTe kernels
-    from cudnn_graph.engines.cutile._backward import CUTE_GRADS_GPU_TESTED
+    from cudnn_graph.engines.cutile._backward import CUTE_GRADS_GPU_TESTED, IO_ALL_GPU_TESTED
     cg = _package()
     plans = _proposed(cg, _grouped_gated_graph(cg, op, K=K))
     if op == "kda_bwd":
-        first += "_io" if "kda" in CUTE_GRADS_GPU_TESTED else "_tile_grads"
+        first += ("_io_all" if IO_ALL_GPU_TESTED else "_io") if "kda" in CUTE_GRADS_GPU_TESTED else "_tile_grads"
     assert max(plans, key=lambda p: p.priority).label == first
 
 
