@@ -240,8 +240,8 @@ class DeltaBwdGrads(ChunkKernel):
 
     @cute.jit
     def as_operand(self, x):
-        """x rounded to the input type as the score products' operands were (``split_operands``: the same f32
-        product, so the same bits), back in f32."""
+        """x rounded to the input type as the score products' operands were (the per-channel kernel's
+        ``split_operands_per_channel`` rounds the same f32 product, so the same bits), back in f32."""
         return x.to(self.io).to(Float32)
 
     @cute.jit
