@@ -46,6 +46,12 @@ from cutlass.memory import SmemAllocator
 
 from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD, SEG, SPLIT_ROW, THREADS, ChunkKernel, KernelLauncher,
                            chunk_major, shared_field, shared_struct)
+from ..cutile._variants import GRADS_WARPS
+
+
+# warps a CTA of the per-token kernel may have: 4 (the first plans') or 8 (the second four along the columns of
+# every 64 x 64 product: twice the warps an SM to hide latency with, at 128 registers a thread)
+WARPS = GRADS_WARPS
 
 
 class DeltaBwdGrads(ChunkKernel):
@@ -57,10 +63,15 @@ class DeltaBwdGrads(ChunkKernel):
     per_channel = False         # g and dg (tokens, H), a gate per token
 
     def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
-                 dbeta_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float):
+                 dbeta_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float, warps: int = 4):
         self.set_heads(io_dtype, K, V, HQ, H, use_l2)
         if K % CHUNK or V % CHUNK:
             raise ValueError(f"K = {K} and V = {V} must be multiples of {CHUNK}")
+        if warps not in WARPS or (warps != 4 and self.per_channel):
+            raise ValueError(f"warps = {warps}: the per-token kernel takes one of {WARPS}, the per-channel one 4")
+        if warps == 8:
+            # eight warps, two CTAs an SM: 128 registers a thread at most (the compiler spills past them)
+            self.threads, self.min_blocks_per_sm = 256, 2
         self.g_type, self.beta_type = DTYPES[g_dtype], DTYPES[beta_dtype]
         self.dq_type, self.dg_type, self.dbeta_type = DTYPES[dq_dtype], DTYPES[dg_dtype], DTYPES[dbeta_dtype]
         self.scale = float(scale)
@@ -76,8 +87,14 @@ class DeltaBwdGrads(ChunkKernel):
             "dm": shared_field(self.io, block), "da": shared_field(self.io, block),
             # per row: gate sums, e^gc, the split factors, e^(last - gc), beta, 1/||q||, 1/||k||, and the
             # row sums dgc, dbeta, q . dq, k . dk
-            "rows": shared_field(Float32, 12 * CHUNK), "warp_sums": shared_field(Float32, THREADS // 32),
+            # row sums (rows 12-15: those of warps 4-7 with eight warps, added in before they are read)
+            "rows": shared_field(Float32, self._row_fields * CHUNK),
+            "warp_sums": shared_field(Float32, self.threads // 32),
             "scan": shared_field(Int32, THREADS), "where": shared_field(Int32, 4)})
+
+    @property
+    def _row_fields(self) -> int:
+        return 12 if self.threads == THREADS else 16
 
     def shared_bytes(self) -> int:
         return self.shared_storage().size_in_bytes()
@@ -89,7 +106,7 @@ class DeltaBwdGrads(ChunkKernel):
                  pdk: cute.Pointer, pdg: cute.Pointer, pdbeta: cute.Pointer, tokens: Int32, chunks: Int32,
                  n_seq: Int32, stream: cuda.CUstream):
         self.kernel(pq, pk, pg, pbeta, pdo, pcu, phs, pdhs, pd, pdcg, pda, pdbv, pdqp, pdkp, pdq, pdk, pdg, pdbeta,
-                    tokens, chunks, n_seq).launch(grid=[chunks, self.H, 1], block=[THREADS, 1, 1],
+                    tokens, chunks, n_seq).launch(grid=[chunks, self.H, 1], block=[self.threads, 1, 1],
                                                   smem=self.shared_bytes(), stream=stream, **self.launch_options())
 
     def global_tensors(self, pointers: tuple, tokens: Int32, chunks: Int32, n_seq: Int32) -> tuple:
@@ -140,8 +157,9 @@ class DeltaBwdGrads(ChunkKernel):
         sK = cute.make_tensor(storage.k.data_ptr(), block)
         sDm = cute.make_tensor(storage.dm.data_ptr(), block)
         sDa = cute.make_tensor(storage.da.data_ptr(), block)
-        rows = cute.make_tensor(storage.rows.data_ptr(), cute.make_layout((12, CHUNK), stride=(CHUNK, 1)))
-        sWarp = cute.make_tensor(storage.warp_sums.data_ptr(), cute.make_layout((THREADS // 32,)))
+        rows = cute.make_tensor(storage.rows.data_ptr(),
+                                cute.make_layout((self._row_fields, CHUNK), stride=(CHUNK, 1)))
+        sWarp = cute.make_tensor(storage.warp_sums.data_ptr(), cute.make_layout((self.threads // 32,)))
 
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
@@ -307,7 +325,7 @@ class DeltaBwdGrads(ChunkKernel):
                       tidx: Int32):
         """rows[which, t] = 1 / ||x_t|| over all of K (1 for a zero row or one past the chunk's end)."""
         segs = self.K // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         seg = tidx % segs
         part = cute.make_rmem_tensor((1, SEG), self.io)
         for p in range_constexpr(CHUNK // rows_per_pass):
@@ -327,7 +345,7 @@ class DeltaBwdGrads(ChunkKernel):
         into sS0 / sDs1 (64 x V); returns this thread's share of sum(S0 * dS1) over them, in f32."""
         V = self.V
         segs = V // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         seg = tidx % segs
         a = cute.make_rmem_tensor((1, SEG), gS0.element_type)     # f32, or the input type (its scratch)
         b = cute.make_rmem_tensor((1, SEG), gDs1.element_type)
@@ -351,7 +369,7 @@ class DeltaBwdGrads(ChunkKernel):
         """Columns [64 kb, 64 kb + 64) of x's chunk rows times rows[which] (1 / ||x||) into sX (64 x 64), zeros
         past the chunk's end."""
         segs = CHUNK // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         seg = tidx % segs
         part = cute.make_rmem_tensor((1, SEG), self.io)
         for p in range_constexpr(CHUNK // rows_per_pass):
@@ -370,7 +388,7 @@ class DeltaBwdGrads(ChunkKernel):
                        rows: cute.Tensor, tidx: Int32):
         """qn = q e^(gc - mid), kn = k e^(mid - gc), an = beta k e^(gc - mid) (64 x 64, the input type)."""
         segs = CHUNK // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         seg = tidx % segs
         part = cute.make_rmem_tensor((1, SEG), self.io)
         out = cute.make_rmem_tensor((1, SEG), self.io)
@@ -415,16 +433,28 @@ class DeltaBwdGrads(ChunkKernel):
         self.quad_sums(sums, 4)
         for lane in range_constexpr(5):
             dlast = dlast + cute.arch.shuffle_sync_bfly(dlast, 1 << lane)
-        if tidx % 4 == 0:
-            for which in range_constexpr(4):
-                rows[8 + which, row0] = sums[which, 0]
-                rows[8 + which, row0 + 8] = sums[which, 1]
+        if const_expr(self.threads == THREADS):
+            if tidx % 4 == 0:
+                for which in range_constexpr(4):
+                    rows[8 + which, row0] = sums[which, 0]
+                    rows[8 + which, row0 + 8] = sums[which, 1]
+        else:
+            # warps w and w + 4 hold halves of the same rows: the second's sums go to rows 12-15, then are added
+            if tidx % 4 == 0:
+                base = 8 + 4 * (tidx // (32 * 4))
+                for which in range_constexpr(4):
+                    rows[base + which, row0] = sums[which, 0]
+                    rows[base + which, row0 + 8] = sums[which, 1]
+            cute.arch.sync_threads()
+            if tidx < CHUNK:
+                for which in range_constexpr(4):
+                    rows[8 + which, tidx] = rows[8 + which, tidx] + rows[12 + which, tidx]
         if tidx % 32 == 0:
             sWarp[tidx // 32] = dlast
         cute.arch.sync_threads()
         if tidx < CHUNK:
             total = Float32(0.0)
-            for w in range_constexpr(THREADS // 32):
+            for w in range_constexpr(self.threads // 32):
                 total = total + sWarp[w]
             dg = Float32(0.0)
             for j in range_constexpr(CHUNK):
@@ -440,7 +470,7 @@ class DeltaBwdGrads(ChunkKernel):
         """dx = (dxn - xn (xn . dxn)) / ||x|| from the pre-norm gradient (64 x K, the scratch's type; the dot in
         f32 from the registers that held it) into dst's rows."""
         segs = self.K // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         seg = tidx % segs
         pre = cute.make_rmem_tensor((1, SEG), gPre.element_type)
         x = cute.make_rmem_tensor((1, SEG), self.io)
@@ -663,7 +693,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
         """Columns [64 kb, 64 kb + 64) of g's chunk rows (tokens x K) into sGc in f32, zeros past the chunk's end
         (so that the sums there repeat the last row's, as the cuTile kernel's)."""
         segs = CHUNK // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         seg = tidx % segs
         raw = cute.make_rmem_tensor((1, SEG), gG.element_type)
         out = cute.make_rmem_tensor((1, SEG), Float32)
@@ -693,7 +723,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
         them)."""
         V = self.V
         segs = V // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         seg = tidx % segs
         a = cute.make_rmem_tensor((1, SEG), gS0.element_type)
         b = cute.make_rmem_tensor((1, SEG), gDs1.element_type)
@@ -731,7 +761,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
         """qn = q e^(gc - mid), kn = k e^(mid - gc), an = beta k e^(gc - mid) per element (64 x 64, the input
         type), mid: gc's row ``mid_row``."""
         segs = CHUNK // SEG
-        rows_per_pass = THREADS // segs
+        rows_per_pass = self.threads // segs
         seg = tidx % segs
         part = cute.make_rmem_tensor((1, SEG), self.io)
         out = cute.make_rmem_tensor((1, SEG), self.io)
@@ -800,14 +830,15 @@ def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, 
 def bwd_grads_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: str, dg_dtype: str,
                        dbeta_dtype: str, K: int, V: int, HQ: int, H: int, use_l2: bool, scale: float,
                        n_seq: int, scratch_dtype: str = "float32", per_channel: bool = False,
-                       own_dtype: str = "float32") -> KernelLauncher:
+                       own_dtype: str = "float32", warps: int = 4) -> KernelLauncher:
     """The launcher of one specialisation; its slots: q, k, g, beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's
     v part, dq / dk before the norm, dq, dk, dg, dbeta (hs and d in ``scratch_dtype``; dhs, dCg, dA and dq / dk
-    before the norm in ``own_dtype``; g and dg per channel, (tokens, H, K), with ``per_channel``)."""
+    before the norm in ``own_dtype``; g and dg per channel, (tokens, H, K), with ``per_channel``; ``warps`` a CTA:
+    one of ``WARPS``, 4 for the per-channel kernel)."""
     key = ("chunk_bwd_grads", io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K, V, HQ, H, use_l2,
-           float(scale), scratch_dtype, per_channel, own_dtype)
+           float(scale), scratch_dtype, per_channel, own_dtype, warps)
     kernel = DeltaBwdGradsPerChannel if per_channel else DeltaBwdGrads
     return KernelLauncher(lambda: kernel(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K, V, HQ, H,
-                                         use_l2, scale),
+                                         use_l2, scale, warps),
                           key, _pointer_types(io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype,
                                               scratch_dtype, per_channel, own_dtype), n_seq)

@@ -2,9 +2,9 @@
 the chunk geometry, the chunk locator, row loads and stores in 16-byte segments, a tile product whose B
 operand is read transposed from shared memory, and the launcher the cuTile plan calls.
 
-Each kernel runs one CTA of 128 threads per (chunk of 64 tokens, value head) and takes bare pointers and
-three int32 sizes (tokens, chunks, sequences), so that a launch from C fills its parameters as the cuTile
-kernels' are filled (engines/cutile/_cute_launch.py ``CuteLaunch.c_launch``).
+Each kernel runs one CTA of 128 threads (256 for chunk_bwd_grads with eight warps) per (chunk of 64 tokens,
+value head) and takes bare pointers and three int32 sizes (tokens, chunks, sequences), so that a launch from C
+fills its parameters as the cuTile kernels' are filled (engines/cutile/_cute_launch.py ``CuteLaunch.c_launch``).
 """
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ def shared_struct(name: str, fields: dict):
 
 class ChunkKernel:
     """Device helpers of the chunk kernels; subclasses set ``io`` (the input type) and may widen
-    ``threads`` (the block: the row helpers and ``warp_mma`` spread over it; ``locate_chunk`` takes 128)."""
+    ``threads`` (the block: the row helpers and ``warp_mma`` spread over it, ``first_place`` / ``place`` follow;
+    ``locate_chunk`` scans with the first 128)."""
 
     threads = THREADS
     # CTAs an SM should hold at once (0: no bound): the compiler caps the registers a thread takes to fit them
@@ -79,6 +80,8 @@ class ChunkKernel:
             sWhere[0] = n_seq
             sWhere[1] = Int32(0)
             sWhere[2] = Int32(0)
+        # a block wider than 128 threads: its first 128 scan, the others take part in the barriers alone
+        wide = self.threads != THREADS
         carried = Int32(0)
         blocks = (n_seq + THREADS - 1) // THREADS
         for b in cutlass.range(blocks):
@@ -86,31 +89,66 @@ class ChunkKernel:
             lo = Int32(0)
             hi = Int32(0)
             if i < n_seq:
-                lo = mCu[i]
-                hi = mCu[i + 1]
+                if const_expr(wide):
+                    if tidx < THREADS:
+                        lo = mCu[i]
+                        hi = mCu[i + 1]
+                else:
+                    lo = mCu[i]
+                    hi = mCu[i + 1]
             n_chunks = (hi - lo + CHUNK - 1) // CHUNK
             cute.arch.sync_threads()
-            sScan[tidx] = n_chunks
+            if const_expr(wide):
+                if tidx < THREADS:
+                    sScan[tidx] = n_chunks
+            else:
+                sScan[tidx] = n_chunks
             cute.arch.sync_threads()
             # inclusive Hillis-Steele scan over the 128 counts
             for step in range_constexpr(7):
                 d = 1 << step
                 add = Int32(0)
                 if tidx >= d:
-                    add = sScan[tidx - d]
+                    if const_expr(wide):
+                        if tidx < THREADS:
+                            add = sScan[tidx - d]
+                    else:
+                        add = sScan[tidx - d]
                 cute.arch.sync_threads()
-                sScan[tidx] = sScan[tidx] + add
+                if const_expr(wide):
+                    if tidx < THREADS:
+                        sScan[tidx] = sScan[tidx] + add
+                else:
+                    sScan[tidx] = sScan[tidx] + add
                 cute.arch.sync_threads()
-            ends = carried + sScan[tidx]
-            first = ends - n_chunks
-            if i < n_seq:
-                if c >= first:
-                    if c < ends:
-                        sWhere[0] = i
-                        begin = lo + (c - first) * CHUNK
-                        sWhere[1] = begin
-                        sWhere[2] = cutlass.min(hi - begin, CHUNK)
+            if const_expr(wide):
+                if tidx < THREADS:
+                    self.claim_chunk(c, i, n_seq, lo, hi, n_chunks, carried + sScan[tidx], sWhere)
+            else:
+                ends = carried + sScan[tidx]
+                first = ends - n_chunks
+                if i < n_seq:
+                    if c >= first:
+                        if c < ends:
+                            sWhere[0] = i
+                            begin = lo + (c - first) * CHUNK
+                            sWhere[1] = begin
+                            sWhere[2] = cutlass.min(hi - begin, CHUNK)
             carried = carried + sScan[THREADS - 1]
+
+    @cute.jit
+    def claim_chunk(self, c: Int32, i: Int32, n_seq: Int32, lo: Int32, hi: Int32, n_chunks: Int32, ends: Int32,
+                    sWhere: cute.Tensor):
+        """``locate_chunk``'s answer, written by the thread whose sequence ``i`` (chunks [ends - n_chunks, ends))
+        holds chunk c."""
+        first = ends - n_chunks
+        if i < n_seq:
+            if c >= first:
+                if c < ends:
+                    sWhere[0] = i
+                    begin = lo + (c - first) * CHUNK
+                    sWhere[1] = begin
+                    sWhere[2] = cutlass.min(hi - begin, CHUNK)
 
     @cute.jit
     def chunk_of_block(self, mCu: cute.Tensor, n_seq: Int32, tidx: Int32, storage):
@@ -303,18 +341,20 @@ class ChunkKernel:
                 out.store(raw.load().to(self.io))
                 cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (row, seg)))
 
-    @staticmethod
-    def first_place(tidx):
+    def first_place(self, tidx):
         """(row0, col0): the first row and column of a thread's accumulator elements (``place``): four warps of
-        16 rows, a quad's lanes on a row, two columns a lane (mma.sync m16n8's C layout)."""
-        return (tidx // 32) * 16 + (tidx % 32) // 4, 2 * (tidx % 4)
+        16 rows, a quad's lanes on a row, two columns a lane (mma.sync m16n8's C layout); in a block of eight
+        warps (``warp_mma``: the second four along N) warp w + 4 takes the 8 columns after warp w's."""
+        if const_expr(self.threads == THREADS):
+            return (tidx // 32) * 16 + (tidx % 32) // 4, 2 * (tidx % 4)
+        warp = tidx // 32
+        return (warp % 4) * 16 + (tidx % 32) // 4, (warp // 4) * 8 + 2 * (tidx % 4)
 
-    @staticmethod
-    def place(e: int, row0, col0):
-        """(row, column) of accumulator element ``e`` of a 64 x N product (``warp_mma``, four warps along the
-        rows) held by the thread whose first row and column are row0 = 16 warp + lane / 4 and col0 = 2 (lane %
-        4): the fragment is ((2 columns, 2 rows 8 apart), 1, N / 8 column tiles)."""
-        return row0 + 8 * ((e // 2) % 2), col0 + 8 * (e // 4) + e % 2
+    def place(self, e: int, row0, col0):
+        """(row, column) of accumulator element ``e`` of a 64 x N product (``warp_mma``) held by the thread whose
+        first row and column are ``first_place``'s: the fragment is ((2 columns, 2 rows 8 apart), 1, column
+        tiles), the column tiles 8 apart with four warps (N / 8 of them), 16 apart with eight (N / 16)."""
+        return row0 + 8 * ((e // 2) % 2), col0 + 8 * (self.threads // THREADS) * (e // 4) + e % 2
 
     @cute.jit
     def add_row(self, sums: cute.Tensor, which: cutlass.Constexpr, e: cutlass.Constexpr, value):

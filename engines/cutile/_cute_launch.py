@@ -81,7 +81,8 @@ class CuteLaunch:
         launcher = bwd_grads_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype, dq_dtype, "float32",
                                       variant.beta_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
                                       variant.use_l2, variant.scale, variant.n_seq, variant.scratch_dtype,
-                                      per_channel=variant.per_channel, own_dtype=variant.own_dtype)
+                                      per_channel=variant.per_channel, own_dtype=variant.own_dtype,
+                                      warps=variant.grads_warps)
         return CuteLaunch(launcher, _cutile_reads(variant, fallback), lambda a: a[:18], geometry)
 
     @staticmethod

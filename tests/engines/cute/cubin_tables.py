@@ -1,6 +1,6 @@
 """The parameter layout the C launch path writes for a CuTe chunk kernel, as its cubin declares it (for the
 kernels' compile tests in this folder): the addresses (8 bytes each), then tokens, chunks and sequences as
-int32; and the kernels' stack frames (a spill shows as one)."""
+int32; and the kernels' stack frames (a spill shows as one) and registers a thread."""
 from __future__ import annotations
 
 
@@ -22,6 +22,7 @@ def addresses_then_three_sizes(addresses: int) -> list:
 
 
 EIATTR_FRAME_SIZE = 0x11    # in the cubin's global .nv.info: (symbol index, bytes) per kernel
+EIATTR_REGCOUNT = 0x2F      # likewise: (symbol index, registers a thread) per kernel
 
 
 def largest_frame(cubin: bytes) -> int:
@@ -31,3 +32,12 @@ def largest_frame(cubin: bytes) -> int:
     info = _abi._sections(cubin).get(".nv.info", b"")
     return max((struct.unpack_from("<II", value)[1] for attr, value in _abi._records(info)
                 if attr == EIATTR_FRAME_SIZE), default=0)
+
+
+def registers(cubin: bytes) -> int:
+    """The most registers a thread of the cubin's kernels takes."""
+    import struct
+    from cudnn_graph.engines.cutile import _abi
+    info = _abi._sections(cubin).get(".nv.info", b"")
+    return max((struct.unpack_from("<II", value)[1] for attr, value in _abi._records(info)
+                if attr == EIATTR_REGCOUNT), default=0)

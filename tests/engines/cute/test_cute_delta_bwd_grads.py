@@ -1,7 +1,8 @@
 """The CuTe DSL chunk_bwd_grads for gdn_bwd and kda_bwd (engines/cute/_delta_bwd_grads), on the CPU: its
 specialisations (a per-token and a per-channel gate) compile for sm_90a with the parameters the cuTile plan's C
 launch path writes (eighteen addresses, then tokens, chunks and sequences as int32), a block of four warps and
-the shared memory two CTAs an SM can hold; the backward plans propose it with BF16 inputs only."""
+the shared memory two CTAs an SM can hold; the backward plans propose it with BF16 inputs only. The per-token
+kernel also compiles in eight-warp CTAs at 128 registers a thread (two CTAs an SM) with a small stack frame."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
 
 from cudnn_graph.engines.cute import _delta_bwd_grads  # noqa: E402
-from cubin_tables import addresses_then_three_sizes, parameters  # noqa: E402
+from cubin_tables import addresses_then_three_sizes, largest_frame, parameters, registers  # noqa: E402
 
 
 # (K, V, L2 norm, dq / dk type): the ports in the input type, or f32 shares for grouped value heads
@@ -52,3 +53,24 @@ def test_a_per_channel_gate_is_read_in_16_byte_segments():
     types = _delta_bwd_grads._pointer_types("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
                                             per_channel=True)
     assert types[2] == ("float32", 16)
+
+
+@pytest.mark.parametrize("K, V, use_l2, dq, scratch", [(128, 128, True, "bfloat16", "bfloat16"),
+                                                       (64, 64, False, "float32", "float32"),
+                                                       (128, 64, True, "float32", "bfloat16")])
+def test_the_per_token_kernel_compiles_in_eight_warps_at_128_registers(K, V, use_l2, dq, scratch):
+    # grads_warps=8: warps w and w + 4 share the rows of every 64 x 64 product (the columns split between them),
+    # so the row sums meet in shared memory; the launch asks for two CTAs an SM, which caps the registers
+    launcher = _delta_bwd_grads.bwd_grads_launcher("bfloat16", "float32", "bfloat16", dq, "float32", "bfloat16", K, V,
+                                                   2, 4, use_l2, K ** -0.5, 3, scratch, own_dtype=scratch, warps=8)
+    cubin, block, shared = launcher.cubin()
+    assert parameters(cubin) == addresses_then_three_sizes(18)
+    assert block == (256, 1, 1) and 0 < shared <= 113 * 1024
+    assert registers(cubin) <= 128
+    assert largest_frame(cubin) <= 128      # a few spilled words at most (112 bytes at K = 128 with io_all)
+
+
+def test_the_per_channel_kernel_takes_four_warps_only():
+    with pytest.raises(ValueError, match="the per-channel one 4"):
+        _delta_bwd_grads.DeltaBwdGradsPerChannel("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
+                                                 64, 64, 2, 4, False, 0.125, warps=8)
