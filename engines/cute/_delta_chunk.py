@@ -125,15 +125,7 @@ class ChunkKernel:
                 if tidx < THREADS:
                     self.claim_chunk(c, i, n_seq, lo, hi, n_chunks, carried + sScan[tidx], sWhere)
             else:
-                ends = carried + sScan[tidx]
-                first = ends - n_chunks
-                if i < n_seq:
-                    if c >= first:
-                        if c < ends:
-                            sWhere[0] = i
-                            begin = lo + (c - first) * CHUNK
-                            sWhere[1] = begin
-                            sWhere[2] = cutlass.min(hi - begin, CHUNK)
+                self.claim_chunk(c, i, n_seq, lo, hi, n_chunks, carried + sScan[tidx], sWhere)
             carried = carried + sScan[THREADS - 1]
 
     @cute.jit
