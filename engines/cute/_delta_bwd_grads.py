@@ -49,8 +49,8 @@ from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD, SEG, SPLIT_ROW, THREADS
 from ..cutile._variants import GRADS_WARPS
 
 
-# warps a CTA of the per-token kernel may have: 4 (the first plans') or 8 (the second four along the columns of
-# every 64 x 64 product: twice the warps an SM to hide latency with, at 128 registers a thread)
+# warps a CTA may have: 4 (the first plans') or 8 (the second four along the columns of every 64 x 64 product:
+# twice the warps an SM to hide latency with, at 128 registers a thread)
 WARPS = GRADS_WARPS
 
 
@@ -67,8 +67,8 @@ class DeltaBwdGrads(ChunkKernel):
         self.set_heads(io_dtype, K, V, HQ, H, use_l2)
         if K % CHUNK or V % CHUNK:
             raise ValueError(f"K = {K} and V = {V} must be multiples of {CHUNK}")
-        if warps not in WARPS or (warps != 4 and self.per_channel):
-            raise ValueError(f"warps = {warps}: the per-token kernel takes one of {WARPS}, the per-channel one 4")
+        if warps not in WARPS:
+            raise ValueError(f"warps = {warps}; expected one of {WARPS}")
         if warps == 8:
             # eight warps, two CTAs an SM: 128 registers a thread at most (the compiler spills past them)
             self.threads, self.min_blocks_per_sm = 256, 2
@@ -519,8 +519,10 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
             "gc": shared_field(Float32, CHUNK * GATE_STRIDE), "dgc": shared_field(Float32, CHUNK * GATE_STRIDE),
             # per token: beta, 1/||q||, 1/||k||, and the row sums dbeta, q . dq, k . dk (rows 5-7, 9-11, as the
             # per-token kernel's); per key row of the block: sum(S0 * dS1) (row 0)
-            "rows": shared_field(Float32, 12 * CHUNK),
-            "columns": shared_field(Float32, (THREADS // 32) * CHUNK),     # each warp's column sums of kg * dkg
+            # (rows 12-14: the row sums of warps 4-7 with eight warps, added in before they are read)
+            "rows": shared_field(Float32, self._row_fields * CHUNK),
+            # each warp's column sums of kg * dkg (with eight warps, each of its 32 columns)
+            "columns": shared_field(Float32, (self.threads // 32) * CHUNK),
             "scan": shared_field(Int32, THREADS), "where": shared_field(Int32, 4)})
 
     @cute.kernel
@@ -550,9 +552,10 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
         sDm = cute.make_tensor(storage.dm.data_ptr(), block)
         sDa = cute.make_tensor(storage.da.data_ptr(), block)
         sGc = cute.make_tensor(storage.gc.data_ptr(), gates)
-        rows = cute.make_tensor(storage.rows.data_ptr(), cute.make_layout((12, CHUNK), stride=(CHUNK, 1)))
+        rows = cute.make_tensor(storage.rows.data_ptr(),
+                                cute.make_layout((self._row_fields, CHUNK), stride=(CHUNK, 1)))
         sColumns = cute.make_tensor(storage.columns.data_ptr(),
-                                    cute.make_layout((THREADS // 32, CHUNK), stride=(CHUNK, 1)))
+                                    cute.make_layout((self.threads // 32, CHUNK), stride=(CHUNK, 1)))
 
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
@@ -743,8 +746,9 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
 
     @cute.jit
     def warp_column_sums(self, columns: cute.Tensor, sColumns: cute.Tensor, col0: Int32, tidx: Int32):
-        """A thread's per-column partial sums (``columns[2 n + j]``: column col0 + 8 n + j, over its two rows)
-        summed over the warp's eight lanes that share the columns, into sColumns[warp, column]."""
+        """A thread's per-column partial sums (``columns[2 n + j]``: column col0 + 8 n + j with four warps, col0 +
+        16 n + j with eight, over its two rows) summed over the warp's eight lanes that share the columns, into
+        sColumns[warp, column]."""
         for n in range_constexpr(cute.size(columns)):
             x = columns[n]
             for lane in range_constexpr(2, 5):
@@ -752,7 +756,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
             columns[n] = x
         if (tidx % 32) < 4:
             for n in range_constexpr(cute.size(columns)):
-                sColumns[tidx // 32, col0 + 8 * (n // 2) + n % 2] = columns[n]
+                sColumns[tidx // 32, col0 + 8 * (self.threads // THREADS) * (n // 2) + n % 2] = columns[n]
 
     @cute.jit
     def split_operands_per_channel(self, sQ: cute.Tensor, sK: cute.Tensor, sQn: cute.Tensor, sKn: cute.Tensor,
@@ -791,8 +795,13 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
         of kg * dkg and e^gc_last sum(S0 * dS1) of the column's key row."""
         if tidx < CHUNK:
             total = cute.math.exp(sGc[count - 1, tidx]) * rows[_ROW_DOT, tidx]
-            for w in range_constexpr(THREADS // 32):
-                total = total + sColumns[w, tidx]
+            if const_expr(self.threads == THREADS):
+                for w in range_constexpr(THREADS // 32):
+                    total = total + sColumns[w, tidx]
+            else:
+                # with eight warps, the four whose columns (8 of every 16) hold this one
+                for m in range_constexpr(4):
+                    total = total + sColumns[m + 4 * ((tidx // 8) % 2), tidx]
             for r in range_constexpr(CHUNK):
                 t = CHUNK - 1 - r
                 total = total + sDgc[t, tidx]
@@ -804,10 +813,22 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     h: Int32, start: Int32, count: Int32, tidx: Int32):
         """The row sums over a quad's lanes into rows[9..11]; dbeta (plus chunk_bwd_values' v part) stored."""
         self.quad_sums(sums, 3)
-        if tidx % 4 == 0:
-            for which in range_constexpr(3):
-                rows[9 + which, row0] = sums[which, 0]
-                rows[9 + which, row0 + 8] = sums[which, 1]
+        if const_expr(self.threads == THREADS):
+            if tidx % 4 == 0:
+                for which in range_constexpr(3):
+                    rows[9 + which, row0] = sums[which, 0]
+                    rows[9 + which, row0 + 8] = sums[which, 1]
+        else:
+            # as the per-token kernel's finish: warps 4-7's halves of the rows to rows 12-14, then added in
+            if tidx % 4 == 0:
+                base = 9 + 3 * (tidx // (32 * 4))
+                for which in range_constexpr(3):
+                    rows[base + which, row0] = sums[which, 0]
+                    rows[base + which, row0 + 8] = sums[which, 1]
+            cute.arch.sync_threads()
+            if tidx < CHUNK:
+                for which in range_constexpr(3):
+                    rows[9 + which, tidx] = rows[9 + which, tidx] + rows[12 + which, tidx]
         cute.arch.sync_threads()
         if tidx < count:
             mDbeta[start + tidx, h] = Float32(rows[9, tidx] + gDbv[tidx, 0]).to(mDbeta.element_type)
@@ -834,7 +855,7 @@ def bwd_grads_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: s
     """The launcher of one specialisation; its slots: q, k, g, beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's
     v part, dq / dk before the norm, dq, dk, dg, dbeta (hs and d in ``scratch_dtype``; dhs, dCg, dA and dq / dk
     before the norm in ``own_dtype``; g and dg per channel, (tokens, H, K), with ``per_channel``; ``warps`` a CTA:
-    one of ``WARPS``, 4 for the per-channel kernel)."""
+    one of ``WARPS``)."""
     key = ("chunk_bwd_grads", io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K, V, HQ, H, use_l2,
            float(scale), scratch_dtype, per_channel, own_dtype, warps)
     kernel = DeltaBwdGradsPerChannel if per_channel else DeltaBwdGrads

@@ -10,7 +10,7 @@ from ...data_type import DataType
 from ...errors import GraphNotSupportedError
 from . import _c_launch
 from ._cute_launch import CuteLaunch
-from ._variants import CHUNK, GRADS_WARPS, OP_FEATURES, Variant
+from ._variants import CHUNK, GRADS_WARPS, Variant
 from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, MMA_TYPES, SCRATCH_FORMS, CutileForwardPlan, _cdiv,
                      _cute_kernels_reason, _Geometry, _kernel_source, backward_workspace_size, logger, variant_of)
 
@@ -160,8 +160,8 @@ CUTE_GRADS_GPU_TESTED = ("gdn", "kda")
 # (test_cutile_cute_kernels.py's 16-bit scratch cases, the C path's bitwise test): it then ranks first (session 30,
 # H100: all passed; gdn 0.924 / kda 1.542 ms against the io plan's 1.118 / 1.705 at 4 x 2048, H 16, K = V = 128)
 IO_ALL_GPU_TESTED = True
-# whether the eight-warp CuTe chunk_bwd_grads (knob grads_warps=8, gdn) has passed its GPU tests and timed faster
-# than the four-warp one: its plan then ranks first
+# whether the eight-warp CuTe chunk_bwd_grads (knob grads_warps=8) has passed its GPU tests and timed faster than
+# the four-warp one: its plan then ranks first
 GRADS_W8_GPU_TESTED = False
 
 
@@ -184,8 +184,8 @@ def backward_variants(graph, node) -> list:
       are few (one 32k sequence: 2.47 / 2.69 ms for gdn / kda against the CuTe pass's 3.32 / 3.86);
     - ``cute_all`` with FP16 inputs (gdn 2.002 against 2.378; each of its kernels GPU-tested in FP16);
     - the plans with fewer CuTe kernels (each measured slower than ``cute_all``);
-    - ``cute_all_io_all_w8`` (gdn): io_all with chunk_bwd_grads in eight-warp CTAs (``grads_warps=8``), first
-      once ``GRADS_W8_GPU_TESTED``.
+    - ``cute_all_io_all_w8``: io_all with chunk_bwd_grads in eight-warp CTAs (``grads_warps=8``), first once
+      ``GRADS_W8_GPU_TESTED``.
     """
     variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
     cute = {kernel: _cute_kernels_reason(graph, node, kernel) is None
@@ -225,11 +225,10 @@ def backward_variants(graph, node) -> list:
                 # the backward's own scratch in 16 bits too: first once GPU-tested
                 variants.append(("cute_all_io_all", {**every, "state_pass": "cute", "scratch": "io_all"},
                                  26.0 if grads_tested and IO_ALL_GPU_TESTED else 1.85))
-                if not OP_FEATURES[op][0]:
-                    # the per-token chunk_bwd_grads in eight-warp CTAs (four a scheduler instead of two)
-                    variants.append(("cute_all_io_all_w8", {**every, "state_pass": "cute", "scratch": "io_all",
-                                                            "grads_warps": 8},
-                                     27.0 if grads_tested and GRADS_W8_GPU_TESTED else 1.84))
+                # chunk_bwd_grads in eight-warp CTAs (four warps a scheduler instead of two)
+                variants.append(("cute_all_io_all_w8", {**every, "state_pass": "cute", "scratch": "io_all",
+                                                        "grads_warps": 8},
+                                 27.0 if grads_tested and GRADS_W8_GPU_TESTED else 1.84))
     # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider loads; half
     # the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill 2.7 KB a thread in
     # chunk_bwd_grads): to pin or time
@@ -257,9 +256,9 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
                                      f"prepare='cute' too (got prepare={variant.prepare!r})")
     warps = plan.knobs.get("grads_warps", 4)
     if warps != 4:
-        if variant.grads != "cute" or variant.per_channel:
-            raise GraphNotSupportedError(f"grads_warps={warps!r} needs the CuTe per-token chunk_bwd_grads (gdn with "
-                                         f"grads='cute'); this plan has {node.op} with grads={variant.grads!r}")
+        if variant.grads != "cute":
+            raise GraphNotSupportedError(f"grads_warps={warps!r} needs the CuTe chunk_bwd_grads (grads='cute'); this "
+                                         f"plan has grads={variant.grads!r}")
         if warps not in GRADS_WARPS:
             raise GraphNotSupportedError(f"grads_warps={warps!r}; expected one of {GRADS_WARPS}")
         variant = dataclasses.replace(variant, grads_warps=warps)

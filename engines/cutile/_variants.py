@@ -16,7 +16,7 @@ SPLIT_ROW = CHUNK // 2 - 1
 # The largest exponent a split factor may reach: float32 (and bf16) overflow past 88.7, and the factor still
 # multiplies a key or query value.
 SPLIT_EXPONENT_LIMIT = 80.0
-# warps a CTA of the CuTe per-token chunk_bwd_grads may have (engines/cute/_delta_bwd_grads; knob grads_warps)
+# warps a CTA of the CuTe chunk_bwd_grads may have (engines/cute/_delta_bwd_grads; knob grads_warps)
 GRADS_WARPS = (4, 8)
 
 

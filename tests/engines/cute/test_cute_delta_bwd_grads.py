@@ -1,8 +1,8 @@
 """The CuTe DSL chunk_bwd_grads for gdn_bwd and kda_bwd (engines/cute/_delta_bwd_grads), on the CPU: its
 specialisations (a per-token and a per-channel gate) compile for sm_90a with the parameters the cuTile plan's C
 launch path writes (eighteen addresses, then tokens, chunks and sequences as int32), a block of four warps and
-the shared memory two CTAs an SM can hold; the backward plans propose it with BF16 inputs only. The per-token
-kernel also compiles in eight-warp CTAs at 128 registers a thread (two CTAs an SM) with a small stack frame."""
+the shared memory two CTAs an SM can hold; the backward plans propose it with BF16 inputs only. Both also compile
+in eight-warp CTAs at 128 registers a thread (two CTAs an SM) with a small stack frame."""
 from __future__ import annotations
 
 import os
@@ -55,22 +55,25 @@ def test_a_per_channel_gate_is_read_in_16_byte_segments():
     assert types[2] == ("float32", 16)
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("K, V, use_l2, dq, scratch", [(128, 128, True, "bfloat16", "bfloat16"),
                                                        (64, 64, False, "float32", "float32"),
                                                        (128, 64, True, "float32", "bfloat16")])
-def test_the_per_token_kernel_compiles_in_eight_warps_at_128_registers(K, V, use_l2, dq, scratch):
+def test_the_kernel_compiles_in_eight_warps_at_128_registers(K, V, use_l2, dq, scratch, per_channel):
     # grads_warps=8: warps w and w + 4 share the rows of every 64 x 64 product (the columns split between them),
     # so the row sums meet in shared memory; the launch asks for two CTAs an SM, which caps the registers
     launcher = _delta_bwd_grads.bwd_grads_launcher("bfloat16", "float32", "bfloat16", dq, "float32", "bfloat16", K, V,
-                                                   2, 4, use_l2, K ** -0.5, 3, scratch, own_dtype=scratch, warps=8)
+                                                   2, 4, use_l2, K ** -0.5, 3, scratch, own_dtype=scratch, warps=8,
+                                                   per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
     assert parameters(cubin) == addresses_then_three_sizes(18)
     assert block == (256, 1, 1) and 0 < shared <= 113 * 1024
     assert registers(cubin) <= 128
-    assert largest_frame(cubin) <= 128      # a few spilled words at most (112 bytes at K = 128 with io_all)
+    # a few spilled words (sm_90a, K = V = 128, io_all: 112 bytes per token, 200 per channel)
+    assert largest_frame(cubin) <= 256
 
 
-def test_the_per_channel_kernel_takes_four_warps_only():
-    with pytest.raises(ValueError, match="the per-channel one 4"):
+def test_a_block_takes_four_or_eight_warps():
+    with pytest.raises(ValueError, match=r"warps = 6; expected one of \(4, 8\)"):
         _delta_bwd_grads.DeltaBwdGradsPerChannel("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
-                                                 64, 64, 2, 4, False, 0.125, warps=8)
+                                                 64, 64, 2, 4, False, 0.125, warps=6)

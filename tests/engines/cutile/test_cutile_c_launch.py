@@ -399,7 +399,8 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
                                       ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all"),
                                       ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all"),
                                       # chunk_bwd_grads in eight-warp CTAs
-                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8")])
+                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8"),
+                                      ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8")])
 def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)

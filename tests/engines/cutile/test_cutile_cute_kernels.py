@@ -381,18 +381,21 @@ def test_a_query_the_16_bit_scratch_kernels_refuse_runs_on_the_f32_twin(op, suff
     forward.run_bwd_case(op, forward.SMALL, K=64, V=64, seed=59, plan=f"cutile_{op}_chunk64_{suffix}", q_in_qk=True)
 
 
-# the per-token chunk_bwd_grads in eight-warp CTAs (grads_warps=8; gdn): each shape of the four-warp cases, the
-# grouped value heads and gate options with repeated executions (same bits), and a long uneven batch with states
+# chunk_bwd_grads in eight-warp CTAs (grads_warps=8): each shape of the four-warp cases, the grouped value heads
+# and gate options (the bounded gate for kda) with repeated executions (same bits), and a long batch with states
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 @pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
-def test_the_eight_warp_gradient_kernel_matches_the_reference(K, V):
-    forward.run_bwd_case("gdn_bwd", forward.SMALL, K=K, V=V, seed=61, plan="cutile_gdn_bwd_chunk64_cute_all_io_all_w8")
+def test_the_eight_warp_gradient_kernel_matches_the_reference(op, K, V):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=61, plan=f"cutile_{op}_chunk64_cute_all_io_all_w8")
 
 
-def test_the_eight_warp_gradient_kernel_with_grouped_value_heads_and_gate_options():
-    gva.run_case("gdn_bwd", gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=62,
-                 plan="cutile_gdn_bwd_chunk64_cute_all_io_all_w8", repeats=3)
+@pytest.mark.parametrize("op, gates", [("gdn_bwd", "softplus_beta_sigmoid"), ("kda_bwd", "softplus_beta_sigmoid"),
+                                       ("kda_bwd", "bounded_neg_eigval")])
+def test_the_eight_warp_gradient_kernel_with_grouped_value_heads_and_gate_options(op, gates):
+    gva.run_case(op, gva.SMALL, attrs=gva.GATES[gates], seed=62, plan=f"cutile_{op}_chunk64_cute_all_io_all_w8",
+                 repeats=3)
 
 
-def test_the_eight_warp_gradient_kernel_at_t8192_h16_with_states():
-    forward.run_bwd_case("gdn_bwd", forward.BIG, H=16, K=128, V=128, seed=63,
-                         plan="cutile_gdn_bwd_chunk64_cute_all_io_all_w8")
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_the_eight_warp_gradient_kernel_at_t8192_h16_with_states(op):
+    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=63, plan=f"cutile_{op}_chunk64_cute_all_io_all_w8")

@@ -904,17 +904,14 @@ def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
         assert io_all.knobs == dict(io.knobs, scratch="io_all") and io_all.workspace_size == every.workspace_size
         from cudnn_graph.engines.cutile._backward import (CUTE_GRADS_GPU_TESTED, GRADS_W8_GPU_TESTED,
                                                           IO_ALL_GPU_TESTED)
-        # the per-token chunk_bwd_grads in eight-warp CTAs: gdn's io_all twin, first once GPU-tested
-        w8 = by_name.get(name("_cute_all_io_all_w8"))
-        assert (w8 is not None) == (op == "gdn_bwd")
-        if w8 is not None:
-            assert w8.knobs == dict(io_all.knobs, grads_warps=8) and w8.workspace_size == io_all.workspace_size
+        # chunk_bwd_grads in eight-warp CTAs: io_all's twin, first once GPU-tested
+        w8 = by_name[name("_cute_all_io_all_w8")]
+        assert w8.knobs == dict(io_all.knobs, grads_warps=8) and w8.workspace_size == io_all.workspace_size
         if op.removesuffix("_bwd") in CUTE_GRADS_GPU_TESTED:
             assert io.priority > every.priority > default.priority > but_grads.priority
-            assert first is (w8 if w8 is not None and GRADS_W8_GPU_TESTED else io_all if IO_ALL_GPU_TESTED else io)
+            assert first is (w8 if GRADS_W8_GPU_TESTED else io_all if IO_ALL_GPU_TESTED else io)
             assert (io_all.priority > io.priority) == IO_ALL_GPU_TESTED
-            if w8 is not None:
-                assert (w8.priority > io_all.priority) == GRADS_W8_GPU_TESTED
+            assert (w8.priority > io_all.priority) == GRADS_W8_GPU_TESTED
         else:
             assert first is but_grads and max(io.priority, io_all.priority, every.priority) < default.priority
         values = by_name[name("_cute_prepare_intra_values")]
@@ -1025,10 +1022,10 @@ def test_the_backward_takes_16_bit_scratch_only_with_every_kernel_in_cute(knobs,
 
 
 @pytest.mark.parametrize("knobs, words", [
-    ({"grads_warps": 8}, "grads_warps=8 needs the CuTe per-token chunk_bwd_grads (gdn with grads='cute'); this plan "
-                         "has gdn_bwd with grads='cutile'"),
+    ({"grads_warps": 8}, "grads_warps=8 needs the CuTe chunk_bwd_grads (grads='cute'); this plan has "
+                         "grads='cutile'"),
     ({"grads": "cute", "grads_warps": 6}, "grads_warps=6; expected one of (4, 8)")])
-def test_the_backward_takes_eight_warp_gradients_only_from_the_cute_per_token_kernel(knobs, words, monkeypatch):
+def test_the_backward_takes_eight_warp_gradients_only_from_the_cute_kernel(knobs, words, monkeypatch):
     cg = _package()
     if knobs.get("grads") == "cute":
         pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
