@@ -279,6 +279,28 @@ class DeltaBwdGrads(ChunkKernel):
         cute.autovec_copy(dm, thr.partition_C(sDm))
 
     @cute.jit
+    def put_row_sums(self, sums: cute.Tensor, rows: cute.Tensor, first: cutlass.Constexpr, n: cutlass.Constexpr,
+                     row0: Int32, tidx: Int32):
+        """The ``n`` row sums of ``quad_sums`` (two rows a thread) into rows[first, first + n), one lane a quad.
+        With eight warps, warps w and w + 4 hold halves of the same rows: the second's sums go to rows 12 on and
+        are added in after a barrier. The caller's next barrier orders their readers."""
+        if const_expr(self.threads == THREADS):
+            if tidx % 4 == 0:
+                for which in range_constexpr(n):
+                    rows[first + which, row0] = sums[which, 0]
+                    rows[first + which, row0 + 8] = sums[which, 1]
+        else:
+            if tidx % 4 == 0:
+                base = first + (12 - first) * (tidx // (32 * 4))
+                for which in range_constexpr(n):
+                    rows[base + which, row0] = sums[which, 0]
+                    rows[base + which, row0 + 8] = sums[which, 1]
+            cute.arch.sync_threads()
+            if tidx < CHUNK:
+                for which in range_constexpr(n):
+                    rows[first + which, tidx] = rows[first + which, tidx] + rows[12 + which, tidx]
+
+    @cute.jit
     def row_factors(self, gQ: cute.Tensor, gK: cute.Tensor, mG: cute.Tensor, mBeta: cute.Tensor, rows: cute.Tensor,
                     h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32):
         """rows[0..7] per token of the chunk: gc (in-chunk gate sums; rows past the end repeat the last), e^gc,
@@ -433,22 +455,7 @@ class DeltaBwdGrads(ChunkKernel):
         self.quad_sums(sums, 4)
         for lane in range_constexpr(5):
             dlast = dlast + cute.arch.shuffle_sync_bfly(dlast, 1 << lane)
-        if const_expr(self.threads == THREADS):
-            if tidx % 4 == 0:
-                for which in range_constexpr(4):
-                    rows[8 + which, row0] = sums[which, 0]
-                    rows[8 + which, row0 + 8] = sums[which, 1]
-        else:
-            # warps w and w + 4 hold halves of the same rows: the second's sums go to rows 12-15, then are added
-            if tidx % 4 == 0:
-                base = 8 + 4 * (tidx // (32 * 4))
-                for which in range_constexpr(4):
-                    rows[base + which, row0] = sums[which, 0]
-                    rows[base + which, row0 + 8] = sums[which, 1]
-            cute.arch.sync_threads()
-            if tidx < CHUNK:
-                for which in range_constexpr(4):
-                    rows[8 + which, tidx] = rows[8 + which, tidx] + rows[12 + which, tidx]
+        self.put_row_sums(sums, rows, 8, 4, row0, tidx)
         if tidx % 32 == 0:
             sWarp[tidx // 32] = dlast
         cute.arch.sync_threads()
@@ -813,22 +820,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     h: Int32, start: Int32, count: Int32, tidx: Int32):
         """The row sums over a quad's lanes into rows[9..11]; dbeta (plus chunk_bwd_values' v part) stored."""
         self.quad_sums(sums, 3)
-        if const_expr(self.threads == THREADS):
-            if tidx % 4 == 0:
-                for which in range_constexpr(3):
-                    rows[9 + which, row0] = sums[which, 0]
-                    rows[9 + which, row0 + 8] = sums[which, 1]
-        else:
-            # as the per-token kernel's finish: warps 4-7's halves of the rows to rows 12-14, then added in
-            if tidx % 4 == 0:
-                base = 9 + 3 * (tidx // (32 * 4))
-                for which in range_constexpr(3):
-                    rows[base + which, row0] = sums[which, 0]
-                    rows[base + which, row0 + 8] = sums[which, 1]
-            cute.arch.sync_threads()
-            if tidx < CHUNK:
-                for which in range_constexpr(3):
-                    rows[9 + which, tidx] = rows[9 + which, tidx] + rows[12 + which, tidx]
+        self.put_row_sums(sums, rows, 9, 3, row0, tidx)
         cute.arch.sync_threads()
         if tidx < count:
             mDbeta[start + tidx, h] = Float32(rows[9, tidx] + gDbv[tidx, 0]).to(mDbeta.element_type)
