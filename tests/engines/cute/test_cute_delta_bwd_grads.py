@@ -2,7 +2,8 @@
 specialisations (a per-token and a per-channel gate) compile for sm_90a with the parameters the cuTile plan's C
 launch path writes (eighteen addresses, then tokens, chunks and sequences as int32), a block of four warps and
 the shared memory two CTAs an SM can hold; the backward plans propose it with BF16 inputs only. Both also compile
-in eight-warp CTAs at 128 registers a thread (two CTAs an SM) with a small stack frame."""
+in eight-warp CTAs at 128 registers a thread (two CTAs an SM) with a small stack frame, and the accumulator places
+the epilogues use are the MMA partition's for four and eight warps."""
 from __future__ import annotations
 
 import os
@@ -15,6 +16,8 @@ pytest.importorskip("cudnn_graph")
 pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
 
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
 from cudnn_graph.engines.cute import _delta_bwd_grads  # noqa: E402
 from cubin_tables import addresses_then_three_sizes, largest_frame, parameters, registers  # noqa: E402
 
@@ -77,3 +80,30 @@ def test_a_block_takes_four_or_eight_warps():
     with pytest.raises(ValueError, match=r"warps = 6; expected one of \(4, 8\)"):
         _delta_bwd_grads.DeltaBwdGradsPerChannel("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
                                                  64, 64, 2, 4, False, 0.125, warps=6)
+
+
+_MISMATCHES = []      # (thread, element, the partition's coordinates, place's), filled at trace time
+
+
+@cute.jit
+def _compare_places(kern: cutlass.Constexpr):
+    tiled_mma = kern.warp_mma()
+    for tidx in cutlass.range_constexpr(kern.threads):
+        coords = tiled_mma.get_slice(tidx).partition_C(cute.make_identity_tensor((64, 64)))
+        row0, col0 = kern.first_place(tidx)
+        for e in cutlass.range_constexpr(cute.size(coords)):
+            want = (int(coords[e][0]), int(coords[e][1]))
+            got = tuple(int(x) for x in kern.place(e, row0, col0))
+            if cutlass.const_expr(want != got):
+                _MISMATCHES.append((tidx, e, want, got))
+
+
+@pytest.mark.parametrize("warps", [4, 8])
+def test_place_names_the_accumulator_coordinates_the_mma_partition_gives(warps):
+    # the epilogues index shared memory by ChunkKernel.first_place / place instead of the MMA's own partition of
+    # an identity tensor; both are evaluated at trace time here, for every thread of the block
+    kernel = _delta_bwd_grads.DeltaBwdGrads("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
+                                            64, 64, 2, 4, False, 0.125, warps=warps)
+    _MISMATCHES.clear()
+    _compare_places(kernel)
+    assert not _MISMATCHES, _MISMATCHES[:4]
