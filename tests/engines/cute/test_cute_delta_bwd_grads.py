@@ -98,6 +98,7 @@ def _compare_places(kern: cutlass.Constexpr):
                 _MISMATCHES.append((tidx, e, want, got))
 
 
+@pytest.mark.filterwarnings("ignore:This static loop has")     # unrolled at trace time on purpose
 @pytest.mark.parametrize("warps", [4, 8])
 def test_place_names_the_accumulator_coordinates_the_mma_partition_gives(warps):
     # the epilogues index shared memory by ChunkKernel.first_place / place instead of the MMA's own partition of
