@@ -161,8 +161,9 @@ CUTE_GRADS_GPU_TESTED = ("gdn", "kda")
 # H100: all passed; gdn 0.924 / kda 1.542 ms against the io plan's 1.118 / 1.705 at 4 x 2048, H 16, K = V = 128)
 IO_ALL_GPU_TESTED = True
 # whether the eight-warp CuTe chunk_bwd_grads (knob grads_warps=8) has passed its GPU tests and timed faster than
-# the four-warp one: its plan then ranks first
-GRADS_W8_GPU_TESTED = False
+# the four-warp one: its plan then ranks first (session 31, H100: all passed, the whole suite with it first too;
+# gdn 0.863 / kda 1.240 ms against io_all's 0.947 / 1.573 at 4 x 2048, H 16, K = V = 128)
+GRADS_W8_GPU_TESTED = True
 
 
 def backward_variants(graph, node) -> list:
@@ -172,9 +173,11 @@ def backward_variants(graph, node) -> list:
     (BF16 / FP16 products where they are safe) is to pin. The recompute's prepare with chunk_bwd_intra in CuTe
     (``cute_prepare_intra``) ranks above the default (7-9% faster on the H200, session 19). On sm_90 the more
     kernels in CuTe the faster (H100, sessions 27-28, GPU ms; docs/engines_cutile.md "The backward"). With BF16
-    inputs ``cute_all_io_all`` (every kernel in CuTe, all scratch in the input type; a call whose buffers a CuTe
-    kernel refuses runs on its f32 twin, ``CutileBackwardPlan._launches_at``) ranks first: at 4 x 2048, H 16,
-    K = V = 128 gdn 0.924 and kda 1.542 ms (H100, session 30); then ``cute_all_io`` (the recompute's scratch
+    inputs ``cute_all_io_all_w8`` ranks first: every kernel in CuTe, all scratch in the input type (a call whose
+    buffers a CuTe kernel refuses runs on its f32 twin, ``CutileBackwardPlan._launches_at``), chunk_bwd_grads in
+    eight-warp CTAs; at 4 x 2048, H 16, K = V = 128 gdn 0.863 and kda 1.240 ms (H100, session 31); then
+    ``cute_all_io_all`` (the same with four-warp chunk_bwd_grads: 0.947 / 1.573 in that run, 0.924 / 1.542 in
+    session 30's), ``cute_all_io`` (the recompute's scratch
     alone in the input type: 1.118 / 1.705, against 2.348 and 2.869 for the first plan of session 26) and
     ``cute_all`` (the same on f32 scratch: 1.396 / 2.044). Where
     the op's CuTe chunk_bwd_grads has not passed its GPU tests (``CUTE_GRADS_GPU_TESTED``), the plan with its
@@ -183,9 +186,7 @@ def backward_variants(graph, node) -> list:
     - ``cute_all_tile_state``: the cuTile reverse state pass, which has more CTAs in flight where the sequences
       are few (one 32k sequence: 2.47 / 2.69 ms for gdn / kda against the CuTe pass's 3.32 / 3.86);
     - ``cute_all`` with FP16 inputs (gdn 2.002 against 2.378; each of its kernels GPU-tested in FP16);
-    - the plans with fewer CuTe kernels (each measured slower than ``cute_all``);
-    - ``cute_all_io_all_w8``: io_all with chunk_bwd_grads in eight-warp CTAs (``grads_warps=8``), first once
-      ``GRADS_W8_GPU_TESTED``.
+    - the plans with fewer CuTe kernels (each measured slower than ``cute_all``).
     """
     variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
     cute = {kernel: _cute_kernels_reason(graph, node, kernel) is None
