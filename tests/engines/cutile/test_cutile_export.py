@@ -903,15 +903,23 @@ def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
         io_all = by_name[name("_cute_all_io_all")]
         assert io_all.knobs == dict(io.knobs, scratch="io_all") and io_all.workspace_size == every.workspace_size
         from cudnn_graph.engines.cutile._backward import (CUTE_GRADS_GPU_TESTED, GRADS_W8_GPU_TESTED,
-                                                          IO_ALL_GPU_TESTED)
-        # chunk_bwd_grads in eight-warp CTAs: io_all's twin, first once GPU-tested
+                                                          IO_ALL_GPU_TESTED, VALUES_W8_GPU_TESTED)
+        # chunk_bwd_grads in eight-warp CTAs: io_all's twin, first once GPU-tested; then chunk_bwd_values too
         w8 = by_name[name("_cute_all_io_all_w8")]
         assert w8.knobs == dict(io_all.knobs, grads_warps=8) and w8.workspace_size == io_all.workspace_size
+        values_w8 = by_name[name("_cute_all_io_all_w8_values_w8")]
+        assert values_w8.knobs == dict(w8.knobs, values_warps=8) and values_w8.workspace_size == w8.workspace_size
+        # the state passes over 64 value columns a CTA: to time, below the default
+        for suffix, narrow in (("_cute_all_io_all_w8_bv64", w8), ("_cute_all_io_all_w8_values_w8_bv64", values_w8)):
+            wide = by_name[name(suffix)]
+            assert wide.knobs == dict(narrow.knobs, block_v=64) and wide.priority < default.priority
         if op.removesuffix("_bwd") in CUTE_GRADS_GPU_TESTED:
             assert io.priority > every.priority > default.priority > but_grads.priority
-            assert first is (w8 if GRADS_W8_GPU_TESTED else io_all if IO_ALL_GPU_TESTED else io)
+            assert first is (values_w8 if GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else
+                             w8 if GRADS_W8_GPU_TESTED else io_all if IO_ALL_GPU_TESTED else io)
             assert (io_all.priority > io.priority) == IO_ALL_GPU_TESTED
             assert (w8.priority > io_all.priority) == GRADS_W8_GPU_TESTED
+            assert (values_w8.priority > w8.priority) == (GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED)
         else:
             assert first is but_grads and max(io.priority, io_all.priority, every.priority) < default.priority
         values = by_name[name("_cute_prepare_intra_values")]
@@ -946,11 +954,17 @@ def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
 def test_the_backward_with_the_softplus_gate_ranks_as_any_other_gate(op, K, first):
     # the misses that kept the softplus gate's backward on BF16 products (sessions 11-19) were the eight-warp
     # reverse state pass's race (docs/engines_cutile.md, "The backward"); gdn2 has no CuTe kernels
-    from cudnn_graph.engines.cutile._backward import CUTE_GRADS_GPU_TESTED, IO_ALL_GPU_TESTED
+    from cudnn_graph.engines.cutile._backward import (CUTE_GRADS_GPU_TESTED, GRADS_W8_GPU_TESTED,
+                                                      IO_ALL_GPU_TESTED, VALUES_W8_GPU_TESTED)
     cg = _package()
     plans = _proposed(cg, _grouped_gated_graph(cg, op, K=K))
-    if op == "kda_bwd":
-        first += ("_io_all" if IO_ALL_GPU_TESTED else "_io") if "kda" in CUTE_GRADS_GPU_TESTED else "_tile_grads"
+    if op == "kda_bwd" and "kda" not in CUTE_GRADS_GPU_TESTED:
+        first += "_tile_grads"
+    elif op == "kda_bwd" and not IO_ALL_GPU_TESTED:
+        first += "_io"
+    elif op == "kda_bwd":
+        first += "_io_all" + ("_w8" if GRADS_W8_GPU_TESTED else "")
+        first += "_values_w8" if GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else ""
     assert max(plans, key=lambda p: p.priority).label == first
 
 
@@ -1024,10 +1038,13 @@ def test_the_backward_takes_16_bit_scratch_only_with_every_kernel_in_cute(knobs,
 @pytest.mark.parametrize("knobs, words", [
     ({"grads_warps": 8}, "grads_warps=8 needs the CuTe chunk_bwd_grads (grads='cute'); this plan has "
                          "grads='cutile'"),
-    ({"grads": "cute", "grads_warps": 6}, "grads_warps=6; expected one of (4, 8)")])
-def test_the_backward_takes_eight_warp_gradients_only_from_the_cute_kernel(knobs, words, monkeypatch):
+    ({"grads": "cute", "grads_warps": 6}, "grads_warps=6; expected one of (4, 8)"),
+    ({"values_warps": 8}, "values_warps=8 needs the CuTe chunk_bwd_values (values='cute'); this plan has "
+                          "values='cutile'"),
+    ({"prepare": "cute", "values": "cute", "values_warps": 6}, "values_warps=6; expected one of (4, 8)")])
+def test_the_backward_takes_eight_warp_blocks_only_from_the_cute_kernels(knobs, words, monkeypatch):
     cg = _package()
-    if knobs.get("grads") == "cute":
+    if "cute" in knobs.values():
         pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
     with pytest.raises(cg.GraphNotSupportedError, match=re.escape(words)):
         _build_pinned_backward(cg, knobs, monkeypatch)
