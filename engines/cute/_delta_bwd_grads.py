@@ -46,9 +46,6 @@ from cutlass.memory import SmemAllocator
 
 from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD, SEG, SPLIT_ROW, THREADS, ChunkKernel, KernelLauncher,
                            chunk_major, shared_field, shared_struct)
-# warps a CTA may have: 4 (the first plans') or 8 (the second four along the columns of every 64 x 64 product:
-# twice the warps an SM to hide latency with, at 128 registers a thread)
-from ..cutile._variants import GRADS_WARPS
 
 
 class DeltaBwdGrads(ChunkKernel):
@@ -64,11 +61,7 @@ class DeltaBwdGrads(ChunkKernel):
         self.set_heads(io_dtype, K, V, HQ, H, use_l2)
         if K % CHUNK or V % CHUNK:
             raise ValueError(f"K = {K} and V = {V} must be multiples of {CHUNK}")
-        if warps not in GRADS_WARPS:
-            raise ValueError(f"warps = {warps}; expected one of {GRADS_WARPS}")
-        if warps == 8:
-            # eight warps, two CTAs an SM: 128 registers a thread at most (the compiler spills past them)
-            self.threads, self.min_blocks_per_sm = 256, 2
+        self.set_warps(warps)
         self.g_type, self.beta_type = DTYPES[g_dtype], DTYPES[beta_dtype]
         self.dq_type, self.dg_type, self.dbeta_type = DTYPES[dq_dtype], DTYPES[dg_dtype], DTYPES[dbeta_dtype]
         self.scale = float(scale)
@@ -844,7 +837,7 @@ def bwd_grads_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, dq_dtype: s
     """The launcher of one specialisation; its slots: q, k, g, beta, dO, cu_seqlens, hs, dhs, d, dCg, dA, dbeta's
     v part, dq / dk before the norm, dq, dk, dg, dbeta (hs and d in ``scratch_dtype``; dhs, dCg, dA and dq / dk
     before the norm in ``own_dtype``; g and dg per channel, (tokens, H, K), with ``per_channel``; ``warps`` a CTA:
-    one of ``GRADS_WARPS``)."""
+    one of ``BLOCK_WARPS``)."""
     key = ("chunk_bwd_grads", io_dtype, g_dtype, beta_dtype, dq_dtype, dg_dtype, dbeta_dtype, K, V, HQ, H, use_l2,
            float(scale), scratch_dtype, per_channel, own_dtype, warps)
     kernel = DeltaBwdGradsPerChannel if per_channel else DeltaBwdGrads

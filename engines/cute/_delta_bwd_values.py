@@ -13,7 +13,11 @@ prepare (``_delta_prepare.DeltaPrepareInverse``) leaves T in dA's region, which 
 before it writes dA over it (each CTA its own chunk's 64 x 64: no other CTA reads it). Nothing else depends
 on the gate, so one kernel serves gdn and kda. A CTA of four warps holds its operands in the input type
 (rounded from f32 scratch, or copied where the plan keeps its scratch in the input type) in shared memory (94
-KB at K = V = 128: two CTAs an SM):
+KB at K = V = 128: two CTAs an SM, eight warps). With ``warps=8`` (knob ``values_warps``) the same shared memory
+serves eight warps, the second four along the columns of every product (``ChunkKernel.warp_mma``), so an SM holds
+sixteen: the kernel moves ~0.3 GB at 4 x 2048, H 16, K = V = 128, and with eight warps an SM its loads and
+products wait on each other (H100, session 31: 61% of DRAM bandwidth, ~12.7 cycles between a warp's
+instructions). Its steps:
 
 1. T, dD, S0 (K rows), U rounded, v and beta;
 2. dW = dD S0^T, negated into S0's place;
@@ -39,13 +43,14 @@ from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD, THREADS, ChunkKernel, K
 
 
 class DeltaBwdValues(ChunkKernel):
-    """One specialisation: the input type, beta's type, dv's type, K, V and the value heads ``H``. Called with
-    v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, dA (T in, dA out), dbeta's v part, then tokens, chunks,
-    sequences."""
+    """One specialisation: the input type, beta's type, dv's type, K, V, the value heads ``H`` and the warps a
+    CTA (``BLOCK_WARPS``). Called with v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, dA (T in, dA out), dbeta's v
+    part, then tokens, chunks, sequences."""
 
-    def __init__(self, io_dtype: str, beta_dtype: str, dv_dtype: str, K: int, V: int, H: int):
+    def __init__(self, io_dtype: str, beta_dtype: str, dv_dtype: str, K: int, V: int, H: int, warps: int = 4):
         # no key heads are read: the grouping of value heads over key heads does not enter
         self.set_heads(io_dtype, K, V, H, H, False)
+        self.set_warps(warps)
         self.beta_type = DTYPES[beta_dtype]
         self.dv_type = DTYPES[dv_dtype]
         self.dv_itemsize = ITEMSIZE[dv_dtype]
@@ -66,7 +71,9 @@ class DeltaBwdValues(ChunkKernel):
             "s0": shared_field(self.io, max(self.K * (self.V + PAD), 2 * CHUNK * (self.K + PAD))),
             "v": shared_field(self.io, CHUNK * (self.V + PAD)), "u": shared_field(self.io, CHUNK * (self.V + PAD)),
             "beta": shared_field(Float32, CHUNK), "scan": shared_field(Int32, THREADS),
-            "where": shared_field(Int32, 4)})
+            "where": shared_field(Int32, 4),
+            # eight warps: the row sums of warps 4-7 (the rows' other columns), added in by warps 0-3
+            **({"row_sums": shared_field(Float32, CHUNK)} if self.threads != THREADS else {})})
 
     def shared_bytes(self) -> int:
         return self.shared_storage().size_in_bytes()
@@ -77,7 +84,7 @@ class DeltaBwdValues(ChunkKernel):
                  pda: cute.Pointer, pdbv: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32,
                  stream: cuda.CUstream):
         self.kernel(pv, pbeta, pcu, phs, pdd, pw, pu, pdv, pdcg, pda, pdbv, tokens, chunks, n_seq).launch(
-            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream,
+            grid=[chunks, self.H, 1], block=[self.threads, 1, 1], smem=self.shared_bytes(), stream=stream,
             **self.launch_options())
 
     @cute.kernel
@@ -148,9 +155,7 @@ class DeltaBwdValues(ChunkKernel):
                 t, i = self.place(e, row0, col0)
                 self.add_row(sums, 0, e, sV[t, i].to(Float32) * acc_v[e])
             self.quad_sums(sums, 1)
-            if tidx % 4 == 0:
-                mDbv[c, h, row0, 0] = sums[0, 0]
-                mDbv[c, h, row0 + 8, 0] = sums[0, 1]
+            self.put_row_sums(sums, mDbv, c, h, row0, tidx, storage)
             out_v = cute.make_rmem_tensor(acc_v.shape, io)
             out_v.store(acc_v.load().to(io))
             for e in range_constexpr(cute.size(acc_v)):
@@ -187,6 +192,26 @@ class DeltaBwdValues(ChunkKernel):
                 acc[e] = cutlass.select_(t > j, -acc[e], Float32(0.0))
             self.store_fragment(acc, thr.partition_C(gDa))
 
+    @cute.jit
+    def put_row_sums(self, sums: cute.Tensor, mDbv: cute.Tensor, c: Int32, h: Int32, row0: Int32, tidx: Int32,
+                     storage):
+        """dbeta's v part, the row sums of ``quad_sums`` (rows row0 and row0 + 8), into chunk c's rows of ``mDbv``
+        at head h, one lane a quad. With eight warps, warps w and w + 4 hold halves of the same rows: the second's sums meet the
+        first's in shared memory, after a barrier."""
+        if const_expr(self.threads == THREADS):
+            if tidx % 4 == 0:
+                mDbv[c, h, row0, 0] = sums[0, 0]
+                mDbv[c, h, row0 + 8, 0] = sums[0, 1]
+        else:
+            sRowSums = cute.make_tensor(storage.row_sums.data_ptr(), cute.make_layout((CHUNK,)))
+            if tidx % 4 == 0 and tidx >= THREADS:
+                sRowSums[row0] = sums[0, 0]
+                sRowSums[row0 + 8] = sums[0, 1]
+            cute.arch.sync_threads()
+            if tidx % 4 == 0 and tidx < THREADS:
+                mDbv[c, h, row0, 0] = sums[0, 0] + sRowSums[row0]
+                mDbv[c, h, row0 + 8, 0] = sums[0, 1] + sRowSums[row0 + 8]
+
 
 def _pointer_types(io_dtype: str, beta_dtype: str, dv_dtype: str, scratch_dtype: str = "float32",
                    own_dtype: str = "float32") -> tuple:
@@ -199,9 +224,11 @@ def _pointer_types(io_dtype: str, beta_dtype: str, dv_dtype: str, scratch_dtype:
 
 
 def bwd_values_launcher(io_dtype: str, beta_dtype: str, dv_dtype: str, K: int, V: int, H: int,
-                        n_seq: int, scratch_dtype: str = "float32", own_dtype: str = "float32") -> KernelLauncher:
+                        n_seq: int, scratch_dtype: str = "float32", own_dtype: str = "float32",
+                        warps: int = 4) -> KernelLauncher:
     """The launcher of one specialisation; its slots: v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, dA (T in, dA
-    out), dbeta's v part (hs, w and u in ``scratch_dtype``; dd, dCg and dA in ``own_dtype``)."""
-    key = ("chunk_bwd_values", io_dtype, beta_dtype, dv_dtype, K, V, H, scratch_dtype, own_dtype)
-    return KernelLauncher(lambda: DeltaBwdValues(io_dtype, beta_dtype, dv_dtype, K, V, H), key,
+    out), dbeta's v part (hs, w and u in ``scratch_dtype``; dd, dCg and dA in ``own_dtype``; ``warps`` a CTA: one
+    of ``BLOCK_WARPS``)."""
+    key = ("chunk_bwd_values", io_dtype, beta_dtype, dv_dtype, K, V, H, scratch_dtype, own_dtype, warps)
+    return KernelLauncher(lambda: DeltaBwdValues(io_dtype, beta_dtype, dv_dtype, K, V, H, warps), key,
                           _pointer_types(io_dtype, beta_dtype, dv_dtype, scratch_dtype, own_dtype), n_seq)

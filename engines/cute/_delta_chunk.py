@@ -2,7 +2,7 @@
 the chunk geometry, the chunk locator, row loads and stores in 16-byte segments, a tile product whose B
 operand is read transposed from shared memory, and the launcher the cuTile plan calls.
 
-Each kernel runs one CTA of 128 threads (256 for chunk_bwd_grads with eight warps) per (chunk of 64 tokens,
+Each kernel runs one CTA of 128 threads (256 for chunk_bwd_grads / chunk_bwd_values with eight warps) per (chunk of 64 tokens,
 value head) and takes bare pointers and three int32 sizes (tokens, chunks, sequences), so that a launch from C
 fills its parameters as the cuTile kernels' are filled (engines/cutile/_cute_launch.py ``CuteLaunch.c_launch``).
 """
@@ -21,7 +21,8 @@ from cutlass.cute.runtime import make_ptr
 
 from ..._driver import SHARED_BYTES_OPT_IN_MAX
 from ..._layout import row_major_strides
-from ..cutile._variants import CHUNK, SPLIT_ROW     # the chunk and the per-channel decays' split row
+# the chunk, the per-channel decays' split row and the warps a block may have
+from ..cutile._variants import BLOCK_WARPS, CHUNK, SPLIT_ROW
 
 THREADS = 128
 PAD = 8                      # elements of padding per shared row (16 bytes): rows start on other banks
@@ -62,6 +63,14 @@ class ChunkKernel:
     threads = THREADS
     # CTAs an SM should hold at once (0: no bound): the compiler caps the registers a thread takes to fit them
     min_blocks_per_sm = 0
+
+    def set_warps(self, warps: int) -> None:
+        """A block of ``warps`` warps (one of ``BLOCK_WARPS``); eight ask for two CTAs an SM, which caps a thread at
+        128 registers (the compiler spills past them), so that an SM holds sixteen warps."""
+        if warps not in BLOCK_WARPS:
+            raise ValueError(f"warps = {warps}; expected one of {BLOCK_WARPS}")
+        if warps == 8:
+            self.threads, self.min_blocks_per_sm = 256, 2
 
     def launch_options(self) -> dict:
         """The launch's occupancy hint (``min_blocks_per_sm``), for ``.launch(**...)``. The shared-memory carveout

@@ -10,7 +10,7 @@ from ...data_type import DataType
 from ...errors import GraphNotSupportedError
 from . import _c_launch
 from ._cute_launch import CuteLaunch
-from ._variants import CHUNK, GRADS_WARPS, Variant
+from ._variants import BLOCK_WARPS, CHUNK, Variant
 from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, MMA_TYPES, SCRATCH_FORMS, CutileForwardPlan, _cdiv,
                      _cute_kernels_reason, _Geometry, _kernel_source, backward_workspace_size, logger, variant_of)
 
@@ -164,6 +164,9 @@ IO_ALL_GPU_TESTED = True
 # the four-warp one: its plan then ranks first (session 31, H100: all passed, the whole suite with it first too;
 # gdn 0.863 / kda 1.240 ms against io_all's 0.947 / 1.573 at 4 x 2048, H 16, K = V = 128)
 GRADS_W8_GPU_TESTED = True
+# whether chunk_bwd_values in eight-warp CTAs too (knob values_warps=8: two CTAs an SM at K = V = 128, sixteen warps
+# instead of eight) has passed its GPU tests and timed faster: its plan then ranks first
+VALUES_W8_GPU_TESTED = False
 
 
 def backward_variants(graph, node) -> list:
@@ -186,7 +189,11 @@ def backward_variants(graph, node) -> list:
     - ``cute_all_tile_state``: the cuTile reverse state pass, which has more CTAs in flight where the sequences
       are few (one 32k sequence: 2.47 / 2.69 ms for gdn / kda against the CuTe pass's 3.32 / 3.86);
     - ``cute_all`` with FP16 inputs (gdn 2.002 against 2.378; each of its kernels GPU-tested in FP16);
-    - the plans with fewer CuTe kernels (each measured slower than ``cute_all``).
+    - the plans with fewer CuTe kernels (each measured slower than ``cute_all``);
+    - ``cute_all_io_all_w8_values_w8``: chunk_bwd_values in eight-warp CTAs too (first once
+      ``VALUES_W8_GPU_TESTED``); ``cute_all_io_all_w8_bv64`` and ``cute_all_io_all_w8_values_w8_bv64``: both state
+      passes over 64 value columns a CTA in eight warps (half the W / KD reads; half the CTAs, which few long
+      sequences miss), to time.
     """
     variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
     cute = {kernel: _cute_kernels_reason(graph, node, kernel) is None
@@ -227,9 +234,13 @@ def backward_variants(graph, node) -> list:
                 variants.append(("cute_all_io_all", {**every, "state_pass": "cute", "scratch": "io_all"},
                                  26.0 if grads_tested and IO_ALL_GPU_TESTED else 1.85))
                 # chunk_bwd_grads in eight-warp CTAs (four warps a scheduler instead of two)
-                variants.append(("cute_all_io_all_w8", {**every, "state_pass": "cute", "scratch": "io_all",
-                                                        "grads_warps": 8},
-                                 27.0 if grads_tested and GRADS_W8_GPU_TESTED else 1.84))
+                w8 = {**every, "state_pass": "cute", "scratch": "io_all", "grads_warps": 8}
+                variants.append(("cute_all_io_all_w8", w8, 27.0 if grads_tested and GRADS_W8_GPU_TESTED else 1.84))
+                values_w8 = {**w8, "values_warps": 8}
+                variants.append(("cute_all_io_all_w8_values_w8", values_w8,
+                                 28.0 if grads_tested and GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else 1.83))
+                variants.append(("cute_all_io_all_w8_bv64", {**w8, "block_v": 64}, 1.82))
+                variants.append(("cute_all_io_all_w8_values_w8_bv64", {**values_w8, "block_v": 64}, 1.81))
     # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider loads; half
     # the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill 2.7 KB a thread in
     # chunk_bwd_grads): to pin or time
@@ -255,14 +266,17 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
     if variant.values == "cute" and variant.prepare != "cute":
         raise GraphNotSupportedError("values='cute' reads T = (I + A)^-1 from the CuTe prepare; it needs "
                                      f"prepare='cute' too (got prepare={variant.prepare!r})")
-    warps = plan.knobs.get("grads_warps", 4)
-    if warps != 4:
-        if variant.grads != "cute":
-            raise GraphNotSupportedError(f"grads_warps={warps!r} needs the CuTe chunk_bwd_grads (grads='cute'); this "
-                                         f"plan has grads={variant.grads!r}")
-        if warps not in GRADS_WARPS:
-            raise GraphNotSupportedError(f"grads_warps={warps!r}; expected one of {GRADS_WARPS}")
-        variant = dataclasses.replace(variant, grads_warps=warps)
+    for kernel in ("grads", "values"):
+        knob = f"{kernel}_warps"
+        warps = plan.knobs.get(knob, 4)
+        if warps == 4:
+            continue
+        if getattr(variant, kernel) != "cute":
+            raise GraphNotSupportedError(f"{knob}={warps!r} needs the CuTe chunk_bwd_{kernel} ({kernel}='cute'); "
+                                         f"this plan has {kernel}={getattr(variant, kernel)!r}")
+        if warps not in BLOCK_WARPS:
+            raise GraphNotSupportedError(f"{knob}={warps!r}; expected one of {BLOCK_WARPS}")
+        variant = dataclasses.replace(variant, **{knob: warps})
     scratch = plan.knobs.get("scratch", "f32")
     if scratch not in SCRATCH_FORMS:
         raise GraphNotSupportedError(f"scratch={scratch!r}; expected one of {', '.join(map(repr, SCRATCH_FORMS))}")

@@ -116,7 +116,8 @@ class CuteLaunch:
         plan checks ``takes`` first)."""
         from ..cute._delta_bwd_values import bwd_values_launcher
         launcher = bwd_values_launcher(variant.io_dtype, variant.beta_dtype, variant.io_dtype, variant.K, variant.V,
-                                       geometry.H, variant.n_seq, variant.scratch_dtype, variant.own_dtype)
+                                       geometry.H, variant.n_seq, variant.scratch_dtype, variant.own_dtype,
+                                       warps=variant.values_warps)
         return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod

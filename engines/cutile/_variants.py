@@ -16,8 +16,9 @@ SPLIT_ROW = CHUNK // 2 - 1
 # The largest exponent a split factor may reach: float32 (and bf16) overflow past 88.7, and the factor still
 # multiplies a key or query value.
 SPLIT_EXPONENT_LIMIT = 80.0
-# warps a CTA of the CuTe chunk_bwd_grads may have (engines/cute/_delta_bwd_grads; knob grads_warps)
-GRADS_WARPS = (4, 8)
+# warps a CTA of the CuTe backward chunk kernels may have (engines/cute/_delta_chunk ``ChunkKernel.set_warps``;
+# knobs grads_warps and values_warps: chunk_bwd_grads and chunk_bwd_values)
+BLOCK_WARPS = (4, 8)
 
 
 def split_safe_lower_bound() -> float:
@@ -94,7 +95,8 @@ class Variant:
     bwd_state: str = "cutile"  # backward chunk_bwd_state_pass: "cutile", or "cute" (_delta_state_reverse)
     # backward chunk_bwd_values: "cutile", or "cute" (engines/cute/_delta_bwd_values; T from the CuTe prepare)
     values: str = "cutile"
-    grads_warps: int = 4    # warps a CTA of the CuTe chunk_bwd_grads (GRADS_WARPS)
+    grads_warps: int = 4    # warps a CTA of the CuTe chunk_bwd_grads (BLOCK_WARPS)
+    values_warps: int = 4   # warps a CTA of the CuTe chunk_bwd_values (BLOCK_WARPS)
 
     @property
     def per_channel(self) -> bool:

@@ -1,7 +1,8 @@
 """The CuTe DSL chunk_bwd_values for gdn_bwd / kda_bwd (engines/cute/_delta_bwd_values) and the backward
 prepare that leaves it T (``_delta_prepare.DeltaPrepareInverse``), on the CPU: their specialisations compile for
 sm_90a with the parameters the cuTile plan's C launch path writes (the addresses, then tokens, chunks and
-sequences as int32), a block of four warps, and the values kernel in the shared memory two CTAs an SM hold."""
+sequences as int32), a block of four warps (or eight: ``values_warps``), and the values kernel in the shared
+memory two CTAs an SM hold."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
 
 from cudnn_graph.engines.cute import _delta_bwd_values, _delta_prepare  # noqa: E402
-from cubin_tables import addresses_then_three_sizes, parameters  # noqa: E402
+from cubin_tables import addresses_then_three_sizes, largest_frame, parameters, registers  # noqa: E402
 
 
 # (input type, beta's type, dv's type, K, V)
@@ -27,6 +28,24 @@ def test_the_values_kernel_compiles_with_the_parameters_the_c_path_writes(io, be
     cubin, block, shared = _delta_bwd_values.bwd_values_launcher(io, beta, dv, K, V, 4, 3).cubin()
     assert parameters(cubin) == addresses_then_three_sizes(11)
     assert block == (128, 1, 1) and 0 < shared <= 113 * 1024
+
+
+@pytest.mark.parametrize("K, V, scratch", [(128, 128, "bfloat16"), (128, 128, "float32"), (64, 128, "bfloat16"),
+                                            (128, 64, "float32")])
+def test_the_values_kernel_compiles_in_eight_warps_without_spilling(K, V, scratch):
+    # values_warps=8: the second four warps along the columns of every product, dbeta's v part meeting in shared
+    # memory; the launch asks for two CTAs an SM (128 registers), which the shared memory still allows
+    launcher = _delta_bwd_values.bwd_values_launcher("bfloat16", "bfloat16", "bfloat16", K, V, 4, 3, scratch, scratch,
+                                                     warps=8)
+    cubin, block, shared = launcher.cubin()
+    assert parameters(cubin) == addresses_then_three_sizes(11)
+    assert block == (256, 1, 1) and 0 < shared <= 113 * 1024
+    assert registers(cubin) <= 128 and largest_frame(cubin) == 0
+
+
+def test_a_values_block_takes_four_or_eight_warps():
+    with pytest.raises(ValueError, match=r"warps = 6; expected one of \(4, 8\)"):
+        _delta_bwd_values.DeltaBwdValues("bfloat16", "bfloat16", "bfloat16", 64, 64, 4, warps=6)
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
