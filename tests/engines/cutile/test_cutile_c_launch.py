@@ -197,7 +197,8 @@ def test_every_kernel_of_a_plan_has_the_parameter_layout_the_packer_writes(op, m
 
 
 @needs_cutile
-@pytest.mark.parametrize("suffix", ["cute_all", "cute_all_io", "cute_all_io_all", "cute_all_io_all_w8"])
+@pytest.mark.parametrize("suffix", ["cute_all", "cute_all_io", "cute_all_io_all", "cute_all_io_all_w8",
+                                    "cute_all_io_all_w8_values_w8_bv64"])
 def test_the_all_cute_backward_launches_the_prepare_that_leaves_t_and_the_values_kernel_that_reads_it(suffix,
                                                                                                   monkeypatch):
     # values="cute": both CuTe launches replace the recompute's prepare and chunk_bwd_values, or neither does;
@@ -400,7 +401,10 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
                                       ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all"),
                                       # chunk_bwd_grads in eight-warp CTAs
                                       ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8"),
-                                      ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8")])
+                                      ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8"),
+                                      # chunk_bwd_values in eight warps too; the state passes 64 columns a CTA
+                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8_values_w8"),
+                                      ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8_values_w8_bv64")])
 def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)
