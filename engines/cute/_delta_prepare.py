@@ -60,12 +60,14 @@ class DeltaPrepare(ChunkKernel):
         """The CTA's shared memory as one struct (its size is the launch's dynamic shared bytes, the same
         for the DSL's launch and the C path's): the k / v rows, A (then T's two scaled copies), the
         cumulative gates, beta and the chunk locator's scan."""
-        width = self._row_width
+        return shared_struct("DeltaPrepareStorage", self.shared_fields())
 
-        return shared_struct("DeltaPrepareStorage", {
-            "kv": shared_field(self.io, CHUNK * width), "a": shared_field(Float32, CHUNK * (CHUNK + _PAD)),
-            "gc": shared_field(Float32, CHUNK), "beta": shared_field(Float32, CHUNK),
-            "scan": shared_field(Int32, THREADS), "where": shared_field(Int32, 4)})
+    def shared_fields(self) -> dict:
+        """``shared_storage``'s fields, for a subclass to add to."""
+        width = self._row_width
+        return {"kv": shared_field(self.io, CHUNK * width), "a": shared_field(Float32, CHUNK * (CHUNK + _PAD)),
+                "gc": shared_field(Float32, CHUNK), "beta": shared_field(Float32, CHUNK),
+                "scan": shared_field(Int32, THREADS), "where": shared_field(Int32, 4)}
 
     def shared_bytes(self) -> int:
         return self.shared_storage().size_in_bytes()
@@ -93,9 +95,10 @@ class DeltaPrepare(ChunkKernel):
     @cute.jit
     def run(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer, pcu: cute.Pointer,
             pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer, tokens: Int32, chunks: Int32,
-            n_seq: Int32, scores=None, inverse=None):
+            n_seq: Int32, scores=None, inverse=None, intra=None):
         """The kernel's body; ``scores``, when given, the pointers (q, qg, attn) of ``DeltaPrepareScores``;
-        ``inverse``, the pointer T goes to (``DeltaPrepareInverse``)."""
+        ``inverse``, the pointer T goes to (``DeltaPrepareInverse``); ``intra``, the pointers (q, dO, P, qg) of
+        ``DeltaPrepareInverseIntra`` (attn in shared memory)."""
         K, V, H, HQ = self.K, self.V, self.H, self.HQ
         io = self.io
         mK = cute.make_tensor(pk, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1)))
@@ -139,8 +142,19 @@ class DeltaPrepare(ChunkKernel):
                 score_views = None
                 if const_expr(scores is not None):
                     score_views = self.score_views(*scores, tokens, chunks)
+                sAttn = None
+                if const_expr(intra is not None):
+                    sAttn = cute.make_tensor(storage.attn.data_ptr(),
+                                             cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + _PAD, 1)))
+                    # attn stays in shared memory: a view of it at every (chunk, head) of the global one's shape
+                    attn = cute.make_tensor(sAttn.iterator, cute.make_layout((1, 1, CHUNK, CHUNK),
+                                                                              stride=(0, 0, CHUNK + _PAD, 1)))
+                    score_views = (*self.query_views(intra[0], intra[3], tokens, chunks), attn)
                 self.prepare_per_token(tiled_mma, mK, mV, mG, mB, mGo, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
                                        sBeta, c, h, hk, start, count, tidx, score_views, gT)
+                if const_expr(intra is not None):
+                    self.intra_values(tiled_mma, intra[1], intra[2], sAttn, storage, c, h, start, count, tokens,
+                                      chunks, tidx)
 
     @cute.jit
     def load_beta(self, mB: cute.Tensor, sBeta: cute.Tensor, h: Int32, start: Int32, count: Int32, tidx: Int32):
@@ -490,9 +504,13 @@ class DeltaPrepareScores(DeltaPrepare):
 
     def score_views(self, pq: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, tokens: Int32, chunks: Int32):
         """q (tokens x key heads x K), qg (chunks x heads x 64 x K) and attn (chunks x heads x 64 x 64)."""
-        K, H, HQ = self.K, self.H, self.HQ
+        return (*self.query_views(pq, pqg, tokens, chunks), chunk_major(pattn, chunks, self.H, CHUNK))
+
+    def query_views(self, pq: cute.Pointer, pqg: cute.Pointer, tokens: Int32, chunks: Int32):
+        """q (tokens x key heads x K) and qg (chunks x heads x 64 x K)."""
+        K, HQ = self.K, self.HQ
         return (cute.make_tensor(pq, cute.make_layout((tokens, HQ, K), stride=(HQ * K, K, 1))),
-                chunk_major(pqg, chunks, H, K), chunk_major(pattn, chunks, H, CHUNK))
+                chunk_major(pqg, chunks, self.H, K))
 
     @cute.jit
     def form_scores(self, tiled_mma, gQ: cute.Tensor, gQg: cute.Tensor, gAttn: cute.Tensor, sK: cute.Tensor,
@@ -504,11 +522,11 @@ class DeltaPrepareScores(DeltaPrepare):
         # 64 rows of K + 8 in the input type: within A's 64 rows of 72 f32 for K <= 128
         sQ = cute.make_tensor(cute.recast_ptr(sA.iterator, dtype=io),
                               cute.make_layout((CHUNK, self.K), stride=(self.K + _PAD, 1)))
-        out = cute.make_rmem_tensor((1, _SEG), io)
+        out = cute.make_rmem_tensor((1, _SEG), gQg.element_type)
 
         def write_qg(p, row, seg, x):
             stored = x.to(io).to(Float32)
-            out.store((stored * (self.scale * cute.math.exp(sGc[row]))).to(io))
+            out.store((stored * (self.scale * cute.math.exp(sGc[row]))).to(gQg.element_type))
             cute.autovec_copy(out, cute.local_tile(gQg, (1, _SEG), (row, seg)))
 
         self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx, also=write_qg)
@@ -537,6 +555,54 @@ class DeltaPrepareInverse(DeltaPrepare):
                pt: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32):
         self.run(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, tokens, chunks, n_seq, inverse=pt)
 
+
+
+class DeltaPrepareInverseIntra(DeltaPrepareScores):
+    """gdn's backward recompute prepare (``DeltaPrepareInverse``: T too) that does chunk_bwd_intra's work as well
+    (``_delta_bwd_intra.DeltaBwdIntra``): qg = scale q e^gc to its scratch and the masked, decayed, scaled scores
+    attn into shared memory from the k rows and gate sums the prepare holds (``form_scores``, as
+    ``DeltaPrepareScores`` forms them for the forward), then, once u is out, dO's rows into v's place and
+    P = attn^T dO over dD's region. Against the two launches: no second read of k and g, no second chunk locator,
+    one launch less (9 KB more shared memory: about 46 KB at K = V = 128). Called with k, v, g, beta, cu_seqlens, w,
+    u, g_out, kd, T, q, dO, P, qg, then tokens, chunks, sequences."""
+
+    def shared_fields(self) -> dict:
+        return {**super().shared_fields(), "attn": shared_field(self.io, CHUNK * (CHUNK + _PAD))}
+
+    @cute.jit
+    def __call__(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
+                 pcu: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer,
+                 pt: cute.Pointer, pq: cute.Pointer, pdo: cute.Pointer, pp: cute.Pointer, pqg: cute.Pointer,
+                 tokens: Int32, chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, pt, pq, pdo, pp, pqg, tokens, chunks, n_seq).launch(
+            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream,
+            **self.launch_options())
+
+    @cute.kernel
+    def kernel(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
+               pcu: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer,
+               pt: cute.Pointer, pq: cute.Pointer, pdo: cute.Pointer, pp: cute.Pointer, pqg: cute.Pointer,
+               tokens: Int32, chunks: Int32, n_seq: Int32):
+        self.run(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, tokens, chunks, n_seq, inverse=pt,
+                 intra=(pq, pdo, pp, pqg))
+
+    @cute.jit
+    def intra_values(self, tiled_mma, pdo: cute.Pointer, pp: cute.Pointer, sAttn: cute.Tensor, storage, c: Int32,
+                     h: Int32, start: Int32, count: Int32, tokens: Int32, chunks: Int32, tidx: Int32):
+        """P = attn^T dO (64 x V) into chunk c's P region, dO's rows (zeros past the chunk's end) in v's place."""
+        V, H = self.V, self.H
+        mDo = cute.make_tensor(pdo, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
+        mP = chunk_major(pp, chunks, H, V)
+        width = self._row_width
+        sDo = cute.make_tensor(storage.kv.data_ptr(), cute.make_layout((CHUNK, V), stride=(width, 1)))
+        cute.arch.sync_threads()        # u's staged rows have left v's place
+        self.load_rows(mDo[None, h, None], sDo, start, count, V, False, tidx)
+        cute.arch.sync_threads()
+        thr = tiled_mma.get_slice(tidx)
+        p = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, V)), Float32)
+        p.fill(0.0)
+        self.product_tt(tiled_mma, p, sAttn, sDo, CHUNK, CHUNK, V, CHUNK + _PAD, width, tidx)
+        self.store_fragment(p, thr.partition_C(mP[c, h, None, None]))
 
 def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str) -> tuple:
     """(element type, assumed address alignment) of each pointer argument, in order: k, v, g, beta,
@@ -585,3 +651,16 @@ def prepare_inverse_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scrat
     types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + ((own_dtype, 16),)
     return KernelLauncher(lambda: DeltaPrepareInverse(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H,
                                                       use_l2, per_channel), key, types, n_seq)
+
+
+def prepare_inverse_intra_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
+                                   HQ: int, H: int, use_l2: bool, scale: float, n_seq: int,
+                                   own_dtype: str = "float32") -> KernelLauncher:
+    """The launcher of one ``DeltaPrepareInverseIntra`` specialisation (gdn); its slots: k, v, g, beta, cu_seqlens,
+    w, u, g_out, kd, T, q, dO, P, qg (w, u and kd in ``scratch_dtype``; T, P and qg in ``own_dtype``)."""
+    key = ("chunk_prepare_inverse_intra", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
+           float(scale), own_dtype)
+    own, io = (own_dtype, 16), (io_dtype, 16)
+    types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + (own, io, io, own, own)
+    return KernelLauncher(lambda: DeltaPrepareInverseIntra(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H,
+                                                           use_l2, scale), key, types, n_seq)

@@ -43,6 +43,7 @@ class CutileBackwardPlan(CutileForwardPlan):
         if variant.values == "cute":
             self._cute_values = (CuteLaunch.prepare_inverse(variant, geometry),
                                  CuteLaunch.bwd_values(variant, geometry))
+        self._prepare_intra = CuteLaunch.prepare_inverse_intra(variant, geometry) if variant.intra_in_prepare else None
         self._grads_grid = (geometry.chunks, geometry.H, 1)
         self._group_sum = _kernels.group_sum
         self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
@@ -137,9 +138,17 @@ class CutileBackwardPlan(CutileForwardPlan):
         prepare_args = (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9], sc["da"])
         _, values_grid, _, a = launches[at["bwd_values"]]
         values_args = (a[1], a[3], a[5], a[6], a[7], a[8], a[9], a[11], a[13], a[14], a[15])
-        if prepare_inverse.takes(prepare_args) and values.takes(values_args):
-            launches[at["prepare"]] = ("prepare", prepare_grid, prepare_inverse, prepare_args)
-            launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
+        if not (prepare_inverse.takes(prepare_args) and values.takes(values_args)):
+            return
+        launches[at["prepare"]] = ("prepare", prepare_grid, prepare_inverse, prepare_args)
+        launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
+        if self._prepare_intra is not None:
+            # intra_in_prepare: the prepare takes chunk_bwd_intra's q, dO, P and qg too, and its launch goes
+            _, _, _, b = launches[at["bwd_intra"]]
+            fused_args = (*prepare_args, b[0], b[2], b[5], b[6])
+            if self._prepare_intra.takes(fused_args):
+                launches[at["prepare"]] = ("prepare", prepare_grid, self._prepare_intra, fused_args)
+                del launches[at["bwd_intra"]]
 
 
 class IoScratchRefused(_c_launch.Unsupported):
@@ -193,7 +202,8 @@ def backward_variants(graph, node) -> list:
     - ``cute_all_io_all_w8_values_w8``: chunk_bwd_values in eight-warp CTAs too (first once
       ``VALUES_W8_GPU_TESTED``); ``cute_all_io_all_w8_bv64`` and ``cute_all_io_all_w8_values_w8_bv64``: both state
       passes over 64 value columns a CTA in eight warps (half the W / KD reads; half the CTAs, which few long
-      sequences miss), to time.
+      sequences miss), to time; ``cute_all_io_all_w8_intra_in_prepare`` (gdn): the recompute's CuTe prepare
+      doing chunk_bwd_intra's work too (``DeltaPrepareInverseIntra``), to time.
     """
     variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
     cute = {kernel: _cute_kernels_reason(graph, node, kernel) is None
@@ -241,6 +251,9 @@ def backward_variants(graph, node) -> list:
                                  28.0 if grads_tested and GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else 1.83))
                 variants.append(("cute_all_io_all_w8_bv64", {**w8, "block_v": 64}, 1.82))
                 variants.append(("cute_all_io_all_w8_values_w8_bv64", {**values_w8, "block_v": 64}, 1.81))
+                if op == "gdn":
+                    # the recompute's prepare doing chunk_bwd_intra's work (one launch and one read of k less)
+                    variants.append(("cute_all_io_all_w8_intra_in_prepare", {**w8, "intra_in_prepare": True}, 1.80))
     # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider loads; half
     # the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill 2.7 KB a thread in
     # chunk_bwd_grads): to pin or time
@@ -266,6 +279,13 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
     if variant.values == "cute" and variant.prepare != "cute":
         raise GraphNotSupportedError("values='cute' reads T = (I + A)^-1 from the CuTe prepare; it needs "
                                      f"prepare='cute' too (got prepare={variant.prepare!r})")
+    if plan.knobs.get("intra_in_prepare", False):
+        needs = {kernel: getattr(variant, kernel) for kernel in ("prepare", "intra", "values")}
+        if variant.per_channel or set(needs.values()) != {"cute"}:
+            raise GraphNotSupportedError("intra_in_prepare=True is gdn's CuTe prepare doing chunk_bwd_intra's work: it "
+                                         "needs gdn_bwd with prepare, intra and values 'cute' (this plan: "
+                                         f"{node.op}, {', '.join(f'{k}={v!r}' for k, v in needs.items())})")
+        variant = dataclasses.replace(variant, intra_in_prepare=True)
     for kernel in ("grads", "values"):
         knob = f"{kernel}_warps"
         warps = plan.knobs.get(knob, 4)

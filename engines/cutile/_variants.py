@@ -97,6 +97,8 @@ class Variant:
     values: str = "cutile"
     grads_warps: int = 4    # warps a CTA of the CuTe chunk_bwd_grads (BLOCK_WARPS)
     values_warps: int = 4   # warps a CTA of the CuTe chunk_bwd_values (BLOCK_WARPS)
+    # gdn's backward: chunk_bwd_intra's work done by the recompute's CuTe prepare (DeltaPrepareInverseIntra)
+    intra_in_prepare: bool = False
 
     @property
     def per_channel(self) -> bool:

@@ -216,6 +216,20 @@ def test_the_all_cute_backward_launches_the_prepare_that_leaves_t_and_the_values
 
 
 @needs_cutile
+def test_the_prepare_that_does_the_intra_work_takes_the_intra_launchs_place(monkeypatch):
+    # gdn's intra_in_prepare: one launch (DeltaPrepareInverseIntra) writes T, qg and P; no chunk_bwd_intra launch
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    import cudnn_graph as cg
+    plan, layout = _plan(cg, "gdn_bwd", monkeypatch, label="cutile_gdn_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare")
+    prepared = plan.launch_plan(layout)
+    assert prepared is not None, "the plan fell back to the Python launch path (see the log)"
+    kernels = {k.name: k.symbol for k in prepared.kernels}
+    assert "DeltaPrepareInverseIntra" in kernels["prepare"] and "bwd_intra" not in kernels
+    assert "DeltaBwdValues" in kernels["bwd_values"] and "DeltaStatePassReverse" in kernels["bwd_state_pass"]
+
+
+@needs_cutile
 def test_a_buffer_the_16_bit_scratch_backward_refuses_runs_on_its_f32_twin(monkeypatch):
     # scratch="io": no cuTile kernel of the backward reads 16-bit scratch, so where a CuTe kernel refuses a
     # buffer (here q, 2 bytes off the 16-byte alignment it was compiled for) the same kernels on f32 scratch run
@@ -404,7 +418,9 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
                                       ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8"),
                                       # chunk_bwd_values in eight warps too; the state passes 64 columns a CTA
                                       ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8_values_w8"),
-                                      ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8_values_w8_bv64")])
+                                      ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8_values_w8_bv64"),
+                                      # gdn's prepare doing chunk_bwd_intra's work
+                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare")])
 def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)
