@@ -345,9 +345,13 @@ def test_every_cute_backward_kernel_with_grouped_value_heads_and_gate_options_ev
 # the recompute's state pass is the forward's CuTe pass), and with the backward's own scratch in it too
 # (scratch="io_all": dhs, P / dD, qg / dCg, T / dA, dq / dk before the norm)
 SIXTEEN_BIT_SCRATCH = ["cute_all_io", "cute_all_io_all"]
+# chunk_bwd_values in eight-warp CTAs too (values_warps=8), and both state passes over 64 value columns a CTA
+# (block_v=64: the recompute's staged pass and the prefetching reverse pass in eight warps), alone and together
+EIGHT_WARP_VALUES_OR_WIDE_STATE = ["cute_all_io_all_w8_values_w8", "cute_all_io_all_w8_bv64",
+                                   "cute_all_io_all_w8_values_w8_bv64"]
 
 
-@pytest.mark.parametrize("suffix", SIXTEEN_BIT_SCRATCH)
+@pytest.mark.parametrize("suffix", SIXTEEN_BIT_SCRATCH + EIGHT_WARP_VALUES_OR_WIDE_STATE)
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 @pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
 def test_every_cute_backward_kernel_on_16_bit_scratch_matches_the_reference(op, K, V, suffix):
@@ -401,20 +405,9 @@ def test_the_eight_warp_gradient_kernel_at_t8192_h16_with_states(op):
     forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=63, plan=f"cutile_{op}_chunk64_cute_all_io_all_w8")
 
 
-# chunk_bwd_values in eight-warp CTAs too (values_warps=8), and both state passes over 64 value columns a CTA
-# (block_v=64: the recompute's staged pass and the prefetching reverse pass in eight warps), alone and together:
-# each shape, the grouped value heads and gate options with repeated executions, a long batch with states
-EIGHT_WARP_VALUES_OR_WIDE_STATE = ["cute_all_io_all_w8_values_w8", "cute_all_io_all_w8_bv64",
-                                   "cute_all_io_all_w8_values_w8_bv64"]
-
-
-@pytest.mark.parametrize("suffix", EIGHT_WARP_VALUES_OR_WIDE_STATE)
-@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-@pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
-def test_the_eight_warp_values_kernel_and_the_wide_state_passes_match_the_reference(op, K, V, suffix):
-    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=64, plan=f"cutile_{op}_chunk64_{suffix}")
-
-
+# the eight-warp values kernel and the wide state passes (EIGHT_WARP_VALUES_OR_WIDE_STATE; each shape is in the
+# 16-bit scratch test above): the grouped value heads and gate options with repeated executions, a long batch
+# with states
 @pytest.mark.parametrize("suffix", EIGHT_WARP_VALUES_OR_WIDE_STATE)
 @pytest.mark.parametrize("op, gates", [("gdn_bwd", "softplus_beta_sigmoid"), ("kda_bwd", "bounded_neg_eigval")])
 def test_the_eight_warp_values_kernel_and_the_wide_state_passes_with_grouped_value_heads(op, gates, suffix):
