@@ -1,0 +1,192 @@
+"""The cuTile engine's backward plans on the CPU (engines/cutile/_backward.py): which plans a gdn_bwd / kda_bwd /
+gdn2_bwd graph is proposed and in what order, what each plan's knobs are and keep in the input type, and the
+typed refusals of knobs its CuTe kernels cannot honour. The graphs and the engine come from
+test_cutile_export.py's helpers (no GPU: the device checks are stubbed)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from test_cutile_export import _grouped_gated_graph, _package, _proposed
+
+
+def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
+    # sm_90, BF16 (measured on the H100, sessions 27-28): every kernel in CuTe first; the CuTe prepare and
+    # chunk_bwd_intra together above the default, each alone below it; the plans not yet GPU-tested below the
+    # default (to pin or time); none of them where the CuTe kernels cannot run
+    cg = _package()
+    for op, attrs in (("gdn_bwd", {}), ("kda_bwd", {"gate_lower_bound": -2.5})):
+        g = _grouped_gated_graph(cg, op, **attrs)
+        plans = _proposed(cg, g)
+        by_name = {p.label: p for p in plans}
+
+        def name(suffix, op=op):
+            return f"cutile_{op}_chunk64{suffix}"
+        default = by_name[name("")]
+        first = max(plans, key=lambda p: p.priority)
+        every, but_state = by_name[name("_cute_all")], by_name[name("_cute_all_tile_state")]
+        # every kernel in CuTe on 16-bit scratch first, then on f32 scratch, once the op's CuTe chunk_bwd_grads
+        # is GPU-tested (its f32 twin runs a call whose buffers a CuTe kernel refuses, in the same workspace);
+        # until then every other kernel in CuTe with the cuTile chunk_bwd_grads
+        io, but_grads = by_name[name("_cute_all_io")], by_name[name("_cute_all_tile_grads")]
+        assert io.knobs == dict(every.knobs, state_pass="cute", scratch="io")
+        assert io.workspace_size == every.workspace_size
+        assert but_grads.knobs == dict(every.knobs, grads="cutile")
+        io_all = by_name[name("_cute_all_io_all")]
+        assert io_all.knobs == dict(io.knobs, scratch="io_all") and io_all.workspace_size == every.workspace_size
+        from cudnn_graph.engines.cutile._backward import (CUTE_GRADS_GPU_TESTED, GRADS_W8_GPU_TESTED,
+                                                          IO_ALL_GPU_TESTED, VALUES_W8_GPU_TESTED)
+        # chunk_bwd_grads in eight-warp CTAs: io_all's twin, first once GPU-tested; then chunk_bwd_values too
+        w8 = by_name[name("_cute_all_io_all_w8")]
+        assert w8.knobs == dict(io_all.knobs, grads_warps=8) and w8.workspace_size == io_all.workspace_size
+        values_w8 = by_name[name("_cute_all_io_all_w8_values_w8")]
+        assert values_w8.knobs == dict(w8.knobs, values_warps=8) and values_w8.workspace_size == w8.workspace_size
+        # the state passes over 64 value columns a CTA: to time, below the default
+        for suffix, narrow in (("_cute_all_io_all_w8_bv64", w8), ("_cute_all_io_all_w8_values_w8_bv64", values_w8)):
+            wide = by_name[name(suffix)]
+            assert wide.knobs == dict(narrow.knobs, block_v=64) and wide.priority < default.priority
+        # gdn's prepare doing chunk_bwd_intra's work: to time, below the default; kda has no such prepare
+        fused = by_name.get(name("_cute_all_io_all_w8_intra_in_prepare"))
+        if op == "gdn_bwd":
+            assert fused.knobs == dict(w8.knobs, intra_in_prepare=True) and fused.priority < default.priority
+        else:
+            assert fused is None
+        if op.removesuffix("_bwd") in CUTE_GRADS_GPU_TESTED:
+            assert io.priority > every.priority > default.priority > but_grads.priority
+            assert first is (values_w8 if GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else
+                             w8 if GRADS_W8_GPU_TESTED else io_all if IO_ALL_GPU_TESTED else io)
+            assert (io_all.priority > io.priority) == IO_ALL_GPU_TESTED
+            assert (w8.priority > io_all.priority) == GRADS_W8_GPU_TESTED
+            assert (values_w8.priority > w8.priority) == (GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED)
+        else:
+            assert first is but_grads and max(io.priority, io_all.priority, every.priority) < default.priority
+        values = by_name[name("_cute_prepare_intra_values")]
+        assert values.knobs["values"] == every.knobs["values"] == "cute" and values.knobs["prepare"] == "cute"
+        assert every.knobs["bwd_state"] == every.knobs["grads"] == "cute"
+        assert but_state.knobs == {k: v for k, v in every.knobs.items() if k != "bwd_state"}
+        pair = by_name[name("_cute_prepare_intra")]
+        assert (pair.knobs["prepare"], pair.knobs["intra"], pair.knobs["mma"]) == ("cute", "cute", "tf32")
+        assert pair.priority > default.priority > but_state.priority
+        for alone, knob in (("cute_prepare", "prepare"), ("cute_intra", "intra")):
+            assert by_name[name(f"_{alone}")].knobs[knob] == "cute"
+            assert default.priority > by_name[name(f"_{alone}")].priority
+        # the default and the pair have twins over value blocks of 64, below the default (to time)
+        for label in (pair.label, default.label):
+            twin = by_name[f"{label}_bv64"]
+            assert dict(twin.knobs, block_v=32) == dict(by_name[label].knobs) and twin.knobs["block_v"] == 64
+            assert twin.priority < default.priority
+        # fewer CuTe kernels: below the default (measured slower than every one in CuTe)
+        fewer = ["_cute_prepare_intra_state", "_cute_prepare_intra_values", "_cute_prepare_intra_grads",
+                 "_cute_prepare_intra_grads_state"]
+        assert all(by_name[name(suffix)].priority < default.priority for suffix in fewer)
+        assert not [p for p in _proposed(cg, g, cute_reason="not sm_90") if "cute" in p.label]
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    g = _grouped_gated_graph(cg, "gdn2_bwd")
+    assert cutile_engine._cute_kernels_reason(g, g.nodes[0], "intra") == \
+        "the CuTe chunk_intra computes gdn / kda, not gdn2_bwd"
+
+
+@pytest.mark.parametrize("op, K, first", [("kda_bwd", 64, "cutile_kda_bwd_chunk64_cute_all"),
+                                          ("kda_bwd", 128, "cutile_kda_bwd_chunk64_cute_all"),
+                                          ("gdn2_bwd", 64, "cutile_gdn2_bwd_chunk64")])
+def test_the_backward_with_the_softplus_gate_ranks_as_any_other_gate(op, K, first):
+    # the misses that kept the softplus gate's backward on BF16 products (sessions 11-19) were the eight-warp
+    # reverse state pass's race (docs/engines_cutile.md, "The backward"); gdn2 has no CuTe kernels
+    from cudnn_graph.engines.cutile._backward import (CUTE_GRADS_GPU_TESTED, GRADS_W8_GPU_TESTED,
+                                                      IO_ALL_GPU_TESTED, VALUES_W8_GPU_TESTED)
+    cg = _package()
+    plans = _proposed(cg, _grouped_gated_graph(cg, op, K=K))
+    if op == "kda_bwd" and "kda" not in CUTE_GRADS_GPU_TESTED:
+        first += "_tile_grads"
+    elif op == "kda_bwd" and not IO_ALL_GPU_TESTED:
+        first += "_io"
+    elif op == "kda_bwd":
+        first += "_io_all" + ("_w8" if GRADS_W8_GPU_TESTED else "")
+        first += "_values_w8" if GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else ""
+    assert max(plans, key=lambda p: p.priority).label == first
+
+
+def _build_pinned_backward(cg, knobs: dict, monkeypatch):
+    """Build a gdn_bwd plan of ``knobs`` with the device checks stubbed (no GPU here to query)."""
+    from cudnn_graph.engines.base import ExecutionContext, PlanConfig
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    monkeypatch.setattr(cutile_engine, "_support_reason", lambda graph, node: None)
+    monkeypatch.setattr(cutile_engine, "_cute_device_reason", lambda graph: None)
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None
+    g = _grouped_gated_graph(cg, "gdn_bwd")
+    engine.build_plan(g, PlanConfig(cutile_engine.CUTILE_BASE, knobs=knobs, name="pinned", engine=engine),
+                      ExecutionContext())
+
+
+def test_a_backward_keeps_in_the_input_type_the_scratch_its_scratch_knob_names():
+    # "io": the recompute's scratch; "io_all": the backward's own too (dhs, dD, qg / dCg, T / dA, dq / dk before
+    # the norm); the f32 twin (a call a CuTe kernel refuses) and dbeta's v part keep f32
+    cg = _package()
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    g = _grouped_gated_graph(cg, "gdn_bwd")
+    node = g.nodes[0]
+    recompute = {"w", "u", "kd", "d", "hs"}
+    own = {"dhs", "dd", "qg", "da", "dq_pre", "dk_pre"}
+    twin = cutile_engine._Geometry(node, backward=True)
+    assert set(twin.dtypes.values()) == {"float32"} and "dq_pre" not in twin.regions
+    for scratch, narrow in (("io", recompute), ("io_all", recompute | own)):
+        geometry = cutile_engine._Geometry(node, backward=True, io_scratch="bfloat16",
+                                           io_backward=scratch == "io_all")
+        assert {name for name, dtype in geometry.dtypes.items() if dtype == "bfloat16"} == narrow
+        assert geometry.dtypes["dbeta_v"] == "float32"
+        assert cutile_engine.backward_workspace_size(node, "bfloat16", scratch) == max(geometry.workspace_size,
+                                                                                      twin.workspace_size)
+
+
+def test_the_cute_values_kernel_needs_the_prepare_that_leaves_t(monkeypatch):
+    cg = _package()
+    with pytest.raises(cg.GraphNotSupportedError, match="values='cute' reads T .* needs prepare='cute' too"):
+        _build_pinned_backward(cg, {"intra": "cute", "values": "cute"}, monkeypatch)
+
+
+def test_an_output_set_to_another_type_leaves_the_cute_kernels_out():
+    # the CuTe kernels' stores are compiled for the types the schema infers; the cuTile kernels store any type
+    cg = _package()
+    g = _grouped_gated_graph(cg, "gdn_bwd")
+    assert [p for p in _proposed(cg, g) if "cute" in p.label]
+    dv = next(t for name, t in g.nodes[0].outputs.items() if name == "dv")
+    dv.set_data_type(cg.data_type.FLOAT)
+    g.validate()
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    assert cutile_engine._cute_output_reason(g, g.nodes[0]) == \
+        "the CuTe kernels write dv as BFLOAT16; this graph sets it to FLOAT"
+    assert not [p for p in _proposed(cg, g) if "cute" in p.label]
+
+
+@pytest.mark.parametrize("knobs, words", [
+    ({"scratch": "io", "prepare": "cute", "intra": "cute", "values": "cute", "bwd_state": "cute", "grads": "cute"},
+     "scratch='io' in a backward needs every kernel in CuTe; state_pass are 'cutile'"),
+    ({"prepare": "cute", "state_pass": "cute"}, "state_pass='cute' in a backward reads the recompute's scratch in the "
+                                                "input type: it needs scratch='io'"),
+    ({"scratch": "bf16"}, "scratch='bf16'; expected one of 'f32', 'io', 'io_all'")])
+def test_the_backward_takes_16_bit_scratch_only_with_every_kernel_in_cute(knobs, words, monkeypatch):
+    # the backward's cuTile kernels read f32 scratch: a CuTe state pass over it would read f32 bits as BF16
+    cg = _package()
+    with pytest.raises(cg.GraphNotSupportedError, match=re.escape(words)):
+        _build_pinned_backward(cg, knobs, monkeypatch)
+
+
+@pytest.mark.parametrize("knobs, words", [
+    ({"grads_warps": 8}, "grads_warps=8 needs the CuTe chunk_bwd_grads (grads='cute'); this plan has "
+                         "grads='cutile'"),
+    ({"grads": "cute", "grads_warps": 6}, "grads_warps=6; expected one of (4, 8)"),
+    ({"values_warps": 8}, "values_warps=8 needs the CuTe chunk_bwd_values (values='cute'); this plan has "
+                          "values='cutile'"),
+    ({"prepare": "cute", "values": "cute", "values_warps": 6}, "values_warps=6; expected one of (4, 8)"),
+    ({"prepare": "cute", "values": "cute", "intra_in_prepare": True},
+     "intra_in_prepare=True is gdn's CuTe prepare doing chunk_bwd_intra's work: it needs gdn_bwd with prepare, "
+     "intra and values 'cute' (this plan: gdn_bwd, prepare='cute', intra='cutile', values='cute')")])
+def test_the_backward_refuses_knobs_its_cute_kernels_cannot_honour(knobs, words, monkeypatch):
+    cg = _package()
+    if "cute" in knobs.values():
+        pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    with pytest.raises(cg.GraphNotSupportedError, match=re.escape(words)):
+        _build_pinned_backward(cg, knobs, monkeypatch)
