@@ -196,8 +196,8 @@ class DeltaBwdValues(ChunkKernel):
     def put_row_sums(self, sums: cute.Tensor, mDbv: cute.Tensor, c: Int32, h: Int32, row0: Int32, tidx: Int32,
                      storage):
         """dbeta's v part, the row sums of ``quad_sums`` (rows row0 and row0 + 8), into chunk c's rows of ``mDbv``
-        at head h, one lane a quad. With eight warps, warps w and w + 4 hold halves of the same rows: the second's sums meet the
-        first's in shared memory, after a barrier."""
+        at head h, one lane a quad. With eight warps, warps w and w + 4 hold halves of the same rows: the second's
+        sums meet the first's in shared memory, after a barrier."""
         if const_expr(self.threads == THREADS):
             if tidx % 4 == 0:
                 mDbv[c, h, row0, 0] = sums[0, 0]

@@ -2,9 +2,10 @@
 the chunk geometry, the chunk locator, row loads and stores in 16-byte segments, a tile product whose B
 operand is read transposed from shared memory, and the launcher the cuTile plan calls.
 
-Each kernel runs one CTA of 128 threads (256 for chunk_bwd_grads / chunk_bwd_values with eight warps) per (chunk of 64 tokens,
-value head) and takes bare pointers and three int32 sizes (tokens, chunks, sequences), so that a launch from C
-fills its parameters as the cuTile kernels' are filled (engines/cutile/_cute_launch.py ``CuteLaunch.c_launch``).
+Each kernel runs one CTA of 128 threads (256 for chunk_bwd_grads / chunk_bwd_values with eight warps) per
+(chunk of 64 tokens, value head) and takes bare pointers and three int32 sizes (tokens, chunks, sequences), so
+that a launch from C fills its parameters as the cuTile kernels' are filled (engines/cutile/_cute_launch.py
+``CuteLaunch.c_launch``).
 """
 from __future__ import annotations
 
