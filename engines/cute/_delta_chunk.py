@@ -467,13 +467,16 @@ class ChunkKernel:
 
     @cute.jit
     def masked_scores(self, tiled_mma, thr, sQ: cute.Tensor, sK: cute.Tensor, dAttn: cute.Tensor, sGc,
-                      decayed: cutlass.Constexpr, tidx: Int32):
+                      decayed: cutlass.Constexpr, tidx: Int32, over_operand: cutlass.Constexpr = False):
         """attn = scale (q k^T) for j <= t, else 0, into dAttn (64 x 64, shared or global) in the input type from
         the accumulators' layout; times e^(gc_t - gc_j) when ``decayed`` (a per-token gate; per-channel decays
-        are in the operands already). ``self.scale``: the scale."""
+        are in the operands already). ``self.scale``: the scale. ``over_operand``: dAttn lies over sQ or sK (a
+        barrier after the product, so that every warp has read them)."""
         scores = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, CHUNK)), Float32)
         scores.fill(0.0)
         self.product(tiled_mma, scores, sQ, sK, tidx)
+        if const_expr(over_operand):
+            cute.arch.sync_threads()
         coords = thr.partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
         vals = cute.make_rmem_tensor(scores.shape, self.io)
         for e in range_constexpr(cute.size(scores)):

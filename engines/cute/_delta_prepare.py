@@ -135,14 +135,23 @@ class DeltaPrepare(ChunkKernel):
             gT = None
             if const_expr(mT is not None):
                 gT = mT[c, h, None, None]
+            sAttn = None
             if const_expr(self.per_channel):
+                score_views = None
+                if const_expr(intra is not None):
+                    # q's split rows, then attn over them (the scores' barrier follows every read of q)
+                    sQs = cute.make_tensor(cute.recast_ptr(storage.q.data_ptr(), dtype=self.split),
+                                           cute.make_layout((CHUNK, K), stride=(K + _PAD, 1)))
+                    sAttn = cute.make_tensor(storage.q.data_ptr(),
+                                             cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + _PAD, 1)))
+                    mQ, mQg = self.query_views(intra[0], intra[3], tokens, chunks)
+                    score_views = (mQ[None, hk, None], mQg[c, h, None, None], sQs, sAttn)
                 self.prepare_per_channel(tiled_mma, mK, mV, mB, mGc, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
-                                         sBeta, c, h, hk, start, count, tidx, gT)
+                                         sBeta, c, h, hk, start, count, tidx, gT, score_views)
             else:
                 score_views = None
                 if const_expr(scores is not None):
                     score_views = self.score_views(*scores, tokens, chunks)
-                sAttn = None
                 if const_expr(intra is not None):
                     sAttn = cute.make_tensor(storage.attn.data_ptr(),
                                              cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + _PAD, 1)))
@@ -152,9 +161,9 @@ class DeltaPrepare(ChunkKernel):
                     score_views = (*self.query_views(intra[0], intra[3], tokens, chunks), attn)
                 self.prepare_per_token(tiled_mma, mK, mV, mG, mB, mGo, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc,
                                        sBeta, c, h, hk, start, count, tidx, score_views, gT)
-                if const_expr(intra is not None):
-                    self.intra_values(tiled_mma, intra[1], intra[2], sAttn, storage, c, h, start, count, tokens,
-                                      chunks, tidx)
+            if const_expr(intra is not None):
+                self.intra_values(tiled_mma, intra[1], intra[2], sAttn, storage, c, h, start, count, tokens, chunks,
+                                  tidx)
 
     @cute.jit
     def load_beta(self, mB: cute.Tensor, sBeta: cute.Tensor, h: Int32, start: Int32, count: Int32, tidx: Int32):
@@ -207,11 +216,14 @@ class DeltaPrepare(ChunkKernel):
 
     @cute.jit
     def prepare_per_channel(self, tiled_mma, mK, mV, mB, mGc, mGs, mW, mU, mKd, sK, sV, sA, sTw, sTu, sGc, sBeta,
-                            c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32, gT=None):
+                            c: Int32, h: Int32, hk: Int32, start: Int32, count: Int32, tidx: Int32, gT=None,
+                            score_views=None):
         """kda (``gT``: as ``prepare_per_token``'s): the gates' in-chunk sums gc into g_out, then A from k e^(gc - gc_mid) and k e^(gc_mid - gc)
         (the split: each factor spans at most half a chunk of decay), T scaled by beta alone, w = T diag(beta)
         (k e^gc), its right operand A's left one rescaled in place by e^gc_mid (per channel): reading k and
-        the gate sums again cost a second pass over both (the sums are f32, twice k's bytes)."""
+        the gate sums again cost a second pass over both (the sums are f32, twice k's bytes). With
+        ``score_views`` ((q, qg, q's split rows, attn): ``DeltaPrepareInverseIntra``) the scores too, once k's
+        right operand is in A's place (``form_scores_per_channel``)."""
         K, V = self.K, self.V
         gS = mGs[None, h, None]
         self.gate_sums(mGc[None, h, None], gS, start, count, tidx)
@@ -257,6 +269,8 @@ class DeltaPrepare(ChunkKernel):
         fetch_gates(0)
         self.load_rows(mK[None, hk, None], sL, start, count, K, self.use_l2, tidx, store=left)
         cute.arch.sync_threads()
+        if const_expr(score_views is not None):
+            self.form_scores_per_channel(score_views, sR, gS, pivot, start, count, tidx)
         # A = beta_t sum_d k_td k_id e^(gc_td - gc_id), i < t: the decays are in the operands
         self.form_a(self.warp_mma(self.split), sL, sR, sA, sGc, sBeta, tidx)
         # w's operand k e^gc into sK: form_a's barrier is past every read of sK as A's operand, and the
@@ -558,16 +572,51 @@ class DeltaPrepareInverse(DeltaPrepare):
 
 
 class DeltaPrepareInverseIntra(DeltaPrepareScores):
-    """gdn's backward recompute prepare (``DeltaPrepareInverse``: T too) that does chunk_bwd_intra's work as well
+    """The backward recompute's prepare (``DeltaPrepareInverse``: T too) that does chunk_bwd_intra's work as well
     (``_delta_bwd_intra.DeltaBwdIntra``): qg = scale q e^gc to its scratch and the masked, decayed, scaled scores
-    attn into shared memory from the k rows and gate sums the prepare holds (``form_scores``, as
-    ``DeltaPrepareScores`` forms them for the forward), then, once u is out, dO's rows into v's place and
-    P = attn^T dO over dD's region. Against the two launches: no second read of k and g, no second chunk locator,
-    one launch less (9 KB more shared memory: about 46 KB at K = V = 128). Called with k, v, g, beta, cu_seqlens, w,
-    u, g_out, kd, T, q, dO, P, qg, then tokens, chunks, sequences."""
+    attn into shared memory from the k rows and gate sums the prepare holds, then, once u is out, dO's rows into
+    v's place and P = attn^T dO over dD's region. Against the two launches: no second read of k and the gates, no
+    second chunk locator, one launch less. gdn: q's rows in A's place before A is formed (``form_scores``, as
+    ``DeltaPrepareScores`` forms them for the forward), attn in 9 KB of its own (about 46 KB at K = V = 128). kda:
+    q's split rows q e^(gc - gc_mid) in a buffer of their own, against k's right operand k e^(gc_mid - gc) that
+    the prepare has in A's place already for A (``form_scores_per_channel``), then attn over q's rows (about 55 KB
+    at K = V = 128: the launch opts in). Called with k, v, g, beta, cu_seqlens, w, u, g_out, kd, T, q, dO, P, qg,
+    then tokens, chunks, sequences."""
+
+    def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
+                 HQ: int, H: int, use_l2: bool, scale: float, per_channel: bool = False):
+        DeltaPrepare.__init__(self, io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, per_channel)
+        self.scale = float(scale)
 
     def shared_fields(self) -> dict:
+        if self.per_channel:
+            return {**super().shared_fields(), "q": shared_field(self.io, CHUNK * (self.K + _PAD))}
         return {**super().shared_fields(), "attn": shared_field(self.io, CHUNK * (CHUNK + _PAD))}
+
+    @cute.jit
+    def form_scores_per_channel(self, score_views, sR: cute.Tensor, gS: cute.Tensor, pivot: cute.Tensor,
+                                start: Int32, count: Int32, tidx: Int32):
+        """kda: q's rows (L2-normalised when asked) with their gate sums gc (``gS``, the chunk's g_out rows; rows
+        past its end repeat the last): qg = scale q e^gc to its scratch, q e^(gc - gc_mid) (``pivot``: this
+        thread's gc_mid segment) into q's split buffer; then attn = scale (q e^(gc - gc_mid)) (k e^(gc_mid -
+        gc))^T, j <= t, with ``sR`` (A's place) the right operand, over q's buffer."""
+        gQ, gQg, sQs, sAttn = score_views
+        sums = cute.make_rmem_tensor((1, _SEG), Float32)
+        qg_part = cute.make_rmem_tensor((1, _SEG), gQg.element_type)
+
+        def with_gates(p, row, seg, x):
+            cute.autovec_copy(cute.local_tile(gS, (1, _SEG), (start + cutlass.min(row, count - 1), seg)), sums)
+            qg_part.store((x * cute.math.exp(sums.load()) * self.scale).to(gQg.element_type))
+            cute.autovec_copy(qg_part, cute.local_tile(gQg, (1, _SEG), (row, seg)))
+
+        def split_left(p, row, seg, x):
+            return x * cute.math.exp(sums.load() - pivot.load())
+
+        self.load_rows(gQ, sQs, start, count, self.K, self.use_l2, tidx, also=with_gates, store=split_left)
+        cute.arch.sync_threads()
+        split_mma = self.warp_mma(self.split)
+        self.masked_scores(split_mma, split_mma.get_slice(tidx), sQs, sR, sAttn, None, False, tidx,
+                           over_operand=True)
 
     @cute.jit
     def __call__(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
@@ -654,13 +703,14 @@ def prepare_inverse_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scrat
 
 
 def prepare_inverse_intra_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
-                                   HQ: int, H: int, use_l2: bool, scale: float, n_seq: int,
+                                   HQ: int, H: int, use_l2: bool, scale: float, n_seq: int, per_channel: bool = False,
                                    own_dtype: str = "float32") -> KernelLauncher:
-    """The launcher of one ``DeltaPrepareInverseIntra`` specialisation (gdn); its slots: k, v, g, beta, cu_seqlens,
-    w, u, g_out, kd, T, q, dO, P, qg (w, u and kd in ``scratch_dtype``; T, P and qg in ``own_dtype``)."""
+    """The launcher of one ``DeltaPrepareInverseIntra`` specialisation; its slots: k, v, g, beta, cu_seqlens, w, u,
+    g_out, kd, T, q, dO, P, qg (w, u and kd in ``scratch_dtype``; T, P and qg in ``own_dtype``; kda: g_out holds
+    the per-channel gate sums)."""
     key = ("chunk_prepare_inverse_intra", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
-           float(scale), own_dtype)
+           float(scale), per_channel, own_dtype)
     own, io = (own_dtype, 16), (io_dtype, 16)
     types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + (own, io, io, own, own)
     return KernelLauncher(lambda: DeltaPrepareInverseIntra(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H,
-                                                           use_l2, scale), key, types, n_seq)
+                                                           use_l2, scale, per_channel), key, types, n_seq)

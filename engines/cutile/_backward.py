@@ -202,8 +202,8 @@ def backward_variants(graph, node) -> list:
     - ``cute_all_io_all_w8_values_w8``: chunk_bwd_values in eight-warp CTAs too (first once
       ``VALUES_W8_GPU_TESTED``); ``cute_all_io_all_w8_bv64`` and ``cute_all_io_all_w8_values_w8_bv64``: both state
       passes over 64 value columns a CTA in eight warps (half the W / KD reads; half the CTAs, which few long
-      sequences miss), to time; ``cute_all_io_all_w8_intra_in_prepare`` (gdn): the recompute's CuTe prepare
-      doing chunk_bwd_intra's work too (``DeltaPrepareInverseIntra``), to time.
+      sequences miss), to time; ``cute_all_io_all_w8_intra_in_prepare``: the recompute's CuTe prepare doing
+      chunk_bwd_intra's work too (``DeltaPrepareInverseIntra``), to time.
     """
     variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
     cute = {kernel: _cute_kernels_reason(graph, node, kernel) is None
@@ -251,9 +251,8 @@ def backward_variants(graph, node) -> list:
                                  28.0 if grads_tested and GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else 1.83))
                 variants.append(("cute_all_io_all_w8_bv64", {**w8, "block_v": 64}, 1.82))
                 variants.append(("cute_all_io_all_w8_values_w8_bv64", {**values_w8, "block_v": 64}, 1.81))
-                if op == "gdn":
-                    # the recompute's prepare doing chunk_bwd_intra's work (one launch and one read of k less)
-                    variants.append(("cute_all_io_all_w8_intra_in_prepare", {**w8, "intra_in_prepare": True}, 1.80))
+                # the recompute's prepare doing chunk_bwd_intra's work (one launch and one read of k and g less)
+                variants.append(("cute_all_io_all_w8_intra_in_prepare", {**w8, "intra_in_prepare": True}, 1.80))
     # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider loads; half
     # the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill 2.7 KB a thread in
     # chunk_bwd_grads): to pin or time
@@ -281,10 +280,10 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
                                      f"prepare='cute' too (got prepare={variant.prepare!r})")
     if plan.knobs.get("intra_in_prepare", False):
         needs = {kernel: getattr(variant, kernel) for kernel in ("prepare", "intra", "values")}
-        if variant.per_channel or set(needs.values()) != {"cute"}:
-            raise GraphNotSupportedError("intra_in_prepare=True is gdn's CuTe prepare doing chunk_bwd_intra's work: it "
-                                         "needs gdn_bwd with prepare, intra and values 'cute' (this plan: "
-                                         f"{node.op}, {', '.join(f'{k}={v!r}' for k, v in needs.items())})")
+        if set(needs.values()) != {"cute"}:
+            raise GraphNotSupportedError("intra_in_prepare=True is the CuTe prepare doing chunk_bwd_intra's work: it "
+                                         "needs prepare, intra and values 'cute' (this plan has "
+                                         f"{', '.join(f'{k}={v!r}' for k, v in needs.items())})")
         variant = dataclasses.replace(variant, intra_in_prepare=True)
     for kernel in ("grads", "values"):
         knob = f"{kernel}_warps"

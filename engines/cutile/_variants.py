@@ -97,7 +97,7 @@ class Variant:
     values: str = "cutile"
     grads_warps: int = 4    # warps a CTA of the CuTe chunk_bwd_grads (BLOCK_WARPS)
     values_warps: int = 4   # warps a CTA of the CuTe chunk_bwd_values (BLOCK_WARPS)
-    # gdn's backward: chunk_bwd_intra's work done by the recompute's CuTe prepare (DeltaPrepareInverseIntra)
+    # a backward's chunk_bwd_intra work done by the recompute's CuTe prepare (DeltaPrepareInverseIntra)
     intra_in_prepare: bool = False
 
     @property

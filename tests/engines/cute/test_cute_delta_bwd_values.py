@@ -2,7 +2,7 @@
 prepare that leaves it T (``_delta_prepare.DeltaPrepareInverse``), on the CPU: their specialisations compile for
 sm_90a with the parameters the cuTile plan's C launch path writes (the addresses, then tokens, chunks and
 sequences as int32), a block of four warps (or eight: ``values_warps``), and the values kernel in the shared
-memory two CTAs an SM hold; gdn's prepare that does chunk_bwd_intra's work too (``DeltaPrepareInverseIntra``)."""
+memory two CTAs an SM hold; the prepare that does chunk_bwd_intra's work too (``DeltaPrepareInverseIntra``)."""
 from __future__ import annotations
 
 import os
@@ -59,16 +59,20 @@ def test_the_prepare_that_leaves_t_takes_one_address_more_than_the_prepare(per_c
     assert block == (128, 1, 1) and shared == plain.cubin()[2]
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("K, V, scratch", [(128, 128, "bfloat16"), (128, 128, "float32"), (64, 128, "bfloat16"),
                                             (128, 64, "float32")])
-def test_the_prepare_that_does_the_intra_work_compiles_under_48_kb_without_spilling(K, V, scratch):
-    # gdn's intra_in_prepare: T, then chunk_bwd_intra's qg and P = attn^T dO (attn kept in shared memory);
-    # under the 48 KB a launch gets without opting in, four CTAs an SM by their registers
+def test_the_prepare_that_does_the_intra_work_compiles_for_four_ctas_an_sm_without_spilling(K, V, scratch,
+                                                                                          per_channel):
+    # intra_in_prepare: T, then chunk_bwd_intra's qg and P = attn^T dO (attn kept in shared memory); gdn under the
+    # 48 KB a launch gets without opting in, kda (q's split rows in a buffer of their own) under a quarter of an
+    # SM's 228 KB; four CTAs an SM by their registers too
     launcher = _delta_prepare.prepare_inverse_intra_launcher("bfloat16", "float32", "bfloat16", scratch, K, V, 2, 4,
-                                                             True, K ** -0.5, 3, own_dtype=scratch)
+                                                             True, K ** -0.5, 3, per_channel=per_channel,
+                                                             own_dtype=scratch)
     cubin, block, shared = launcher.cubin()
     assert parameters(cubin) == addresses_then_three_sizes(14)
-    assert block == (128, 1, 1) and 0 < shared <= 48 * 1024
+    assert block == (128, 1, 1) and 0 < shared <= (56 if per_channel else 48) * 1024
     assert registers(cubin) <= 128 and largest_frame(cubin) == 0
 
 

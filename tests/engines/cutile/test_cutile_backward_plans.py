@@ -46,12 +46,9 @@ def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
         for suffix, narrow in (("_cute_all_io_all_w8_bv64", w8), ("_cute_all_io_all_w8_values_w8_bv64", values_w8)):
             wide = by_name[name(suffix)]
             assert wide.knobs == dict(narrow.knobs, block_v=64) and wide.priority < default.priority
-        # gdn's prepare doing chunk_bwd_intra's work: to time, below the default; kda has no such prepare
-        fused = by_name.get(name("_cute_all_io_all_w8_intra_in_prepare"))
-        if op == "gdn_bwd":
-            assert fused.knobs == dict(w8.knobs, intra_in_prepare=True) and fused.priority < default.priority
-        else:
-            assert fused is None
+        # the prepare doing chunk_bwd_intra's work: to time, below the default
+        fused = by_name[name("_cute_all_io_all_w8_intra_in_prepare")]
+        assert fused.knobs == dict(w8.knobs, intra_in_prepare=True) and fused.priority < default.priority
         if op.removesuffix("_bwd") in CUTE_GRADS_GPU_TESTED:
             assert io.priority > every.priority > default.priority > but_grads.priority
             assert first is (values_w8 if GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else
@@ -182,8 +179,8 @@ def test_the_backward_takes_16_bit_scratch_only_with_every_kernel_in_cute(knobs,
                           "values='cutile'"),
     ({"prepare": "cute", "values": "cute", "values_warps": 6}, "values_warps=6; expected one of (4, 8)"),
     ({"prepare": "cute", "values": "cute", "intra_in_prepare": True},
-     "intra_in_prepare=True is gdn's CuTe prepare doing chunk_bwd_intra's work: it needs gdn_bwd with prepare, "
-     "intra and values 'cute' (this plan: gdn_bwd, prepare='cute', intra='cutile', values='cute')")])
+     "intra_in_prepare=True is the CuTe prepare doing chunk_bwd_intra's work: it needs prepare, intra and values "
+     "'cute' (this plan has prepare='cute', intra='cutile', values='cute')")])
 def test_the_backward_refuses_knobs_its_cute_kernels_cannot_honour(knobs, words, monkeypatch):
     cg = _package()
     if "cute" in knobs.values():

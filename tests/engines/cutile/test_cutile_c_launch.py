@@ -217,7 +217,7 @@ def test_the_all_cute_backward_launches_the_prepare_that_leaves_t_and_the_values
 
 @needs_cutile
 def test_the_prepare_that_does_the_intra_work_takes_the_intra_launchs_place(monkeypatch):
-    # gdn's intra_in_prepare: one launch (DeltaPrepareInverseIntra) writes T, qg and P; no chunk_bwd_intra launch
+    # intra_in_prepare: one launch (DeltaPrepareInverseIntra) writes T, qg and P; no chunk_bwd_intra launch
     pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
     import cudnn_graph as cg
@@ -419,8 +419,9 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
                                       # chunk_bwd_values in eight warps too; the state passes 64 columns a CTA
                                       ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8_values_w8"),
                                       ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8_values_w8_bv64"),
-                                      # gdn's prepare doing chunk_bwd_intra's work
-                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare")])
+                                      # the prepare doing chunk_bwd_intra's work
+                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare"),
+                                      ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare")])
 def test_the_c_path_is_bitwise_the_python_path(op, plan, monkeypatch):
     from cudnn_graph.engines.manifest import engines
     engine = next((e for e in engines() if e.name == "cutile_linear_attention"), None)

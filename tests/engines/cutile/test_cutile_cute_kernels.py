@@ -420,24 +420,28 @@ def test_the_eight_warp_values_kernel_and_the_wide_state_passes_at_t8192_h16_wit
     forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=66, plan=f"cutile_{op}_chunk64_{suffix}")
 
 
-# gdn's recompute prepare doing chunk_bwd_intra's work (intra_in_prepare): each shape, the grouped value heads and
+# the recompute's prepare doing chunk_bwd_intra's work (intra_in_prepare): each shape, the grouped value heads and
 # gate options with repeated executions, a long batch with states, and a query it refuses (the two launches run)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 @pytest.mark.parametrize("K, V", [(64, 64), (128, 128), (64, 128), (128, 64)])
-def test_the_prepare_that_does_the_intra_work_matches_the_reference(K, V):
-    forward.run_bwd_case("gdn_bwd", forward.SMALL, K=K, V=V, seed=67,
-                         plan="cutile_gdn_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare")
+def test_the_prepare_that_does_the_intra_work_matches_the_reference(op, K, V):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, seed=67,
+                         plan=f"cutile_{op}_chunk64_cute_all_io_all_w8_intra_in_prepare")
 
 
-def test_the_prepare_that_does_the_intra_work_with_grouped_value_heads_and_gate_options():
-    gva.run_case("gdn_bwd", gva.SMALL, attrs=gva.GATES["softplus_beta_sigmoid"], seed=68,
-                 plan="cutile_gdn_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare", repeats=3)
+@pytest.mark.parametrize("op, gates", [("gdn_bwd", "softplus_beta_sigmoid"), ("kda_bwd", "bounded_neg_eigval")])
+def test_the_prepare_that_does_the_intra_work_with_grouped_value_heads_and_gate_options(op, gates):
+    gva.run_case(op, gva.SMALL, attrs=gva.GATES[gates], seed=68,
+                 plan=f"cutile_{op}_chunk64_cute_all_io_all_w8_intra_in_prepare", repeats=3)
 
 
-def test_the_prepare_that_does_the_intra_work_at_t8192_h16_with_states():
-    forward.run_bwd_case("gdn_bwd", forward.BIG, H=16, K=128, V=128, seed=69,
-                         plan="cutile_gdn_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare")
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_the_prepare_that_does_the_intra_work_at_t8192_h16_with_states(op):
+    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=69,
+                         plan=f"cutile_{op}_chunk64_cute_all_io_all_w8_intra_in_prepare")
 
 
-def test_a_query_the_prepare_that_does_the_intra_work_refuses_runs_on_the_f32_twin():
-    forward.run_bwd_case("gdn_bwd", forward.SMALL, K=64, V=64, seed=70,
-                         plan="cutile_gdn_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare", q_in_qk=True)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_a_query_the_prepare_that_does_the_intra_work_refuses_runs_on_the_f32_twin(op):
+    forward.run_bwd_case(op, forward.SMALL, K=64, V=64, seed=70,
+                         plan=f"cutile_{op}_chunk64_cute_all_io_all_w8_intra_in_prepare", q_in_qk=True)
