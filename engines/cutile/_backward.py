@@ -131,24 +131,28 @@ class CutileBackwardPlan(CutileForwardPlan):
     def _take_cute_values(self, launches: list, sc) -> None:
         """``values="cute"``: the recompute's prepare leaves T = (I + A)^-1 in dA's region and the CuTe
         chunk_bwd_values reads it there, so both CuTe launches replace theirs or neither does (a cuTile prepare
-        leaves no T)."""
+        leaves no T). With ``intra_in_prepare`` the prepare that does chunk_bwd_intra's work too goes first, and
+        chunk_bwd_intra's launch with it; where it refuses the call's buffers, the prepare that leaves T alone."""
         prepare_inverse, values = self._cute_values
         at = {launch[0]: i for i, launch in enumerate(launches)}
         _, prepare_grid, _, a = launches[at["prepare"]]
         prepare_args = (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9], sc["da"])
         _, values_grid, _, a = launches[at["bwd_values"]]
         values_args = (a[1], a[3], a[5], a[6], a[7], a[8], a[9], a[11], a[13], a[14], a[15])
-        if not (prepare_inverse.takes(prepare_args) and values.takes(values_args)):
+        if not values.takes(values_args):
             return
-        launches[at["prepare"]] = ("prepare", prepare_grid, prepare_inverse, prepare_args)
-        launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
         if self._prepare_intra is not None:
             # intra_in_prepare: the prepare takes chunk_bwd_intra's q, dO, P and qg too, and its launch goes
             _, _, _, b = launches[at["bwd_intra"]]
             fused_args = (*prepare_args, b[0], b[2], b[5], b[6])
             if self._prepare_intra.takes(fused_args):
                 launches[at["prepare"]] = ("prepare", prepare_grid, self._prepare_intra, fused_args)
+                launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
                 del launches[at["bwd_intra"]]
+                return
+        if prepare_inverse.takes(prepare_args):
+            launches[at["prepare"]] = ("prepare", prepare_grid, prepare_inverse, prepare_args)
+            launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
 
 
 class IoScratchRefused(_c_launch.Unsupported):
