@@ -207,7 +207,8 @@ def backward_variants(graph, node) -> list:
       ``VALUES_W8_GPU_TESTED``); ``cute_all_io_all_w8_bv64`` and ``cute_all_io_all_w8_values_w8_bv64``: both state
       passes over 64 value columns a CTA in eight warps (half the W / KD reads; half the CTAs, which few long
       sequences miss), to time; ``cute_all_io_all_w8_intra_in_prepare``: the recompute's CuTe prepare doing
-      chunk_bwd_intra's work too (``DeltaPrepareInverseIntra``), to time.
+      chunk_bwd_intra's work too (``DeltaPrepareInverseIntra``), and ``cute_all_io_all_w8_values_w8_intra_in_prepare``
+      with the eight-warp values kernel, to time.
     """
     variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
     cute = {kernel: _cute_kernels_reason(graph, node, kernel) is None
@@ -255,8 +256,11 @@ def backward_variants(graph, node) -> list:
                                  28.0 if grads_tested and GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else 1.83))
                 variants.append(("cute_all_io_all_w8_bv64", {**w8, "block_v": 64}, 1.82))
                 variants.append(("cute_all_io_all_w8_values_w8_bv64", {**values_w8, "block_v": 64}, 1.81))
-                # the recompute's prepare doing chunk_bwd_intra's work (one launch and one read of k and g less)
+                # the recompute's prepare doing chunk_bwd_intra's work (one launch and one read of k and g less), alone
+                # and with the eight-warp values kernel
                 variants.append(("cute_all_io_all_w8_intra_in_prepare", {**w8, "intra_in_prepare": True}, 1.80))
+                variants.append(("cute_all_io_all_w8_values_w8_intra_in_prepare",
+                                 {**values_w8, "intra_in_prepare": True}, 1.79))
     # value blocks of 64 in the reverse state pass, chunk_bwd_values and chunk_bwd_grads (fewer, wider loads; half
     # the reverse pass's CTAs; no spill in the sm_90 cubins at K = 128, 128 would spill 2.7 KB a thread in
     # chunk_bwd_grads): to pin or time

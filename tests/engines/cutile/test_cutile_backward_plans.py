@@ -49,6 +49,8 @@ def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
         # the prepare doing chunk_bwd_intra's work: to time, below the default
         fused = by_name[name("_cute_all_io_all_w8_intra_in_prepare")]
         assert fused.knobs == dict(w8.knobs, intra_in_prepare=True) and fused.priority < default.priority
+        both = by_name[name("_cute_all_io_all_w8_values_w8_intra_in_prepare")]
+        assert both.knobs == dict(values_w8.knobs, intra_in_prepare=True) and both.priority < default.priority
         if op.removesuffix("_bwd") in CUTE_GRADS_GPU_TESTED:
             assert io.priority > every.priority > default.priority > but_grads.priority
             assert first is (values_w8 if GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else

@@ -348,9 +348,10 @@ SIXTEEN_BIT_SCRATCH = ["cute_all_io", "cute_all_io_all"]
 # the forms ranked below the default until GPU-tested and timed (session 31): chunk_bwd_values in eight-warp CTAs
 # too (values_warps=8), both state passes over 64 value columns a CTA (block_v=64: the recompute's staged pass and
 # the prefetching reverse pass in eight warps), the two together, and the recompute's prepare doing
-# chunk_bwd_intra's work (intra_in_prepare)
+# chunk_bwd_intra's work (intra_in_prepare), alone and with the eight-warp values kernel
 UNRANKED_BACKWARD_FORMS = ["cute_all_io_all_w8_values_w8", "cute_all_io_all_w8_bv64",
-                           "cute_all_io_all_w8_values_w8_bv64", "cute_all_io_all_w8_intra_in_prepare"]
+                           "cute_all_io_all_w8_values_w8_bv64", "cute_all_io_all_w8_intra_in_prepare",
+                           "cute_all_io_all_w8_values_w8_intra_in_prepare"]
 
 
 @pytest.mark.parametrize("suffix", SIXTEEN_BIT_SCRATCH + UNRANKED_BACKWARD_FORMS)
