@@ -141,18 +141,19 @@ class CutileBackwardPlan(CutileForwardPlan):
         values_args = (a[1], a[3], a[5], a[6], a[7], a[8], a[9], a[11], a[13], a[14], a[15])
         if not values.takes(values_args):
             return
+        prepare, args = prepare_inverse, prepare_args
         if self._prepare_intra is not None:
             # intra_in_prepare: the prepare takes chunk_bwd_intra's q, dO, P and qg too, and its launch goes
             _, _, _, b = launches[at["bwd_intra"]]
             fused_args = (*prepare_args, b[0], b[2], b[5], b[6])
             if self._prepare_intra.takes(fused_args):
-                launches[at["prepare"]] = ("prepare", prepare_grid, self._prepare_intra, fused_args)
-                launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
-                del launches[at["bwd_intra"]]
-                return
-        if prepare_inverse.takes(prepare_args):
-            launches[at["prepare"]] = ("prepare", prepare_grid, prepare_inverse, prepare_args)
-            launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
+                prepare, args = self._prepare_intra, fused_args
+        if prepare is prepare_inverse and not prepare_inverse.takes(prepare_args):
+            return
+        launches[at["prepare"]] = ("prepare", prepare_grid, prepare, args)
+        launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
+        if prepare is not prepare_inverse:
+            del launches[at["bwd_intra"]]
 
 
 class IoScratchRefused(_c_launch.Unsupported):
