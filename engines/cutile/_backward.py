@@ -179,7 +179,9 @@ IO_ALL_GPU_TESTED = True
 # gdn 0.863 / kda 1.240 ms against io_all's 0.947 / 1.573 at 4 x 2048, H 16, K = V = 128)
 GRADS_W8_GPU_TESTED = True
 # whether chunk_bwd_values in eight-warp CTAs too (knob values_warps=8: two CTAs an SM at K = V = 128, sixteen warps
-# instead of eight) has passed its GPU tests and timed faster: its plan then ranks first
+# instead of eight) has passed its GPU tests and timed faster: its plan then ranks first. Session 32 (H100): its
+# GPU tests passed, but it timed no faster (chunk_bwd_values 0.130 against 0.127 ms; gdn 0.864 / kda 1.247 against
+# 0.860 / 1.238 at 4 x 2048, H 16, K = V = 128), so it stays below the default
 VALUES_W8_GPU_TESTED = False
 
 
@@ -204,12 +206,14 @@ def backward_variants(graph, node) -> list:
       are few (one 32k sequence: 2.47 / 2.69 ms for gdn / kda against the CuTe pass's 3.32 / 3.86);
     - ``cute_all`` with FP16 inputs (gdn 2.002 against 2.378; each of its kernels GPU-tested in FP16);
     - the plans with fewer CuTe kernels (each measured slower than ``cute_all``);
-    - ``cute_all_io_all_w8_values_w8``: chunk_bwd_values in eight-warp CTAs too (first once
-      ``VALUES_W8_GPU_TESTED``); ``cute_all_io_all_w8_bv64`` and ``cute_all_io_all_w8_values_w8_bv64``: both state
-      passes over 64 value columns a CTA in eight warps (half the W / KD reads; half the CTAs, which few long
-      sequences miss), to time; ``cute_all_io_all_w8_intra_in_prepare``: the recompute's CuTe prepare doing
-      chunk_bwd_intra's work too (``DeltaPrepareInverseIntra``), and ``cute_all_io_all_w8_values_w8_intra_in_prepare``
-      with the eight-warp values kernel, to time.
+    - GPU-tested and timed in session 32 (H100, 4 x 2048, H 16, K = V = 128: gdn / kda ms against the first plan's
+      0.860 / 1.238; bench/results/linear_attention-h100-session32-bwd-forms.txt), none faster:
+      ``cute_all_io_all_w8_values_w8`` (chunk_bwd_values in eight-warp CTAs too: 0.864 / 1.247);
+      ``cute_all_io_all_w8_bv64`` and ``cute_all_io_all_w8_values_w8_bv64`` (both state passes over 64 value
+      columns a CTA in eight warps: 0.878 / 1.266 and 0.884 / 1.270; the reverse pass 0.175 against 0.155);
+      ``cute_all_io_all_w8_intra_in_prepare`` (the recompute's CuTe prepare doing chunk_bwd_intra's work,
+      ``DeltaPrepareInverseIntra``: gdn 0.859, kda 1.335, its fused prepare 0.396 against 0.184 + 0.117) and
+      ``cute_all_io_all_w8_values_w8_intra_in_prepare`` (0.861 / 1.338).
     """
     variants = [("", {"mma": "tf32"}, 10.0), ("auto", {"mma": "auto"}, 1.0)]
     cute = {kernel: _cute_kernels_reason(graph, node, kernel) is None

@@ -345,7 +345,7 @@ def test_every_cute_backward_kernel_with_grouped_value_heads_and_gate_options_ev
 # the recompute's state pass is the forward's CuTe pass), and with the backward's own scratch in it too
 # (scratch="io_all": dhs, P / dD, qg / dCg, T / dA, dq / dk before the norm)
 SIXTEEN_BIT_SCRATCH = ["cute_all_io", "cute_all_io_all"]
-# the forms ranked below the default until GPU-tested and timed (session 31): chunk_bwd_values in eight-warp CTAs
+# the forms ranked below the default (GPU-tested in session 32, none faster): chunk_bwd_values in eight-warp CTAs
 # too (values_warps=8), both state passes over 64 value columns a CTA (block_v=64: the recompute's staged pass and
 # the prefetching reverse pass in eight warps), the two together, and the recompute's prepare doing
 # chunk_bwd_intra's work (intra_in_prepare), alone and with the eight-warp values kernel
