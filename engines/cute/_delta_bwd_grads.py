@@ -150,6 +150,10 @@ class DeltaBwdGrads(ChunkKernel):
         rows = cute.make_tensor(storage.rows.data_ptr(),
                                 cute.make_layout((self._row_fields, CHUNK), stride=(CHUNK, 1)))
         sWarp = cute.make_tensor(storage.warp_sums.data_ptr(), cute.make_layout((self.threads // 32,)))
+        # the last key block's dq and dk before the norm, over dO's and D's rows once its first two products are done
+        held = cute.make_layout((CHUNK, CHUNK), stride=(V + PAD, 1))
+        sDqHeld = cute.make_tensor(storage.do.data_ptr(), held)
+        sDkHeld = cute.make_tensor(storage.d.data_ptr(), held)
 
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
@@ -207,7 +211,8 @@ class DeltaBwdGrads(ChunkKernel):
                     dq[e] = dq[e] + acc[e] * rows[2, t]
                     self.add_row(sums, 0, e, sQn[t, i].to(Float32) * acc[e])
                     self.add_row(sums, 2, e, q * dq[e])
-                self.leave(thr, dq, mDqp[c, h, None, None], mDq[None, h, None], row0, col0, start, count, kb)
+                self.leave(thr, dq, mDqp[c, h, None, None], mDq[None, h, None], row0, col0, start, count, kb,
+                           sDqHeld)
                 # dm^T qn -> dk
                 acc.fill(0.0)
                 self.product_tt(tiled_mma, acc, sDm, sQn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
@@ -235,14 +240,15 @@ class DeltaBwdGrads(ChunkKernel):
                     self.add_row(sums, 0, e, -sKn[t, i].to(Float32) * acc[e])
                     self.add_row(sums, 1, e, k * dct[e])
                     self.add_row(sums, 3, e, k * dk[e])
-                self.leave(thr, dk, mDkp[c, h, None, None], mDk[None, h, None], row0, col0, start, count, kb)
+                self.leave(thr, dk, mDkp[c, h, None, None], mDk[None, h, None], row0, col0, start, count, kb,
+                           sDkHeld)
             self.finish(sums, dlast, rows, sWarp, row0, mDbv[c, h, None, None], mDg, mDbeta, h, start, count, tidx)
             if const_expr(self.use_l2):
                 cute.arch.sync_threads()        # every dq / dk before the norm is written, the row dots are summed
                 self.through_the_norm(mDqp[c, h, None, None], mQ[None, hk, None], mDq[None, h, None], rows, 6, 10,
-                                      start, count, tidx)
+                                      start, count, tidx, sDqHeld)
                 self.through_the_norm(mDkp[c, h, None, None], mK[None, hk, None], mDk[None, h, None], rows, 7, 11,
-                                      start, count, tidx)
+                                      start, count, tidx, sDkHeld)
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -417,13 +423,25 @@ class DeltaBwdGrads(ChunkKernel):
             out.store((k * (rows[5, row] * up)).to(self.io))
             cute.autovec_copy(out, cute.local_tile(sAn, (1, SEG), (row, seg)))
 
+    def holds_last_block(self, gPre: cute.Tensor, sHeld) -> bool:
+        """Whether the last key block of dq / dk waits for the norm's backward in shared memory (``sHeld``)
+        instead of the scratch: where the scratch is in the input type (the same rounding)."""
+        return self.use_l2 and sHeld is not None and gPre.element_type is self.io
+
     @cute.jit
     def leave(self, thr, acc: cute.Tensor, gPre: cute.Tensor, dst: cute.Tensor, row0: Int32, col0: Int32,
-              start: Int32, count: Int32, kb: Int32):
+              start: Int32, count: Int32, kb: Int32, sHeld=None):
         """Key block kb of dq or dk (acc): with L2 norm into the scratch before the norm's backward (gPre, 64 x K
-        by chunk: f32, or the input type with scratch="io_all"), else into dst's rows."""
+        by chunk: f32, or the input type with scratch="io_all"; the last block into ``sHeld`` where
+        ``holds_last_block``: half the scratch's round trip at K = 128, all of it at 64), else into dst's rows."""
         if const_expr(self.use_l2):
-            self.store_fragment(acc, thr.partition_C(cute.local_tile(gPre, (CHUNK, CHUNK), (0, kb))))
+            if const_expr(self.holds_last_block(gPre, sHeld)):
+                if kb == self.K // CHUNK - 1:
+                    self.store_fragment(acc, thr.partition_C(sHeld))
+                else:
+                    self.store_fragment(acc, thr.partition_C(cute.local_tile(gPre, (CHUNK, CHUNK), (0, kb))))
+            else:
+                self.store_fragment(acc, thr.partition_C(cute.local_tile(gPre, (CHUNK, CHUNK), (0, kb))))
         else:
             self.store_rows(acc, row0, col0, dst, start, count, kb)
 
@@ -463,23 +481,42 @@ class DeltaBwdGrads(ChunkKernel):
 
     @cute.jit
     def through_the_norm(self, gPre: cute.Tensor, gX: cute.Tensor, dst: cute.Tensor, rows: cute.Tensor,
-                         which: cutlass.Constexpr, dot: cutlass.Constexpr, start: Int32, count: Int32, tidx: Int32):
-        """dx = (dxn - xn (xn . dxn)) / ||x|| from the pre-norm gradient (64 x K, the scratch's type; the dot in
-        f32 from the registers that held it) into dst's rows."""
+                         which: cutlass.Constexpr, dot: cutlass.Constexpr, start: Int32, count: Int32, tidx: Int32,
+                         sHeld=None):
+        """dx = (dxn - xn (xn . dxn)) / ||x|| from the pre-norm gradient (64 x K, the scratch's type, its last key
+        block in ``sHeld`` where ``leave`` put it there; the dot in f32 from the registers that held it) into dst's
+        rows. Every pass's loads are issued before the first is
+        used (unguarded: a row past the chunk's end reads its last token's x, and is not stored): loaded and used
+        a pass at a time, they held an eighth of gdn's stall samples (ncu, H100, session 32)."""
         segs = self.K // SEG
         rows_per_pass = self.threads // segs
+        passes = CHUNK // rows_per_pass
         seg = tidx % segs
-        pre = cute.make_rmem_tensor((1, SEG), gPre.element_type)
-        x = cute.make_rmem_tensor((1, SEG), self.io)
+        pre = cute.make_rmem_tensor(cute.make_layout((passes, SEG), stride=(SEG, 1)), gPre.element_type)
+        x = cute.make_rmem_tensor(cute.make_layout((passes, SEG), stride=(SEG, 1)), self.io)
         out = cute.make_rmem_tensor((1, SEG), dst.element_type)
-        for p in range_constexpr(CHUNK // rows_per_pass):
+        held_from = (self.K - CHUNK) // SEG         # the first segment of the last key block
+        for p in range_constexpr(passes):
+            row = tidx // segs + p * rows_per_pass
+            if const_expr(self.holds_last_block(gPre, sHeld)):
+                if seg >= held_from:
+                    cute.autovec_copy(cute.local_tile(sHeld, (1, SEG), (row, seg - held_from)),
+                                      cute.local_tile(pre, (1, SEG), (p, 0)))
+                else:
+                    cute.autovec_copy(cute.local_tile(gPre, (1, SEG), (row, seg)),
+                                      cute.local_tile(pre, (1, SEG), (p, 0)))
+            else:
+                cute.autovec_copy(cute.local_tile(gPre, (1, SEG), (row, seg)),
+                                  cute.local_tile(pre, (1, SEG), (p, 0)))
+            cute.autovec_copy(cute.local_tile(gX, (1, SEG), (start + cutlass.min(row, count - 1), seg)),
+                              cute.local_tile(x, (1, SEG), (p, 0)))
+        for p in range_constexpr(passes):
             row = tidx // segs + p * rows_per_pass
             if row < count:
                 inv = rows[which, row]
-                cute.autovec_copy(cute.local_tile(gPre, (1, SEG), (row, seg)), pre)
-                cute.autovec_copy(cute.local_tile(gX, (1, SEG), (start + row, seg)), x)
-                xn = x.load().to(Float32) * inv
-                out.store(((pre.load().to(Float32) - xn * rows[dot, row]) * inv).to(dst.element_type))
+                xn = cute.local_tile(x, (1, SEG), (p, 0)).load().to(Float32) * inv
+                grad = cute.local_tile(pre, (1, SEG), (p, 0)).load().to(Float32)
+                out.store(((grad - xn * rows[dot, row]) * inv).to(dst.element_type))
                 cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (start + row, seg)))
 
 
