@@ -402,6 +402,23 @@ class ChunkKernel:
                               cute.local_tile(dst, (1, SEG), (tidx // segs + p * rows_per_pass, tidx % segs)))
 
     @cute.jit
+    def copy_rows_async(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
+        """All 64 rows of ``src`` (64 x width, global, the input type) into ``dst`` (64 x width, shared) by cp.async
+        in ``fetch_rows``' segments, committed as one group: no registers and no wait until the caller's
+        ``cp_async_wait_group`` (then a barrier, so that every thread's copies are seen)."""
+        atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cute.nvgpu.cpasync.LoadCacheMode.GLOBAL), self.io,
+                                   num_bits_per_copy=128)
+        segs = width // SEG
+        rows_per_pass = self.threads // segs
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row, seg = tidx // segs + p * rows_per_pass, tidx % segs
+            # one-mode segments: the atom's 8 values are the tensor's first mode (a (1, 8) tile would be copied
+            # 16 bytes from each element)
+            cute.copy(atom, cute.local_tile(src[row, None], (SEG,), (seg,)),
+                      cute.local_tile(dst[row, None], (SEG,), (seg,)))
+        cute.arch.cp_async_commit_group()
+
+    @cute.jit
     def row_inverse_norm(self, x, segs: cutlass.Constexpr):
         """1 / ||row|| over the ``segs`` lanes that hold a row's segments (0 for a zero row)."""
         ss = (x * x).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)

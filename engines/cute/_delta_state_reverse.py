@@ -28,15 +28,33 @@ class DeltaStatePassReverse(DeltaStatePass):
     Products in the input type with f32 accumulation (the cuTile kernel's with BF16 products, mma="bf16"). One
     more product a step than the forward's staged step; the same longest-first order (``work_of_block``).
     ``prefetch`` (16-bit w, kd and P: "io_all"): the previous chunk's W, KD, dO rows, P fragment and closing gate
-    are loaded into registers while this chunk is computed, as the forward's pass does (qg stays a step's load)."""
+    are loaded into registers while this chunk is computed, as the forward's pass does; at K = 64 qg's rows come by
+    cp.async into the second of two buffers (``qg_buffers``; no registers left for them). A step's qg load, waited on
+    as it was stored, held a fifth of the pass's stall samples at K = 128 (ncu, H100, session 32)."""
 
     prefetch = False
+
+    @property
+    def qg_buffers(self) -> int:
+        """qg's shared buffers: two where the next chunk's rows arrive by cp.async during a step (the prefetching
+        form at K = 64: 0.080 -> 0.058 ms at 4 x 2048, H 16 on the H100). At K = 128 cp.async made the pass slower
+        both so (0.155 -> 0.167 ms, 17 KB more shared memory) and into the one buffer during the step's first
+        product (0.165), so there a step loads its own qg as before."""
+        return 2 if self.prefetch and self.K <= CHUNK else 1
+
+    def qg_buffer(self, storage, step):
+        """The qg buffer of step ``step`` (a run-time count: the prefetching form alternates two)."""
+        rows_k = CHUNK * (self.K + PAD)      # 16-byte multiple: the second buffer's rows stay aligned for ldmatrix
+        offset = cute.assume((step % self.qg_buffers) * rows_k, divby=rows_k)
+        return cute.make_tensor(storage.qg.data_ptr() + offset,
+                                cute.make_layout((CHUNK, self.K), stride=(self.K + PAD, 1)))
 
     def shared_storage(self):
         rows_k = CHUNK * (self.K + PAD)
         rows_bv = CHUNK * (self.BV + PAD)
         return shared_struct("DeltaStateReverseStorage", {
-            "w": shared_field(self.io, rows_k), "kd": shared_field(self.io, rows_k), "qg": shared_field(self.io, rows_k),
+            "w": shared_field(self.io, rows_k), "kd": shared_field(self.io, rows_k),
+            "qg": shared_field(self.io, rows_k * self.qg_buffers),
             "s": shared_field(self.io, self.K * (self.BV + PAD)), "do": shared_field(self.io, rows_bv),
             "dd": shared_field(self.io, rows_bv), "first": shared_field(Int32, self.threads),
             "decay": shared_field(Float32, self.K if self.per_channel else 1)})
@@ -80,13 +98,22 @@ class DeltaStatePassReverse(DeltaStatePass):
                      cute.make_rmem_tensor(dd.shape, io), cute.make_rmem_tensor((1,), Float32))
             if n_chunks > 0:     # an empty sequence's "first" chunk may lie past the workspace
                 self.fetch_reverse(mW, mKd, mDd, gDo, mG, thr, ahead, first, n_chunks - 1, bos, eos, h, vb, tidx)
+                if const_expr(self.qg_buffers == 2):
+                    self.copy_rows_async(mQg[first + n_chunks - 1, h, None, None], self.qg_buffer(storage, 0), K,
+                                         tidx)
         for jj in cutlass.range(n_chunks):
             j = n_chunks - 1 - jj
             c = first + j
             start = bos + j * CHUNK
             stop = cutlass.min(start + CHUNK, eos)
             cute.arch.sync_threads()        # the previous step's readers of every buffer are done
+            sQg_step = sQg
             if const_expr(self.prefetch):
+                if const_expr(self.qg_buffers == 2):
+                    # the next step's qg into the buffer the previous step read (the first chunk's again at the last)
+                    self.copy_rows_async(mQg[first + cutlass.max(j - 1, 0), h, None, None],
+                                         self.qg_buffer(storage, jj + 1), K, tidx)
+                    sQg_step = self.qg_buffer(storage, jj)
                 self.put_rows(ahead[0], sW, K, tidx)
                 self.put_rows(ahead[1], sKd, K, tidx)
                 self.put_rows(ahead[2], sDo, BV, tidx)
@@ -105,7 +132,8 @@ class DeltaStatePassReverse(DeltaStatePass):
             decay = Float32(0.0)
             if const_expr(self.prefetch):
                 gDd = thr.partition_C(cute.local_tile(mDd[c, h, None, None], (CHUNK, BV), (0, vb)))
-                self.scratch_rows(mQg[c, h, None, None], sQg, K, tidx)
+                if const_expr(self.qg_buffers == 1):
+                    self.scratch_rows(mQg[c, h, None, None], sQg, K, tidx)
                 if const_expr(self.per_channel):
                     if tidx < K:
                         sDecay[tidx] = cute.math.exp(gate)
@@ -134,6 +162,8 @@ class DeltaStatePassReverse(DeltaStatePass):
                 cute.autovec_copy(dd_io, gDd)
                 dd_io.store(-dd_io.load())
             cute.autovec_copy(dd_io, thr.partition_C(sDd))
+            if const_expr(self.qg_buffers == 2):
+                cute.arch.cp_async_wait_group(1)        # this step's qg is in (the next step's may be in flight)
             cute.arch.sync_threads()
             # dS <- e^(gc_last) dS + qg^T dO - W^T dD
             if const_expr(self.per_channel):
@@ -141,8 +171,10 @@ class DeltaStatePassReverse(DeltaStatePass):
                     ds[e] = ds[e] * sDecay[state_rows[e][0]]
             else:
                 ds.store(ds.load() * decay)
-            self.product_tt(tiled_mma, ds, sQg, sDo, CHUNK, K, BV, K + PAD, BV + PAD, tidx)
+            self.product_tt(tiled_mma, ds, sQg_step, sDo, CHUNK, K, BV, K + PAD, BV + PAD, tidx)
             self.product_tt(tiled_mma, ds, sW, sDd, CHUNK, K, BV, K + PAD, BV + PAD, tidx)
+        if const_expr(self.qg_buffers == 2):
+            cute.arch.cp_async_wait_group(0)            # the last step's wasted copy lands before the CTA ends
         if const_expr(self.store_ht):
             cute.autovec_copy(ds, thr.partition_C(cute.local_tile(mDh0[n, h, None, None], (K, BV), (0, vb))))
 
