@@ -194,7 +194,8 @@ def backward_variants(graph, node) -> list:
     kernels in CuTe the faster (H100, sessions 27-28, GPU ms; docs/engines_cutile.md "The backward"). With BF16
     inputs ``cute_all_io_all_w8`` ranks first: every kernel in CuTe, all scratch in the input type (a call whose
     buffers a CuTe kernel refuses runs on its f32 twin, ``CutileBackwardPlan._launches_at``), chunk_bwd_grads in
-    eight-warp CTAs; at 4 x 2048, H 16, K = V = 128 gdn 0.863 and kda 1.240 ms (H100, session 31); then
+    eight-warp CTAs; at 4 x 2048, H 16, K = V = 128 gdn 0.863 and kda 1.240 ms (H100, session 31), 0.834 / 1.219
+    once its gradient kernels issued the norm's loads together (session 32, the sum of its kernels); then
     ``cute_all_io_all`` (the same with four-warp chunk_bwd_grads: 0.947 / 1.573 in that run, 0.924 / 1.542 in
     session 30's), ``cute_all_io`` (the recompute's scratch
     alone in the input type: 1.118 / 1.705, against 2.348 and 2.869 for the first plan of session 26) and

@@ -72,7 +72,7 @@ def test_the_kernel_compiles_in_eight_warps_at_128_registers(K, V, use_l2, dq, s
     assert parameters(cubin) == addresses_then_three_sizes(18)
     assert block == (256, 1, 1) and 0 < shared <= 113 * 1024
     assert registers(cubin) <= 128
-    # a few spilled words (sm_90a, K = V = 128, io_all: 112 bytes per token, 200 per channel)
+    # a few spilled words (sm_90a, K = V = 128, io_all: 48 bytes per token, 160 per channel)
     assert largest_frame(cubin) <= 256
 
 
@@ -108,3 +108,23 @@ def test_place_names_the_accumulator_coordinates_the_mma_partition_gives(warps):
     _MISMATCHES.clear()
     _compare_places(kernel)
     assert not _MISMATCHES, _MISMATCHES[:4]
+
+
+class _Scratch:
+    """A stand-in for the pre-norm scratch tensor: what ``holds_last_block`` reads of it."""
+
+    def __init__(self, element_type):
+        self.element_type = element_type
+
+
+@pytest.mark.parametrize("scratch, use_l2, held, holds", [(cutlass.BFloat16, True, "smem", True),
+                                                          (cutlass.Float32, True, "smem", False),
+                                                          (cutlass.BFloat16, False, "smem", False),
+                                                          (cutlass.BFloat16, True, None, False)])
+def test_the_last_key_block_waits_for_the_norm_in_shared_memory_only_where_the_rounding_is_the_same(
+        scratch, use_l2, held, holds):
+    # in shared memory the block is rounded to the input type: the same bits as a 16-bit scratch gives, not an
+    # f32 one's; without L2 norm dq and dk leave for their rows directly; the per-channel kernel passes no buffer
+    kernel = _delta_bwd_grads.DeltaBwdGrads("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
+                                            128, 128, 2, 4, use_l2, 0.125, warps=8)
+    assert kernel.holds_last_block(_Scratch(scratch), held) is holds

@@ -1,7 +1,8 @@
 """The CuTe DSL reverse state pass of gdn_bwd and kda_bwd (engines/cute/_delta_state_reverse), on the CPU: its
 specialisations compile for sm_90a with the parameters the cuTile plan's C launch path writes (ten addresses: dO,
 w, kd, qg, g, cu_seqlens, dht, dhs, dD, dh0; then tokens, chunks and sequences as int32), its scratch slots
-follow the plan's scratch types, and the form that loads a chunk ahead spills nothing."""
+follow the plan's scratch types, and the form that loads a chunk ahead spills nothing (at K = 64 its next qg
+arrives by cp.async, 16 bytes a copy, into a second buffer)."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin reader is the cuTile engine's)")
 
 from cudnn_graph.engines.cute import _delta_state, _delta_state_reverse  # noqa: E402
-from cudnn_graph.engines.cute._delta_chunk import MAX_SHARED_BYTES  # noqa: E402
+from cudnn_graph.engines.cute._delta_chunk import CHUNK, MAX_SHARED_BYTES, PAD, pointer  # noqa: E402
 from cubin_tables import addresses_then_three_sizes, largest_frame, parameters  # noqa: E402
 
 
@@ -60,3 +61,35 @@ def test_the_reverse_pass_reads_and_writes_the_scratch_in_its_type():
     io_all = _delta_state_reverse._reverse_pointer_types("bfloat16", "bfloat16", "bfloat16")
     assert all(io_all[i] == ("bfloat16", 16) for i in (1, 2, 3, 7, 8))
     assert io_all[6] == io_all[9] == ("float32", 16)
+
+
+def _reverse_pass(K, prefetch):
+    return _delta_state_reverse.reverse_state_pass_launcher("bfloat16", K, K, 32, 4, True, True, 3,
+                                                            scratch_dtype="bfloat16", own_dtype="bfloat16",
+                                                            prefetch=prefetch)
+
+
+@pytest.mark.parametrize("K, second_buffer", [(64, True), (128, False)])
+def test_the_prefetching_reverse_pass_has_a_second_qg_buffer_at_k64_only(K, second_buffer):
+    # at K = 128 cp.async made the pass slower (H100, session 32): it keeps one buffer and a step's own load
+    extra = _reverse_pass(K, True).cubin()[2] - _reverse_pass(K, False).cubin()[2]
+    assert extra == (CHUNK * (K + PAD) * 2 if second_buffer else 0)
+
+
+@pytest.mark.filterwarnings("ignore:This static loop has")     # unrolled at trace time on purpose
+def test_the_next_qg_arrives_in_16_byte_copies(tmp_path):
+    # one cp.async a 16-byte segment: a copy of the (1, 8) tile itself would copy 16 bytes from each of its
+    # elements, past the segment and misaligned (CUDA_ERROR_MISALIGNED_ADDRESS on the H100, session 32)
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    from cutlass import Int32
+    kernel = _delta_state_reverse.DeltaStatePassReversePrefetch("bfloat16", 64, 64, 32, 4, True, True, False)
+    pointers = [pointer(dtype, 4096, align)
+                for dtype, align in _delta_state_reverse._reverse_pointer_types("bfloat16", "bfloat16", "bfloat16")]
+    cute.compile(kernel, *pointers, Int32(64), Int32(1), Int32(1), cuda.CUstream(0),
+                 options=f"--keep-ptx --dump-dir {tmp_path}")
+    (ptx,) = tmp_path.glob("*.ptx")
+    copies = [line for line in ptx.read_text().splitlines() if "cp.async.cg.shared.global" in line]
+    # two call sites (before the walk and each step), 64 rows x 8 segments over 128 threads: 4 copies each
+    assert len(copies) == 2 * CHUNK * (64 // 8) // 128
+    assert all(line.rstrip().endswith(", 16, 16;") for line in copies)
