@@ -485,9 +485,9 @@ class DeltaBwdGrads(ChunkKernel):
                          sHeld=None):
         """dx = (dxn - xn (xn . dxn)) / ||x|| from the pre-norm gradient (64 x K, the scratch's type, its last key
         block in ``sHeld`` where ``leave`` put it there; the dot in f32 from the registers that held it) into dst's
-        rows. Every pass's loads are issued before the first is
-        used (unguarded: a row past the chunk's end reads its last token's x, and is not stored): loaded and used
-        a pass at a time, they held an eighth of gdn's stall samples (ncu, H100, session 32)."""
+        rows. Every pass's loads are issued before the first is used (unguarded: a row past the chunk's end reads
+        its last token's x, and is not stored): loaded and used a pass at a time, they held an eighth of gdn's
+        stall samples (ncu, H100, session 32)."""
         segs = self.K // SEG
         rows_per_pass = self.threads // segs
         passes = CHUNK // rows_per_pass
