@@ -157,9 +157,11 @@ class DeltaBwdGrads(ChunkKernel):
 
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
+            # dO's rows (zeros past the chunk's end) in flight while the row factors are formed
+            do_rows = self.issue_rows(mDo[None, h, None], start, count, V, tidx)
             self.row_factors(mQ[None, hk, None], mK[None, hk, None], mG, mBeta, rows, h, hk, start, count, tidx)
-            # dO (zeros past the chunk's end) and D into shared memory, then dm and dA
-            self.load_rows(mDo[None, h, None], sDo, start, count, V, False, tidx)
+            # dO and D into shared memory, then dm and dA
+            self.put_loaded_rows(do_rows, sDo, V, False, tidx)
             self.scratch_rows(mD[c, h, None, None], sD, V, tidx)
             self.scratch_rows(mDa[c, h, None, None], sDa, CHUNK, tidx)
             cute.arch.sync_threads()
@@ -302,7 +304,9 @@ class DeltaBwdGrads(ChunkKernel):
         """rows[0..7] per token of the chunk: gc (in-chunk gate sums; rows past the end repeat the last), e^gc,
         e^(gc - gc_mid), e^(gc_mid - gc), e^(gc_last - gc), beta, 1 / ||q||, 1 / ||k|| (1 without L2 norm or
         for a zero row: it passes the gradient through unchanged, as the cuTile kernel's); rows[8..11] zero.
-        Every thread is past a barrier when it returns."""
+        q's and k's rows for the norms are loaded first, in flight during the gate sums. Every thread is past a
+        barrier when it returns."""
+        norm_rows = self.issue_norm_rows(gQ, gK, start, count, tidx)
         if tidx < CHUNK:
             g = Float32(0.0)
             b = Float32(0.0)
@@ -329,27 +333,40 @@ class DeltaBwdGrads(ChunkKernel):
             rows[2, tidx] = cute.math.exp(gc - mid)
             rows[3, tidx] = cute.math.exp(mid - gc)
             rows[4, tidx] = cute.math.exp(rows[0, count - 1] - gc)
+        self.inverse_norms(norm_rows, rows, tidx)
+        cute.arch.sync_threads()
+
+    @cute.jit
+    def issue_norm_rows(self, gQ: cute.Tensor, gK: cute.Tensor, start: Int32, count: Int32, tidx: Int32):
+        """q's and k's chunk rows (all of K; zeros past the chunk's end) into registers for ``inverse_norms``,
+        issued and not waited on; None without L2 norm. Loaded and reduced a row at a time, they held a fifth of
+        gdn's stall samples with the loads after them (ncu, H100, session 32)."""
         if const_expr(self.use_l2):
-            self.inverse_norms(gQ, rows, 6, start, count, tidx)
-            self.inverse_norms(gK, rows, 7, start, count, tidx)
+            return (self.issue_rows(gQ, start, count, self.K, tidx), self.issue_rows(gK, start, count, self.K, tidx))
+        return None
+
+    @cute.jit
+    def inverse_norms(self, norm_rows, rows: cute.Tensor, tidx: Int32):
+        """rows[6, t] = 1 / ||q_t|| and rows[7, t] = 1 / ||k_t|| over all of K from ``issue_norm_rows``' registers
+        (1 for a zero row or one past the chunk's end, and for every row without L2 norm). The caller's next
+        barrier orders their readers."""
+        if const_expr(self.use_l2):
+            self.inverse_norm_rows(norm_rows[0], rows, 6, tidx)
+            self.inverse_norm_rows(norm_rows[1], rows, 7, tidx)
         else:
             if tidx < CHUNK:
                 rows[6, tidx] = Float32(1.0)
                 rows[7, tidx] = Float32(1.0)
-        cute.arch.sync_threads()
 
     @cute.jit
-    def inverse_norms(self, gX: cute.Tensor, rows: cute.Tensor, which: cutlass.Constexpr, start: Int32, count: Int32,
-                      tidx: Int32):
-        """rows[which, t] = 1 / ||x_t|| over all of K (1 for a zero row or one past the chunk's end)."""
+    def inverse_norm_rows(self, raw: cute.Tensor, rows: cute.Tensor, which: cutlass.Constexpr, tidx: Int32):
+        """rows[which, t] = 1 / ||x_t|| from x's rows in ``issue_rows``' registers (1 for a zero row)."""
         segs = self.K // SEG
         rows_per_pass = self.threads // segs
         seg = tidx % segs
-        part = cute.make_rmem_tensor((1, SEG), self.io)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
-            self.load_segment(gX, part, start, row, seg, count)
-            x = part.load().to(Float32)
+            x = cute.local_tile(raw, (1, SEG), (p, 0)).load().to(Float32)
             ss = (x * x).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
             for lane in range_constexpr(segs.bit_length() - 1):
                 ss = ss + cute.arch.shuffle_sync_bfly(ss, 1 << lane)
@@ -538,7 +555,8 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
       shared memory) and e^gc_last times the key row's sum over V of S0 * dS1 (in f32, as dS1's rows are
       rounded into shared memory);
     - two operand buffers instead of four (dO and S0, then D and dS1, reloaded a block each; qn and kn over the
-      first), so that two CTAs fit an SM with the two f32 gate blocks beside them.
+      first), so that two CTAs fit an SM with the two f32 gate blocks beside them; at K = 64 dq and dk before
+      the norm wait in q's and k's columns (``holds_last_block``), each thread over the places it alone reads.
     """
 
     per_channel = True          # g and dg (tokens, H, K)
@@ -590,12 +608,17 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                                 cute.make_layout((self._row_fields, CHUNK), stride=(CHUNK, 1)))
         sColumns = cute.make_tensor(storage.columns.data_ptr(),
                                     cute.make_layout((self.threads // 32, CHUNK), stride=(CHUNK, 1)))
+        # dq and dk before the norm wait in q's and k's columns at K = 64 only (no scratch round trip at all); at
+        # K = 128 the choice between the scratch and the columns took 160 -> 328 bytes of stack (sm_90a, 8 warps)
+        sQHeld = sQ if const_expr(K == CHUNK) else None
+        sKHeld = sK if const_expr(K == CHUNK) else None
 
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
+            do_rows = self.issue_rows(mDo[None, h, None], start, count, V, tidx)
             self.token_factors(mQ[None, hk, None], mK[None, hk, None], mBeta, rows, h, start, count, tidx)
             # dm = tril(dO D^T) scale over all of V, and dA, once
-            self.load_rows(mDo[None, h, None], sA, start, count, V, False, tidx)
+            self.put_loaded_rows(do_rows, sA, V, False, tidx)
             self.scratch_rows(mD[c, h, None, None], sB, V, tidx)
             self.scratch_rows(mDa[c, h, None, None], sDa, CHUNK, tidx)
             cute.arch.sync_threads()
@@ -656,7 +679,8 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     dq[e] = dq[e] + acc[e] * up
                     sDgc[t, i] = sDgc[t, i] + self.as_operand(q * up) * acc[e]
                     self.add_row(sums, 1, e, q * dq[e])
-                self.leave(thr, dq, mDqp[c, h, None, None], mDq[None, h, None], row0, col0, start, count, kb)
+                # the last key block's dq over q's columns (each thread's own places: read above, not read again)
+                self.leave(thr, dq, mDqp[c, h, None, None], mDq[None, h, None], row0, col0, start, count, kb, sQHeld)
                 # dm^T qn -> dk
                 acc.fill(0.0)
                 self.product_tt(tiled_mma, acc, sDm, sQn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
@@ -691,16 +715,16 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     sDgc[t, i] = sDgc[t, i] - self.as_operand(k * down) * acc[e]
                     self.add_row(sums, 0, e, k * dct[e])
                     self.add_row(sums, 2, e, k * dk[e])
-                self.leave(thr, dk, mDkp[c, h, None, None], mDk[None, h, None], row0, col0, start, count, kb)
+                self.leave(thr, dk, mDkp[c, h, None, None], mDk[None, h, None], row0, col0, start, count, kb, sKHeld)
                 cute.arch.sync_threads()        # every term is in the gate-gradient block
                 self.gate_gradients(sDgc, sGc, sColumns, rows, mDg[None, h, None], start, count, kb, tidx)
             self.finish_rows(sums, rows, row0, mDbv[c, h, None, None], mDbeta, h, start, count, tidx)
             if const_expr(self.use_l2):
                 cute.arch.sync_threads()        # every dq / dk before the norm is written, the row dots are summed
                 self.through_the_norm(mDqp[c, h, None, None], mQ[None, hk, None], mDq[None, h, None], rows, 6, 10,
-                                      start, count, tidx)
+                                      start, count, tidx, sQHeld)
                 self.through_the_norm(mDkp[c, h, None, None], mK[None, hk, None], mDk[None, h, None], rows, 7, 11,
-                                      start, count, tidx)
+                                      start, count, tidx, sKHeld)
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -709,6 +733,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                       start: Int32, count: Int32, tidx: Int32):
         """rows[5..7] per token: beta, 1 / ||q||, 1 / ||k|| (as ``row_factors``); rows[9..11] zero. Every thread is
         past a barrier when it returns."""
+        norm_rows = self.issue_norm_rows(gQ, gK, start, count, tidx)
         if tidx < CHUNK:
             b = Float32(0.0)
             if tidx < count:
@@ -716,13 +741,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
             rows[5, tidx] = b
             for which in range_constexpr(9, 12):
                 rows[which, tidx] = Float32(0.0)
-        if const_expr(self.use_l2):
-            self.inverse_norms(gQ, rows, 6, start, count, tidx)
-            self.inverse_norms(gK, rows, 7, start, count, tidx)
-        else:
-            if tidx < CHUNK:
-                rows[6, tidx] = Float32(1.0)
-                rows[7, tidx] = Float32(1.0)
+        self.inverse_norms(norm_rows, rows, tidx)
         cute.arch.sync_threads()
 
     @cute.jit

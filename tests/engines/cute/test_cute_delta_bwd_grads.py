@@ -124,7 +124,7 @@ class _Scratch:
 def test_the_last_key_block_waits_for_the_norm_in_shared_memory_only_where_the_rounding_is_the_same(
         scratch, use_l2, held, holds):
     # in shared memory the block is rounded to the input type: the same bits as a 16-bit scratch gives, not an
-    # f32 one's; without L2 norm dq and dk leave for their rows directly; the per-channel kernel passes no buffer
+    # f32 one's; without L2 norm dq and dk leave for their rows directly
     kernel = _delta_bwd_grads.DeltaBwdGrads("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
                                             128, 128, 2, 4, use_l2, 0.125, warps=8)
     assert kernel.holds_last_block(_Scratch(scratch), held) is holds
