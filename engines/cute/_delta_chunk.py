@@ -402,6 +402,16 @@ class ChunkKernel:
                               cute.local_tile(dst, (1, SEG), (tidx // segs + p * rows_per_pass, tidx % segs)))
 
     @cute.jit
+    def store_fragment_matrices(self, tiled_mma: cute.TiledMma, frag: cute.Tensor, dst: cute.Tensor, tidx: Int32):
+        """A thread's accumulator-layout fragment ``frag`` (the input type) into ``dst`` (shared, rows 16-byte
+        aligned) by stmatrix: two 8 x 8 matrices an instruction instead of a 4-byte store per column pair (the
+        state passes' stores of S and dD each step are MIO-bound)."""
+        atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 2), self.io)
+        tiled = cute.make_tiled_copy_C(atom, tiled_mma)
+        thr = tiled.get_slice(tidx)
+        cute.copy(tiled, thr.retile(frag), thr.partition_D(dst))
+
+    @cute.jit
     def copy_rows_async(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
         """All 64 rows of ``src`` (64 x width, global, the input type) into ``dst`` (64 x width, shared) by cp.async
         in ``fetch_rows``' segments, committed as one group: no registers and no wait until the caller's

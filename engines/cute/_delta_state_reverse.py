@@ -128,7 +128,7 @@ class DeltaStatePassReverse(DeltaStatePass):
                 cute.autovec_copy(ds, gDhs)
             else:
                 cute.autovec_copy(s_io, gDhs)
-            cute.autovec_copy(s_io, thr.partition_C(sS))
+            self.store_fragment_matrices(tiled_mma, s_io, sS, tidx)
             decay = Float32(0.0)
             if const_expr(self.prefetch):
                 gDd = thr.partition_C(cute.local_tile(mDd[c, h, None, None], (CHUNK, BV), (0, vb)))
@@ -161,7 +161,7 @@ class DeltaStatePassReverse(DeltaStatePass):
                 dd_io.store(dd.load().to(io))
                 cute.autovec_copy(dd_io, gDd)
                 dd_io.store(-dd_io.load())
-            cute.autovec_copy(dd_io, thr.partition_C(sDd))
+            self.store_fragment_matrices(tiled_mma, dd_io, sDd, tidx)
             if const_expr(self.qg_buffers == 2):
                 cute.arch.cp_async_wait_group(1)        # this step's qg is in (the next step's may be in flight)
             cute.arch.sync_threads()
