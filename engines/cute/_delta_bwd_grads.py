@@ -178,11 +178,14 @@ class DeltaBwdGrads(ChunkKernel):
             dct = cute.make_rmem_tensor(acc.shape, Float32)
             last_e = cute.math.exp(rows[0, count - 1])
             for kb in cutlass.range(K // CHUNK):
+                # q's and k's columns in flight across the barrier, S0's and dS1's rows by cp.async after it where
+                # the scratch is the input type (loaded and stored a row at a time, each waited on)
+                first_seg = kb * (CHUNK // SEG)
+                q_cols = self.issue_rows(mQ[None, hk, None], start, count, CHUNK, tidx, first_seg)
+                k_cols = self.issue_rows(mK[None, hk, None], start, count, CHUNK, tidx, first_seg)
                 cute.arch.sync_threads()        # the previous block's readers of S0's and dS1's place are done
-                dlast = dlast + last_e * self.rounded_state_rows(mHs[c, h, None, None], mDhs[c, h, None, None], sS0,
-                                                                 sDs1, kb, tidx)
-                self.normalised_columns(mQ[None, hk, None], sQ, rows, 6, start, count, kb, tidx)
-                self.normalised_columns(mK[None, hk, None], sK, rows, 7, start, count, kb, tidx)
+                dlast = dlast + last_e * self.state_rows(mHs[c, h, None, None], mDhs[c, h, None, None], sS0, sDs1,
+                                                         q_cols, k_cols, sQ, sK, rows, kb, tidx)
                 cute.arch.sync_threads()
                 # dqs = dO S0^T -> dq = dqs e^gc scale
                 acc.fill(0.0)
@@ -374,6 +377,57 @@ class DeltaBwdGrads(ChunkKernel):
                 rows[which, row] = cutlass.select_(ss > Float32(0.0), cute.math.rsqrt(ss), Float32(1.0))
 
     @cute.jit
+    def state_rows(self, gS0: cute.Tensor, gDs1: cute.Tensor, sS0: cute.Tensor, sDs1: cute.Tensor, q_cols: cute.Tensor,
+                   k_cols: cute.Tensor, sQ: cute.Tensor, sK: cute.Tensor, rows: cute.Tensor, kb: Int32, tidx: Int32):
+        """Key block kb's operands into shared memory: S0's and dS1's key rows (``rounded_state_rows``; by cp.async
+        where the scratch is the input type, the copies in flight while q's and k's columns from ``issue_rows``
+        are stored times 1 / ||x||). Returns this thread's share of sum(S0 * dS1) over the block, in f32."""
+        if const_expr(gS0.element_type is self.io and gDs1.element_type is self.io):
+            self.copy_rows_async(cute.local_tile(gS0, (CHUNK, self.V), (kb, 0)), sS0, self.V, tidx)
+            self.copy_rows_async(cute.local_tile(gDs1, (CHUNK, self.V), (kb, 0)), sDs1, self.V, tidx)
+        self.put_columns(q_cols, sQ, rows, 6, tidx)
+        self.put_columns(k_cols, sK, rows, 7, tidx)
+        total = Float32(0.0)
+        if const_expr(gS0.element_type is self.io and gDs1.element_type is self.io):
+            cute.arch.cp_async_wait_group(0)
+            total = self.own_row_dots(sS0, sDs1, tidx)
+        else:
+            total = self.rounded_state_rows(gS0, gDs1, sS0, sDs1, kb, tidx)
+        return total
+
+    @cute.jit
+    def put_columns(self, raw: cute.Tensor, sX: cute.Tensor, rows: cute.Tensor, which: cutlass.Constexpr,
+                    tidx: Int32):
+        """A key block of q's or k's chunk rows from ``issue_rows`` into sX (64 x 64), times rows[which]
+        (1 / ||x||) with L2 norm."""
+        segs = CHUNK // SEG
+        rows_per_pass = self.threads // segs
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            part = cute.local_tile(raw, (1, SEG), (p, 0))
+            if const_expr(self.use_l2):
+                part.store((part.load().to(Float32) * rows[which, row]).to(self.io))
+            cute.autovec_copy(part, cute.local_tile(sX, (1, SEG), (row, tidx % segs)))
+
+    @cute.jit
+    def own_row_dots(self, sS0: cute.Tensor, sDs1: cute.Tensor, tidx: Int32):
+        """This thread's share of sum(S0 * dS1) (f32) over the segments its own copies put in sS0 / sDs1 (64 x V):
+        seen after its wait, without a barrier."""
+        segs = self.V // SEG
+        rows_per_pass = self.threads // segs
+        seg = tidx % segs
+        a = cute.make_rmem_tensor((1, SEG), self.io)
+        b = cute.make_rmem_tensor((1, SEG), self.io)
+        total = Float32(0.0)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            row = tidx // segs + p * rows_per_pass
+            cute.autovec_copy(cute.local_tile(sS0, (1, SEG), (row, seg)), a)
+            cute.autovec_copy(cute.local_tile(sDs1, (1, SEG), (row, seg)), b)
+            total = total + (a.load().to(Float32) * b.load().to(Float32)).reduce(cute.ReductionOp.ADD,
+                                                                                Float32(0.0), 0)
+        return total
+
+    @cute.jit
     def rounded_state_rows(self, gS0: cute.Tensor, gDs1: cute.Tensor, sS0: cute.Tensor, sDs1: cute.Tensor,
                            kb: Int32, tidx: Int32):
         """Key rows [64 kb, 64 kb + 64) of S0 and dS1 (K x V, f32 or the input type: the scratch's) in the input type
@@ -397,26 +451,6 @@ class DeltaBwdGrads(ChunkKernel):
             out.store(y.to(self.io))
             cute.autovec_copy(out, cute.local_tile(sDs1, (1, SEG), (row, seg)))
         return total
-
-    @cute.jit
-    def normalised_columns(self, gX: cute.Tensor, sX: cute.Tensor, rows: cute.Tensor, which: cutlass.Constexpr,
-                           start: Int32, count: Int32, kb: Int32, tidx: Int32):
-        """Columns [64 kb, 64 kb + 64) of x's chunk rows times rows[which] (1 / ||x||) into sX (64 x 64), zeros
-        past the chunk's end."""
-        segs = CHUNK // SEG
-        rows_per_pass = self.threads // segs
-        seg = tidx % segs
-        part = cute.make_rmem_tensor((1, SEG), self.io)
-        for p in range_constexpr(CHUNK // rows_per_pass):
-            row = tidx // segs + p * rows_per_pass
-            # inline, not load_segment: through the call the sm_90a cubin's frame grew 24 -> 32 bytes
-            if row < count:
-                cute.autovec_copy(cute.local_tile(gX, (1, SEG), (start + row, kb * segs + seg)), part)
-            else:
-                part.fill(0.0)
-            if const_expr(self.use_l2):
-                part.store((part.load().to(Float32) * rows[which, row]).to(self.io))
-            cute.autovec_copy(part, cute.local_tile(sX, (1, SEG), (row, seg)))
 
     @cute.jit
     def split_operands(self, sQ: cute.Tensor, sK: cute.Tensor, sQn: cute.Tensor, sKn: cute.Tensor, sAn: cute.Tensor,
@@ -633,26 +667,32 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
             dct = cute.make_rmem_tensor(acc.shape, Float32)
             mid_row = cutlass.min(count - 1, SPLIT_ROW)
             for kb in cutlass.range(K // CHUNK):
+                # the block's rows in flight together, across the barrier (loaded and stored a row at a time they
+                # held an eighth of the stall samples: ncu, H100): g, q and k by registers; S0 and dO by cp.async
+                # (the next block's issued before this one's gate gradients), S0 by registers from f32 scratch
+                block_rows = self.issue_key_block(mG[None, h, None], mQ[None, hk, None], mK[None, hk, None],
+                                                  mHs[c, h, None, None], start, count, kb, tidx)
                 cute.arch.sync_threads()        # the previous block's readers of A, B, the gates and sums are done
-                self.gate_rows(mG[None, h, None], sGc, start, count, kb, tidx)
-                self.normalised_columns(mQ[None, hk, None], sQ, rows, 6, start, count, kb, tidx)
-                self.normalised_columns(mK[None, hk, None], sK, rows, 7, start, count, kb, tidx)
-                if kb > 0:
-                    self.load_rows(mDo[None, h, None], sA, start, count, V, False, tidx)
-                self.scratch_rows(cute.local_tile(mHs[c, h, None, None], (CHUNK, V), (kb, 0)), sB, V, tidx)
+                if kb == 0:
+                    self.copy_block_async(mDo[None, h, None], mHs[c, h, None, None], sA, sB, start, count, kb, tidx)
+                self.put_key_block(block_rows, sGc, sQ, sK, sB, rows, tidx)
+                cute.arch.cp_async_wait_group(0)
                 cute.arch.sync_threads()
                 self.column_cumsum(sGc, tidx)
                 # dqs = dO S0^T -> dq = dqs e^gc scale
                 acc.fill(0.0)
                 self.product(tiled_mma, acc, sA, sB, tidx)
                 cute.arch.sync_threads()        # the sums are formed; dO's and S0's rows are read
+                # D's and dS1's rows in flight during dq's epilogue
+                state_rows = self.issue_state_rows(mD[c, h, None, None], mHs[c, h, None, None],
+                                                   mDhs[c, h, None, None], sA, kb, tidx)
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     dq[e] = acc[e] * cute.math.exp(sGc[t, i]) * self.scale
                     sDgc[t, i] = sQ[t, i].to(Float32) * dq[e]
                 # dkg = D dS1^T -> dk = dkg e^(last - gc)
-                self.scratch_rows(mD[c, h, None, None], sA, V, tidx)
-                self.state_gradient_rows(mHs[c, h, None, None], mDhs[c, h, None, None], sB, rows, kb, tidx)
+                self.put_state_rows(state_rows, sA, sB, rows, tidx)
+                cute.arch.cp_async_wait_group(0)
                 cute.arch.sync_threads()
                 acc.fill(0.0)
                 self.product(tiled_mma, acc, sA, sB, tidx)
@@ -717,6 +757,9 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     self.add_row(sums, 2, e, k * dk[e])
                 self.leave(thr, dk, mDkp[c, h, None, None], mDk[None, h, None], row0, col0, start, count, kb, sKHeld)
                 cute.arch.sync_threads()        # every term is in the gate-gradient block
+                if kb + 1 < K // CHUNK:
+                    self.copy_block_async(mDo[None, h, None], mHs[c, h, None, None], sA, sB, start, count, kb + 1,
+                                          tidx)
                 self.gate_gradients(sDgc, sGc, sColumns, rows, mDg[None, h, None], start, count, kb, tidx)
             self.finish_rows(sums, rows, row0, mDbv[c, h, None, None], mDbeta, h, start, count, tidx)
             if const_expr(self.use_l2):
@@ -745,22 +788,50 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
         cute.arch.sync_threads()
 
     @cute.jit
-    def gate_rows(self, gG: cute.Tensor, sGc: cute.Tensor, start: Int32, count: Int32, kb: Int32, tidx: Int32):
-        """Columns [64 kb, 64 kb + 64) of g's chunk rows (tokens x K) into sGc in f32, zeros past the chunk's end
-        (so that the sums there repeat the last row's, as the cuTile kernel's)."""
+    def issue_key_block(self, gG: cute.Tensor, gQ: cute.Tensor, gK: cute.Tensor, gS: cute.Tensor, start: Int32,
+                        count: Int32, kb: Int32, tidx: Int32):
+        """Key block kb's rows into registers, issued and not waited on (``put_key_block`` stores them): columns
+        [64 kb, 64 kb + 64) of g's, q's and k's chunk rows (zeros past the chunk's end), and S0's key rows [64 kb,
+        64 kb + 64) where the scratch (gS: K x V) is f32 (in the input type they come by ``copy_block_async``)."""
+        first_seg = kb * (CHUNK // SEG)
+        g = self.issue_rows(gG, start, count, CHUNK, tidx, first_seg)
+        q = self.issue_rows(gQ, start, count, CHUNK, tidx, first_seg)
+        k = self.issue_rows(gK, start, count, CHUNK, tidx, first_seg)
+        s0 = None
+        if const_expr(gS.element_type is not self.io):
+            s0 = self.issue_rows(gS, kb * CHUNK, CHUNK, self.V, tidx)
+        return g, q, k, s0
+
+    @cute.jit
+    def copy_block_async(self, gDo: cute.Tensor, gS: cute.Tensor, sDo: cute.Tensor, sS0: cute.Tensor, start: Int32,
+                         count: Int32, kb: Int32, tidx: Int32):
+        """Key block kb's rows that need no arithmetic on the way, by cp.async (the caller waits, then a barrier):
+        S0's key rows [64 kb, 64 kb + 64) into sS0 where the scratch is the input type, and past the first block
+        dO's rows into sDo (a row past the chunk's end repeats its last: dq's rows there meet a zero q and are
+        not stored). Readers of both buffers must be past a barrier."""
+        if const_expr(gS.element_type is self.io):
+            self.copy_rows_async(cute.local_tile(gS, (CHUNK, self.V), (kb, 0)), sS0, self.V, tidx)
+        if kb > 0:
+            self.copy_rows_async(gDo, sDo, self.V, tidx, start, count)
+
+    @cute.jit
+    def put_key_block(self, block_rows, sGc: cute.Tensor, sQ: cute.Tensor, sK: cute.Tensor, sS0: cute.Tensor,
+                      rows: cute.Tensor, tidx: Int32):
+        """``issue_key_block``'s rows into shared memory: g in f32 (sGc), q and k times 1 / ||x|| (rows[6], rows[7])
+        with L2 norm, S0 (from f32 scratch) in the input type."""
+        g, q, k, s0 = block_rows
         segs = CHUNK // SEG
         rows_per_pass = self.threads // segs
         seg = tidx % segs
-        raw = cute.make_rmem_tensor((1, SEG), gG.element_type)
-        out = cute.make_rmem_tensor((1, SEG), Float32)
+        gates = cute.make_rmem_tensor((1, SEG), Float32)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
-            if row < count:
-                cute.autovec_copy(cute.local_tile(gG, (1, SEG), (start + row, kb * segs + seg)), raw)
-            else:
-                raw.fill(0.0)
-            out.store(raw.load().to(Float32))
-            cute.autovec_copy(out, cute.local_tile(sGc, (1, SEG), (row, seg)))
+            gates.store(cute.local_tile(g, (1, SEG), (p, 0)).load().to(Float32))
+            cute.autovec_copy(gates, cute.local_tile(sGc, (1, SEG), (row, seg)))
+        self.put_columns(q, sQ, rows, 6, tidx)
+        self.put_columns(k, sK, rows, 7, tidx)
+        if const_expr(s0 is not None):
+            self.put_scratch_rows(s0, sS0, self.V, tidx)
 
     @cute.jit
     def column_cumsum(self, sGc: cute.Tensor, tidx: Int32):
@@ -772,30 +843,52 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                 sGc[t, tidx] = total
 
     @cute.jit
-    def state_gradient_rows(self, gS0: cute.Tensor, gDs1: cute.Tensor, sDs1: cute.Tensor, rows: cute.Tensor,
-                            kb: Int32, tidx: Int32):
-        """Key rows [64 kb, 64 kb + 64) of dS1 (K x V, the scratch's type) in the input type into sDs1 (64 x V),
-        and rows[_ROW_DOT, r] = sum over V of S0 * dS1 of key row 64 kb + r (f32; both as the scratch holds
-        them)."""
+    def issue_state_rows(self, gD: cute.Tensor, gS0: cute.Tensor, gDs1: cute.Tensor, sD: cute.Tensor, kb: Int32,
+                         tidx: Int32):
+        """dS1's key rows [64 kb, 64 kb + 64) (K x V) into registers, issued and not waited on (``put_state_rows``
+        stores them); D's chunk rows (64 x V) by cp.async into sD where the scratch is the input type (readers of
+        sD past a barrier; the caller waits), else into registers, with S0's key rows (with 16-bit scratch the
+        rows in shared memory are the scratch's own values)."""
+        ds1 = self.issue_rows(gDs1, kb * CHUNK, CHUNK, self.V, tidx)
+        d = None
+        s0 = None
+        if const_expr(gD.element_type is self.io):
+            self.copy_rows_async(gD, sD, self.V, tidx)
+        else:
+            d = self.issue_rows(gD, 0, CHUNK, self.V, tidx)
+            s0 = self.issue_rows(gS0, kb * CHUNK, CHUNK, self.V, tidx)
+        return d, ds1, s0
+
+    @cute.jit
+    def put_state_rows(self, state_rows, sD: cute.Tensor, sS: cute.Tensor, rows: cute.Tensor, tidx: Int32):
+        """``issue_state_rows``' rows into shared memory: D into sD (from registers); dS1 in the input type over S0's rows in sS,
+        and rows[_ROW_DOT, r] = sum over V of S0 * dS1 of the block's key row r (f32; both as the scratch holds
+        them: S0 from sS, which each thread reads where it stored it, or from the f32 registers)."""
+        d, ds1, s0 = state_rows
         V = self.V
+        if const_expr(d is not None):
+            self.put_scratch_rows(d, sD, V, tidx)
         segs = V // SEG
         rows_per_pass = self.threads // segs
         seg = tidx % segs
-        a = cute.make_rmem_tensor((1, SEG), gS0.element_type)
-        b = cute.make_rmem_tensor((1, SEG), gDs1.element_type)
+        held = cute.make_rmem_tensor((1, SEG), self.io)
         out = cute.make_rmem_tensor((1, SEG), self.io)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
-            cute.autovec_copy(cute.local_tile(gS0, (1, SEG), (kb * CHUNK + row, seg)), a)
-            cute.autovec_copy(cute.local_tile(gDs1, (1, SEG), (kb * CHUNK + row, seg)), b)
-            y = b.load().to(Float32)
-            dot = (a.load().to(Float32) * y).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+            place = cute.local_tile(sS, (1, SEG), (row, seg))
+            if const_expr(s0 is None):
+                cute.autovec_copy(place, held)
+                x = held.load().to(Float32)
+            else:
+                x = cute.local_tile(s0, (1, SEG), (p, 0)).load().to(Float32)
+            y = cute.local_tile(ds1, (1, SEG), (p, 0)).load().to(Float32)
+            dot = (x * y).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
             for lane in range_constexpr(segs.bit_length() - 1):
                 dot = dot + cute.arch.shuffle_sync_bfly(dot, 1 << lane)
             if seg == 0:
                 rows[_ROW_DOT, row] = dot
             out.store(y.to(self.io))
-            cute.autovec_copy(out, cute.local_tile(sDs1, (1, SEG), (row, seg)))
+            cute.autovec_copy(out, place)
 
     @cute.jit
     def warp_column_sums(self, columns: cute.Tensor, sColumns: cute.Tensor, col0: Int32, tidx: Int32):

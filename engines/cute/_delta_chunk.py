@@ -219,18 +219,26 @@ class ChunkKernel:
                              store)
 
     @cute.jit
-    def issue_rows(self, src: cute.Tensor, start: Int32, count: Int32, width: cutlass.Constexpr, tidx: Int32):
+    def issue_rows(self, src: cute.Tensor, start: Int32, count: Int32, width: cutlass.Constexpr, tidx: Int32,
+                   first_seg=0):
         """``load_rows``' first half: rows [start, start + 64) of ``src`` into a thread's registers
-        (``row_registers``), zeros past ``count``; the loads are issued, not waited on, so that a caller can
-        have several blocks' loads in flight before it processes any."""
+        (``row_registers`` in src's type), zeros past ``count``; the loads are issued, not waited on, so that a
+        caller can have several blocks' loads in flight before it processes any. ``first_seg``: the rows'
+        columns start at that 16-byte segment (a key block of a wider row)."""
+        raw = self.row_registers(width, src.element_type)
+        self.fill_rows(src, raw, start, count, width, tidx, first_seg)
+        return raw
+
+    @cute.jit
+    def fill_rows(self, src: cute.Tensor, raw: cute.Tensor, start: Int32, count: Int32, width: cutlass.Constexpr,
+                  tidx: Int32, first_seg=0):
+        """``issue_rows`` into registers the caller holds (``raw``: to be filled under a runtime condition)."""
         segs = width // SEG
         rows_per_pass = self.threads // segs
         seg = tidx % segs
-        raw = self.row_registers(width)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
-            self.load_segment(src, cute.local_tile(raw, (1, SEG), (p, 0)), start, row, seg, count)
-        return raw
+            self.load_segment(src, cute.local_tile(raw, (1, SEG), (p, 0)), start, row, first_seg + seg, count)
 
     @cute.jit
     def load_segment(self, src: cute.Tensor, part: cute.Tensor, start: Int32, row, seg, count: Int32):
@@ -343,6 +351,21 @@ class ChunkKernel:
                 out.store(raw.load().to(self.io))
                 cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (row, seg)))
 
+    @cute.jit
+    def put_scratch_rows(self, raw: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
+        """Rows ``issue_rows`` loaded from scratch (f32 or the input type) into ``dst`` in the input type."""
+        segs = width // SEG
+        rows_per_pass = self.threads // segs
+        seg = tidx % segs
+        out = cute.make_rmem_tensor((1, SEG), self.io)
+        for p in range_constexpr(CHUNK // rows_per_pass):
+            part = cute.local_tile(raw, (1, SEG), (p, 0))
+            if const_expr(raw.element_type is self.io):
+                cute.autovec_copy(part, cute.local_tile(dst, (1, SEG), (tidx // segs + p * rows_per_pass, seg)))
+            else:
+                out.store(part.load().to(self.io))
+                cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (tidx // segs + p * rows_per_pass, seg)))
+
     def first_place(self, tidx):
         """(row0, col0): the first row and column of a thread's accumulator elements (``place``): four warps of
         16 rows, a quad's lanes on a row, two columns a lane (mma.sync m16n8's C layout); in a block of eight
@@ -374,11 +397,13 @@ class ChunkKernel:
                 x = x + cute.arch.shuffle_sync_bfly(x, 2)
                 sums[which, half] = x
 
-    def row_registers(self, width: int):
+    def row_registers(self, width: int, dtype=None):
         """A thread's share of a 64 x ``width`` block held in registers between ``fetch_rows`` and
-        ``put_rows``: one 16-byte segment per pass of 128 threads, each segment contiguous."""
+        ``put_rows``: one segment of 8 columns per pass of the CTA's threads, each segment contiguous (the
+        input type unless ``dtype``)."""
         passes = CHUNK * width // (self.threads * SEG)
-        return cute.make_rmem_tensor(cute.make_layout((passes, SEG), stride=(SEG, 1)), self.io)
+        return cute.make_rmem_tensor(cute.make_layout((passes, SEG), stride=(SEG, 1)),
+                                     self.io if dtype is None else dtype)
 
     @cute.jit
     def fetch_rows(self, src: cute.Tensor, regs: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
@@ -412,19 +437,25 @@ class ChunkKernel:
         cute.copy(tiled, thr.retile(frag), thr.partition_D(dst))
 
     @cute.jit
-    def copy_rows_async(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
+    def copy_rows_async(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32,
+                        start=0, count=None):
         """All 64 rows of ``src`` (64 x width, global, the input type) into ``dst`` (64 x width, shared) by cp.async
         in ``fetch_rows``' segments, committed as one group: no registers and no wait until the caller's
-        ``cp_async_wait_group`` (then a barrier, so that every thread's copies are seen)."""
+        ``cp_async_wait_group`` (then a barrier, so that every thread's copies are seen). With ``count``, src is
+        token rows: rows [start, start + 64), a row past the chunk's ``count`` a copy of its last (finite, and
+        in bounds; a caller whose products would read it gives it a zero factor)."""
         atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cute.nvgpu.cpasync.LoadCacheMode.GLOBAL), self.io,
                                    num_bits_per_copy=128)
         segs = width // SEG
         rows_per_pass = self.threads // segs
         for p in range_constexpr(CHUNK // rows_per_pass):
             row, seg = tidx // segs + p * rows_per_pass, tidx % segs
+            src_row = row
+            if const_expr(count is not None):
+                src_row = start + cutlass.min(row, count - 1)
             # one-mode segments: the atom's 8 values are the tensor's first mode (a (1, 8) tile would be copied
             # 16 bytes from each element)
-            cute.copy(atom, cute.local_tile(src[row, None], (SEG,), (seg,)),
+            cute.copy(atom, cute.local_tile(src[src_row, None], (SEG,), (seg,)),
                       cute.local_tile(dst[row, None], (SEG,), (seg,)))
         cute.arch.cp_async_commit_group()
 

@@ -128,3 +128,30 @@ def test_the_last_key_block_waits_for_the_norm_in_shared_memory_only_where_the_r
     kernel = _delta_bwd_grads.DeltaBwdGrads("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
                                             128, 128, 2, 4, use_l2, 0.125, warps=8)
     assert kernel.holds_last_block(_Scratch(scratch), held) is holds
+
+
+@pytest.mark.filterwarnings("ignore:This static loop has")     # unrolled at trace time on purpose
+@pytest.mark.parametrize("per_channel, scratch, copies", [
+    # kda: S0's key rows at two places (the first block's, the next block's before the gate gradients), dO's at
+    # the second only (the first block's are in place), D's rows once: 64 rows x 16 segments over 256 threads,
+    # 4 copies a thread each
+    (True, "bfloat16", 4 * 4),
+    (True, "float32", 4),           # from f32 scratch S0 and D are rounded on the way: dO's rows alone
+    (False, "bfloat16", 2 * 4),     # gdn: S0's and dS1's key rows
+    (False, "float32", 0)], ids=["kda-io_all", "kda-f32", "gdn-io_all", "gdn-f32"])
+def test_a_key_blocks_plain_copies_arrive_by_cp_async_in_16_bytes(tmp_path, per_channel, scratch, copies):
+    # rows that need no arithmetic on the way take no registers and are in flight with the block's other loads
+    # (each row loaded and stored in turn, the block's loads held an eighth of kda's stall samples: ncu, H100)
+    import cuda.bindings.driver as cuda
+    from cudnn_graph.engines.cute._delta_chunk import pointer
+    kernel_type = _delta_bwd_grads.DeltaBwdGradsPerChannel if per_channel else _delta_bwd_grads.DeltaBwdGrads
+    kernel = kernel_type("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16", 128, 128, 2, 4, True,
+                         0.125, warps=8)
+    types = _delta_bwd_grads._pointer_types("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
+                                            scratch, per_channel, scratch)
+    cute.compile(kernel, *[pointer(dtype, 4096, align) for dtype, align in types], cutlass.Int32(64),
+                 cutlass.Int32(1), cutlass.Int32(1), cuda.CUstream(0), options=f"--keep-ptx --dump-dir {tmp_path}")
+    (ptx,) = tmp_path.glob("*.ptx")
+    found = [line for line in ptx.read_text().splitlines() if "cp.async.cg.shared.global" in line]
+    assert len(found) == copies
+    assert all(line.rstrip().endswith(", 16, 16;") for line in found)
