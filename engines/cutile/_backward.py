@@ -168,7 +168,7 @@ _SCRATCH_LAUNCHES = ("prepare", "state_pass", "bwd_intra", "bwd_state_pass", "bw
 BACKWARD_KERNEL_KNOBS = ("prepare", "state_pass", "intra", "bwd_state", "values", "grads")
 
 # the ops whose CuTe chunk_bwd_grads has passed its GPU tests (tests/engines/cutile/test_cutile_cute_kernels.py):
-# their plans with it rank first (kda's per-channel DeltaBwdGradsPerChannel: session 28, on the H100)
+# their plans with it rank first (kda's per-channel _delta_bwd_grads_per_channel: session 28, on the H100)
 CUTE_GRADS_GPU_TESTED = ("gdn", "kda")
 # whether scratch="io_all" (the backward's own scratch in the input type too) has passed its GPU tests
 # (test_cutile_cute_kernels.py's 16-bit scratch cases, the C path's bitwise test): it then ranks first (session 30,

@@ -91,7 +91,7 @@ class Variant:
     state_form: str = "staged"  # the CuTe state pass's form: a key of engines/cute/_delta_state.FORMS
     scores: str = "kernel"  # the fused form's scores: their own launch ("kernel") or gdn's prepare ("prepare")
     intra: str = "cutile"   # backward chunk_bwd_intra: "cutile", or "cute" (engines/cute/_delta_bwd_intra, sm_90)
-    grads: str = "cutile"   # backward chunk_bwd_grads: "cutile", or "cute" (engines/cute/_delta_bwd_grads, gdn)
+    grads: str = "cutile"   # backward chunk_bwd_grads: "cutile", or "cute" (engines/cute/_delta_bwd_grads*)
     bwd_state: str = "cutile"  # backward chunk_bwd_state_pass: "cutile", or "cute" (_delta_state_reverse)
     # backward chunk_bwd_values: "cutile", or "cute" (engines/cute/_delta_bwd_values; T from the CuTe prepare)
     values: str = "cutile"

@@ -1,9 +1,10 @@
-"""The CuTe DSL chunk_bwd_grads for gdn_bwd and kda_bwd (engines/cute/_delta_bwd_grads), on the CPU: its
-specialisations (a per-token and a per-channel gate) compile for sm_90a with the parameters the cuTile plan's C
-launch path writes (eighteen addresses, then tokens, chunks and sequences as int32), a block of four warps and
-the shared memory two CTAs an SM can hold; the backward plans propose it with BF16 inputs only. Both also compile
-in eight-warp CTAs at 128 registers a thread (two CTAs an SM) with a small stack frame, and the accumulator places
-the epilogues use are the MMA partition's for four and eight warps."""
+"""The CuTe DSL chunk_bwd_grads for gdn_bwd and kda_bwd (engines/cute/_delta_bwd_grads and
+_delta_bwd_grads_per_channel), on the CPU: its specialisations (a per-token and a per-channel gate) compile for
+sm_90a with the parameters the cuTile plan's C launch path writes (eighteen addresses, then tokens, chunks and
+sequences as int32), a block of four warps and the shared memory two CTAs an SM can hold; the backward plans
+propose it with BF16 inputs only. Both also compile in eight-warp CTAs at 128 registers a thread (two CTAs an SM)
+with a small stack frame, the accumulator places the epilogues use are the MMA partition's for four and eight
+warps, and a key block's plain copies arrive by cp.async."""
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the cubin r
 
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
-from cudnn_graph.engines.cute import _delta_bwd_grads  # noqa: E402
+from cudnn_graph.engines.cute import _delta_bwd_grads, _delta_bwd_grads_per_channel  # noqa: E402
 from cubin_tables import addresses_then_three_sizes, largest_frame, parameters, registers  # noqa: E402
 
 
@@ -78,8 +79,8 @@ def test_the_kernel_compiles_in_eight_warps_at_128_registers(K, V, use_l2, dq, s
 
 def test_a_block_takes_four_or_eight_warps():
     with pytest.raises(ValueError, match=r"warps = 6; expected one of \(4, 8\)"):
-        _delta_bwd_grads.DeltaBwdGradsPerChannel("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
-                                                 64, 64, 2, 4, False, 0.125, warps=6)
+        _delta_bwd_grads_per_channel.DeltaBwdGradsPerChannel("bfloat16", "float32", "bfloat16", "bfloat16", "float32",
+                                                             "bfloat16", 64, 64, 2, 4, False, 0.125, warps=6)
 
 
 _MISMATCHES = []      # (thread, element, the partition's coordinates, place's), filled at trace time
@@ -144,7 +145,8 @@ def test_a_key_blocks_plain_copies_arrive_by_cp_async_in_16_bytes(tmp_path, per_
     # (each row loaded and stored in turn, the block's loads held an eighth of kda's stall samples: ncu, H100)
     import cuda.bindings.driver as cuda
     from cudnn_graph.engines.cute._delta_chunk import pointer
-    kernel_type = _delta_bwd_grads.DeltaBwdGradsPerChannel if per_channel else _delta_bwd_grads.DeltaBwdGrads
+    kernel_type = (_delta_bwd_grads_per_channel.DeltaBwdGradsPerChannel if per_channel
+                   else _delta_bwd_grads.DeltaBwdGrads)
     kernel = kernel_type("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16", 128, 128, 2, 4, True,
                          0.125, warps=8)
     types = _delta_bwd_grads._pointer_types("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",

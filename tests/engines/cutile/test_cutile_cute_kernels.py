@@ -252,7 +252,7 @@ def test_the_first_backward_plan_gives_the_same_bits_every_execution(op):
                  plan=f"cutile_{op}_chunk64_cute_prepare_intra", repeats=4)
 
 
-# chunk_bwd_grads in CuTe DSL (BF16: engines/cute/_delta_bwd_grads; kda's per-channel gate: DeltaBwdGradsPerChannel)
+# chunk_bwd_grads in CuTe DSL (BF16: engines/cute/_delta_bwd_grads; kda's per-channel gate: _delta_bwd_grads_per_channel)
 # on the first plan's other kernels
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
