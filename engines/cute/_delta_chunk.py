@@ -224,7 +224,7 @@ class ChunkKernel:
         """``load_rows``' first half: rows [start, start + 64) of ``src`` into a thread's registers
         (``row_registers`` in src's type), zeros past ``count``; the loads are issued, not waited on, so that a
         caller can have several blocks' loads in flight before it processes any. ``first_seg``: the rows'
-        columns start at that 16-byte segment (a key block of a wider row)."""
+        columns start at that segment of 8 columns (a key block of a wider row)."""
         raw = self.row_registers(width, src.element_type)
         self.fill_rows(src, raw, start, count, width, tidx, first_seg)
         return raw
