@@ -360,11 +360,10 @@ class ChunkKernel:
         out = cute.make_rmem_tensor((1, SEG), self.io)
         for p in range_constexpr(CHUNK // rows_per_pass):
             part = cute.local_tile(raw, (1, SEG), (p, 0))
-            if const_expr(raw.element_type is self.io):
-                cute.autovec_copy(part, cute.local_tile(dst, (1, SEG), (tidx // segs + p * rows_per_pass, seg)))
-            else:
+            if const_expr(raw.element_type is not self.io):
                 out.store(part.load().to(self.io))
-                cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (tidx // segs + p * rows_per_pass, seg)))
+                part = out
+            cute.autovec_copy(part, cute.local_tile(dst, (1, SEG), (tidx // segs + p * rows_per_pass, seg)))
 
     def first_place(self, tidx):
         """(row0, col0): the first row and column of a thread's accumulator elements (``place``): four warps of
