@@ -106,6 +106,8 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
             dq = cute.make_rmem_tensor(acc.shape, Float32)
             dk = cute.make_rmem_tensor(acc.shape, Float32)
             dct = cute.make_rmem_tensor(acc.shape, Float32)
+            # the gate-gradient terms of this thread's places, at K = 64 (at 128 the registers spilled 528 bytes)
+            dgc = cute.make_rmem_tensor(acc.shape, Float32) if const_expr(K == CHUNK) else None
             mid_row = cutlass.min(count - 1, SPLIT_ROW)
             for kb in cutlass.range(K // CHUNK):
                 # the block's rows in flight together, across the barrier (loaded and stored a row at a time they
@@ -130,7 +132,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     dq[e] = acc[e] * cute.math.exp(sGc[t, i]) * self.scale
-                    sDgc[t, i] = sQ[t, i].to(Float32) * dq[e]
+                    self.gate_term(dgc, sDgc, e, t, i, lambda: sQ[t, i].to(Float32) * dq[e], first=True)
                 # dkg = D dS1^T -> dk = dkg e^(last - gc)
                 self.put_state_rows(state_rows, sA, sB, rows, tidx)
                 cute.arch.cp_async_wait_group(0)
@@ -144,7 +146,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     tail = cute.math.exp(sGc[count - 1, i] - sGc[t, i])
                     kg_dkg = sK[t, i].to(Float32) * tail * acc[e]
                     dk[e] = acc[e] * tail
-                    sDgc[t, i] = sDgc[t, i] - kg_dkg
+                    self.gate_term(dgc, sDgc, e, t, i, lambda: kg_dkg, subtract=True)
                     columns[(e // 4) * 2 + e % 2] = columns[(e // 4) * 2 + e % 2] + kg_dkg
                 self.warp_column_sums(columns, sColumns, col0, tidx)
                 cute.arch.sync_threads()        # D's and dS1's rows are read: qn, kn, an take their place
@@ -158,7 +160,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     q = sQ[t, i].to(Float32)
                     up = cute.math.exp(sGc[t, i] - sGc[mid_row, i])
                     dq[e] = dq[e] + acc[e] * up
-                    sDgc[t, i] = sDgc[t, i] + self.as_operand(q * up) * acc[e]
+                    self.gate_term(dgc, sDgc, e, t, i, lambda: self.as_operand(q * up) * acc[e])
                     self.add_row(sums, 1, e, q * dq[e])
                 # the last key block's dq over q's columns (each thread's own places: read above, not read again)
                 self.leave(thr, dq, mDqp[c, h, None, None], mDq[None, h, None], row0, col0, start, count, kb, sQHeld)
@@ -169,7 +171,8 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     t, i = self.place(e, row0, col0)
                     down = cute.math.exp(sGc[mid_row, i] - sGc[t, i])
                     dk[e] = dk[e] + acc[e] * down
-                    sDgc[t, i] = sDgc[t, i] - self.as_operand(sK[t, i].to(Float32) * down) * acc[e]
+                    self.gate_term(dgc, sDgc, e, t, i, lambda: self.as_operand(sK[t, i].to(Float32) * down) * acc[e],
+                                   subtract=True)
                 # dA kn -> dCt = dCg e^gc + dA kn e^(gc - mid)
                 self.load_fragment(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK),
                                                                       (0, kb))), dct)
@@ -182,8 +185,8 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     decay = cute.math.exp(gc)
                     up = cute.math.exp(gc - sGc[mid_row, i])
                     t_a = acc[e] * up
-                    sDgc[t, i] = (sDgc[t, i] + rows[5, t] * k * decay * dct[e]
-                                  + self.as_operand(k * up * rows[5, t]) * acc[e])
+                    self.gate_term(dgc, sDgc, e, t, i, lambda: rows[5, t] * k * decay * dct[e],
+                                   then=lambda: self.as_operand(k * up * rows[5, t]) * acc[e])
                     dct[e] = dct[e] * decay + t_a
                 # dA^T an -> dk, which then leaves
                 acc.fill(0.0)
@@ -193,7 +196,8 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     k = sK[t, i].to(Float32)
                     down = cute.math.exp(sGc[mid_row, i] - sGc[t, i])
                     dk[e] = dk[e] + acc[e] * down + rows[5, t] * dct[e]
-                    sDgc[t, i] = sDgc[t, i] - self.as_operand(k * down) * acc[e]
+                    self.gate_term(dgc, sDgc, e, t, i, lambda: self.as_operand(k * down) * acc[e], subtract=True,
+                                   last=True)
                     self.add_row(sums, 0, e, k * dct[e])
                     self.add_row(sums, 2, e, k * dk[e])
                 self.leave(thr, dk, mDkp[c, h, None, None], mDk[None, h, None], row0, col0, start, count, kb, sKHeld)
@@ -330,6 +334,39 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                 rows[_ROW_DOT, row] = dot
             out.store(y.to(self.io))
             cute.autovec_copy(out, place)
+
+    @cute.jit
+    def gate_term(self, dgc, sDgc: cute.Tensor, e: cutlass.Constexpr, t, i, term, then=None,
+                  first: cutlass.Constexpr = False, subtract: cutlass.Constexpr = False,
+                  last: cutlass.Constexpr = False):
+        """Adds (or subtracts) one epilogue's gate-gradient term of place (t, i) (accumulator element e; ``term()``
+        traces it after the place is read, in the order the epilogues always had): into ``dgc``'s registers
+        where given (stored to sDgc with the ``last`` term: one shared-memory store a place instead of six
+        read-modify-writes), else into sDgc; the ``first`` term sets it; ``then()``, when given, is added after
+        ``term()``."""
+        if const_expr(dgc is None):
+            if const_expr(first):
+                sDgc[t, i] = term()
+            elif const_expr(subtract):
+                sDgc[t, i] = sDgc[t, i] - term()
+            elif const_expr(then is None):
+                sDgc[t, i] = sDgc[t, i] + term()
+            else:
+                sDgc[t, i] = sDgc[t, i] + term() + then()
+        else:
+            total = dgc[e]
+            if const_expr(first):
+                total = term()
+            elif const_expr(subtract):
+                total = total - term()
+            elif const_expr(then is None):
+                total = total + term()
+            else:
+                total = total + term() + then()
+            if const_expr(last):
+                sDgc[t, i] = total
+            else:
+                dgc[e] = total
 
     @cute.jit
     def warp_column_sums(self, columns: cute.Tensor, sColumns: cute.Tensor, col0: Int32, tidx: Int32):
