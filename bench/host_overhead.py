@@ -114,7 +114,7 @@ def _cutile_plan_rows(cudnn, torch, sync, reps) -> dict:
     gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
     beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1])
     cu = g.tensor(name="cu_seqlens", dim=[2], stride=[1], data_type=F.INT32)
-    o, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu)
+    o, _, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu)
     o.set_output(True)
     try:
         g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])

@@ -188,7 +188,7 @@ def ours(torch, op: str, x: dict, variant: str = ""):
                       router=_Prefer(name) if name else None)
     t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types[name])
          for name, a in x.items()}
-    o, fs = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
+    o, fs, _ = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
                            initial_state=t["initial_state"], output_final_state=True, use_qk_l2norm=True)
     o.set_output(True)
     fs.set_output(True)

@@ -406,16 +406,23 @@ KEYWORD_STATUS: dict[tuple[str, str], tuple[str, str]] = {
 for _method in ("get_workspace_size", "get_workspace_size_plan_at_index"):
     for _keyword in ("override_uids", "override_shapes", "override_strides"):
         KEYWORD_STATUS[(_method, _keyword)] = (NOT_IMPLEMENTED, _FIXED_WORKSPACE)
-_COMMON_LA_EXTRAS = ("checkpoint_every_n_tokens", "gate_domain", "batch_invariant", "overwrite_initial_state")
+_COMMON_LA_EXTRAS = ("gate_domain", "batch_invariant", "overwrite_initial_state")
 for _op, _keywords in (
         ("gdn", ("state_indices",) + _COMMON_LA_EXTRAS),
         ("gdn2", ("state_indices", "beta_guard") + _COMMON_LA_EXTRAS),
-        ("gdn_bwd", ("state_checkpoints",) + _COMMON_LA_EXTRAS),
-        ("gdn2_bwd", ("state_checkpoints", "beta_guard") + _COMMON_LA_EXTRAS),
+        ("gdn_bwd", _COMMON_LA_EXTRAS),
+        ("gdn2_bwd", ("beta_guard",) + _COMMON_LA_EXTRAS),
         ("kda", ("state_indices",) + _COMMON_LA_EXTRAS),
-        ("kda_bwd", ("state_checkpoints",) + _COMMON_LA_EXTRAS)):
+        ("kda_bwd", _COMMON_LA_EXTRAS)):
     for _keyword in _keywords:
         KEYWORD_STATUS[(_op, _keyword)] = (NOT_IMPLEMENTED, _LINEAR_ATTENTION_EXTRA)
+_CHECKPOINT_LAYOUT = ("each row holds a state as initial_state does here, (HV, K, V) (the frontend's rows are "
+                      "(HO, V, K)); the GPU engines store and reuse them at n = 64 (one row a 64-token chunk), in "
+                      "the input type or FLOAT as their plan's scratch is; other n run on the reference engine")
+for _op in ("gdn", "kda", "gdn2"):
+    KEYWORD_STATUS[(_op, "checkpoint_every_n_tokens")] = (DIFFERS, _CHECKPOINT_LAYOUT)
+    KEYWORD_STATUS[(_op + "_bwd", "checkpoint_every_n_tokens")] = (DIFFERS, _CHECKPOINT_LAYOUT)
+    KEYWORD_STATUS[(_op + "_bwd", "state_checkpoints")] = (DIFFERS, _CHECKPOINT_LAYOUT)
 _SOFTPLUS_WITHOUT_BOUND = ("without gate_lower_bound the gate is -exp(a_log) * softplus(g + dt_bias) (fla's "
                            "in-kernel gate; the frontend's kda / gdn2 then take the bounded form at -5); with "
                            "gate_lower_bound, the frontend's gate_lower_bound * sigmoid(exp(a_log) * (g + dt_bias))")

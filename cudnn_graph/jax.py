@@ -582,7 +582,7 @@ def _la_fwd_build(op, scale, l2):
         g = _graph(device, q.dtype, op)
         t = [_tensor(g, n, a) for n, a in (("q", q), ("k", k), ("v", v), ("g", g_), ("beta", beta),
                                            ("cu_seqlens", cu_seqlens))]
-        o, _ = getattr(g, op)(*t[:5], cu_seqlens=t[5], scale=scale, use_qk_l2norm=l2)
+        o, _, _ = getattr(g, op)(*t[:5], cu_seqlens=t[5], scale=scale, use_qk_l2norm=l2)
         o.set_output(True).set_name("o")
         return g, t, [o]
     return build

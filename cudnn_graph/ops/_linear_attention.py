@@ -10,7 +10,7 @@ marks where sequence ``n`` starts and ends. ``H`` query/key heads, ``HV`` value 
 ``HV`` a multiple of ``H``; value head ``j`` reads query/key head ``j // (HV // H)``, fla's GVA; ``HV == H``
 is the plain case), key width ``K``, value width ``V``::
 
-    o, final_state = graph.gdn(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, output_final_state=True)
+    o, final_state, _ = graph.gdn(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, output_final_state=True)
 
     q, k         (T, H, K)      bf16 / fp16 / fp32 (all three of q, k, v share one type)
     v            (T, HV, V)
@@ -25,6 +25,10 @@ is the plain case), key width ``K``, value width ``V``::
                                 (HV, K)); a_log and dt_bias bf16 / fp16 / fp32
     o            (T, HV, V)     type of v
     final_state  (N, HV, K, V)  fp32, only with ``output_final_state=True``
+    state_checkpoints (T // n + N, HV, K, V)  only with ``checkpoint_every_n_tokens=n > 0``: the state
+                                before tokens 0, n, 2n, ... of each sequence (its initial state first), type of
+                                q unless set to FLOAT; sequence ``i``'s rows follow those of the sequences
+                                before it (``ceil(len / n)`` rows each; rows past the last are not written)
 
 Per token the state ``S`` (K x V) decays by ``exp(g)``, takes a delta-rule write
 ``S += beta * k (v - S^T k)^T`` and the output is ``o = scale * S^T q``. ``scale`` defaults to
@@ -39,7 +43,8 @@ Gate options (attributes; the transforms run in the engines' kernels, see ``gate
   ``2 * sigmoid(beta)`` with ``allow_neg_eigval``.
 
 Backward ops take the forward inputs plus ``dO`` (T, HV, V) and, optionally, ``d_final_state``
-(N, HV, K, V) fp32, and return ``[dq, dk, dv, dg, dbeta, d_initial_state, d_a_log, d_dt_bias]``
+(N, HV, K, V) fp32 and the forward's ``state_checkpoints`` (with the same ``checkpoint_every_n_tokens``: the
+backward starts from those states instead of running the forward's state recurrence again), and return ``[dq, dk, dv, dg, dbeta, d_initial_state, d_a_log, d_dt_bias]``
 (``gdn2_bwd``: ``[dq, dk, dv, dg, dbeta, dw, d_initial_state, d_a_log, d_dt_bias]``); ``d_initial_state``
 exists only when ``initial_state`` was given, ``d_a_log`` / ``d_dt_bias`` only when ``a_log`` / ``dt_bias``
 were. ``dg`` is fp32 (shape of g); the others have their input's type. The gradients are those of the
@@ -64,7 +69,7 @@ from .._layout import row_major_strides as _packed_stride
 from ..data_type import DataType
 from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, register
 
-__all__ = ["resolved_scale", "gate_transform", "beta_transform", "PER_CHANNEL_GATE_OPS"]
+__all__ = ["resolved_scale", "gate_transform", "beta_transform", "checkpoint_rows", "PER_CHANNEL_GATE_OPS"]
 
 _IO_TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT)
 
@@ -95,6 +100,26 @@ def _to_opt_lower_bound(value: Any) -> Optional[float]:
     if not (math.isfinite(value) and value < 0.0):
         raise ValueError(f"gate_lower_bound must be negative and finite (a log decay); got {value}")
     return value
+
+
+def _to_cadence(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"checkpoint_every_n_tokens must be an int (0: no checkpoints); got {value!r}")
+    value = int(value)
+    if value < 0:
+        raise ValueError(f"checkpoint_every_n_tokens must be >= 0 (0: no checkpoints); got {value}")
+    return value
+
+
+def checkpoint_rows(tokens: int, sequences: int, every: int) -> int:
+    """Rows of a ``state_checkpoints`` tensor: ``T // n + N`` (at least 1), a bound on the ``ceil(len / n)``
+    rows each sequence takes (the frontend's count).
+
+    Example:
+        >>> checkpoint_rows(8192, 4, 64)
+        132
+    """
+    return max(tokens // every + sequences, 1)
 
 
 PER_CHANNEL_GATE_OPS = frozenset({"kda", "kda_bwd", "gdn2", "gdn2_bwd"})
@@ -226,8 +251,32 @@ def _forward_infer(f: _Features):
         out = {"o": _out((s.T, s.HV, s.V), ctx.inputs["v"].data_type)}
         if ctx.attrs.get("output_final_state"):
             out["final_state"] = _out((s.N, s.HV, s.K, s.V), DataType.FLOAT)
+        every = ctx.attrs.get("checkpoint_every_n_tokens") or 0
+        if every:
+            out["state_checkpoints"] = _out((checkpoint_rows(s.T, s.N, every), s.HV, s.K, s.V),
+                                            ctx.inputs["q"].data_type)
         return out
     return infer
+
+
+def _check_checkpoints_input(ctx: InferContext, s: _Shapes) -> None:
+    """A backward's state_checkpoints and checkpoint_every_n_tokens come together, shaped as the forward made
+    them."""
+    every = ctx.attrs.get("checkpoint_every_n_tokens") or 0
+    given = ctx.inputs.get("state_checkpoints")
+    if given is None:
+        if every:
+            ctx.fail("state_checkpoints", f"is missing: checkpoint_every_n_tokens={every} says the backward starts "
+                                          "from the forward's checkpoints (pass them, or leave the attribute 0)")
+        return
+    if not every:
+        ctx.fail("state_checkpoints", "was given with checkpoint_every_n_tokens=0; pass the forward's "
+                                      "checkpoint_every_n_tokens too")
+    rows = checkpoint_rows(s.T, s.N, every)
+    _check_dims(ctx, "state_checkpoints", given, (rows, s.HV, s.K, s.V),
+                f"(T // {every} + N, HV, K, V) as the forward made them")
+    io = ctx.inputs["q"].data_type
+    _check_type(ctx, "state_checkpoints", given, (io, DataType.FLOAT) if io != DataType.FLOAT else (io,))
 
 
 def _backward_infer(f: _Features):
@@ -242,6 +291,7 @@ def _backward_infer(f: _Features):
         if dht is not None:
             _check_dims(ctx, "d_final_state", dht, (s.N, s.HV, s.K, s.V), "(N, HV, K, V)")
             _check_type(ctx, "d_final_state", dht, (DataType.FLOAT,))
+        _check_checkpoints_input(ctx, s)
         q, k, beta, g = ctx.inputs["q"], ctx.inputs["k"], ctx.inputs["beta"], ctx.inputs["g"]
         out = {
             "dq": _out(q.dim, q.data_type), "dk": _out(k.dim, k.data_type), "dv": _out(v.dim, v.data_type),
@@ -264,6 +314,10 @@ def _final_state_wanted(attrs, _given) -> bool:
     return bool(attrs.get("output_final_state"))
 
 
+def _checkpoints_wanted(attrs, _given) -> bool:
+    return bool(attrs.get("checkpoint_every_n_tokens"))
+
+
 def _given(port: str):
     def when(_attrs, given) -> bool:
         return port in given
@@ -274,6 +328,9 @@ def _given(port: str):
 _SCALE = Attr("scale", None, _to_opt_scale, "query scale; None means 1 / sqrt(K)")
 _L2 = Attr("use_qk_l2norm", False, _to_bool, "L2-normalise q and k per token and head before use")
 _FINAL = Attr("output_final_state", False, _to_bool, "also return each sequence's final state (N, HV, K, V)")
+_CHECKPOINTS = Attr("checkpoint_every_n_tokens", 0, _to_cadence,
+                    "forward: also return the state before every n-th token of each sequence (state_checkpoints); "
+                    "backward: start from those (the state_checkpoints input); 0: none")
 _SAFE_GATE = Attr("safe_gate", False, _to_bool,
                   "g is the raw gate: the log decay is -exp(a_log) * softplus(g + dt_bias) (with gate_lower_bound: "
                   "gate_lower_bound * sigmoid(exp(a_log) * (g + dt_bias)))")
@@ -303,6 +360,8 @@ def _backward_ports(f: _Features) -> tuple:
     return _forward_ports(f) + (
         Port("dO", doc="(T, HV, V) gradient of o"),
         Port("d_final_state", optional=True, doc="(N, HV, K, V) FLOAT gradient of final_state"),
+        Port("state_checkpoints", optional=True,
+             doc="(T // n + N, HV, K, V) the forward's state_checkpoints at n = checkpoint_every_n_tokens"),
     )
 
 
@@ -310,7 +369,8 @@ def _gate_attrs(f: _Features) -> tuple:
     return (_SAFE_GATE,) + ((_LOWER_BOUND,) if f.per_channel_gate else ()) + (_BETA_SIGMOID, _NEG_EIGVAL)
 
 
-_FWD_OUTPUTS = (Output("o"), Output("final_state", _final_state_wanted))
+_FWD_OUTPUTS = (Output("o"), Output("final_state", _final_state_wanted),
+                Output("state_checkpoints", _checkpoints_wanted))
 _PARAMETER_GRADIENTS = (Output("d_initial_state", _given("initial_state")), Output("d_a_log", _given("a_log")),
                         Output("d_dt_bias", _given("dt_bias")))
 
@@ -320,7 +380,7 @@ def _fwd(name: str, doc: str, f: _Features) -> OpSchema:
     return OpSchema(
         name=name, family="linear_attention", python_only=True, returns="list", doc=doc,
         inputs=_forward_ports(f), outputs=_FWD_OUTPUTS, infer=_forward_infer(f),
-        attrs=(_SCALE, _L2, _FINAL) + _gate_attrs(f), positional=positional,
+        attrs=(_SCALE, _L2, _FINAL, _CHECKPOINTS) + _gate_attrs(f), positional=positional,
     )
 
 
@@ -331,7 +391,7 @@ def _bwd(name: str, doc: str, f: _Features) -> OpSchema:
     return OpSchema(
         name=name, family="linear_attention", python_only=True, returns="list", doc=doc,
         inputs=_backward_ports(f), outputs=outputs, infer=_backward_infer(f),
-        attrs=(_SCALE, _L2) + _gate_attrs(f), positional=positional,
+        attrs=(_SCALE, _L2, _CHECKPOINTS) + _gate_attrs(f), positional=positional,
     )
 
 
@@ -341,12 +401,14 @@ _GDN2 = _Features(per_channel_gate=True, per_channel_beta=True, write_gate=True)
 _BWD_RETURNS = "[dq, dk, dv, dg, dbeta, d_initial_state, d_a_log, d_dt_bias]"
 
 register(
-    _fwd("gdn", "Gated delta net forward (one scalar decay per token and head); returns [o, final_state].", _GDN),
+    _fwd("gdn", "Gated delta net forward (one scalar decay per token and head); returns "
+                "[o, final_state, state_checkpoints].", _GDN),
     _bwd("gdn_bwd", f"Gated delta net backward; returns {_BWD_RETURNS}.", _GDN),
-    _fwd("kda", "Kimi delta attention forward (per-key-channel decay); returns [o, final_state].", _KDA),
+    _fwd("kda", "Kimi delta attention forward (per-key-channel decay); returns "
+                "[o, final_state, state_checkpoints].", _KDA),
     _bwd("kda_bwd", f"Kimi delta attention backward; returns {_BWD_RETURNS}.", _KDA),
     _fwd("gdn2", "Gated delta net 2 forward (per-channel decay and write strength, value write gate); "
-                 "returns [o, final_state].", _GDN2),
+                 "returns [o, final_state, state_checkpoints].", _GDN2),
     _bwd("gdn2_bwd", "Gated delta net 2 backward; returns "
                      "[dq, dk, dv, dg, dbeta, dw, d_initial_state, d_a_log, d_dt_bias].", _GDN2),
 )

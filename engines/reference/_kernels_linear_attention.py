@@ -19,9 +19,10 @@ broadcast over K), ``x = beta * v`` (``w * v`` for gdn2), ``S_t = D + k (x - D^T
 times (I - beta k k^T) commutes, so gdn is the kda update with alpha broadcast over K.
 
 The backward ops are exact reverse-mode gradients of that recurrence (including the L2 normalisation).
-Nothing from the forward is given: the states are recomputed. To bound memory on long sequences the
-forward keeps a checkpoint of S every ``_CHECKPOINT`` tokens and the backward replays one block of states
-at a time from its checkpoint. ``dg`` is the gradient with respect to the log gate ``g``
+To bound memory on long sequences the backward keeps a checkpoint of S every ``_CHECKPOINT`` tokens and
+replays one block of states at a time from its checkpoint. Given the forward's ``state_checkpoints`` (every
+``checkpoint_every_n_tokens`` tokens) it starts each block from those instead of running the recurrence
+first, as the GPU engines do: the gradients are then those of the states as stored (rounded to their type). ``dg`` is the gradient with respect to the log gate ``g``
 (``d alpha * alpha``); ``d_final_state`` (zeros when absent) seeds the gradient of each sequence's last
 state, and ``d_initial_state`` is the gradient that reaches ``S_0``.
 
@@ -41,9 +42,9 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from cudnn_graph.ops._linear_attention import beta_transform, gate_transform, resolved_scale
+from cudnn_graph.ops._linear_attention import beta_transform, checkpoint_rows, gate_transform, resolved_scale
 
-__all__ = ["KERNELS", "linear_attention_forward", "linear_attention_backward"]
+__all__ = ["KERNELS", "linear_attention_forward", "linear_attention_backward", "checkpoint_row_starts"]
 
 _F = np.float64
 _CHECKPOINT = 64
@@ -199,20 +200,41 @@ class _Problem:
         return x.reshape(self.T, self.HQ, self.group, x.shape[2]).sum(axis=2)
 
 
+def checkpoint_row_starts(bounds: list, every: int) -> list[int]:
+    """The first ``state_checkpoints`` row of each sequence: ``ceil(len / every)`` rows a sequence, in order.
+
+    Example:
+        >>> checkpoint_row_starts([(0, 100), (100, 100), (100, 164)], 64)
+        [0, 2, 2]
+    """
+    starts, row = [], 0
+    for bos, eos in bounds:
+        starts.append(row)
+        row += -(-(eos - bos) // every)
+    return starts
+
+
 def linear_attention_forward(inputs: Mapping[str, Any], attrs: Mapping[str, Any],
-                             op: str = "gdn") -> tuple[np.ndarray, np.ndarray]:
-    """(o (T, HV, V), final_state (N, HV, K, V)) in float64. ``op`` matters only for the gate transform
-    (``gate_lower_bound`` is a kda / gdn2 attribute)."""
+                             op: str = "gdn") -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """(o (T, HV, V), final_state (N, HV, K, V), state_checkpoints or None) in float64. ``op`` matters only for
+    the gate transform (``gate_lower_bound`` is a kda / gdn2 attribute). With ``checkpoint_every_n_tokens=n``
+    the checkpoints hold the state before tokens 0, n, 2n, ... of each sequence; rows no sequence reaches stay
+    zero."""
     p = _Problem(op, inputs, attrs)
+    every = int(attrs.get("checkpoint_every_n_tokens") or 0)
     o = np.zeros((p.T, p.H, p.V), _F)
     final = np.empty((p.N, p.H, p.K, p.V), _F)
+    checkpoints = np.zeros((checkpoint_rows(p.T, p.N, every), p.H, p.K, p.V), _F) if every else None
+    row_starts = checkpoint_row_starts(p.bounds, every) if every else None
     for n, (bos, eos) in enumerate(p.bounds):
         S = p.h0[n].copy()
         for t in range(bos, eos):
+            if every and (t - bos) % every == 0:
+                checkpoints[row_starts[n] + (t - bos) // every] = S
             S = p.step(S, t)
             o[t] = p.scale * _vec_mat(p.qn[t], S)
         final[n] = S
-    return o, final
+    return o, final, checkpoints
 
 
 def linear_attention_backward(inputs: Mapping[str, Any], attrs: Mapping[str, Any],
@@ -230,17 +252,27 @@ def linear_attention_backward(inputs: Mapping[str, Any], attrs: Mapping[str, Any
     dalpha = np.zeros((p.T, p.H, p.K), _F)
     dh0 = np.empty((p.N, p.H, p.K, p.V), _F)
 
+    given = inputs.get("state_checkpoints")
+    every = int(attrs.get("checkpoint_every_n_tokens") or 0) if given is not None else 0
+    if every:
+        given = _f64(given)
+        row_starts = checkpoint_row_starts(p.bounds, every)
+    block = every or _CHECKPOINT
     for n, (bos, eos) in enumerate(p.bounds):
-        # Checkpoints: the state before token t for t = bos, bos + C, ...
+        # Checkpoints: the state before token t for t = bos, bos + block, ... (the forward's, where given)
         checkpoints = {}
-        S = p.h0[n].copy()
-        for t in range(bos, eos):
-            if (t - bos) % _CHECKPOINT == 0:
-                checkpoints[t] = S
-            S = p.step(S, t)
+        if every:
+            for j, t in enumerate(range(bos, eos, every)):
+                checkpoints[t] = given[row_starts[n] + j]
+        else:
+            S = p.h0[n].copy()
+            for t in range(bos, eos):
+                if (t - bos) % block == 0:
+                    checkpoints[t] = S
+                S = p.step(S, t)
         dS = dht[n].copy()                         # gradient w.r.t. the state after the last token
         for start in sorted(checkpoints, reverse=True):
-            stop = min(start + _CHECKPOINT, eos)
+            stop = min(start + block, eos)
             states = [checkpoints[start]]          # states[i] = S before token start + i
             for t in range(start, stop - 1):
                 states.append(p.step(states[-1], t))
@@ -288,10 +320,12 @@ def linear_attention_backward(inputs: Mapping[str, Any], attrs: Mapping[str, Any
 
 def _forward_kernel(op: str):
     def kernel(inputs, attrs, outputs, compute_dtype=np.float32):
-        o, final = linear_attention_forward(inputs, attrs, op)
+        o, final, checkpoints = linear_attention_forward(inputs, attrs, op)
         result = {"o": o}
         if "final_state" in outputs:
             result["final_state"] = final
+        if "state_checkpoints" in outputs:
+            result["state_checkpoints"] = checkpoints
         return result
     kernel.__name__ = f"{op}_forward_kernel"
     return kernel

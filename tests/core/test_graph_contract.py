@@ -326,7 +326,7 @@ def test_an_op_without_a_reference_kernel_is_declined_by_name(reference_only, mo
     gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=FLOAT)
     beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1])
     cu = g.tensor(name="cu", dim=[3], stride=[1], data_type=cudnn.data_type.INT32)
-    o, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu)
+    o, _, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu)
     o.set_output(True)
     with pytest.raises(PlanEntryError, match="reference: the reference engine has no kernel for gdn"):
         g.build()

@@ -43,7 +43,7 @@ def gdn_graph(device):
     gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
     beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1])
     cu = g.tensor(name="cu", dim=[3], stride=[1], data_type=F.INT32)
-    o, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu)
+    o, _, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu)
     o.set_output(True)
     return g
 """

@@ -144,3 +144,38 @@ def test_gate_and_beta_transforms_read_the_attributes():
     assert beta_transform({}) == 0.0
     assert beta_transform({"use_beta_sigmoid": True}) == 1.0
     assert beta_transform({"use_beta_sigmoid": True, "allow_neg_eigval": True}) == 2.0
+
+
+@pytest.mark.parametrize("op", ["gdn", "kda", "gdn2"])
+def test_checkpoint_cadence_gives_a_state_checkpoints_output_of_t_over_n_plus_n_rows(op):
+    out = infer(op, forward_inputs(op), checkpoint_every_n_tokens=4)
+    assert out["state_checkpoints"].dim == (T_ // 4 + N, HV, K, V)
+    assert out["state_checkpoints"].data_type is BF16          # q's type unless the graph sets FLOAT
+    assert "state_checkpoints" not in infer(op, forward_inputs(op))
+
+
+@pytest.mark.parametrize("value, error", [(-1, ValueError), (2.0, TypeError), (True, TypeError)])
+def test_checkpoint_cadence_must_be_a_non_negative_int(value, error):
+    with pytest.raises(error, match="checkpoint_every_n_tokens"):
+        next(a for a in SCHEMAS["gdn"].attrs if a.name == "checkpoint_every_n_tokens").convert(value)
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd", "gdn2_bwd"])
+def test_backward_takes_the_forwards_checkpoints_with_their_cadence(op):
+    rows = T_ // 4 + N
+    out = infer(op, forward_inputs(op, state_checkpoints=T(rows, HV, K, V, dt=BF16)), checkpoint_every_n_tokens=4)
+    assert out["dq"].dim == (T_, H, K)
+    infer(op, forward_inputs(op, state_checkpoints=T(rows, HV, K, V)), checkpoint_every_n_tokens=4)   # FLOAT too
+
+
+@pytest.mark.parametrize("inputs, attrs, says", [
+    ({}, {"checkpoint_every_n_tokens": 4}, "is missing"),
+    ({"state_checkpoints": T(T_ // 4 + N, HV, K, V, dt=BF16)}, {}, "checkpoint_every_n_tokens=0"),
+    ({"state_checkpoints": T(T_ // 4 + N - 1, HV, K, V, dt=BF16)}, {"checkpoint_every_n_tokens": 4}, "T // 4 + N"),
+    ({"state_checkpoints": T(T_ // 4 + N, HV, V, K, dt=BF16)}, {"checkpoint_every_n_tokens": 4}, "HV, K, V"),
+    ({"state_checkpoints": T(T_ // 4 + N, HV, K, V, dt=DataType.HALF)}, {"checkpoint_every_n_tokens": 4}, "HALF"),
+])
+def test_backward_checkpoint_misuse_names_state_checkpoints(inputs, attrs, says):
+    with pytest.raises(GraphValidationError) as e:
+        infer("gdn_bwd", forward_inputs("gdn_bwd", **inputs), **attrs)
+    assert e.value.port == "state_checkpoints" and says in str(e.value)

@@ -144,7 +144,7 @@ def test_a_cutile_gdn_plan_round_trips_bitwise():
     gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
     beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1])
     cu = g.tensor(name="cu_seqlens", dim=[3], stride=[1], data_type=F.INT32)
-    o, final = g.gdn(q, k, v, gate, beta, cu_seqlens=cu, output_final_state=True, use_qk_l2norm=True)
+    o, final, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu, output_final_state=True, use_qk_l2norm=True)
     o.set_output(True)
     final.set_output(True)
     rng = np.random.default_rng(1)

@@ -104,7 +104,7 @@ def linear_attention_gdn():
     q, k, v = _t(g, "q", [T, H, K]), _t(g, "k", [T, H, K]), _t(g, "v", [T, H, V])
     gate, beta = _t(g, "g", [T, H]), _t(g, "beta", [T, H])
     cu = _t(g, "cu", [3], F.INT32)
-    o, final = g.gdn(q, k, v, gate, beta, cu_seqlens=cu, output_final_state=True)
+    o, final, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu, output_final_state=True)
     o.set_output(True)
     final.set_output(True)
     return g, {"cu": lambda shape: np.array([0, 4, 9], np.int32),

@@ -166,7 +166,7 @@ def _graph(cg, op, T=64, H=2, K=64, V=64):
         beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1])
         writes = []
     if op == "gdn":
-        o, _ = g.gdn(t["q"], t["k"], t["v"], gate, beta, cu_seqlens=cu)
+        o, _, _ = g.gdn(t["q"], t["k"], t["v"], gate, beta, cu_seqlens=cu)
         o.set_output(True)
     else:
         do = g.tensor(name="dO", dim=[T, H, V], stride=[H * V, V, 1])

@@ -297,7 +297,7 @@ def test_chunked_algorithm_matches_the_reference_recurrence(op, cu, l2, with_h0)
          "initial_state": rng.standard_normal((len(cu) - 1, H, K, V)) if with_h0 else None}
     if has_w:
         d["w"] = rng.uniform(0.2, 1.2, (T, H, V))
-    o_ref, final_ref = ref.linear_attention_forward(d, {"use_qk_l2norm": l2})
+    o_ref, final_ref, _ = ref.linear_attention_forward(d, {"use_qk_l2norm": l2})
     o, final = chunked_forward(op, d, l2)
     np.testing.assert_allclose(o, o_ref, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(final, final_ref, rtol=1e-9, atol=1e-9)
@@ -340,7 +340,7 @@ def _gdn_graph(cg, io_type, K, V, H=2, n_seq=2):
     gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
     beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1], data_type=io_type)
     cu = g.tensor(name="cu", dim=[n_seq + 1], stride=[1], data_type=F.INT32)
-    o, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu)
+    o, _, _ = g.gdn(q, k, v, gate, beta, cu_seqlens=cu)
     o.set_output(True)
     return g
 
@@ -369,7 +369,7 @@ def test_a_host_graph_is_declined():
     gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
     beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1], data_type=F.BFLOAT16)
     cu = g.tensor(name="cu", dim=[2], stride=[1], data_type=F.INT32)
-    o, _ = g.gdn(*t, gate, beta, cu_seqlens=cu)
+    o, _, _ = g.gdn(*t, gate, beta, cu_seqlens=cu)
     o.set_output(True)
     g.validate()
     assert "CUDA" in cutile_engine._support_reason(g, g.nodes[0])
@@ -847,7 +847,7 @@ def _kda_float16_graph(cg, H, K, n_seq):
     gate = g.tensor(name="g", dim=[T, H, K], stride=[H * K, K, 1], data_type=F.FLOAT)
     beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1], data_type=F.HALF)
     cu = g.tensor(name="cu", dim=[n_seq + 1], stride=[1], data_type=F.INT32)
-    o, _ = g.kda(q, k, v, gate, beta, cu_seqlens=cu)
+    o, _, _ = g.kda(q, k, v, gate, beta, cu_seqlens=cu)
     o.set_output(True)
     g.validate()
     return g

@@ -86,7 +86,7 @@ def builder_for(op, host, io_type, l2, final, plan=None):
             t[name] = g.tensor(name=name, dim=list(arr.shape), stride=[s // arr.itemsize for s in arr.strides],
                                data_type=types.get(name, io_type))
         args = [t["q"], t["k"], t["v"], t["g"], t["beta"]] + ([t["w"]] if "w" in t else [])
-        o, fs = getattr(g, op)(*args, cu_seqlens=t["cu_seqlens"], initial_state=t.get("initial_state"),
+        o, fs, _ = getattr(g, op)(*args, cu_seqlens=t["cu_seqlens"], initial_state=t.get("initial_state"),
                                output_final_state=final, use_qk_l2norm=l2)
         o.set_output(True)
         t["o"] = o

@@ -286,6 +286,69 @@ def test_backward_checkpoint_replay_on_a_long_sequence():
     np.testing.assert_allclose(np.sum(a["dg"] * direction), (lp - lm) / (2 * eps), rtol=1e-6)
 
 
+@pytest.mark.parametrize("op", ["gdn", "kda", "gdn2"])
+@pytest.mark.parametrize("every", [1, 3, 64])
+def test_forward_checkpoints_hold_the_state_before_every_nth_token_of_each_sequence(op, every):
+    cu = [0, 7, 7, 8, 15]                      # lengths 7, 0 (no rows), 1, 7
+    d = make_inputs(op, cu, seed=21, with_h0=True)
+    o, final, checkpoints = LA.linear_attention_forward(d, {"checkpoint_every_n_tokens": every}, op)
+    T, N = cu[-1], len(cu) - 1
+    assert checkpoints.shape == (max(T // every + N, 1),) + d["initial_state"].shape[1:]
+    row = 0
+    for n in range(N):
+        bos, eos = cu[n], cu[n + 1]
+        for t in range(bos, eos, every):
+            want = d["initial_state"][n] if t == bos else _state_before(op, d, n, t)
+            np.testing.assert_allclose(checkpoints[row], want, rtol=1e-12, atol=1e-12, err_msg=f"seq {n} t {t}")
+            row += 1
+    assert not checkpoints[row:].any()         # rows past the last sequence's are not written
+
+
+def _state_before(op, d, n, t):
+    """Sequence n's state before token t, by the independent loop over the sequence cut there."""
+    bos = int(d["cu_seqlens"][n])
+    part = {key: d[key][bos:t] for key in ("q", "k", "v", "g", "beta")}
+    w = d["w"][bos:t] if d.get("w") is not None else None
+    _, final = loop_forward(op, part["q"], part["k"], part["v"], part["g"], part["beta"], [0, t - bos], w=w,
+                            h0=d["initial_state"][n:n + 1])
+    return final[0]
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd", "gdn2_bwd"])
+@pytest.mark.parametrize("every", [2, 64])
+def test_backward_from_the_forwards_checkpoints_matches_the_recomputing_backward(op, every):
+    cu = [0, 9, 9, 14]
+    d = make_inputs(op if op != "gdn2_bwd" else "gdn2", cu, seed=23, with_h0=True)
+    rng = np.random.default_rng(24)
+    T, H, V = cu[-1], d["v"].shape[1], d["v"].shape[2]
+    inputs = dict(d, dO=rng.standard_normal((T, H, V)), d_final_state=rng.standard_normal(d["initial_state"].shape))
+    attrs = {"scale": None, "use_qk_l2norm": True}
+    _, _, checkpoints = LA.linear_attention_forward(d, dict(attrs, checkpoint_every_n_tokens=every), op[:-4])
+    recomputed = LA.linear_attention_backward(inputs, attrs, op)
+    given = LA.linear_attention_backward(dict(inputs, state_checkpoints=checkpoints),
+                                         dict(attrs, checkpoint_every_n_tokens=every), op)
+    assert set(given) == set(recomputed)
+    for name in recomputed:
+        np.testing.assert_allclose(given[name], recomputed[name], rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_backward_takes_the_states_it_is_given():
+    # the checkpoints are the backward's starting states: other states give other gradients (the GPU engines
+    # read them the same way, so a reference and a GPU run on the same checkpoints agree)
+    cu = [0, 6]
+    d = make_inputs("gdn_bwd", cu, seed=25, with_h0=True)
+    rng = np.random.default_rng(26)
+    inputs = dict(d, dO=rng.standard_normal((6, 2, 4)))
+    attrs = {"checkpoint_every_n_tokens": 3}
+    _, _, checkpoints = LA.linear_attention_forward(d, attrs, "gdn")
+    moved = checkpoints.copy()
+    moved[1] += 0.5
+    a = LA.linear_attention_backward(dict(inputs, state_checkpoints=checkpoints), attrs, "gdn_bwd")
+    b = LA.linear_attention_backward(dict(inputs, state_checkpoints=moved), attrs, "gdn_bwd")
+    assert not np.allclose(a["dg"][3:], b["dg"][3:])
+    np.testing.assert_allclose(a["dv"][:3], b["dv"][:3])    # the tokens before the moved state see dS alone
+
+
 # --------------------------------------------------------------------------------- through the graph
 
 needs_package = pytest.mark.skipif(not HAVE_PACKAGE, reason="cudnn_graph's compiled modules are not built")
@@ -311,7 +374,7 @@ def _graph_forward(op, d, l2, io_type):
     types_ = {"g": F32, "cu_seqlens": cudnn.data_type.INT32, "initial_state": F32}
     t = {name: tensor(name, arr, types_.get(name)) for name, arr in host.items()}
     args = [t["q"], t["k"], t["v"], t["g"], t["beta"]] + ([t["w"]] if "w" in t else [])
-    o, final = getattr(g, op)(*args, cu_seqlens=t["cu_seqlens"], initial_state=t.get("initial_state"),
+    o, final, _ = getattr(g, op)(*args, cu_seqlens=t["cu_seqlens"], initial_state=t.get("initial_state"),
                               output_final_state=True, use_qk_l2norm=l2)
     o.set_output(True)
     final.set_output(True)
@@ -412,3 +475,55 @@ def test_graph_backward_fp32(op, with_h0):
         eps = 1e-6
         fd = (loss(**{port: wide[port] + eps * direction}) - loss(**{port: wide[port] - eps * direction})) / (2 * eps)
         np.testing.assert_allclose(np.sum(bufs[name] * direction), fd, rtol=1e-4, err_msg=name)
+
+
+@needs_package
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+def test_graph_forward_checkpoints_feed_the_graph_backward(op):
+    """The forward's state_checkpoints output, passed to the backward graph with the same cadence, gives the
+    recomputing backward's gradients (host graphs, FLOAT)."""
+    import cudnn_graph as cudnn
+    F32, I32 = cudnn.data_type.FLOAT, cudnn.data_type.INT32
+    cu, every = [0, 5, 5, 12], 2
+    d = make_inputs(op, cu, H=2, K=4, V=3, seed=31, with_h0=True)
+    host = {key: (val.astype(np.float32) if key != "cu_seqlens" else val) for key, val in d.items() if val is not None}
+    T, N = cu[-1], len(cu) - 1
+    host["dO"] = np.random.default_rng(32).standard_normal((T, 2, 3)).astype(np.float32)
+
+    def tensors(g, names):
+        return {n: g.tensor(name=n, dim=list(host[n].shape), stride=[s // host[n].itemsize for s in host[n].strides],
+                            data_type=I32 if n == "cu_seqlens" else F32) for n in names}
+
+    fwd = cudnn.pygraph(io_data_type=F32, compute_data_type=F32, device="cpu")
+    t = tensors(fwd, ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state"))
+    o, final, ckpt = getattr(fwd, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
+                                      initial_state=t["initial_state"], checkpoint_every_n_tokens=every)
+    assert final is None and ckpt.dim == (T // every + N, 2, 4, 3)
+    o.set_output(True)
+    ckpt.set_output(True)
+    fwd.build()
+    checkpoints = np.full(ckpt.dim, np.nan, np.float32)
+    fwd.execute({**{t[n]: host[n] for n in t}, o: np.zeros((T, 2, 3), np.float32), ckpt: checkpoints})
+    assert not np.isnan(checkpoints[:T // every + 1]).any()       # 3 + 0 + 4 rows written, the rest not
+
+    def backward(with_checkpoints):
+        g = cudnn.pygraph(io_data_type=F32, compute_data_type=F32, device="cpu")
+        names = ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "dO")
+        t = tensors(g, names)
+        extra = {}
+        if with_checkpoints:
+            host["state_checkpoints"] = checkpoints
+            t.update(tensors(g, ("state_checkpoints",)))
+            extra = dict(state_checkpoints=t["state_checkpoints"], checkpoint_every_n_tokens=every)
+        outs = getattr(g, op + "_bwd")(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"],
+                                       cu_seqlens=t["cu_seqlens"], initial_state=t["initial_state"], **extra)
+        outs = [x for x in outs if x is not None]
+        for x in outs:
+            x.set_output(True)
+        g.build()
+        bufs = [np.zeros(x.dim, np.float32) for x in outs]
+        g.execute({**{t[n]: host[n] for n in t}, **dict(zip(outs, bufs))})
+        return bufs
+
+    for a, b in zip(backward(True), backward(False)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

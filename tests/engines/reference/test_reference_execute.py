@@ -904,7 +904,8 @@ def test_linear_attention_valid_graph_infers_outputs(op):
         assert dg.data_type == FLOAT and dq.data_type == BF16
         assert dh0.dim == (LA_N, LA_H, LA_K, LA_V) and dh0.data_type == FLOAT
     else:
-        o, final = outs
+        o, final, checkpoints = outs                       # the frontend's [O, final_state, state_checkpoints]
+        assert checkpoints is None                         # only with checkpoint_every_n_tokens
         assert o.dim == (LA_T, LA_H, LA_V) and o.data_type == BF16
         assert final.dim == (LA_N, LA_H, LA_K, LA_V) and final.data_type == FLOAT
     assert SCHEMAS[op].python_only
@@ -928,8 +929,8 @@ def test_linear_attention_invalid_graphs(op, bad, port, match):
 
 
 def test_linear_attention_conditional_outputs():
-    _, (o, final) = _la_build("gdn")
-    assert final is None
+    _, (o, final, checkpoints) = _la_build("gdn")
+    assert final is None and checkpoints is None
     _, outs = _la_build("kda_bwd")
     assert outs[5] is None                             # d_initial_state only with initial_state
 
