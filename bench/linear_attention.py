@@ -32,6 +32,8 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
     --no-fla-backward   our backward only (fla's refuses to run on Hopper with Triton < 3.7.1, after ~45 s of
                         compiles a row)
     --no-fla            no fla at all: our plans against each other (fla's forward autotunes 15-70 s a row)
+    --no-checkpoints    skip the training pair: our forward writing state_checkpoints (checkpoint_every_n_tokens
+                        = 64) and our backward starting from them (no state pass), its bwd/fwd and fwd + bwd
     --cases OP:SHAPE:DTYPE:DIM,...   exactly these rows (e.g. gdn:4x2048_h16:bf16:128), instead of --ops /
                                  --shapes / --full
 
@@ -58,6 +60,7 @@ from sdpa import event_ms  # noqa: E402  (one CUDA-event timer for the benchmark
 
 FWD_TARGET = 0.8        # issue 25: forward GPU time <= 0.8x fla's
 BWD_TARGET = 3.0        # issue 25: backward <= 3x our forward
+CHECKPOINT_EVERY = 64   # the training pair's cadence: the GPU kernels' chunk (one state a 64-token chunk)
 
 
 def _short_lengths(count: int = 32, low: int = 64, high: int = 512, seed: int = 7) -> list:
@@ -176,10 +179,12 @@ def _graph_types(torch, cudnn, x: dict) -> dict:
     return {name: by_torch[a.dtype] for name, a in x.items()}
 
 
-def ours(torch, op: str, x: dict, variant: str = ""):
-    """(run, o, final_state, build seconds, first-call seconds, compiled plan) for our plan on ``x``: the
-    engine's first-ranked one for ``variant`` '', else the cuTile engine's variant ``variant`` ("cutile": its
-    plain default, the cuTile chunk_prepare)."""
+def ours(torch, op: str, x: dict, variant: str = "", checkpoints: bool = False):
+    """(run, o, final_state, build seconds, first-call seconds, compiled plan, state_checkpoints) for our plan
+    on ``x``: the engine's first-ranked one for ``variant`` '', else the cuTile engine's variant ``variant``
+    ("cutile": its plain default, the cuTile chunk_prepare). ``checkpoints``: the forward also writes the state
+    at each 64-token chunk's start (checkpoint_every_n_tokens=64, in the input type; else None), which
+    ``ours_backward`` then starts from."""
     import cudnn_graph as cudnn
     F = cudnn.data_type
     name = None if not variant else f"cutile_{op}_chunk64" + ("" if variant == "cutile" else f"_{variant}")
@@ -188,10 +193,13 @@ def ours(torch, op: str, x: dict, variant: str = ""):
                       router=_Prefer(name) if name else None)
     t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types[name])
          for name, a in x.items()}
-    o, fs, _ = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
-                           initial_state=t["initial_state"], output_final_state=True, use_qk_l2norm=True)
+    o, fs, ckpt = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
+                                 initial_state=t["initial_state"], output_final_state=True, use_qk_l2norm=True,
+                                 checkpoint_every_n_tokens=CHECKPOINT_EVERY if checkpoints else 0)
     o.set_output(True)
     fs.set_output(True)
+    if ckpt is not None:
+        ckpt.set_output(True)
     began = time.perf_counter()
     g.build([cudnn.heur_mode.A])
     built = time.perf_counter() - began
@@ -201,10 +209,14 @@ def ours(torch, op: str, x: dict, variant: str = ""):
     final = torch.empty_like(x["initial_state"])
     pack = {t[name]: a for name, a in x.items()}
     pack.update({o: out, fs: final})
+    states = None
+    if ckpt is not None:
+        states = torch.empty(list(ckpt.dim), device="cuda", dtype=x["q"].dtype)
+        pack[ckpt] = states
     run, began = _started_runner(torch, g, pack)
     first = time.perf_counter() - began
     compiled = g.compiled_plan()
-    return run, out, final, built, first, compiled
+    return run, out, final, built, first, compiled, states
 
 
 def backward_seeds(torch, x: dict) -> dict:
@@ -214,22 +226,29 @@ def backward_seeds(torch, x: dict) -> dict:
             "d_final_state": torch.randn(*x["initial_state"].shape, device="cuda", generator=gen)}
 
 
-def ours_backward(torch, op: str, x: dict, variant: str = ""):
+def ours_backward(torch, op: str, x: dict, variant: str = "", checkpoints=None):
     """(run, compiled plan, first-call seconds) for our {op}_bwd plan on ``x`` plus backward_seeds: the
     engine's first-ranked one for ``variant`` '', else the cuTile engine's variant ``variant`` ("cutile": its
-    plain TF32 default)."""
+    plain TF32 default). ``checkpoints``: the forward's state_checkpoints (``ours(checkpoints=True)``), which
+    the backward starts from instead of recomputing the states."""
     import cudnn_graph as cudnn
     F = cudnn.data_type
     x = dict(x, **backward_seeds(torch, x))
+    given = {}
+    if checkpoints is not None:
+        x["state_checkpoints"] = checkpoints
+        given = {"checkpoint_every_n_tokens": CHECKPOINT_EVERY}
     name = None if not variant else f"cutile_{op}_bwd_chunk64" + ("" if variant == "cutile" else f"_{variant}")
     types = _graph_types(torch, cudnn, x)
     g = cudnn.pygraph(io_data_type=types["q"], compute_data_type=F.FLOAT, device="cuda",
                       router=_Prefer(name) if name else None)
     t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types[name])
          for name, a in x.items()}
+    if checkpoints is not None:
+        given["state_checkpoints"] = t["state_checkpoints"]
     outs = getattr(g, f"{op}_bwd")(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
                                    initial_state=t["initial_state"], d_final_state=t["d_final_state"],
-                                   use_qk_l2norm=True)
+                                   use_qk_l2norm=True, **given)
     outs = [tensor for tensor in outs if tensor is not None]
     for tensor in outs:
         tensor.set_output(True)
@@ -388,6 +407,16 @@ def row_lines(r: dict) -> list:
         kernels = r.get(f"{side}_kernels_gpu_ms")
         if kernels:
             lines.append(f"  {side} kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()))
+    if r.get("ours_ckpt_bwd_gpu_ms") is not None:
+        plain = (r.get("ours_gpu_ms") or 0.0) + (r.get("ours_bwd_gpu_ms") or 0.0)
+        lines.append(f"  with state_checkpoints (n = {CHECKPOINT_EVERY}): forward {r['ours_ckpt_gpu_ms']:.3f}, backward "
+                     f"{r['ours_ckpt_bwd_gpu_ms']:.3f}, bwd/fwd {r['ckpt_bwd_over_fwd']:.2f} "
+                     f"(<= {BWD_TARGET:g}: {_met(r['ckpt_bwd_over_fwd'], BWD_TARGET)}); forward + backward "
+                     f"{r['ours_ckpt_gpu_ms'] + r['ours_ckpt_bwd_gpu_ms']:.3f} against {plain:.3f} recomputing")
+        for side in ("ours_ckpt", "ours_ckpt_bwd"):
+            kernels = r.get(f"{side}_kernels_gpu_ms")
+            if kernels:
+                lines.append(f"  {side} kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()))
     if r.get("ours_fwd_ms") is not None:
         lines.append(f"  per call (events, host included): ours {r['ours_fwd_ms']:.3f} "
                      f"fla {_fmt(r, 'fla_fwd_ms', '.3f')}")
@@ -431,7 +460,7 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
         r["fla_gpu_ms"] = gpu_ms(torch, state["fla_run"], args.iters, r["fla_kernels_gpu_ms"])
 
     def our_forward(r):
-        run, out, final, r["ours_build_s"], r["ours_first_call_s"], compiled = ours(torch, case.op, x, variant)
+        run, out, final, r["ours_build_s"], r["ours_first_call_s"], compiled, _ = ours(torch, case.op, x, variant)
         r["plan"] = compiled.plan.label
         state["run"] = run
         r["ours_kernels_gpu_ms"] = {}
@@ -458,6 +487,18 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
             r[f"ours_bwd_{name}_gpu_ms"] = gpu_ms(torch, run, args.iters, r[f"ours_bwd_{name}_kernels_gpu_ms"])
         return measure
 
+    def training_pair(r):
+        # the forward that keeps its chunk-start states (state_checkpoints) and the backward that starts there
+        run, _, _, _, _, compiled, states = ours(torch, case.op, x, checkpoints=True)
+        r["ckpt_plan"] = compiled.plan.label
+        r["ours_ckpt_kernels_gpu_ms"] = {}
+        r["ours_ckpt_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_ckpt_kernels_gpu_ms"])
+        run, compiled, _ = ours_backward(torch, case.op, x, checkpoints=states)
+        r["ckpt_bwd_plan"] = compiled.plan.label
+        r["ours_ckpt_bwd_kernels_gpu_ms"] = {}
+        r["ours_ckpt_bwd_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_ckpt_bwd_kernels_gpu_ms"])
+        r["ckpt_bwd_over_fwd"] = r["ours_ckpt_bwd_gpu_ms"] / r["ours_ckpt_gpu_ms"]
+
     def fla_bwd(r):
         r["fla_bwd_kernels_gpu_ms"] = {}
         r["fla_bwd_gpu_ms"] = gpu_ms(torch, fla_backward(torch, case.op, x), args.iters, r["fla_bwd_kernels_gpu_ms"])
@@ -469,6 +510,8 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
         _measure("ours_bwd", row, our_backward)
         for name in _variant_names(args.bwd_variants):
             _measure(f"ours_bwd_{name}", row, our_backward_variant(name))
+        if args.checkpoints:
+            _measure("ours_ckpt", row, training_pair)
         if args.fla_backward and args.fla:
             _measure("fla_bwd", row, fla_bwd)
     if row.get("ours_gpu_ms") and row.get("fla_gpu_ms"):
@@ -500,6 +543,8 @@ def main(argv=None) -> None:
                         help="skip fla's backward (it refuses Hopper with Triton < 3.7.1, after its compiles)")
     parser.add_argument("--bwd-variants", default="", help="a comma list of backward plan variants to time too "
                         "(cutile_<op>_bwd_chunk64_<variant>: auto, cute_prepare, cute_intra; cutile: the TF32 default)")
+    parser.add_argument("--no-checkpoints", dest="checkpoints", action="store_false",
+                        help="skip the training pair (the forward with state_checkpoints, the backward from them)")
     parser.add_argument("--cases", default="", help="exactly these rows: OP:SHAPE:DTYPE:DIM,... "
                         "(e.g. gdn:4x2048_h16:bf16:128)")
     args = parser.parse_args(argv)

@@ -577,23 +577,34 @@ def sdpa(q, k, v, *, causal: bool = False, scale: Optional[float] = None):
 
 # ---- linear attention (gated delta net, Kimi delta attention) ----------------------------------------------
 
-def _la_fwd_build(op, scale, l2):
+# the training forward keeps the state at each 64-token chunk's start (state_checkpoints), which its backward
+# starts from instead of running the state recurrence again: the GPU kernels' chunk, so their fastest pair
+_CHECKPOINT_EVERY = 64
+
+
+def _la_fwd_build(op, scale, l2, checkpoints=False):
     def build(q, k, v, g_, beta, cu_seqlens, device):
         g = _graph(device, q.dtype, op)
         t = [_tensor(g, n, a) for n, a in (("q", q), ("k", k), ("v", v), ("g", g_), ("beta", beta),
                                            ("cu_seqlens", cu_seqlens))]
-        o, _, _ = getattr(g, op)(*t[:5], cu_seqlens=t[5], scale=scale, use_qk_l2norm=l2)
+        o, _, states = getattr(g, op)(*t[:5], cu_seqlens=t[5], scale=scale, use_qk_l2norm=l2,
+                                      checkpoint_every_n_tokens=_CHECKPOINT_EVERY if checkpoints else 0)
         o.set_output(True).set_name("o")
-        return g, t, [o]
+        if states is None:
+            return g, t, [o]
+        return g, t, [o, states.set_output(True).set_name("state_checkpoints")]
     return build
 
 
-def _la_bwd_build(op, scale, l2):
-    def build(q, k, v, g_, beta, cu_seqlens, do, device):
+def _la_bwd_build(op, scale, l2, checkpoints=False):
+    def build(q, k, v, g_, beta, cu_seqlens, do, *states, device):
         g = _graph(device, q.dtype, op)
-        t = [_tensor(g, n, a) for n, a in (("q", q), ("k", k), ("v", v), ("g", g_), ("beta", beta),
-                                           ("cu_seqlens", cu_seqlens), ("dO", do))]
-        outs = getattr(g, op)(*t[:5], t[6], cu_seqlens=t[5], scale=scale, use_qk_l2norm=l2)
+        named = [("q", q), ("k", k), ("v", v), ("g", g_), ("beta", beta), ("cu_seqlens", cu_seqlens), ("dO", do)]
+        if checkpoints:
+            named.append(("state_checkpoints", states[0]))
+        t = [_tensor(g, n, a) for n, a in named]
+        given = dict(state_checkpoints=t[7], checkpoint_every_n_tokens=_CHECKPOINT_EVERY) if checkpoints else {}
+        outs = getattr(g, op)(*t[:5], t[6], cu_seqlens=t[5], scale=scale, use_qk_l2norm=l2, **given)
         grads = [x for x in outs[:5]]
         for name, x in zip(("dq", "dk", "dv", "dg", "dbeta"), grads):
             x.set_output(True).set_name(name)
@@ -607,13 +618,15 @@ def _linear_attention(op: str, bwd_op: str):
         return _cached_function((op, scale, l2), _la_fwd_build(op, scale, l2))(q, k, v, g, beta, cu_seqlens)
 
     def fwd(q, k, v, g, beta, cu_seqlens, scale, l2):
-        o = _cached_function((op, scale, l2), _la_fwd_build(op, scale, l2))(q, k, v, g, beta, cu_seqlens)
-        return o, (q, k, v, g, beta, cu_seqlens)
+        o, states = _cached_function((op, scale, l2, "checkpoints"), _la_fwd_build(op, scale, l2, True))(
+            q, k, v, g, beta, cu_seqlens)
+        return o, (q, k, v, g, beta, cu_seqlens, states)
 
     def bwd(scale, l2, saved, do):
-        q, k, v, g, beta, cu_seqlens = saved
-        dq, dk, dv, dg, dbeta = _cached_function((bwd_op, scale, l2), _la_bwd_build(bwd_op, scale, l2))(
-            q, k, v, g, beta, cu_seqlens, do)
+        q, k, v, g, beta, cu_seqlens, states = saved
+        dq, dk, dv, dg, dbeta = _cached_function((bwd_op, scale, l2, "checkpoints"),
+                                                 _la_bwd_build(bwd_op, scale, l2, True))(
+            q, k, v, g, beta, cu_seqlens, do, states)
         # cu_seqlens is an integer input: its cotangent is float0 zeros.
         dcu = np.zeros(jnp.shape(cu_seqlens), dtype=jax.dtypes.float0)
         return dq, dk, dv, dg, dbeta, dcu
@@ -629,7 +642,8 @@ _kda = _linear_attention("kda", "kda_bwd")
 def gdn(q, k, v, g, beta, cu_seqlens, *, scale: Optional[float] = None, use_qk_l2norm: bool = False):
     """Gated delta net over packed sequences: q, k (T, H, K), v (T, H, V), g (T, H) float32 log decay,
     beta (T, H), cu_seqlens (N + 1,) int32; returns o (T, H, V). Differentiable (gdn_bwd) in q, k, v,
-    g and beta.
+    g and beta: under differentiation the forward also keeps the state at each 64-token chunk's start
+    ((T // 64 + N) x H x K x V in q's type), and the backward starts from those.
 
     Example (on a GPU with the cuTile engine):
         >>> o = gdn(q, k, v, g, beta, cu_seqlens)      # doctest: +SKIP

@@ -28,6 +28,11 @@ instructions). Its steps:
 5. dA = -strict_tril(dX U^T + dCg W^T) over T's region.
 
 The products take BF16 / FP16 operands with f32 accumulation (the cuTile kernel: TF32).
+
+With ``deltas`` (a backward from the forward's ``state_checkpoints``: no state pass recomputes the chunk-start
+states, so none leaves the deltas either) step 1 starts with ``D = U - W S0`` into d, the scratch the
+recompute's state pass would have written (chunk_bwd_grads reads it): W in dD's place, U from the scratch in
+f32 as the state pass reads it, one barrier before dD takes W's place.
 """
 from __future__ import annotations
 
@@ -43,17 +48,20 @@ from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD, THREADS, ChunkKernel, K
 
 
 class DeltaBwdValues(ChunkKernel):
-    """One specialisation: the input type, beta's type, dv's type, K, V, the value heads ``H`` and the warps a
-    CTA (``BLOCK_WARPS``). Called with v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, dA (T in, dA out), dbeta's v
-    part, then tokens, chunks, sequences."""
+    """One specialisation: the input type, beta's type, dv's type, K, V, the value heads ``H``, the warps a
+    CTA (``BLOCK_WARPS``) and whether it forms the deltas (``deltas``). Called with v, beta, cu_seqlens, hs, dd,
+    w, u, dv, dCg, dA (T in, dA out), dbeta's v part, d (written with ``deltas``, else not read), then tokens,
+    chunks, sequences."""
 
-    def __init__(self, io_dtype: str, beta_dtype: str, dv_dtype: str, K: int, V: int, H: int, warps: int = 4):
+    def __init__(self, io_dtype: str, beta_dtype: str, dv_dtype: str, K: int, V: int, H: int, warps: int = 4,
+                 deltas: bool = False):
         # no key heads are read: the grouping of value heads over key heads does not enter
         self.set_heads(io_dtype, K, V, H, H, False)
         self.set_warps(warps)
         self.beta_type = DTYPES[beta_dtype]
         self.dv_type = DTYPES[dv_dtype]
         self.dv_itemsize = ITEMSIZE[dv_dtype]
+        self.deltas = deltas
 
     @property
     def _wide(self) -> int:
@@ -81,23 +89,24 @@ class DeltaBwdValues(ChunkKernel):
     @cute.jit
     def __call__(self, pv: cute.Pointer, pbeta: cute.Pointer, pcu: cute.Pointer, phs: cute.Pointer,
                  pdd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pdv: cute.Pointer, pdcg: cute.Pointer,
-                 pda: cute.Pointer, pdbv: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32,
-                 stream: cuda.CUstream):
-        self.kernel(pv, pbeta, pcu, phs, pdd, pw, pu, pdv, pdcg, pda, pdbv, tokens, chunks, n_seq).launch(
+                 pda: cute.Pointer, pdbv: cute.Pointer, pd: cute.Pointer, tokens: Int32, chunks: Int32,
+                 n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pv, pbeta, pcu, phs, pdd, pw, pu, pdv, pdcg, pda, pdbv, pd, tokens, chunks, n_seq).launch(
             grid=[chunks, self.H, 1], block=[self.threads, 1, 1], smem=self.shared_bytes(), stream=stream,
             **self.launch_options())
 
     @cute.kernel
     def kernel(self, pv: cute.Pointer, pbeta: cute.Pointer, pcu: cute.Pointer, phs: cute.Pointer,
                pdd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pdv: cute.Pointer, pdcg: cute.Pointer,
-               pda: cute.Pointer, pdbv: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32):
+               pda: cute.Pointer, pdbv: cute.Pointer, pd: cute.Pointer, tokens: Int32, chunks: Int32,
+               n_seq: Int32):
         K, V, H = self.K, self.V, self.H
         io = self.io
         mV = cute.make_tensor(pv, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
         mBeta = cute.make_tensor(pbeta, cute.make_layout((tokens, H), stride=(H, 1)))
         mCu = cute.make_tensor(pcu, cute.make_layout((n_seq + 1,), stride=(1,)))
         mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
-        mDd, mU = chunk_major(pdd, chunks, H, V), chunk_major(pu, chunks, H, V)
+        mDd, mU, mD = chunk_major(pdd, chunks, H, V), chunk_major(pu, chunks, H, V), chunk_major(pd, chunks, H, V)
         mW, mDcg = chunk_major(pw, chunks, H, K), chunk_major(pdcg, chunks, H, K)
         mDa, mDbv = chunk_major(pda, chunks, H, CHUNK), chunk_major(pdbv, chunks, H, 1)
         mDv = cute.make_tensor(pdv, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
@@ -121,6 +130,20 @@ class DeltaBwdValues(ChunkKernel):
 
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
+            acc_v = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, V)), Float32)
+            if const_expr(self.deltas):
+                # 0. D = U - W S0 into d (W in dD's place until every warp has read it)
+                self.scratch_rows(mW[c, h, None, None], sW, K, tidx)
+                self.scratch_rows(mHs[c, h, None, None], sS0, V, tidx, rows=K)
+                gD = thr.partition_C(mD[c, h, None, None])
+                u_part = cute.make_rmem_tensor(acc_v.shape, Float32)
+                self.load_fragment(thr.partition_C(mU[c, h, None, None]), u_part)
+                cute.arch.sync_threads()
+                acc_v.fill(0.0)
+                self.product_bt(tiled_mma, acc_v, sW, sS0, K, V, V + PAD, tidx)
+                acc_v.store(u_part.load() - acc_v.load())
+                self.store_fragment(acc_v, gD)
+                cute.arch.sync_threads()        # W's readers are done: dD takes its place
             # 1. the operands (T from the prepare, in dA's region: read here before dA is written over it)
             if tidx < CHUNK:
                 b = Float32(0.0)
@@ -130,7 +153,8 @@ class DeltaBwdValues(ChunkKernel):
             gDa = mDa[c, h, None, None]
             self.scratch_rows(gDa, sT, CHUNK, tidx)
             self.scratch_rows(mDd[c, h, None, None], sDd, V, tidx)
-            self.scratch_rows(mHs[c, h, None, None], sS0, V, tidx, rows=K)
+            if const_expr(not self.deltas):
+                self.scratch_rows(mHs[c, h, None, None], sS0, V, tidx, rows=K)
             self.scratch_rows(mU[c, h, None, None], sU, V, tidx)
             self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
             cute.arch.sync_threads()
@@ -146,7 +170,6 @@ class DeltaBwdValues(ChunkKernel):
             cute.autovec_copy(out_k, thr.partition_C(sDw))
 
             # 3. dX = T^T dD: dbeta's v part, dX into v's place, dv = beta dX out through dD's place
-            acc_v = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, V)), Float32)
             acc_v.fill(0.0)
             self.product_tt(tiled_mma, acc_v, sT, sDd, CHUNK, CHUNK, V, CHUNK + PAD, wide, tidx)
             sums = cute.make_rmem_tensor((1, 2), Float32)
@@ -217,18 +240,18 @@ def _pointer_types(io_dtype: str, beta_dtype: str, dv_dtype: str, scratch_dtype:
                    own_dtype: str = "float32") -> tuple:
     """(element type, assumed alignment) of each pointer: v, beta, cu_seqlens, hs (the recompute's scratch: f32 or
     the input type), dd (the backward's own scratch: f32 or the input type), w, u (the recompute's), dv, dCg, dA
-    (T in; both own), dbeta's v part (f32)."""
+    (T in; both own), dbeta's v part (f32), d (the recompute's)."""
     scratch, own = (scratch_dtype, 16), (own_dtype, 16)
     return ((io_dtype, 16), (beta_dtype, ITEMSIZE[beta_dtype]), ("int32", 4), scratch, own, scratch, scratch,
-            (dv_dtype, 16), own, own, ("float32", 4))
+            (dv_dtype, 16), own, own, ("float32", 4), scratch)
 
 
 def bwd_values_launcher(io_dtype: str, beta_dtype: str, dv_dtype: str, K: int, V: int, H: int,
                         n_seq: int, scratch_dtype: str = "float32", own_dtype: str = "float32",
-                        warps: int = 4) -> KernelLauncher:
+                        warps: int = 4, deltas: bool = False) -> KernelLauncher:
     """The launcher of one specialisation; its slots: v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, dA (T in, dA
-    out), dbeta's v part (hs, w and u in ``scratch_dtype``; dd, dCg and dA in ``own_dtype``; ``warps`` a CTA: one
-    of ``BLOCK_WARPS``)."""
-    key = ("chunk_bwd_values", io_dtype, beta_dtype, dv_dtype, K, V, H, scratch_dtype, own_dtype, warps)
-    return KernelLauncher(lambda: DeltaBwdValues(io_dtype, beta_dtype, dv_dtype, K, V, H, warps), key,
+    out), dbeta's v part, d (hs, w, u and d in ``scratch_dtype``; dd, dCg and dA in ``own_dtype``; ``warps`` a
+    CTA: one of ``BLOCK_WARPS``; ``deltas``: it writes d = U - W S0, else d is not touched)."""
+    key = ("chunk_bwd_values", io_dtype, beta_dtype, dv_dtype, K, V, H, scratch_dtype, own_dtype, warps, deltas)
+    return KernelLauncher(lambda: DeltaBwdValues(io_dtype, beta_dtype, dv_dtype, K, V, H, warps, deltas), key,
                           _pointer_types(io_dtype, beta_dtype, dv_dtype, scratch_dtype, own_dtype), n_seq)

@@ -676,7 +676,8 @@ class DeltaStatePassFused(DeltaStatePass):
         D = U - W S,   o = qg S + attn D,   S <- e^(gc_last) S + KD^T D
 
     o in the output kernel's product order (K's k-blocks, then attn's), so the same bits as the split form's
-    state pass followed by ``DeltaOutput``. Why: that pair wrote and read every chunk-start state (K x V per
+    state pass followed by ``DeltaOutput``. With ``store_hs`` it writes the chunk-start states too (the forward's
+    ``state_checkpoints``, one a chunk: S as the products read it, in the input type). Why: that pair wrote and read every chunk-start state (K x V per
     chunk and head: 67 MB at 4 x 2048 tokens, 16 heads, K = V = 128) and the deltas, and the output kernel
     read q and k again. o leaves through a staging block a step late: its copy to global memory follows the
     next step's first barrier, so a step takes three barriers, not four. About 97 KB of shared memory at
@@ -686,10 +687,11 @@ class DeltaStatePassFused(DeltaStatePass):
     kd_buffer_of_its_own = True
 
     def __init__(self, io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
-                 per_channel: bool = False):
+                 per_channel: bool = False, store_hs: bool = False):
         if BV not in FUSED_COLUMNS:
             raise ValueError(f"the fused state pass takes BV in {FUSED_COLUMNS}, not {BV}")
         super().__init__(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
+        self.store_hs = store_hs
 
     def shared_storage(self):
         K, BV, io = self.K, self.BV, self.io
@@ -703,19 +705,19 @@ class DeltaStatePassFused(DeltaStatePass):
     @cute.jit
     def __call__(self, pkd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
                  ph0: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, pht: cute.Pointer, po: cute.Pointer,
-                 tokens: Int32, chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
-        self.kernel(pkd, pw, pu, pg, pcu, ph0, pqg, pattn, pht, po, tokens, chunks, n_seq).launch(
+                 phs: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pkd, pw, pu, pg, pcu, ph0, pqg, pattn, pht, po, phs, tokens, chunks, n_seq).launch(
             grid=[n_seq, self.H, self.V // self.BV], block=[self.threads, 1, 1], smem=self.shared_bytes(),
             stream=stream, **self.launch_options())
 
     @cute.kernel
     def kernel(self, pkd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pg: cute.Pointer, pcu: cute.Pointer,
                ph0: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, pht: cute.Pointer, po: cute.Pointer,
-               tokens: Int32, chunks: Int32, n_seq: Int32):
+               phs: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32):
         K, V, BV, H = self.K, self.V, self.BV, self.H
         io = self.io
-        # qg stands in for d and hs, which this form does not write (chunk_views' last two)
-        mKd, mW, _, mG, mCu, _ = self.chunk_views(pkd, pw, pqg, pg, pcu, pqg, tokens, chunks, n_seq)
+        # qg stands in for d, which this form does not write; hs is written with store_hs alone
+        mKd, mW, _, mG, mCu, mHs = self.chunk_views(pkd, pw, pqg, pg, pcu, phs, tokens, chunks, n_seq)
         mQg, mAttn = chunk_major(pqg, chunks, H, K), chunk_major(pattn, chunks, H, CHUNK)
         mU = chunk_major(pu, chunks, H, V)
         mO = cute.make_tensor(po, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
@@ -773,6 +775,9 @@ class DeltaStatePassFused(DeltaStatePass):
             s_io.store(state.load().to(io))
             cute.autovec_copy(s_io, thr.partition_C(sS))
             cute.arch.sync_threads()
+            if const_expr(self.store_hs):
+                # the chunk-start state as the products read it (sS is next written after two more barriers)
+                self.copy_rows(sS, cute.local_tile(mHs[first + j, h, None, None], (K, BV), (0, vb)), K, BV, tidx)
             # D = U - W S and qg S, both over S as stored
             delta.fill(0.0)
             self.product_bt(tiled_mma, delta, sW, sS, K, BV, BV + PAD, tidx)
@@ -821,15 +826,16 @@ def state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: 
 
 
 def _fused_pointer_types(io_dtype: str) -> tuple:
-    """kd, w, u, g, cu_seqlens, h0 (f32), qg, attn, ht (f32), o."""
-    kd, w, u, g, cu, h0, _, ht, _ = _pointer_types(io_dtype)
-    return (kd, w, u, g, cu, h0, (io_dtype, 16), (io_dtype, 16), ht, (io_dtype, 16))
+    """kd, w, u, g, cu_seqlens, h0 (f32), qg, attn, ht (f32), o, hs."""
+    kd, w, u, g, cu, h0, hs, ht, _ = _pointer_types(io_dtype)
+    return (kd, w, u, g, cu, h0, (io_dtype, 16), (io_dtype, 16), ht, (io_dtype, 16), hs)
 
 
 def fused_state_pass_launcher(io_dtype: str, K: int, V: int, BV: int, H: int, has_h0: bool, store_ht: bool,
-                              n_seq: int, per_channel: bool = False) -> KernelLauncher:
+                              n_seq: int, per_channel: bool = False, store_hs: bool = False) -> KernelLauncher:
     """The launcher of one ``DeltaStatePassFused`` specialisation (BV value columns a CTA); its slots: kd, w, u,
-    g, cu_seqlens, h0, qg, attn, ht, o."""
-    key = ("chunk_state_output", io_dtype, K, V, BV, H, has_h0, store_ht, per_channel)
-    return KernelLauncher(lambda: DeltaStatePassFused(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel), key,
-                          _fused_pointer_types(io_dtype), n_seq)
+    g, cu_seqlens, h0, qg, attn, ht, o, hs (the chunk-start states, written with ``store_hs``, else not
+    touched)."""
+    key = ("chunk_state_output", io_dtype, K, V, BV, H, has_h0, store_ht, per_channel, store_hs)
+    return KernelLauncher(lambda: DeltaStatePassFused(io_dtype, K, V, BV, H, has_h0, store_ht, per_channel,
+                                                      store_hs), key, _fused_pointer_types(io_dtype), n_seq)

@@ -12,7 +12,8 @@ from . import _c_launch
 from ._cute_launch import CuteLaunch
 from ._variants import BLOCK_WARPS, CHUNK, Variant
 from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, MMA_TYPES, SCRATCH_FORMS, CutileForwardPlan, _cdiv,
-                     _cute_kernels_reason, _Geometry, _kernel_source, backward_workspace_size, logger, variant_of)
+                     _cute_kernels_reason, _Geometry, _kernel_source, backward_workspace_size, checkpoint_port,
+                     checkpoint_reason, logger, variant_of)
 
 
 class CutileBackwardPlan(CutileForwardPlan):
@@ -103,6 +104,8 @@ class CutileBackwardPlan(CutileForwardPlan):
         ]
         if self._cute_values is not None:
             self._take_cute_values(launches, sc)
+        if v.checkpoints:
+            self._start_from_checkpoints(launches, slot("state_checkpoints"), sc["hs"])
         if self._f32_twin is not None:
             self._check_io_scratch(launches)
         return launches
@@ -138,7 +141,7 @@ class CutileBackwardPlan(CutileForwardPlan):
         _, prepare_grid, _, a = launches[at["prepare"]]
         prepare_args = (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9], sc["da"])
         _, values_grid, _, a = launches[at["bwd_values"]]
-        values_args = (a[1], a[3], a[5], a[6], a[7], a[8], a[9], a[11], a[13], a[14], a[15])
+        values_args = (a[1], a[3], a[5], a[6], a[7], a[8], a[9], a[11], a[13], a[14], a[15], sc["d"])
         if not values.takes(values_args):
             return
         prepare, args = prepare_inverse, prepare_args
@@ -154,6 +157,27 @@ class CutileBackwardPlan(CutileForwardPlan):
         launches[at["bwd_values"]] = ("bwd_values", values_grid, values, values_args)
         if prepare is not prepare_inverse:
             del launches[at["bwd_intra"]]
+
+
+    def _start_from_checkpoints(self, launches: list, checkpoints, hs) -> None:
+        """The forward's checkpoints as the chunk-start states: chunk_bwd_values and chunk_bwd_grads read them
+        where the recompute's state pass would have left hs, and that launch goes (chunk_bwd_values forms the
+        deltas, ``variant.checkpoints``). Where the CuTe values kernel did not take this call's buffers, or a
+        CuTe launch refuses the checkpoints' buffer, the state pass stays: the same states, recomputed."""
+        at = {launch[0]: i for i, launch in enumerate(launches)}
+        values = launches[at["bwd_values"]][2]
+        if "state_pass" not in at or not isinstance(values, CuteLaunch) or values is not self._cute_values[1]:
+            return
+        moved = {}
+        for name in ("bwd_values", "bwd_grads"):
+            _, grid, kernel, args = launches[at[name]]
+            args = tuple(checkpoints if a is hs else a for a in args)
+            if isinstance(kernel, CuteLaunch) and not kernel.takes(args):
+                return
+            moved[name] = (name, grid, kernel, args)
+        for name, launch in moved.items():
+            launches[at[name]] = launch
+        del launches[at["state_pass"]]
 
 
 class IoScratchRefused(_c_launch.Unsupported):
@@ -313,21 +337,29 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
     scratch = plan.knobs.get("scratch", "f32")
     if scratch not in SCRATCH_FORMS:
         raise GraphNotSupportedError(f"scratch={scratch!r}; expected one of {', '.join(map(repr, SCRATCH_FORMS))}")
+
+    def reading_checkpoints(v: Variant) -> Variant:
+        # the CuTe chunk_bwd_values forms the deltas a backward from the checkpoints needs; other plans, and
+        # checkpoints of another cadence or type than the plan's chunk-start states, recompute those states
+        reuse = v.values == "cute" and checkpoint_reason(graph, node, v.scratch_dtype) is None \
+            and checkpoint_port(graph, node) is not None
+        return dataclasses.replace(v, checkpoints=reuse)
+
     if scratch == "f32":
         if variant.state_pass == "cute":
             raise GraphNotSupportedError("state_pass='cute' in a backward reads the recompute's scratch in the "
                                          "input type: it needs scratch='io'")
-        return CutileBackwardPlan(plan, graph, node, variant, _Geometry(node, backward=True))
+        return CutileBackwardPlan(plan, graph, node, reading_checkpoints(variant), _Geometry(node, backward=True))
     # the backward's cuTile kernels read f32 scratch: with 16-bit scratch every kernel is CuTe
     cutile = [kernel for kernel, source in sources.items() if source != "cute"]
     if cutile:
         raise GraphNotSupportedError(f"scratch={scratch!r} in a backward needs every kernel in CuTe; "
                                      f"{', '.join(cutile)} are 'cutile'")
-    twin = CutileBackwardPlan(plan, graph, node, dataclasses.replace(variant, state_pass="cutile"),
+    twin = CutileBackwardPlan(plan, graph, node, reading_checkpoints(dataclasses.replace(variant, state_pass="cutile")),
                               _Geometry(node, backward=True))
     own = scratch == "io_all"
     geometry = _Geometry(node, backward=True, io_scratch=variant.io_dtype, io_backward=own)
     geometry.workspace_size = backward_workspace_size(node, variant.io_dtype, scratch)   # room for the twin's too
     narrow = dataclasses.replace(variant, scratch_dtype=variant.io_dtype,
                                  own_dtype=variant.io_dtype if own else "float32")
-    return CutileBackwardPlan(plan, graph, node, narrow, geometry, twin)
+    return CutileBackwardPlan(plan, graph, node, reading_checkpoints(narrow), geometry, twin)

@@ -124,12 +124,12 @@ class CuteLaunch:
     @staticmethod
     def bwd_values(variant: Variant, geometry: "_Geometry") -> "CuteLaunch":
         """chunk_bwd_values from the T ``prepare_inverse`` left in dA's region: the CuTe kernel reads v, beta,
-        cu_seqlens, hs, dd, w, u and T and writes dv, dCg, dA (over T) and dbeta's v part (no cuTile kernel: the
-        plan checks ``takes`` first)."""
+        cu_seqlens, hs, dd, w, u and T and writes dv, dCg, dA (over T), dbeta's v part and, from the forward's
+        checkpoints (``variant.checkpoints``), the deltas d (no cuTile kernel: the plan checks ``takes`` first)."""
         from ..cute._delta_bwd_values import bwd_values_launcher
         launcher = bwd_values_launcher(variant.io_dtype, variant.beta_dtype, variant.io_dtype, variant.K, variant.V,
                                        geometry.H, variant.n_seq, variant.scratch_dtype, variant.own_dtype,
-                                       warps=variant.values_warps)
+                                       warps=variant.values_warps, deltas=variant.checkpoints)
         return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod
@@ -166,11 +166,12 @@ class CuteLaunch:
     @staticmethod
     def state_output(variant: Variant, geometry: "_Geometry") -> "CuteLaunch":
         """The fused state pass: the CuTe kernel reads kd, w, u, the cumulative gates, cu_seqlens, h0, scale
-        q e^gc, attn and writes ht and o (no cuTile kernel: the plan checks ``takes`` first)."""
+        q e^gc, attn and writes ht, o and, for the forward's checkpoints (``variant.checkpoints``), hs (no cuTile
+        kernel: the plan checks ``takes`` first)."""
         from ..cute._delta_state import fused_state_pass_launcher
         launcher = fused_state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
                                              variant.has_h0, variant.store_ht, variant.n_seq,
-                                             per_channel=variant.per_channel)
+                                             per_channel=variant.per_channel, store_hs=variant.checkpoints)
         return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     def takes(self, args: tuple) -> bool:

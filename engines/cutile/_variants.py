@@ -99,6 +99,10 @@ class Variant:
     values_warps: int = 4   # warps a CTA of the CuTe chunk_bwd_values (BLOCK_WARPS)
     # a backward's chunk_bwd_intra work done by the recompute's CuTe prepare (DeltaPrepareInverseIntra)
     intra_in_prepare: bool = False
+    # the state_checkpoints port (one row a chunk) holds the chunk-start states: a forward writes them there
+    # instead of its scratch; a backward reads them there and runs no state pass (chunk_bwd_values forms the
+    # deltas)
+    checkpoints: bool = False
 
     @property
     def per_channel(self) -> bool:

@@ -404,6 +404,9 @@ class CutileForwardPlan(CompiledPlan):
         ``scratch[region]`` the workspace regions (Slots at execute; _c_launch's refs for the C path)."""
         v = self.variant
         ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
+        if v.checkpoints:
+            # the chunk-start states go to the caller's state_checkpoints (one row a chunk, as hs's)
+            scratch = {**scratch, "hs": slot("state_checkpoints")}
         launches, g, beta, _ = self._recompute_launches(slot, scratch, ht)
         q, k, cu = slot("q"), slot("k"), slot("cu_seqlens")
         if self._fused is not None:
@@ -415,7 +418,9 @@ class CutileForwardPlan(CompiledPlan):
                                qg, attn)
             else:
                 scores_args = (q, k, scratch["g"], cu, qg, attn)
-            fused_args = (scratch["kd"], scratch["w"], scratch["u"], scratch["g"], cu, h0, qg, attn, ht, slot("o"))
+            # hs: the checkpoints where the variant writes them (else qg stands in, never touched)
+            fused_args = (scratch["kd"], scratch["w"], scratch["u"], scratch["g"], cu, h0, qg, attn, ht, slot("o"),
+                          scratch["hs"] if v.checkpoints else qg)
             if scores.takes(scores_args) and state_output.takes(fused_args):
                 # the state pass forms o: it replaces the state pass and the output launches, and the scores
                 # come from a launch of their own or from the prepare, in its place
@@ -564,6 +569,9 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                engine=self, priority=priority, workspace_size=sizes[knobs.get("scratch", "f32")])
                     for suffix, knobs, priority in backward_variants(graph, node)]
         plans = []
+        port = checkpoint_port(graph, node)
+        if port is not None and port[0] != CHUNK:
+            raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {checkpoint_reason(graph, node, '')}")
         cute_ok = {kernel: _cute_kernels_reason(graph, node, kernel) is None for kernel in FORWARD_KERNEL_KNOBS}
         io_dtype = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
         for suffix, extra in (("", {}), *VARIANT_KNOBS.items()):
@@ -575,12 +583,18 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                 continue
             if knobs["scores"] == "prepare" and node.op != "gdn":
                 continue     # per-channel scores need the split decays the prepare forms in another order
+            if checkpoint_reason(graph, node, _io_scratch(graph, node, knobs) or "float32") is not None:
+                continue     # its chunk-start states are not the checkpoints' type
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
             ctas = (node.inputs["cu_seqlens"].dim[0] - 1) * node.inputs["v"].dim[1] * (V // 32)
             priority = _forward_priority(suffix, io_dtype, node.inputs["q"].dim[2], ctas)
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self, priority=priority,
                                     workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
                                                              ).workspace_size))
+        if not plans and port is not None:
+            raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): state_checkpoints is "
+                                         f"{port[1] or 'of a type no kernel stores'}; the plans keep their "
+                                         "chunk-start states in the input type (FLOAT: the f32_scratch plan)")
         return plans
 
     def build_plan(self, graph, plan: PlanConfig, ctx: ExecutionContext) -> CompiledPlan:
@@ -630,12 +644,16 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             raise GraphNotSupportedError("output='cute' reads the deltas and states in the input type over all "
                                          f"of V (scratch='io', output_block_v=0); got scratch={knobs['scratch']!r}, "
                                          f"output_block_v={output_block_v}")
+        why = checkpoint_reason(graph, node, io_scratch or "float32")
+        if why is not None:
+            raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {why}")
         low = {"bf16": True, "tf32": False}.get(knobs["mma"])   # None: auto
         variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
                                       output_block_v=output_block_v or geometry.V,
                                       scratch_dtype=io_scratch or "float32", prepare=knobs["prepare"],
                                       output=knobs["output"], state_pass=knobs["state_pass"],
-                                      state_form=knobs["state_form"], scores=knobs["scores"])
+                                      state_form=knobs["state_form"], scores=knobs["scores"],
+                                      checkpoints=checkpoint_port(graph, node) is not None)
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 
@@ -797,6 +815,32 @@ def _io_scratch(graph, node, knobs) -> str:
         return ""
     io = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
     return io if io in ("bfloat16", "float16") else ""
+
+
+def checkpoint_port(graph, node) -> tuple | None:
+    """(cadence, type name) of the node's ``state_checkpoints`` (a forward's output, a backward's input), or
+    None where it has none; the type name is None for a type no kernel stores."""
+    backward = node.op in BACKWARD_OPS
+    t = (node.inputs if backward else node.outputs).get("state_checkpoints")
+    if t is None:
+        return None
+    return int(node.params.get("checkpoint_every_n_tokens") or 0), _GATE_TYPES.get(GraphView.of(graph).data_type(t))
+
+
+def checkpoint_reason(graph, node, hs_dtype: str) -> str | None:
+    """Why a plan that keeps its chunk-start states in ``hs_dtype`` cannot take the node's state_checkpoints
+    as them (None when it can, or when the node has none): the kernels' states are one a 64-token chunk."""
+    port = checkpoint_port(graph, node)
+    if port is None:
+        return None
+    every, dtype = port
+    if every != CHUNK:
+        return (f"checkpoint_every_n_tokens={every}: the GPU kernels hold the state at each {CHUNK}-token chunk's "
+                f"start, so they store and read checkpoints at n = {CHUNK} only (other n: the reference engine)")
+    if dtype != hs_dtype:
+        return (f"state_checkpoints is {dtype or 'of a type no kernel stores'}; this plan keeps its chunk-start "
+                f"states in {hs_dtype}")
+    return None
 
 
 def variant_of(graph, node, block_v: int, low_mma: Optional[bool] = False) -> Variant:

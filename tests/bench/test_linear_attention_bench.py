@@ -42,3 +42,11 @@ def test_cute_kernels_are_told_apart_by_class_past_the_module_prefix():
     output = bench.kernel_label(prefix + "delta_outputDeltaOutput_object_at__ptrbf16gmemalign16_ptrbf16_0")
     assert scores.startswith("cute_delta_outputDeltaScores") and output.startswith("cute_delta_outputDeltaOutput")
     assert len(scores) == 60 and bench.kernel_label("chunk_fwd_kernel_o") == "chunk_fwd_kernel_o"
+
+
+def test_the_training_pair_prints_its_ratio_and_the_step_beside_the_recomputing_one():
+    row = {"op": "gdn", "shape": "4x2048_h16", "dtype": "bf16", "K": 128, "variant": "default",
+           "ours_gpu_ms": 0.231, "ours_bwd_gpu_ms": 0.807, "ours_ckpt_gpu_ms": 0.250, "ours_ckpt_bwd_gpu_ms": 0.700,
+           "ckpt_bwd_over_fwd": 2.8}
+    line = next(line for line in bench.row_lines(row) if "state_checkpoints" in line)
+    assert "bwd/fwd 2.80 (<= 3: yes)" in line and "forward + backward 0.950 against 1.038 recomputing" in line

@@ -304,3 +304,12 @@ def test_gdn_under_jit_equals_eager_execute():
     want = np.zeros((12, 1, 8), np.float32)
     g.execute({**{uid: a for (_, uid, _, _), a in zip(plan.inputs, args)}, plan.outputs[0][1]: want})
     np.testing.assert_array_equal(got, want)
+
+
+def test_gdn_under_grad_keeps_the_chunk_states_its_backward_starts_from():
+    # the training forward also writes state_checkpoints (one a 64-token chunk) and the backward graph takes them
+    args = _gdn_inputs()
+    jax.grad(lambda *a: jnp.sum(cgjax.gdn(*a)), argnums=(0,))(*args)
+    forward = cgjax._FUNCTIONS[("gdn", None, False, "checkpoints")].plan_for(*args)
+    assert [name for name, _, _, _ in forward.outputs] == ["o", "state_checkpoints"]
+    assert forward.outputs[1][2] == (12 // 64 + 2, 1, 8, 8)

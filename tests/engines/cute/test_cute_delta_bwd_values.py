@@ -26,7 +26,8 @@ from cubin_tables import addresses_then_three_sizes, largest_frame, parameters, 
                                                 ("bfloat16", "bfloat16", "float32", 64, 128)])
 def test_the_values_kernel_compiles_with_the_parameters_the_c_path_writes(io, beta, dv, K, V):
     cubin, block, shared = _delta_bwd_values.bwd_values_launcher(io, beta, dv, K, V, 4, 3).cubin()
-    assert parameters(cubin) == addresses_then_three_sizes(11)
+    # v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, dA, dbeta's v part, d (written with deltas=True alone)
+    assert parameters(cubin) == addresses_then_three_sizes(12)
     assert block == (128, 1, 1) and 0 < shared <= 113 * 1024
 
 
@@ -38,9 +39,24 @@ def test_the_values_kernel_compiles_in_eight_warps_without_spilling(K, V, scratc
     launcher = _delta_bwd_values.bwd_values_launcher("bfloat16", "bfloat16", "bfloat16", K, V, 4, 3, scratch, scratch,
                                                      warps=8)
     cubin, block, shared = launcher.cubin()
-    assert parameters(cubin) == addresses_then_three_sizes(11)
+    assert parameters(cubin) == addresses_then_three_sizes(12)
     assert block == (256, 1, 1) and 0 < shared <= 113 * 1024
     assert registers(cubin) <= 128 and largest_frame(cubin) == 0
+
+
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("K, V, scratch", [(128, 128, "bfloat16"), (128, 128, "float32"), (64, 64, "bfloat16"),
+                                            (128, 64, "bfloat16")])
+def test_the_values_kernel_that_forms_the_deltas_keeps_its_shared_memory_and_does_not_spill(K, V, scratch, warps):
+    # deltas=True (a backward from the forward's checkpoints): W takes dD's place for D = U - W S0 first, so the
+    # shared memory (two CTAs an SM at K = V = 128) is the plain kernel's
+    def build(deltas):
+        return _delta_bwd_values.bwd_values_launcher("bfloat16", "bfloat16", "bfloat16", K, V, 4, 3, scratch, scratch,
+                                                     warps=warps, deltas=deltas).cubin()
+    cubin, block, shared = build(True)
+    assert parameters(cubin) == addresses_then_three_sizes(12)
+    assert block == (32 * warps, 1, 1) and shared == build(False)[2]
+    assert largest_frame(cubin) == 0 and registers(cubin) <= (128 if warps == 8 or scratch != "float32" else 255)
 
 
 def test_a_values_block_takes_four_or_eight_warps():
@@ -79,6 +95,7 @@ def test_the_prepare_that_does_the_intra_work_compiles_for_four_ctas_an_sm_witho
 def test_scalar_operands_are_aligned_to_their_own_size():
     types = _delta_bwd_values._pointer_types("bfloat16", "bfloat16", "bfloat16")
     assert types[1] == ("bfloat16", 2) and types[2] == ("int32", 4) and types[10] == ("float32", 4)
+    assert types[11] == types[3]                        # d: the recompute's scratch, as hs
 
 
 def test_dd_dcg_and_da_take_the_backward_scratch_type_and_hs_w_u_the_recompute_type():

@@ -52,14 +52,27 @@ def test_the_split_form_gives_kd_its_own_buffer_past_48_kb_at_k_128(per_channel)
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("io, K, V, BV", [("bfloat16", 128, 128, 64), ("float16", 64, 64, 64), ("bfloat16", 64, 128, 64),
                                           ("bfloat16", 64, 64, 32), ("bfloat16", 128, 128, 32)])
-def test_the_fused_form_compiles_with_ten_addresses_and_opts_in_past_48_kb(io, K, V, BV, per_channel):
+def test_the_fused_form_compiles_with_eleven_addresses_and_opts_in_past_48_kb(io, K, V, BV, per_channel):
     launcher = _delta_state.fused_state_pass_launcher(io, K, V, BV, 4, True, True, 3, per_channel=per_channel)
     cubin, block, shared = launcher.cubin()
-    # kd, w, u, g, cu_seqlens, h0, qg, attn, ht, o; then tokens, chunks, sequences
-    assert parameters(cubin) == addresses_then_three_sizes(10)
+    # kd, w, u, g, cu_seqlens, h0, qg, attn, ht, o, hs (written with store_hs alone); tokens, chunks, sequences
+    assert parameters(cubin) == addresses_then_three_sizes(11)
     # W, KD, qg (64 x (K + 8) each), attn (64 x 72), S (K x (BV + 8)), D and o's staging (64 x (BV + 8) each)
     operands = 2 * (3 * 64 * (K + 8) + 64 * 72 + K * (BV + 8) + 2 * 64 * (BV + 8))
     assert block == (4 * BV, 1, 1) and operands < shared <= operands + 2048 and shared > 48 * 1024
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("K, V, BV", [(128, 128, 64), (64, 64, 32)])
+def test_the_fused_form_that_stores_the_checkpoints_keeps_its_shared_memory(K, V, BV, per_channel):
+    # store_hs (the forward's state_checkpoints): S leaves from the shared copy the products read, no new buffer
+    def build(store_hs):
+        return _delta_state.fused_state_pass_launcher("bfloat16", K, V, BV, 4, True, True, 3, per_channel=per_channel,
+                                                      store_hs=store_hs).cubin()
+    cubin, block, shared = build(True)
+    plain = build(False)
+    assert parameters(cubin) == addresses_then_three_sizes(11)
+    assert block == plain[1] and shared == plain[2] and cubin != plain[0]
 
 
 def test_the_fused_form_takes_thirty_two_or_sixty_four_value_columns():

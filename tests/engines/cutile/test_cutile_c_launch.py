@@ -135,14 +135,15 @@ def test_a_cubin_table_that_differs_from_the_layout_is_a_mismatch():
 
 # ---------------------------------------------------------------------------- the ABI pin (toolchain)
 
-def _plan(cg, op, monkeypatch, label=None):
+def _plan(cg, op, monkeypatch, label=None, checkpoints=False):
     """A built cuTile plan of a small gdn / gdn_bwd / gdn2_bwd graph (T=64, H=2, K=V=64) and the graph's
-    layout, with no GPU (the device query is stubbed): the first proposed, or the one named ``label``."""
+    layout, with no GPU (the device query is stubbed): the first proposed, or the one named ``label``
+    (``checkpoints``: the forward writes state_checkpoints, the backward reads them, at 64 tokens)."""
     from cudnn_graph.engines.base import ExecutionContext
     from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
     from cudnn_graph.engines.cutile import engine as cutile_engine
     monkeypatch.setattr(cutile_engine, "_compute_capability", lambda ordinal: (9, 0))
-    g = _graph(cg, op)
+    g = _graph(cg, op, checkpoints=checkpoints)
     engine = CutileLinearAttentionEngine()
     engine.missing = None
     config = next(p for p in engine.propose_plans(g) if label in (None, p.label))
@@ -150,7 +151,7 @@ def _plan(cg, op, monkeypatch, label=None):
     return plan, g._layout_for(engine)
 
 
-def _graph(cg, op, T=64, H=2, K=64, V=64):
+def _graph(cg, op, T=64, H=2, K=64, V=64, checkpoints=False):
     F = cg.data_type
     g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
     t = {n: g.tensor(name=n, dim=[T, H, K if n != "v" else V], stride=[H * (K if n != "v" else V),
@@ -165,12 +166,18 @@ def _graph(cg, op, T=64, H=2, K=64, V=64):
         gate = g.tensor(name="g", dim=[T, H], stride=[H, 1], data_type=F.FLOAT)
         beta = g.tensor(name="beta", dim=[T, H], stride=[H, 1])
         writes = []
+    every = {"checkpoint_every_n_tokens": 64} if checkpoints else {}
     if op == "gdn":
-        o, _, _ = g.gdn(t["q"], t["k"], t["v"], gate, beta, cu_seqlens=cu)
+        o, _, states = g.gdn(t["q"], t["k"], t["v"], gate, beta, cu_seqlens=cu, **every)
         o.set_output(True)
+        if states is not None:
+            states.set_output(True)
     else:
         do = g.tensor(name="dO", dim=[T, H, V], stride=[H * V, V, 1])
-        for out in getattr(g, op)(t["q"], t["k"], t["v"], gate, beta, *writes, do, cu_seqlens=cu):
+        if checkpoints:
+            every["state_checkpoints"] = g.tensor(name="state_checkpoints", dim=[T // 64 + 1, H, K, V],
+                                                  stride=[H * K * V, K * V, V, 1])
+        for out in getattr(g, op)(t["q"], t["k"], t["v"], gate, beta, *writes, do, cu_seqlens=cu, **every):
             if out is not None:
                 out.set_output(True)
     g.validate()
@@ -213,6 +220,41 @@ def test_the_all_cute_backward_launches_the_prepare_that_leaves_t_and_the_values
     assert "DeltaPrepareInverse" in kernels["prepare"] and "DeltaBwdValues" in kernels["bwd_values"]
     assert "DeltaBwdGrads" in kernels["bwd_grads"] and "DeltaStatePassReverse" in kernels["bwd_state_pass"]
     assert ("DeltaStatePass_" in kernels["state_pass"]) == (suffix != "cute_all")
+
+
+@needs_cutile
+@pytest.mark.parametrize("label", ["cutile_gdn_bwd_chunk64_cute_all_io_all_w8", "cutile_gdn_bwd_chunk64_cute_all_io"])
+def test_a_backward_from_the_checkpoints_launches_no_state_pass_and_reads_them_as_hs(label, monkeypatch):
+    # the forward's state_checkpoints stand for hs: chunk_bwd_values (the deltas' kernel) and chunk_bwd_grads take
+    # the operand, the recompute's state pass is gone, and the C path launches it so
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    import cudnn_graph as cg
+    plan, layout = _plan(cg, "gdn_bwd", monkeypatch, label=label, checkpoints=True)
+    assert plan.variant.checkpoints and not plan._f32_twin.variant.checkpoints   # BF16 rows: not the twin's hs
+    prepared = plan.launch_plan(layout)
+    assert prepared is not None, "the plan fell back to the Python launch path (see the log)"
+    kernels = {k.name: k for k in prepared.kernels}
+    assert "state_pass" not in kernels and "DeltaBwdValues" in kernels["bwd_values"].symbol
+    assert _launches_taking(plan, layout, "state_checkpoints") == {"bwd_values", "bwd_grads"}
+
+
+@needs_cutile
+@pytest.mark.parametrize("label", ["cutile_gdn_chunk64_cute_all_fused", "cutile_gdn_chunk64_cute_all_split"])
+def test_a_forward_with_checkpoints_writes_them_from_its_state_pass(label, monkeypatch):
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    import cudnn_graph as cg
+    plan, layout = _plan(cg, "gdn", monkeypatch, label=label, checkpoints=True)
+    assert _launches_taking(plan, layout, "state_checkpoints") == (
+        {"state_output"} if label.endswith("fused") else {"state_pass", "output"})
+
+
+def _launches_taking(plan, layout, operand: str) -> set:
+    """The names of the C path's launches that take the graph operand whose name ends with ``operand``."""
+    description = plan.launch_description(layout)
+    uid = next(u["uid"] for u in description["operands"] if u["name"].endswith(operand))
+    return {k["name"] for k in description["kernels"] for a in k["addresses"] if a["operand_uid"] == uid}
 
 
 @needs_cutile

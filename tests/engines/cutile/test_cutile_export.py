@@ -875,3 +875,68 @@ def test_kda_with_float16_inputs_keeps_the_cutile_bwd_intra_alone(kernel, refuse
                           "and FP16 overflows past e^11 (BF16 does not)")
     else:
         assert reason is None or "FP16" not in reason
+
+
+def _checkpointed_gdn(cg, every=64, checkpoint_type=None, backward=False):
+    """A gdn (or gdn_bwd) graph with state_checkpoints at ``every`` tokens (BF16 unless ``checkpoint_type``)."""
+    F = cg.data_type
+    g = cg.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device="cuda")
+    T, H, K, V, N = 256, 2, 64, 64, 2
+
+    def tensor(name, dims, dt=F.BFLOAT16):
+        strides = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
+        return g.tensor(name=name, dim=list(dims), stride=strides, data_type=dt)
+
+    args = [tensor("q", (T, H, K)), tensor("k", (T, H, K)), tensor("v", (T, H, V)), tensor("g", (T, H), F.FLOAT),
+            tensor("beta", (T, H))]
+    cu = tensor("cu", (N + 1,), F.INT32)
+    if backward:
+        rows = T // every + N
+        checkpoints = tensor("checkpoints", (rows, H, K, V), checkpoint_type or F.BFLOAT16)
+        outs = g.gdn_bwd(*args, tensor("dO", (T, H, V)), cu_seqlens=cu, state_checkpoints=checkpoints,
+                         checkpoint_every_n_tokens=every)
+    else:
+        outs = g.gdn(*args, cu_seqlens=cu, checkpoint_every_n_tokens=every)
+        if checkpoint_type is not None:
+            outs[2].set_data_type(checkpoint_type)
+    for out in outs:
+        if out is not None:
+            out.set_output(True)
+    g.validate()
+    return g
+
+
+def test_forward_plans_with_checkpoints_are_those_whose_chunk_start_states_have_their_type(monkeypatch):
+    """The plans write the chunk-start states (one a 64-token chunk) into state_checkpoints in place of their
+    scratch: BF16 checkpoints from the plans with BF16 scratch, FLOAT ones from the f32-scratch plan alone."""
+    cg = _package()
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    monkeypatch.setattr(cutile_engine, "_compute_capability", lambda ordinal: (9, 0))   # no GPU here
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None                      # reach the plans without a toolchain
+    plain = [p.label for p in engine.propose_plans(_grouped_gated_graph(cg, "gdn"))]
+    bf16 = [p.label for p in engine.propose_plans(_checkpointed_gdn(cg))]
+    assert bf16 == [name for name in plain if not name.endswith("f32_scratch")] and bf16
+    f32 = [p.label for p in engine.propose_plans(_checkpointed_gdn(cg, checkpoint_type=cg.data_type.FLOAT))]
+    assert f32 == ["cutile_gdn_chunk64_f32_scratch"]
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["gdn", "gdn_bwd"])
+def test_a_checkpoint_cadence_other_than_the_chunk_is_named_in_the_decline(backward, monkeypatch):
+    cg = _package()
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    monkeypatch.setattr(cutile_engine, "_compute_capability", lambda ordinal: (9, 0))   # no GPU here
+    g = _checkpointed_gdn(cg, every=128, backward=backward)
+    reason = cutile_engine.checkpoint_reason(g, g.nodes[0], "bfloat16")
+    assert "checkpoint_every_n_tokens=128" in reason and "n = 64" in reason
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None
+    if backward:      # a backward recomputes the states it cannot read: its plans stay
+        assert engine.propose_plans(g)
+    else:
+        with pytest.raises(cg.GraphNotSupportedError, match="n = 64"):
+            engine.propose_plans(g)
+    at_the_chunk = _checkpointed_gdn(cg, backward=backward)
+    assert cutile_engine.checkpoint_reason(at_the_chunk, at_the_chunk.nodes[0], "bfloat16") is None
