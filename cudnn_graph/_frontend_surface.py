@@ -419,7 +419,13 @@ for _op, _keywords in (
 _CHECKPOINT_LAYOUT = ("each row holds a state as initial_state does here, (HV, K, V) (the frontend's rows are "
                       "(HO, V, K)); the GPU engines store and reuse them at n = 64 (one row a 64-token chunk), in "
                       "the input type or FLOAT as their plan's scratch is; other n run on the reference engine")
+_STATE_LAYOUT = ("states are (N, HV, K, V) here, flash-linear-attention's layout (final_state and d_initial_state "
+                 "too); the frontend's are (N, HO, V, K): swap the last two axes when porting (with K == V the "
+                 "shapes agree, so validation cannot catch it)")
 for _op in ("gdn", "kda", "gdn2"):
+    KEYWORD_STATUS[(_op, "initial_state")] = (DIFFERS, _STATE_LAYOUT)
+    KEYWORD_STATUS[(_op + "_bwd", "initial_state")] = (DIFFERS, _STATE_LAYOUT)
+    KEYWORD_STATUS[(_op + "_bwd", "d_final_state")] = (DIFFERS, _STATE_LAYOUT)
     KEYWORD_STATUS[(_op, "checkpoint_every_n_tokens")] = (DIFFERS, _CHECKPOINT_LAYOUT)
     KEYWORD_STATUS[(_op + "_bwd", "checkpoint_every_n_tokens")] = (DIFFERS, _CHECKPOINT_LAYOUT)
     KEYWORD_STATUS[(_op + "_bwd", "state_checkpoints")] = (DIFFERS, _CHECKPOINT_LAYOUT)
