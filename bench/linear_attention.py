@@ -409,7 +409,8 @@ def row_lines(r: dict) -> list:
             lines.append(f"  {side} kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()))
     if r.get("ours_ckpt_bwd_gpu_ms") is not None:
         plain = (r.get("ours_gpu_ms") or 0.0) + (r.get("ours_bwd_gpu_ms") or 0.0)
-        lines.append(f"  with state_checkpoints (n = {CHECKPOINT_EVERY}): forward {r['ours_ckpt_gpu_ms']:.3f}, backward "
+        lines.append(f"  with state_checkpoints (n = {CHECKPOINT_EVERY}): forward {r['ours_ckpt_gpu_ms']:.3f}, "
+                     "backward "
                      f"{r['ours_ckpt_bwd_gpu_ms']:.3f}, bwd/fwd {r['ckpt_bwd_over_fwd']:.2f} "
                      f"(<= {BWD_TARGET:g}: {_met(r['ckpt_bwd_over_fwd'], BWD_TARGET)}); forward + backward "
                      f"{r['ours_ckpt_gpu_ms'] + r['ours_ckpt_bwd_gpu_ms']:.3f} against {plain:.3f} recomputing")

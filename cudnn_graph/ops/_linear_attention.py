@@ -44,7 +44,8 @@ Gate options (attributes; the transforms run in the engines' kernels, see ``gate
 
 Backward ops take the forward inputs plus ``dO`` (T, HV, V) and, optionally, ``d_final_state``
 (N, HV, K, V) fp32 and the forward's ``state_checkpoints`` (with the same ``checkpoint_every_n_tokens``: the
-backward starts from those states instead of running the forward's state recurrence again), and return ``[dq, dk, dv, dg, dbeta, d_initial_state, d_a_log, d_dt_bias]``
+backward starts from those states instead of running the forward's state recurrence again), and return
+``[dq, dk, dv, dg, dbeta, d_initial_state, d_a_log, d_dt_bias]``
 (``gdn2_bwd``: ``[dq, dk, dv, dg, dbeta, dw, d_initial_state, d_a_log, d_dt_bias]``); ``d_initial_state``
 exists only when ``initial_state`` was given, ``d_a_log`` / ``d_dt_bias`` only when ``a_log`` / ``dt_bias``
 were. ``dg`` is fp32 (shape of g); the others have their input's type. The gradients are those of the

@@ -676,13 +676,13 @@ class DeltaStatePassFused(DeltaStatePass):
         D = U - W S,   o = qg S + attn D,   S <- e^(gc_last) S + KD^T D
 
     o in the output kernel's product order (K's k-blocks, then attn's), so the same bits as the split form's
-    state pass followed by ``DeltaOutput``. With ``store_hs`` it writes the chunk-start states too (the forward's
-    ``state_checkpoints``, one a chunk: S as the products read it, in the input type). Why: that pair wrote and read every chunk-start state (K x V per
+    state pass followed by ``DeltaOutput``. Why: that pair wrote and read every chunk-start state (K x V per
     chunk and head: 67 MB at 4 x 2048 tokens, 16 heads, K = V = 128) and the deltas, and the output kernel
     read q and k again. o leaves through a staging block a step late: its copy to global memory follows the
     next step's first barrier, so a step takes three barriers, not four. About 97 KB of shared memory at
     K = 128, BV = 64 (the launch opts in): eight warps; BV = 32 (twice the CTAs, for fewer sequences x
-    heads): four warps, 80 KB."""
+    heads): four warps, 80 KB. With ``store_hs`` it writes the chunk-start states after all (the forward's
+    ``state_checkpoints``, one a chunk: S as the products read it, in the input type)."""
 
     kd_buffer_of_its_own = True
 

@@ -158,7 +158,6 @@ class CutileBackwardPlan(CutileForwardPlan):
         if prepare is not prepare_inverse:
             del launches[at["bwd_intra"]]
 
-
     def _start_from_checkpoints(self, launches: list, checkpoints, hs) -> None:
         """The forward's checkpoints as the chunk-start states: chunk_bwd_values and chunk_bwd_grads read them
         where the recompute's state pass would have left hs, and that launch goes (chunk_bwd_values forms the

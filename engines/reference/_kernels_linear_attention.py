@@ -22,7 +22,8 @@ The backward ops are exact reverse-mode gradients of that recurrence (including 
 To bound memory on long sequences the backward keeps a checkpoint of S every ``_CHECKPOINT`` tokens and
 replays one block of states at a time from its checkpoint. Given the forward's ``state_checkpoints`` (every
 ``checkpoint_every_n_tokens`` tokens) it starts each block from those instead of running the recurrence
-first, as the GPU engines do: the gradients are then those of the states as stored (rounded to their type). ``dg`` is the gradient with respect to the log gate ``g``
+first, as the GPU engines do: the gradients are then those of the states as stored (rounded to their type).
+``dg`` is the gradient with respect to the log gate ``g``
 (``d alpha * alpha``); ``d_final_state`` (zeros when absent) seeds the gradient of each sequence's last
 state, and ``d_initial_state`` is the gradient that reaches ``S_0``.
 
