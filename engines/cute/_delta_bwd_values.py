@@ -30,9 +30,10 @@ instructions). Its steps:
 The products take BF16 / FP16 operands with f32 accumulation (the cuTile kernel: TF32).
 
 With ``deltas`` (a backward from the forward's ``state_checkpoints``: no state pass recomputes the chunk-start
-states, so none leaves the deltas either) step 1 starts with ``D = U - W S0`` into d, the scratch the
-recompute's state pass would have written (chunk_bwd_grads reads it): W in dD's place, U from the scratch in
-f32 as the state pass reads it, one barrier before dD takes W's place.
+states, so none leaves the deltas either) step 1 ends with ``D = U - W S0`` into d, the scratch the
+recompute's state pass would have written (chunk_bwd_grads reads it), U from f32 scratch in f32 as the state
+pass reads it: W is loaded with the other operands over v's place where K <= V, and v follows by cp.async
+during step 2 (one round of loads, as without); at K > V over dD's place, and dD and v follow the product.
 """
 from __future__ import annotations
 
@@ -125,25 +126,17 @@ class DeltaBwdValues(ChunkKernel):
         sDcg = cute.make_tensor(storage.s0.data_ptr() + cute.cosize(k_rows), k_rows)
         v_rows = cute.make_layout((CHUNK, V), stride=(V + PAD, 1))
         sV = cute.make_tensor(storage.v.data_ptr(), v_rows)     # v, then dX in its place
+        # deltas with K <= V: W over v's place for D = U - W S0, before v comes
+        sWv = cute.make_tensor(storage.v.data_ptr(), cute.make_layout((CHUNK, K), stride=(V + PAD, 1)))
         sU = cute.make_tensor(storage.u.data_ptr(), v_rows)
         sBeta = cute.make_tensor(storage.beta.data_ptr(), cute.make_layout((CHUNK,)))
 
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
             acc_v = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, V)), Float32)
-            if const_expr(self.deltas):
-                # 0. D = U - W S0 into d (W in dD's place until every warp has read it)
-                self.scratch_rows(mW[c, h, None, None], sW, K, tidx)
-                self.scratch_rows(mHs[c, h, None, None], sS0, V, tidx, rows=K)
-                gD = thr.partition_C(mD[c, h, None, None])
-                u_part = cute.make_rmem_tensor(acc_v.shape, Float32)
-                self.load_fragment(thr.partition_C(mU[c, h, None, None]), u_part)
-                cute.arch.sync_threads()
-                acc_v.fill(0.0)
-                self.product_bt(tiled_mma, acc_v, sW, sS0, K, V, V + PAD, tidx)
-                acc_v.store(u_part.load() - acc_v.load())
-                self.store_fragment(acc_v, gD)
-                cute.arch.sync_threads()        # W's readers are done: dD takes its place
+            row0, col0 = self.first_place(tidx)
+            # deltas: W over v's place where it fits (v comes by cp.async once D is formed), else over dD's
+            w_over_v = const_expr(self.deltas and K <= V)
             # 1. the operands (T from the prepare, in dA's region: read here before dA is written over it)
             if tidx < CHUNK:
                 b = Float32(0.0)
@@ -152,12 +145,39 @@ class DeltaBwdValues(ChunkKernel):
                 sBeta[tidx] = b
             gDa = mDa[c, h, None, None]
             self.scratch_rows(gDa, sT, CHUNK, tidx)
-            self.scratch_rows(mDd[c, h, None, None], sDd, V, tidx)
-            if const_expr(not self.deltas):
-                self.scratch_rows(mHs[c, h, None, None], sS0, V, tidx, rows=K)
+            if const_expr(not self.deltas or w_over_v):
+                self.scratch_rows(mDd[c, h, None, None], sDd, V, tidx)
+            self.scratch_rows(mHs[c, h, None, None], sS0, V, tidx, rows=K)
             self.scratch_rows(mU[c, h, None, None], sU, V, tidx)
-            self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
+            if const_expr(w_over_v):
+                self.scratch_rows(mW[c, h, None, None], sWv, K, tidx)
+            elif const_expr(self.deltas):
+                self.scratch_rows(mW[c, h, None, None], sW, K, tidx)
+            if const_expr(not self.deltas):
+                self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
+            if const_expr(self.deltas):
+                # 0. D = U - W S0 into d (U in f32 from f32 scratch, as the state pass reads it)
+                u_part = cute.make_rmem_tensor(acc_v.shape, Float32)
+                if const_expr(mU.element_type is Float32):
+                    self.load_fragment(thr.partition_C(mU[c, h, None, None]), u_part)
+                cute.arch.sync_threads()
+                acc_v.fill(0.0)
+                self.product_bt(tiled_mma, acc_v, sWv if const_expr(w_over_v) else sW, sS0, K, V, V + PAD, tidx)
+                if const_expr(mU.element_type is not Float32):
+                    for e in range_constexpr(cute.size(acc_v)):
+                        t, i = self.place(e, row0, col0)
+                        u_part[e] = sU[t, i].to(Float32)
+                acc_v.store(u_part.load() - acc_v.load())
+                self.store_fragment(acc_v, thr.partition_C(mD[c, h, None, None]))
+                cute.arch.sync_threads()        # W's readers are done: v (or dD and v) take its place
+                if const_expr(w_over_v):
+                    # waited on before step 3 reads it; a row past the chunk's end copies its last (dX is 0 there)
+                    self.copy_rows_async(mV[None, h, None], sV, V, tidx, start, count)
+                else:
+                    self.scratch_rows(mDd[c, h, None, None], sDd, V, tidx)
+                    self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
             cute.arch.sync_threads()
+
             row0, col0 = self.first_place(tidx)
 
             # 2. dW = dD S0^T, negated into S0's place
@@ -166,7 +186,9 @@ class DeltaBwdValues(ChunkKernel):
             self.product(tiled_mma, acc_k, sDd, sS0, tidx)
             out_k = cute.make_rmem_tensor(acc_k.shape, io)
             out_k.store((-acc_k.load()).to(io))
-            cute.arch.sync_threads()            # every warp has read S0
+            if const_expr(w_over_v):
+                cute.arch.cp_async_wait_group(0)
+            cute.arch.sync_threads()            # every warp has read S0 (and v is in)
             cute.autovec_copy(out_k, thr.partition_C(sDw))
 
             # 3. dX = T^T dD: dbeta's v part, dX into v's place, dv = beta dX out through dD's place
