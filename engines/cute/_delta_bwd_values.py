@@ -34,6 +34,9 @@ states, so none leaves the deltas either) step 1 ends with ``D = U - W S0`` into
 recompute's state pass would have written (chunk_bwd_grads reads it), U from f32 scratch in f32 as the state
 pass reads it: W is loaded with the other operands over v's place where K <= V, and v follows by cp.async
 during step 2 (one round of loads, as without); at K > V over dD's place, and dD and v follow the product.
+On 16-bit scratch it forms U too: ``U = T (beta v)``, beta v into U's place as v is loaded (the prepare reads no
+v and writes no u for such a backward: ``DeltaPrepareInverse(store_u=False)``; 48 KB less traffic a chunk at
+K = V = 128 in BF16 for one more 64 x 64 x V product and a barrier), D from U in f32, U rounded into its place.
 """
 from __future__ import annotations
 
@@ -148,27 +151,45 @@ class DeltaBwdValues(ChunkKernel):
             if const_expr(not self.deltas or w_over_v):
                 self.scratch_rows(mDd[c, h, None, None], sDd, V, tidx)
             self.scratch_rows(mHs[c, h, None, None], sS0, V, tidx, rows=K)
-            self.scratch_rows(mU[c, h, None, None], sU, V, tidx)
+            # U = T (beta v) here where the scratch is 16-bit and the deltas are formed (the prepare writes no u:
+            # DeltaPrepareInverse(store_u=False)): beta v into U's place as it is loaded
+            u_from_t = const_expr(self.deltas and mU.element_type is not Float32)
+            if const_expr(u_from_t):
+                def times_beta(p, row, seg, x):
+                    return x * mBeta[start + cutlass.min(row, count - 1), h].to(Float32)
+                self.load_rows(mV[None, h, None], sU, start, count, V, False, tidx, store=times_beta)
+            else:
+                self.scratch_rows(mU[c, h, None, None], sU, V, tidx)
             if const_expr(w_over_v):
                 self.scratch_rows(mW[c, h, None, None], sWv, K, tidx)
             elif const_expr(self.deltas):
                 self.scratch_rows(mW[c, h, None, None], sW, K, tidx)
             if const_expr(not self.deltas):
                 self.load_rows(mV[None, h, None], sV, start, count, V, False, tidx)
-            if const_expr(self.deltas):
+            if const_expr(u_from_t):
+                # 0. U = T (beta v) in f32, rounded into U's place once every warp has read beta v there; then
+                # D = U - W S0 into d, from U in f32 (-U, plus W S0, negated)
+                cute.arch.sync_threads()
+                acc_v.fill(0.0)
+                self.product_bt(tiled_mma, acc_v, sT, sU, CHUNK, V, V + PAD, tidx)
+                u_io = cute.make_rmem_tensor(acc_v.shape, io)
+                u_io.store(acc_v.load().to(io))
+                cute.arch.sync_threads()
+                cute.autovec_copy(u_io, thr.partition_C(sU))
+                acc_v.store(-acc_v.load())
+                self.product_bt(tiled_mma, acc_v, sWv if const_expr(w_over_v) else sW, sS0, K, V, V + PAD, tidx)
+                acc_v.store(-acc_v.load())
+                self.store_fragment(acc_v, thr.partition_C(mD[c, h, None, None]))
+            elif const_expr(self.deltas):
                 # 0. D = U - W S0 into d (U in f32 from f32 scratch, as the state pass reads it)
                 u_part = cute.make_rmem_tensor(acc_v.shape, Float32)
-                if const_expr(mU.element_type is Float32):
-                    self.load_fragment(thr.partition_C(mU[c, h, None, None]), u_part)
+                self.load_fragment(thr.partition_C(mU[c, h, None, None]), u_part)
                 cute.arch.sync_threads()
                 acc_v.fill(0.0)
                 self.product_bt(tiled_mma, acc_v, sWv if const_expr(w_over_v) else sW, sS0, K, V, V + PAD, tidx)
-                if const_expr(mU.element_type is not Float32):
-                    for e in range_constexpr(cute.size(acc_v)):
-                        t, i = self.place(e, row0, col0)
-                        u_part[e] = sU[t, i].to(Float32)
                 acc_v.store(u_part.load() - acc_v.load())
                 self.store_fragment(acc_v, thr.partition_C(mD[c, h, None, None]))
+            if const_expr(self.deltas):
                 cute.arch.sync_threads()        # W's readers are done: v (or dD and v) take its place
                 if const_expr(w_over_v):
                     # waited on before step 3 reads it; a row past the chunk's end copies its last (dX is 0 there)

@@ -51,6 +51,10 @@ class DeltaPrepare(ChunkKernel):
         # operands carry the decay split around the chunk's row SPLIT_ROW, as the cuTile kernel's
         self.per_channel = per_channel
 
+    # u = Tu v is written (a backward from the forward's checkpoints on 16-bit scratch has chunk_bwd_values form
+    # U from T itself: this kernel reads no v and writes no u, ``DeltaPrepareInverse(store_u=False)``)
+    store_u = True
+
     @property
     def _row_width(self) -> int:
         """Elements per padded row of the k / v buffer (v takes k's place once w is out)."""
@@ -291,12 +295,13 @@ class DeltaPrepare(ChunkKernel):
     def w_and_u(self, tiled_mma, mV: cute.Tensor, mW: cute.Tensor, mU: cute.Tensor, sK: cute.Tensor, sV: cute.Tensor,
                 sTw: cute.Tensor, sTu: cute.Tensor, c: Int32, h: Int32, start: Int32, count: Int32, tidx: Int32):
         """w = Tw k (sK holds k as w's product needs it) and u = Tu v, each staged in its operand's place and
-        stored; v is read into k's place once w is out."""
+        stored; v is read into k's place once w is out (not read, and u not written, without ``store_u``)."""
         self.product_out(tiled_mma, sTw, sK, mW, c, h, self.K, tidx)
-        cute.arch.sync_threads()
-        self.load_rows(mV[None, h, None], sV, start, count, self.V, False, tidx)
-        cute.arch.sync_threads()
-        self.product_out(tiled_mma, sTu, sV, mU, c, h, self.V, tidx)
+        if const_expr(self.store_u):
+            cute.arch.sync_threads()
+            self.load_rows(mV[None, h, None], sV, start, count, self.V, False, tidx)
+            cute.arch.sync_threads()
+            self.product_out(tiled_mma, sTu, sV, mU, c, h, self.V, tidx)
 
     @cute.jit
     def gate_sums(self, gRaw: cute.Tensor, gS: cute.Tensor, start: Int32, count: Int32, tidx: Int32):
@@ -553,7 +558,12 @@ class DeltaPrepareInverse(DeltaPrepare):
     chunk-major, in the backward's own scratch type: f32, or the input type with scratch="io_all") for
     ``_delta_bwd_values.DeltaBwdValues``, which would otherwise form it again: the substitution's columns go to
     global memory from the registers that hold them. Called with k, v, g, beta, cu_seqlens, w, u, g_out, kd, T,
-    then tokens, chunks, sequences."""
+    then tokens, chunks, sequences. ``store_u=False``: u is not written (``DeltaPrepare.store_u``)."""
+
+    def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
+                 HQ: int, H: int, use_l2: bool, per_channel: bool = False, store_u: bool = True):
+        super().__init__(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, per_channel)
+        self.store_u = store_u
 
     @cute.jit
     def __call__(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
@@ -692,14 +702,14 @@ def prepare_scores_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratc
 
 def prepare_inverse_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
                              HQ: int, H: int, use_l2: bool, n_seq: int, per_channel: bool = False,
-                             own_dtype: str = "float32") -> KernelLauncher:
+                             own_dtype: str = "float32", store_u: bool = True) -> KernelLauncher:
     """The launcher of one ``DeltaPrepareInverse`` specialisation; its slots: k, v, g, beta, cu_seqlens, w, u,
-    g_out, kd, T (w, u and kd in ``scratch_dtype``, T in ``own_dtype``)."""
+    g_out, kd, T (w, u and kd in ``scratch_dtype``, T in ``own_dtype``; u left alone without ``store_u``)."""
     key = ("chunk_prepare_inverse", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, per_channel,
-           own_dtype)
+           own_dtype, store_u)
     types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + ((own_dtype, 16),)
     return KernelLauncher(lambda: DeltaPrepareInverse(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H,
-                                                      use_l2, per_channel), key, types, n_seq)
+                                                      use_l2, per_channel, store_u), key, types, n_seq)
 
 
 def prepare_inverse_intra_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,

@@ -98,15 +98,16 @@ class CuteLaunch:
         return CuteLaunch(launcher, _cutile_reads(variant, fallback), lambda a: a[:10], geometry)
 
     @staticmethod
-    def prepare_inverse(variant: Variant, geometry: "_Geometry") -> "CuteLaunch":
+    def prepare_inverse(variant: Variant, geometry: "_Geometry", store_u: bool = True) -> "CuteLaunch":
         """The backward recompute's chunk_prepare that leaves T = (I + A)^-1 for chunk_bwd_values
         (``values="cute"``): the CuTe kernel reads k, v, g, beta, cu_seqlens and writes w, u, g_out, kd and T (no
-        cuTile kernel: the plan checks ``takes`` first, for it and the values kernel together)."""
+        cuTile kernel: the plan checks ``takes`` first, for it and the values kernel together). ``store_u=False``:
+        no u (a backward from the checkpoints on 16-bit scratch, whose values kernel forms U from T)."""
         from ..cute._delta_prepare import prepare_inverse_launcher
         launcher = prepare_inverse_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype,
                                             variant.scratch_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
                                             variant.use_l2, variant.n_seq, per_channel=variant.per_channel,
-                                            own_dtype=variant.own_dtype)
+                                            own_dtype=variant.own_dtype, store_u=store_u)
         return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod

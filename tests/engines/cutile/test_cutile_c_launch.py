@@ -237,6 +237,9 @@ def test_a_backward_from_the_checkpoints_launches_no_state_pass_and_reads_them_a
     kernels = {k.name: k for k in prepared.kernels}
     assert "state_pass" not in kernels and "DeltaBwdValues" in kernels["bwd_values"].symbol
     assert _launches_taking(plan, layout, "state_checkpoints") == {"bwd_values", "bwd_grads"}
+    # 16-bit scratch: the values kernel forms U = T (beta v) itself, so the prepare launched writes no u
+    assert kernels["prepare"].cubin == plan._prepare_without_u._launcher.cubin()[0]
+    assert kernels["prepare"].cubin != plan._cute_values[0]._launcher.cubin()[0]
 
 
 @needs_cutile
