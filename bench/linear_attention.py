@@ -26,7 +26,8 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
                                  plan the engine ranks first (the CuTe chunk_prepare's for gdn on sm_90).
     --bwd-variants NAME,NAME   also time these backward plans (cutile_<op>_bwd_chunk64_<NAME>: auto,
                                  cute_prepare, cute_intra; "cutile": the plain TF32 default) in the default
-                                 row, whose own backward runs the plan the engine ranks first (bwd_plan)
+                                 row, whose own backward runs the plan the engine ranks first (bwd_plan);
+                                 with the training pair, each from the forward's checkpoints too
     --breakdown         time each kernel launch of our plans apart with CUDA events around each launch
     --no-backward       forward only
     --no-fla-backward   our backward only (fla's refuses to run on Hopper with Triton < 3.7.1, after ~45 s of
@@ -424,11 +425,12 @@ def row_lines(r: dict) -> list:
     if r.get("kernels_ms"):
         lines.append("  our launches (events): " + ", ".join(f"{k} {v:.3f}" for k, v in r["kernels_ms"].items()))
     for key in r:
-        if key.startswith("ours_bwd_") and key.endswith("_gpu_ms") and key != "ours_bwd_gpu_ms" \
-                and not key.endswith("kernels_gpu_ms"):
-            kernels = r.get(key.replace("_gpu_ms", "_kernels_gpu_ms")) or {}
-            lines.append(f"  backward plan {key[len('ours_bwd_'):-len('_gpu_ms')]}: {r[key]:.3f} ("
-                         + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()) + ")")
+        for prefix, what in (("ours_bwd_", "backward plan"), ("ours_ckpt_bwd_", "backward from the checkpoints, plan")):
+            if key.startswith(prefix) and key.endswith("_gpu_ms") and key != f"{prefix}gpu_ms" \
+                    and not key.endswith("kernels_gpu_ms"):
+                kernels = r.get(key.replace("_gpu_ms", "_kernels_gpu_ms")) or {}
+                lines.append(f"  {what} {key[len(prefix):-len('_gpu_ms')]}: {r[key]:.3f} ("
+                             + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()) + ")")
     lines += [f"  {key}: {r[key]}" for key in r if key.endswith("_error")]
     if r.get("wall_s"):
         lines.append("  wall seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in r["wall_s"].items()))
@@ -499,6 +501,14 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
         r["ours_ckpt_bwd_kernels_gpu_ms"] = {}
         r["ours_ckpt_bwd_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_ckpt_bwd_kernels_gpu_ms"])
         r["ckpt_bwd_over_fwd"] = r["ours_ckpt_bwd_gpu_ms"] / r["ours_ckpt_gpu_ms"]
+        for name in _variant_names(args.bwd_variants):
+            # the backward variants from the same checkpoints (one failing leaves the others' rows)
+            def from_checkpoints(r, name=name):
+                variant_run, _, _ = ours_backward(torch, case.op, x, name, checkpoints=states)
+                r[f"ours_ckpt_bwd_{name}_kernels_gpu_ms"] = {}
+                r[f"ours_ckpt_bwd_{name}_gpu_ms"] = gpu_ms(torch, variant_run, args.iters,
+                                                           r[f"ours_ckpt_bwd_{name}_kernels_gpu_ms"])
+            _measure(f"ours_ckpt_bwd_{name}", r, from_checkpoints)
 
     def fla_bwd(r):
         r["fla_bwd_kernels_gpu_ms"] = {}

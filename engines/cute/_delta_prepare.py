@@ -591,12 +591,13 @@ class DeltaPrepareInverseIntra(DeltaPrepareScores):
     q's split rows q e^(gc - gc_mid) in a buffer of their own, against k's right operand k e^(gc_mid - gc) that
     the prepare has in A's place already for A (``form_scores_per_channel``), then attn over q's rows (about 55 KB
     at K = V = 128: the launch opts in). Called with k, v, g, beta, cu_seqlens, w, u, g_out, kd, T, q, dO, P, qg,
-    then tokens, chunks, sequences."""
+    then tokens, chunks, sequences. ``store_u=False``: u is not written (``DeltaPrepare.store_u``)."""
 
     def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
-                 HQ: int, H: int, use_l2: bool, scale: float, per_channel: bool = False):
+                 HQ: int, H: int, use_l2: bool, scale: float, per_channel: bool = False, store_u: bool = True):
         DeltaPrepare.__init__(self, io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, per_channel)
         self.scale = float(scale)
+        self.store_u = store_u
 
     def shared_fields(self) -> dict:
         if self.per_channel:
@@ -714,13 +715,14 @@ def prepare_inverse_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scrat
 
 def prepare_inverse_intra_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
                                    HQ: int, H: int, use_l2: bool, scale: float, n_seq: int, per_channel: bool = False,
-                                   own_dtype: str = "float32") -> KernelLauncher:
+                                   own_dtype: str = "float32", store_u: bool = True) -> KernelLauncher:
     """The launcher of one ``DeltaPrepareInverseIntra`` specialisation; its slots: k, v, g, beta, cu_seqlens, w, u,
     g_out, kd, T, q, dO, P, qg (w, u and kd in ``scratch_dtype``; T, P and qg in ``own_dtype``; kda: g_out holds
-    the per-channel gate sums)."""
+    the per-channel gate sums; u left alone without ``store_u``)."""
     key = ("chunk_prepare_inverse_intra", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
-           float(scale), per_channel, own_dtype)
+           float(scale), per_channel, own_dtype, store_u)
     own, io = (own_dtype, 16), (io_dtype, 16)
     types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + (own, io, io, own, own)
     return KernelLauncher(lambda: DeltaPrepareInverseIntra(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H,
-                                                           use_l2, scale, per_channel), key, types, n_seq)
+                                                           use_l2, scale, per_channel, store_u), key, types,
+                          n_seq)

@@ -46,10 +46,15 @@ class CutileBackwardPlan(CutileForwardPlan):
                                  CuteLaunch.bwd_values(variant, geometry))
         self._prepare_intra = CuteLaunch.prepare_inverse_intra(variant, geometry) if variant.intra_in_prepare else None
         # from the checkpoints on 16-bit scratch the values kernel forms U = T (beta v) itself, and no state pass
-        # reads u: the prepare neither reads v nor writes u (taken only where the state pass goes)
-        self._prepare_without_u = None
+        # reads u: the prepare neither reads v nor writes u (taken only where the state pass goes): (prepare, the
+        # same without u) pairs
+        self._prepare_without_u = ()
         if self._cute_values is not None and variant.checkpoints and self._io_scratch:
-            self._prepare_without_u = CuteLaunch.prepare_inverse(variant, geometry, store_u=False)
+            self._prepare_without_u = ((self._cute_values[0], CuteLaunch.prepare_inverse(variant, geometry,
+                                                                                          store_u=False)),)
+            if self._prepare_intra is not None:
+                self._prepare_without_u += ((self._prepare_intra,
+                                             CuteLaunch.prepare_inverse_intra(variant, geometry, store_u=False)),)
         self._grads_grid = (geometry.chunks, geometry.H, 1)
         self._group_sum = _kernels.group_sum
         self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
@@ -182,8 +187,9 @@ class CutileBackwardPlan(CutileForwardPlan):
         for name, launch in moved.items():
             launches[at[name]] = launch
         _, grid, prepare, args = launches[at["prepare"]]
-        if prepare is self._cute_values[0] and self._prepare_without_u is not None:
-            launches[at["prepare"]] = ("prepare", grid, self._prepare_without_u, args)
+        for with_u, without_u in self._prepare_without_u:
+            if prepare is with_u:
+                launches[at["prepare"]] = ("prepare", grid, without_u, args)
         del launches[at["state_pass"]]
 
 

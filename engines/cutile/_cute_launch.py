@@ -111,15 +111,17 @@ class CuteLaunch:
         return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod
-    def prepare_inverse_intra(variant: Variant, geometry: "_Geometry") -> "CuteLaunch":
+    def prepare_inverse_intra(variant: Variant, geometry: "_Geometry", store_u: bool = True) -> "CuteLaunch":
         """``prepare_inverse`` doing chunk_bwd_intra's work too (``intra_in_prepare``): the CuTe kernel reads k, v,
         g, beta, cu_seqlens, q and dO and writes w, u, g_out, kd, T, P and qg (no cuTile kernel: the plan checks
-        ``takes`` first and keeps the two launches where it refuses)."""
+        ``takes`` first and keeps the two launches where it refuses). ``store_u=False``: no v read, no u written
+        (as ``prepare_inverse``'s)."""
         from ..cute._delta_prepare import prepare_inverse_intra_launcher
         launcher = prepare_inverse_intra_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype,
                                                   variant.scratch_dtype, variant.K, variant.V, geometry.HQ,
                                                   geometry.H, variant.use_l2, variant.scale, variant.n_seq,
-                                                  per_channel=variant.per_channel, own_dtype=variant.own_dtype)
+                                                  per_channel=variant.per_channel, own_dtype=variant.own_dtype,
+                                                  store_u=store_u)
         return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod

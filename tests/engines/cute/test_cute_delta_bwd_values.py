@@ -94,6 +94,21 @@ def test_the_prepare_that_does_the_intra_work_compiles_for_four_ctas_an_sm_witho
     assert registers(cubin) <= 128 and largest_frame(cubin) == 0
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_the_prepare_without_u_takes_the_same_addresses_and_no_more_shared_memory(per_channel):
+    # a backward from the checkpoints on 16-bit scratch: chunk_bwd_values forms U, so neither prepare that leaves T
+    # (alone, or doing the intra work too) reads v or writes u; the same slots, so the plan swaps it in unchanged
+    for launcher_of, addresses in ((_delta_prepare.prepare_inverse_launcher, 10),
+                                   (_delta_prepare.prepare_inverse_intra_launcher, 14)):
+        scale = (128 ** -0.5,) if addresses == 14 else ()
+        made = [launcher_of("bfloat16", "float32", "bfloat16", "bfloat16", 128, 128, 2, 4, True, *scale, 3,
+                            per_channel=per_channel, own_dtype="bfloat16", store_u=store_u)
+                for store_u in (True, False)]
+        (with_u, _, shared), (without_u, block, shared_without) = (m.cubin() for m in made)
+        assert parameters(without_u) == addresses_then_three_sizes(addresses) and block == (128, 1, 1)
+        assert without_u != with_u and shared_without <= shared and largest_frame(without_u) == 0
+
+
 def test_scalar_operands_are_aligned_to_their_own_size():
     types = _delta_bwd_values._pointer_types("bfloat16", "bfloat16", "bfloat16")
     assert types[1] == ("bfloat16", 2) and types[2] == ("int32", 4) and types[10] == ("float32", 4)

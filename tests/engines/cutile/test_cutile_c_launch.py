@@ -223,7 +223,8 @@ def test_the_all_cute_backward_launches_the_prepare_that_leaves_t_and_the_values
 
 
 @needs_cutile
-@pytest.mark.parametrize("label", ["cutile_gdn_bwd_chunk64_cute_all_io_all_w8", "cutile_gdn_bwd_chunk64_cute_all_io"])
+@pytest.mark.parametrize("label", ["cutile_gdn_bwd_chunk64_cute_all_io_all_w8", "cutile_gdn_bwd_chunk64_cute_all_io",
+                                   "cutile_gdn_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare"])
 def test_a_backward_from_the_checkpoints_launches_no_state_pass_and_reads_them_as_hs(label, monkeypatch):
     # the forward's state_checkpoints stand for hs: chunk_bwd_values (the deltas' kernel) and chunk_bwd_grads take
     # the operand, the recompute's state pass is gone, and the C path launches it so
@@ -237,9 +238,12 @@ def test_a_backward_from_the_checkpoints_launches_no_state_pass_and_reads_them_a
     kernels = {k.name: k for k in prepared.kernels}
     assert "state_pass" not in kernels and "DeltaBwdValues" in kernels["bwd_values"].symbol
     assert _launches_taking(plan, layout, "state_checkpoints") == {"bwd_values", "bwd_grads"}
-    # 16-bit scratch: the values kernel forms U = T (beta v) itself, so the prepare launched writes no u
-    assert kernels["prepare"].cubin == plan._prepare_without_u._launcher.cubin()[0]
-    assert kernels["prepare"].cubin != plan._cute_values[0]._launcher.cubin()[0]
+    # 16-bit scratch: the values kernel forms U = T (beta v) itself, so the prepare launched writes no u (the one
+    # doing chunk_bwd_intra's work too where the plan has it)
+    with_u, without_u = plan._prepare_without_u[-1]
+    assert ("bwd_intra" in kernels) == (not label.endswith("_intra_in_prepare"))
+    assert kernels["prepare"].cubin == without_u._launcher.cubin()[0]
+    assert kernels["prepare"].cubin != with_u._launcher.cubin()[0]
 
 
 @needs_cutile

@@ -144,11 +144,12 @@ def _launch_names(graph, pack_run) -> list:
 
 
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-@pytest.mark.parametrize("shape", [dict(cu=SMALL, K=64, V=64), dict(cu=BIG, H=16, K=128, V=128)],
-                         ids=["small_k64", "t8192_h16_k128"])
-def test_backward_from_the_forwards_checkpoints_runs_no_state_pass(op, shape):
-    """The forward's GPU checkpoints into the backward: the first plan reads them (no state pass launch) and
-    its gradients match the reference engine's from the same checkpoints."""
+@pytest.mark.parametrize("shape, plan", [(dict(cu=SMALL, K=64, V=64), None), (dict(cu=BIG, H=16, K=128, V=128), None),
+                                         (dict(cu=SMALL, K=64, V=64), "cute_all_io_all_w8_intra_in_prepare")],
+                         ids=["small_k64", "t8192_h16_k128", "small_k64_intra_in_prepare"])
+def test_backward_from_the_forwards_checkpoints_runs_no_state_pass(op, shape, plan):
+    """The forward's GPU checkpoints into the backward: the first plan (or ``plan``) reads them (no state pass
+    launch) and its gradients match the reference engine's from the same checkpoints."""
     cp = pytest.importorskip("cupy")
     import ml_dtypes
     cu = shape["cu"]
@@ -158,11 +159,13 @@ def test_backward_from_the_forwards_checkpoints_runs_no_state_pass(op, shape):
     host = dict(host, dO=rng.standard_normal((T, H, V)).astype(ml_dtypes.bfloat16),
                 d_final_state=rng.standard_normal(host["initial_state"].shape).astype(np.float32),
                 state_checkpoints=np.ascontiguousarray(checkpoints))
-    builder = backward_builder(op, host)
+    label = plan and f"cutile_{op}_chunk64_{plan}"
+    builder = backward_builder(op, host, label)
     outs = bwd_outputs(op, True)
     want = reference_run(builder, host, outs)
     got, graph = gpu_run(builder, host, outs)
     assert graph.selected_plan.engine_id == 20_200, graph.selected_plan
+    assert not plan or graph.selected_plan.label == label, graph.selected_plan
     errors = {name: _relative_error(got[name], want[name]) for name in outs}
     print(f"{op} from checkpoints K={shape['K']} cu={cu[:3]}..{cu[-1]} {graph.selected_plan.label}: "
           + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()))
