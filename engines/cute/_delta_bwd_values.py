@@ -137,7 +137,6 @@ class DeltaBwdValues(ChunkKernel):
         c, seq, start, count = self.chunk_of_block(mCu, n_seq, tidx, storage)
         if seq < n_seq:
             acc_v = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, V)), Float32)
-            row0, col0 = self.first_place(tidx)
             # deltas: W over v's place where it fits (v comes by cp.async once D is formed), else over dD's
             w_over_v = const_expr(self.deltas and K <= V)
             # 1. the operands (T from the prepare, in dA's region: read here before dA is written over it)
