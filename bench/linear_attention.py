@@ -34,7 +34,8 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
                         compiles a row)
     --no-fla            no fla at all: our plans against each other (fla's forward autotunes 15-70 s a row)
     --no-checkpoints    skip the training pair: our forward writing state_checkpoints (checkpoint_every_n_tokens
-                        = 64) and our backward starting from them (no state pass), its bwd/fwd and fwd + bwd
+                        = 64) and our backward starting from them (no state pass), its bwd/fwd and fwd + bwd;
+                        for gdn also the pair with the chunk_cache (the backward runs no prepare)
     --cases OP:SHAPE:DTYPE:DIM,...   exactly these rows (e.g. gdn:4x2048_h16:bf16:128), instead of --ops /
                                  --shapes / --full
 
@@ -180,12 +181,12 @@ def _graph_types(torch, cudnn, x: dict) -> dict:
     return {name: by_torch[a.dtype] for name, a in x.items()}
 
 
-def ours(torch, op: str, x: dict, variant: str = "", checkpoints: bool = False):
-    """(run, o, final_state, build seconds, first-call seconds, compiled plan, state_checkpoints) for our plan
-    on ``x``: the engine's first-ranked one for ``variant`` '', else the cuTile engine's variant ``variant``
-    ("cutile": its plain default, the cuTile chunk_prepare). ``checkpoints``: the forward also writes the state
-    at each 64-token chunk's start (checkpoint_every_n_tokens=64, in the input type; else None), which
-    ``ours_backward`` then starts from."""
+def ours(torch, op: str, x: dict, variant: str = "", checkpoints: bool = False, chunk_cache: bool = False):
+    """(run, o, final_state, build seconds, first-call seconds, compiled plan, kept) for our plan on ``x``: the
+    engine's first-ranked one for ``variant`` '', else the cuTile engine's variant ``variant`` ("cutile": its
+    plain default, the cuTile chunk_prepare). ``checkpoints``: the forward also writes the state at each 64-token
+    chunk's start (checkpoint_every_n_tokens=64, in the input type); ``chunk_cache`` (gdn): and its per-chunk
+    factors; ``kept`` names those buffers ({} without), which ``ours_backward`` then starts from."""
     import cudnn_graph as cudnn
     F = cudnn.data_type
     name = None if not variant else f"cutile_{op}_chunk64" + ("" if variant == "cutile" else f"_{variant}")
@@ -194,13 +195,16 @@ def ours(torch, op: str, x: dict, variant: str = "", checkpoints: bool = False):
                       router=_Prefer(name) if name else None)
     t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types[name])
          for name, a in x.items()}
+    cache = g.tensor(name="chunk_cache") if chunk_cache else None
     o, fs, ckpt = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
                                  initial_state=t["initial_state"], output_final_state=True, use_qk_l2norm=True,
-                                 checkpoint_every_n_tokens=CHECKPOINT_EVERY if checkpoints else 0)
+                                 checkpoint_every_n_tokens=CHECKPOINT_EVERY if checkpoints else 0,
+                                 **({"chunk_cache": cache} if chunk_cache else {}))
     o.set_output(True)
     fs.set_output(True)
-    if ckpt is not None:
-        ckpt.set_output(True)
+    for kept_tensor in (ckpt, cache):
+        if kept_tensor is not None:
+            kept_tensor.set_output(True)
     began = time.perf_counter()
     g.build([cudnn.heur_mode.A])
     built = time.perf_counter() - began
@@ -210,14 +214,15 @@ def ours(torch, op: str, x: dict, variant: str = "", checkpoints: bool = False):
     final = torch.empty_like(x["initial_state"])
     pack = {t[name]: a for name, a in x.items()}
     pack.update({o: out, fs: final})
-    states = None
+    kept = {}
     if ckpt is not None:
-        states = torch.empty(list(ckpt.dim), device="cuda", dtype=x["q"].dtype)
-        pack[ckpt] = states
+        kept["state_checkpoints"] = pack[ckpt] = torch.empty(list(ckpt.dim), device="cuda", dtype=x["q"].dtype)
+    if cache is not None:
+        kept["chunk_cache"] = pack[cache] = torch.empty(list(cache.dim), device="cuda", dtype=torch.uint8)
     run, began = _started_runner(torch, g, pack)
     first = time.perf_counter() - began
     compiled = g.compiled_plan()
-    return run, out, final, built, first, compiled, states
+    return run, out, final, built, first, compiled, kept
 
 
 def backward_seeds(torch, x: dict) -> dict:
@@ -227,26 +232,22 @@ def backward_seeds(torch, x: dict) -> dict:
             "d_final_state": torch.randn(*x["initial_state"].shape, device="cuda", generator=gen)}
 
 
-def ours_backward(torch, op: str, x: dict, variant: str = "", checkpoints=None):
+def ours_backward(torch, op: str, x: dict, variant: str = "", kept=None):
     """(run, compiled plan, first-call seconds) for our {op}_bwd plan on ``x`` plus backward_seeds: the
     engine's first-ranked one for ``variant`` '', else the cuTile engine's variant ``variant`` ("cutile": its
-    plain TF32 default). ``checkpoints``: the forward's state_checkpoints (``ours(checkpoints=True)``), which
-    the backward starts from instead of recomputing the states."""
+    plain TF32 default). ``kept``: the forward's state_checkpoints and chunk_cache (``ours(checkpoints=True)``),
+    which the backward starts from instead of recomputing the states (and the per-chunk factors)."""
     import cudnn_graph as cudnn
     F = cudnn.data_type
-    x = dict(x, **backward_seeds(torch, x))
-    given = {}
-    if checkpoints is not None:
-        x["state_checkpoints"] = checkpoints
-        given = {"checkpoint_every_n_tokens": CHECKPOINT_EVERY}
+    x = dict(x, **backward_seeds(torch, x), **(kept or {}))
+    given = {"checkpoint_every_n_tokens": CHECKPOINT_EVERY} if kept else {}
     name = None if not variant else f"cutile_{op}_bwd_chunk64" + ("" if variant == "cutile" else f"_{variant}")
     types = _graph_types(torch, cudnn, x)
     g = cudnn.pygraph(io_data_type=types["q"], compute_data_type=F.FLOAT, device="cuda",
                       router=_Prefer(name) if name else None)
     t = {name: g.tensor(name=name, dim=list(a.shape), stride=list(a.stride()), data_type=types[name])
          for name, a in x.items()}
-    if checkpoints is not None:
-        given["state_checkpoints"] = t["state_checkpoints"]
+    given.update({name: t[name] for name in (kept or {})})
     outs = getattr(g, f"{op}_bwd")(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
                                    initial_state=t["initial_state"], d_final_state=t["d_final_state"],
                                    use_qk_l2norm=True, **given)
@@ -419,6 +420,15 @@ def row_lines(r: dict) -> list:
             kernels = r.get(f"{side}_kernels_gpu_ms")
             if kernels:
                 lines.append(f"  {side} kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()))
+    if r.get("ours_cache_bwd_gpu_ms") is not None:
+        lines.append(f"  with state_checkpoints and chunk_cache: forward {r['ours_cache_gpu_ms']:.3f}, backward "
+                     f"{r['ours_cache_bwd_gpu_ms']:.3f}, bwd/fwd {r['cache_bwd_over_fwd']:.2f} "
+                     f"(<= {BWD_TARGET:g}: {_met(r['cache_bwd_over_fwd'], BWD_TARGET)}); forward + backward "
+                     f"{r['ours_cache_gpu_ms'] + r['ours_cache_bwd_gpu_ms']:.3f}")
+        for side in ("ours_cache", "ours_cache_bwd"):
+            kernels = r.get(f"{side}_kernels_gpu_ms")
+            if kernels:
+                lines.append(f"  {side} kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()))
     if r.get("ours_fwd_ms") is not None:
         lines.append(f"  per call (events, host included): ours {r['ours_fwd_ms']:.3f} "
                      f"fla {_fmt(r, 'fla_fwd_ms', '.3f')}")
@@ -496,7 +506,7 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
         r["ckpt_plan"] = compiled.plan.label
         r["ours_ckpt_kernels_gpu_ms"] = {}
         r["ours_ckpt_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_ckpt_kernels_gpu_ms"])
-        run, compiled, _ = ours_backward(torch, case.op, x, checkpoints=states)
+        run, compiled, _ = ours_backward(torch, case.op, x, kept=states)
         r["ckpt_bwd_plan"] = compiled.plan.label
         r["ours_ckpt_bwd_kernels_gpu_ms"] = {}
         r["ours_ckpt_bwd_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_ckpt_bwd_kernels_gpu_ms"])
@@ -504,11 +514,23 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
         for name in _variant_names(args.bwd_variants):
             # the backward variants from the same checkpoints (one failing leaves the others' rows)
             def from_checkpoints(r, name=name):
-                variant_run, _, _ = ours_backward(torch, case.op, x, name, checkpoints=states)
+                variant_run, _, _ = ours_backward(torch, case.op, x, name, kept=states)
                 r[f"ours_ckpt_bwd_{name}_kernels_gpu_ms"] = {}
                 r[f"ours_ckpt_bwd_{name}_gpu_ms"] = gpu_ms(torch, variant_run, args.iters,
                                                            r[f"ours_ckpt_bwd_{name}_kernels_gpu_ms"])
             _measure(f"ours_ckpt_bwd_{name}", r, from_checkpoints)
+
+    def cached_pair(r):
+        # gdn: the forward that keeps its chunk cache too, and the backward that reads it instead of a prepare
+        run, _, _, _, _, compiled, kept = ours(torch, case.op, x, checkpoints=True, chunk_cache=True)
+        r["cache_plan"] = compiled.plan.label
+        r["ours_cache_kernels_gpu_ms"] = {}
+        r["ours_cache_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_cache_kernels_gpu_ms"])
+        run, compiled, _ = ours_backward(torch, case.op, x, kept=kept)
+        r["cache_bwd_plan"] = compiled.plan.label
+        r["ours_cache_bwd_kernels_gpu_ms"] = {}
+        r["ours_cache_bwd_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_cache_bwd_kernels_gpu_ms"])
+        r["cache_bwd_over_fwd"] = r["ours_cache_bwd_gpu_ms"] / r["ours_cache_gpu_ms"]
 
     def fla_bwd(r):
         r["fla_bwd_kernels_gpu_ms"] = {}
@@ -523,6 +545,8 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
             _measure(f"ours_bwd_{name}", row, our_backward_variant(name))
         if args.checkpoints:
             _measure("ours_ckpt", row, training_pair)
+            if case.op == "gdn":
+                _measure("ours_cache", row, cached_pair)
         if args.fla_backward and args.fla:
             _measure("fla_bwd", row, fla_bwd)
     if row.get("ours_gpu_ms") and row.get("fla_gpu_ms"):

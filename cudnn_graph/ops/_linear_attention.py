@@ -29,6 +29,11 @@ is the plain case), key width ``K``, value width ``V``::
                                 before tokens 0, n, 2n, ... of each sequence (its initial state first), type of
                                 q unless set to FLOAT; sequence ``i``'s rows follow those of the sequences
                                 before it (``ceil(len / n)`` rows each; rows past the last are not written)
+    chunk_cache  (bytes,) UINT8 ``gdn`` only, when asked for (``chunk_cache=tensor``, an output the caller
+                                makes, as pygraph's sdpa side outputs; ``chunk_cache_layout``): per 64-token chunk
+                                and value head what the backward's first kernel would form again from k, g and
+                                beta; the backward given it (``gdn_bwd(chunk_cache=...)``, with the forward's
+                                ``state_checkpoints``) reads it instead, where its engine can
 
 Per token the state ``S`` (K x V) decays by ``exp(g)``, takes a delta-rule write
 ``S += beta * k (v - S^T k)^T`` and the output is ``o = scale * S^T q``. ``scale`` defaults to
@@ -44,7 +49,8 @@ Gate options (attributes; the transforms run in the engines' kernels, see ``gate
 
 Backward ops take the forward inputs plus ``dO`` (T, HV, V) and, optionally, ``d_final_state``
 (N, HV, K, V) fp32 and the forward's ``state_checkpoints`` (with the same ``checkpoint_every_n_tokens``: the
-backward starts from those states instead of running the forward's state recurrence again), and return
+backward starts from those states instead of running the forward's state recurrence again) and, ``gdn_bwd``,
+the forward's ``chunk_cache`` (an engine that does not read it forms the same factors again), and return
 ``[dq, dk, dv, dg, dbeta, d_initial_state, d_a_log, d_dt_bias]``
 (``gdn2_bwd``: ``[dq, dk, dv, dg, dbeta, dw, d_initial_state, d_a_log, d_dt_bias]``); ``d_initial_state``
 exists only when ``initial_state`` was given, ``d_a_log`` / ``d_dt_bias`` only when ``a_log`` / ``dt_bias``
@@ -70,7 +76,8 @@ from .._layout import row_major_strides as _packed_stride
 from ..data_type import DataType
 from .schema import Attr, InferContext, OpSchema, Output, OutputInfo, Port, TensorInfo, register
 
-__all__ = ["resolved_scale", "gate_transform", "beta_transform", "checkpoint_rows", "PER_CHANNEL_GATE_OPS"]
+__all__ = ["resolved_scale", "gate_transform", "beta_transform", "checkpoint_rows", "chunk_cache_layout",
+           "PER_CHANNEL_GATE_OPS", "CHUNK_CACHE_TOKENS"]
 
 _IO_TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT)
 
@@ -125,6 +132,44 @@ def checkpoint_rows(tokens: int, sequences: int, every: int) -> int:
 
 PER_CHANNEL_GATE_OPS = frozenset({"kda", "kda_bwd", "gdn2", "gdn2_bwd"})
 
+CHUNK_CACHE_TOKENS = 64          # a chunk_cache's chunk: the GPU kernels' (chunk_cache_layout)
+_CHUNK_CACHE_ALIGN = 256         # bytes: where each of its regions starts
+
+
+def chunk_cache_layout(tokens: int, sequences: int, value_heads: int, key_dim: int,
+                       io_type: DataType) -> tuple[int, dict]:
+    """``(bytes, {region: (byte offset, shape, DataType)})`` of a ``gdn`` chunk_cache: per 64-token chunk of each
+    sequence (sequence ``i``'s ``ceil(len / 64)`` chunks follow those of the sequences before it, ``ceil(T / 64) + N``
+    places in all, as the GPU kernels number them) and value head, the factors the forward's first kernel forms
+    and its backward would form again:
+
+    - ``gate_sums`` (T, HV) FLOAT: each token's gate summed from its chunk's first token (``gc``);
+    - ``w`` (chunks, HV, 64, K): ``T diag(beta e^gc) k``, the chunk's keys through the UT transform;
+    - ``kd`` (chunks, HV, 64, K): ``k e^(gc_last - gc)``, the keys decayed to the chunk's end;
+    - ``t`` (chunks, HV, 64, 64): ``T = (I + A)^-1``, A the strictly lower ``beta_t (k_t . k_i) e^(gc_t - gc_i)``;
+
+    w, kd and t in the input type (q's), each region 256-byte aligned. Rows past a chunk's last token and
+    chunks past the last sequence's are not written.
+
+    Example:
+        >>> size, regions = chunk_cache_layout(8192, 4, 16, 128, DataType.BFLOAT16)
+        >>> regions["t"][1], size
+        ((132, 16, 64, 64), 87031808)
+    """
+    chunks = -(-tokens // CHUNK_CACHE_TOKENS) + sequences
+    item = 4 if io_type == DataType.FLOAT else 2
+    regions, offset = {}, 0
+    for name, shape, data_type in (("gate_sums", (tokens, value_heads), DataType.FLOAT),
+                                   ("w", (chunks, value_heads, CHUNK_CACHE_TOKENS, key_dim), io_type),
+                                   ("kd", (chunks, value_heads, CHUNK_CACHE_TOKENS, key_dim), io_type),
+                                   ("t", (chunks, value_heads, CHUNK_CACHE_TOKENS, CHUNK_CACHE_TOKENS), io_type)):
+        regions[name] = (offset, shape, data_type)
+        count = 4 if data_type == DataType.FLOAT else item
+        for d in shape:
+            count *= d
+        offset += -(-count // _CHUNK_CACHE_ALIGN) * _CHUNK_CACHE_ALIGN
+    return offset, regions
+
 
 def gate_transform(op: str, attrs: Mapping[str, Any]) -> str:
     """How an engine turns the ``g`` port into the log decay: ``"none"`` (g is the log decay),
@@ -172,10 +217,11 @@ class _Shapes:
 
 
 class _Features:
-    """Which optional parts an op schema has: per-channel gate and beta, the write gate w."""
+    """Which optional parts an op schema has: per-channel gate and beta, the write gate w, the chunk cache."""
 
-    def __init__(self, per_channel_gate: bool, per_channel_beta: bool, write_gate: bool):
+    def __init__(self, per_channel_gate: bool, per_channel_beta: bool, write_gate: bool, chunk_cache: bool = False):
         self.per_channel_gate, self.per_channel_beta, self.write_gate = per_channel_gate, per_channel_beta, write_gate
+        self.chunk_cache = chunk_cache
 
 
 def _check_gate_options(ctx: InferContext, s: _Shapes, f: _Features) -> None:
@@ -256,8 +302,24 @@ def _forward_infer(f: _Features):
         if every:
             out["state_checkpoints"] = _out((checkpoint_rows(s.T, s.N, every), s.HV, s.K, s.V),
                                             ctx.inputs["q"].data_type)
+        if ctx.attrs.get("chunk_cache") is not None:
+            out["chunk_cache"] = _out((_chunk_cache_bytes(ctx, s),), DataType.UINT8)
         return out
     return infer
+
+
+def _chunk_cache_bytes(ctx: InferContext, s: _Shapes) -> int:
+    return chunk_cache_layout(s.T, s.N, s.HV, s.K, ctx.inputs["q"].data_type)[0]
+
+
+def _check_chunk_cache_input(ctx: InferContext, s: _Shapes) -> None:
+    """A backward's chunk_cache is the bytes its forward wrote for these shapes."""
+    given = ctx.inputs.get("chunk_cache")
+    if given is None:
+        return
+    _check_type(ctx, "chunk_cache", given, (DataType.UINT8,))
+    _check_dims(ctx, "chunk_cache", given, (_chunk_cache_bytes(ctx, s),),
+                "(bytes,) as the forward made them for these T, N, HV, K and input type (chunk_cache_layout)")
 
 
 def _check_checkpoints_input(ctx: InferContext, s: _Shapes) -> None:
@@ -293,6 +355,7 @@ def _backward_infer(f: _Features):
             _check_dims(ctx, "d_final_state", dht, (s.N, s.HV, s.K, s.V), "(N, HV, K, V)")
             _check_type(ctx, "d_final_state", dht, (DataType.FLOAT,))
         _check_checkpoints_input(ctx, s)
+        _check_chunk_cache_input(ctx, s)
         q, k, beta, g = ctx.inputs["q"], ctx.inputs["k"], ctx.inputs["beta"], ctx.inputs["g"]
         out = {
             "dq": _out(q.dim, q.data_type), "dk": _out(k.dim, k.data_type), "dv": _out(v.dim, v.data_type),
@@ -319,6 +382,18 @@ def _checkpoints_wanted(attrs, _given) -> bool:
     return bool(attrs.get("checkpoint_every_n_tokens"))
 
 
+def _chunk_cache_wanted(attrs, _given) -> bool:
+    return attrs.get("chunk_cache") is not None
+
+
+def _to_output_request(value: Any) -> Any:
+    """An output the caller makes (pygraph's side-output keywords): None / False: not wanted; True: made by the
+    builder; a graph tensor: bound as the output."""
+    if value is None or value is False:
+        return None
+    return value
+
+
 def _given(port: str):
     def when(_attrs, given) -> bool:
         return port in given
@@ -339,6 +414,9 @@ _LOWER_BOUND = Attr("gate_lower_bound", None, _to_opt_lower_bound,
                     "kda / gdn2 with safe_gate: the bounded gate form's lower bound (negative); None: softplus")
 _BETA_SIGMOID = Attr("use_beta_sigmoid", False, _to_bool, "beta holds logits: the write strength is sigmoid(beta)")
 _NEG_EIGVAL = Attr("allow_neg_eigval", False, _to_bool, "with use_beta_sigmoid: the write strength is 2 sigmoid(beta)")
+_CHUNK_CACHE = Attr("chunk_cache", None, _to_output_request,
+                    "caller's tensor receiving the per-chunk factors the backward reads instead of forming them "
+                    "again ((bytes,) UINT8, chunk_cache_layout)")
 
 
 def _forward_ports(f: _Features) -> tuple:
@@ -358,12 +436,15 @@ def _forward_ports(f: _Features) -> tuple:
 
 
 def _backward_ports(f: _Features) -> tuple:
-    return _forward_ports(f) + (
+    ports = _forward_ports(f) + (
         Port("dO", doc="(T, HV, V) gradient of o"),
         Port("d_final_state", optional=True, doc="(N, HV, K, V) FLOAT gradient of final_state"),
         Port("state_checkpoints", optional=True,
              doc="(T // n + N, HV, K, V) the forward's state_checkpoints at n = checkpoint_every_n_tokens"),
     )
+    if f.chunk_cache:
+        ports += (Port("chunk_cache", optional=True, doc="(bytes,) UINT8 the forward's chunk_cache"),)
+    return ports
 
 
 def _gate_attrs(f: _Features) -> tuple:
@@ -378,10 +459,14 @@ _PARAMETER_GRADIENTS = (Output("d_initial_state", _given("initial_state")), Outp
 
 def _fwd(name: str, doc: str, f: _Features) -> OpSchema:
     positional = ("q", "k", "v", "g", "beta") + (("w",) if f.write_gate else ())
+    # the chunk cache is a side output the caller makes (as sdpa's score_max): the returned list stays pygraph's
+    cache = ((Output("chunk_cache", _chunk_cache_wanted),), (_CHUNK_CACHE,), ("chunk_cache",)) if f.chunk_cache \
+        else ((), (), ())
     return OpSchema(
         name=name, family="linear_attention", python_only=True, returns="list", doc=doc,
-        inputs=_forward_ports(f), outputs=_FWD_OUTPUTS, infer=_forward_infer(f),
-        attrs=(_SCALE, _L2, _FINAL, _CHECKPOINTS) + _gate_attrs(f), positional=positional,
+        inputs=_forward_ports(f), outputs=_FWD_OUTPUTS + cache[0], infer=_forward_infer(f),
+        attrs=(_SCALE, _L2, _FINAL, _CHECKPOINTS) + _gate_attrs(f) + cache[1], positional=positional,
+        returned_outputs=tuple(o.name for o in _FWD_OUTPUTS), output_keywords=cache[2],
     )
 
 
@@ -396,7 +481,7 @@ def _bwd(name: str, doc: str, f: _Features) -> OpSchema:
     )
 
 
-_GDN = _Features(per_channel_gate=False, per_channel_beta=False, write_gate=False)
+_GDN = _Features(per_channel_gate=False, per_channel_beta=False, write_gate=False, chunk_cache=True)
 _KDA = _Features(per_channel_gate=True, per_channel_beta=False, write_gate=False)
 _GDN2 = _Features(per_channel_gate=True, per_channel_beta=True, write_gate=True)
 _BWD_RETURNS = "[dq, dk, dv, dg, dbeta, d_initial_state, d_a_log, d_dt_bias]"

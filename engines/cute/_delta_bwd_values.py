@@ -10,7 +10,8 @@ the deltas' gradient dD (dd) and the recompute's W and U,
 Why: the cuTile kernel (0.42 ms of gdn's 2.35 ms backward at 4 x 2048 tokens, 16 heads, K = V = 128 on the
 H100) forms T again from k, g and beta: the recompute's prepare did that already, so here the backward's
 prepare (``_delta_prepare.DeltaPrepareInverse``) leaves T in dA's region, which this kernel reads
-before it writes dA over it (each CTA its own chunk's 64 x 64: no other CTA reads it). Nothing else depends
+before it writes dA over it (each CTA its own chunk's 64 x 64: no other CTA reads it), or a backward from
+the forward's ``chunk_cache`` hands it the T the forward's prepare wrote there. Nothing else depends
 on the gate, so one kernel serves gdn and kda. A CTA of four warps holds its operands in the input type
 (rounded from f32 scratch, or copied where the plan keeps its scratch in the input type) in shared memory (94
 KB at K = V = 128: two CTAs an SM, eight warps). With ``warps=8`` (knob ``values_warps``) the same shared memory
@@ -54,8 +55,8 @@ from ._delta_chunk import (CHUNK, DTYPES, ITEMSIZE, PAD, THREADS, ChunkKernel, K
 class DeltaBwdValues(ChunkKernel):
     """One specialisation: the input type, beta's type, dv's type, K, V, the value heads ``H``, the warps a
     CTA (``BLOCK_WARPS``) and whether it forms the deltas (``deltas``). Called with v, beta, cu_seqlens, hs, dd,
-    w, u, dv, dCg, dA (T in, dA out), dbeta's v part, d (written with ``deltas``, else not read), then tokens,
-    chunks, sequences."""
+    w, u, dv, dCg, T (dA's region, or the forward's chunk cache), dA, dbeta's v part, d (written with ``deltas``,
+    else not read), then tokens, chunks, sequences."""
 
     def __init__(self, io_dtype: str, beta_dtype: str, dv_dtype: str, K: int, V: int, H: int, warps: int = 4,
                  deltas: bool = False):
@@ -93,17 +94,17 @@ class DeltaBwdValues(ChunkKernel):
     @cute.jit
     def __call__(self, pv: cute.Pointer, pbeta: cute.Pointer, pcu: cute.Pointer, phs: cute.Pointer,
                  pdd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pdv: cute.Pointer, pdcg: cute.Pointer,
-                 pda: cute.Pointer, pdbv: cute.Pointer, pd: cute.Pointer, tokens: Int32, chunks: Int32,
-                 n_seq: Int32, stream: cuda.CUstream):
-        self.kernel(pv, pbeta, pcu, phs, pdd, pw, pu, pdv, pdcg, pda, pdbv, pd, tokens, chunks, n_seq).launch(
+                 pt: cute.Pointer, pda: cute.Pointer, pdbv: cute.Pointer, pd: cute.Pointer, tokens: Int32,
+                 chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pv, pbeta, pcu, phs, pdd, pw, pu, pdv, pdcg, pt, pda, pdbv, pd, tokens, chunks, n_seq).launch(
             grid=[chunks, self.H, 1], block=[self.threads, 1, 1], smem=self.shared_bytes(), stream=stream,
             **self.launch_options())
 
     @cute.kernel
     def kernel(self, pv: cute.Pointer, pbeta: cute.Pointer, pcu: cute.Pointer, phs: cute.Pointer,
                pdd: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pdv: cute.Pointer, pdcg: cute.Pointer,
-               pda: cute.Pointer, pdbv: cute.Pointer, pd: cute.Pointer, tokens: Int32, chunks: Int32,
-               n_seq: Int32):
+               pt: cute.Pointer, pda: cute.Pointer, pdbv: cute.Pointer, pd: cute.Pointer, tokens: Int32,
+               chunks: Int32, n_seq: Int32):
         K, V, H = self.K, self.V, self.H
         io = self.io
         mV = cute.make_tensor(pv, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
@@ -112,7 +113,8 @@ class DeltaBwdValues(ChunkKernel):
         mHs = cute.make_tensor(phs, cute.make_layout((chunks, H, K, V), stride=(H * K * V, K * V, V, 1)))
         mDd, mU, mD = chunk_major(pdd, chunks, H, V), chunk_major(pu, chunks, H, V), chunk_major(pd, chunks, H, V)
         mW, mDcg = chunk_major(pw, chunks, H, K), chunk_major(pdcg, chunks, H, K)
-        mDa, mDbv = chunk_major(pda, chunks, H, CHUNK), chunk_major(pdbv, chunks, H, 1)
+        mT, mDa = chunk_major(pt, chunks, H, CHUNK), chunk_major(pda, chunks, H, CHUNK)
+        mDbv = chunk_major(pdbv, chunks, H, 1)
         mDv = cute.make_tensor(pdv, cute.make_layout((tokens, H, V), stride=(H * V, V, 1)))
         tiled_mma, tidx, h, _, thr = self.block_heads()
 
@@ -139,14 +141,15 @@ class DeltaBwdValues(ChunkKernel):
             acc_v = cute.make_rmem_tensor(thr.partition_shape_C((CHUNK, V)), Float32)
             # deltas: W over v's place where it fits (v comes by cp.async once D is formed), else over dD's
             w_over_v = const_expr(self.deltas and K <= V)
-            # 1. the operands (T from the prepare, in dA's region: read here before dA is written over it)
+            # 1. the operands (T from the prepare, in dA's region and read here before dA is written over it, or
+            # from the forward's chunk cache)
             if tidx < CHUNK:
                 b = Float32(0.0)
                 if tidx < count:
                     b = mBeta[start + tidx, h].to(Float32)
                 sBeta[tidx] = b
             gDa = mDa[c, h, None, None]
-            self.scratch_rows(gDa, sT, CHUNK, tidx)
+            self.scratch_rows(mT[c, h, None, None], sT, CHUNK, tidx)
             if const_expr(not self.deltas or w_over_v):
                 self.scratch_rows(mDd[c, h, None, None], sDd, V, tidx)
             self.scratch_rows(mHs[c, h, None, None], sS0, V, tidx, rows=K)
@@ -281,18 +284,19 @@ class DeltaBwdValues(ChunkKernel):
 def _pointer_types(io_dtype: str, beta_dtype: str, dv_dtype: str, scratch_dtype: str = "float32",
                    own_dtype: str = "float32") -> tuple:
     """(element type, assumed alignment) of each pointer: v, beta, cu_seqlens, hs (the recompute's scratch: f32 or
-    the input type), dd (the backward's own scratch: f32 or the input type), w, u (the recompute's), dv, dCg, dA
-    (T in; both own), dbeta's v part (f32), d (the recompute's)."""
+    the input type), dd (the backward's own scratch: f32 or the input type), w, u (the recompute's), dv, dCg, T,
+    dA (all three own), dbeta's v part (f32), d (the recompute's)."""
     scratch, own = (scratch_dtype, 16), (own_dtype, 16)
     return ((io_dtype, 16), (beta_dtype, ITEMSIZE[beta_dtype]), ("int32", 4), scratch, own, scratch, scratch,
-            (dv_dtype, 16), own, own, ("float32", 4), scratch)
+            (dv_dtype, 16), own, own, own, ("float32", 4), scratch)
 
 
 def bwd_values_launcher(io_dtype: str, beta_dtype: str, dv_dtype: str, K: int, V: int, H: int,
                         n_seq: int, scratch_dtype: str = "float32", own_dtype: str = "float32",
                         warps: int = 4, deltas: bool = False) -> KernelLauncher:
-    """The launcher of one specialisation; its slots: v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, dA (T in, dA
-    out), dbeta's v part, d (hs, w, u and d in ``scratch_dtype``; dd, dCg and dA in ``own_dtype``; ``warps`` a
+    """The launcher of one specialisation; its slots: v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, T (read; dA's
+    region itself, or a chunk cache's), dA (written), dbeta's v part, d (hs, w, u and d in ``scratch_dtype``; dd,
+    dCg, T and dA in ``own_dtype``; ``warps`` a
     CTA: one of ``BLOCK_WARPS``; ``deltas``: it writes d = U - W S0, else d is not touched)."""
     key = ("chunk_bwd_values", io_dtype, beta_dtype, dv_dtype, K, V, H, scratch_dtype, own_dtype, warps, deltas)
     return KernelLauncher(lambda: DeltaBwdValues(io_dtype, beta_dtype, dv_dtype, K, V, H, warps, deltas), key,

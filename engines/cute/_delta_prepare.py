@@ -581,6 +581,30 @@ class DeltaPrepareInverse(DeltaPrepare):
 
 
 
+class DeltaPrepareScoresInverse(DeltaPrepareScores):
+    """gdn's forward prepare with the scores (``DeltaPrepareScores``) that also writes T = (I + A)^-1, as
+    ``DeltaPrepareInverse`` does for the backward: the forward that keeps a ``chunk_cache`` leaves its gate sums,
+    w, kd and T there, and the backward from it reads them instead of forming them again (the same code forms
+    them in both prepares: the same bits). Called with k, v, g, beta, cu_seqlens, w, u, g_out, kd, q, qg, attn,
+    T, then tokens, chunks, sequences."""
+
+    @cute.jit
+    def __call__(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
+                 pcu: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer,
+                 pq: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, pt: cute.Pointer, tokens: Int32,
+                 chunks: Int32, n_seq: Int32, stream: cuda.CUstream):
+        self.kernel(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, pq, pqg, pattn, pt, tokens, chunks, n_seq).launch(
+            grid=[chunks, self.H, 1], block=[THREADS, 1, 1], smem=self.shared_bytes(), stream=stream,
+            **self.launch_options())
+
+    @cute.kernel
+    def kernel(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
+               pcu: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer,
+               pq: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, pt: cute.Pointer, tokens: Int32,
+               chunks: Int32, n_seq: Int32):
+        self.run(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, tokens, chunks, n_seq, (pq, pqg, pattn), inverse=pt)
+
+
 class DeltaPrepareInverseIntra(DeltaPrepareScores):
     """The backward recompute's prepare (``DeltaPrepareInverse``: T too) that does chunk_bwd_intra's work as well
     (``_delta_bwd_intra.DeltaBwdIntra``): qg = scale q e^gc to its scratch and the masked, decayed, scaled scores
@@ -699,6 +723,18 @@ def prepare_scores_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratc
     types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + ((io_dtype, 16),) * 3
     return KernelLauncher(lambda: DeltaPrepareScores(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
                                                      scale), key, types, n_seq)
+
+
+def prepare_scores_inverse_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int,
+                                    V: int, HQ: int, H: int, use_l2: bool, scale: float,
+                                    n_seq: int) -> KernelLauncher:
+    """The launcher of one ``DeltaPrepareScoresInverse`` specialisation (gdn's forward keeping a chunk cache); its
+    slots: k, v, g, beta, cu_seqlens, w, u, g_out, kd, q, qg, attn, T (T in the input type)."""
+    key = ("chunk_prepare_scores_inverse", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
+           float(scale))
+    types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + ((io_dtype, 16),) * 4
+    return KernelLauncher(lambda: DeltaPrepareScoresInverse(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ,
+                                                            H, use_l2, scale), key, types, n_seq)
 
 
 def prepare_inverse_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,

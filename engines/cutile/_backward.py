@@ -116,6 +116,8 @@ class CutileBackwardPlan(CutileForwardPlan):
             self._take_cute_values(launches, sc)
         if v.checkpoints:
             self._start_from_checkpoints(launches, slot("state_checkpoints"), sc["hs"])
+        if v.chunk_cache:
+            self._read_chunk_cache(launches, slot("chunk_cache"), sc)
         if self._f32_twin is not None:
             self._check_io_scratch(launches)
         return launches
@@ -151,7 +153,7 @@ class CutileBackwardPlan(CutileForwardPlan):
         _, prepare_grid, _, a = launches[at["prepare"]]
         prepare_args = (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9], sc["da"])
         _, values_grid, _, a = launches[at["bwd_values"]]
-        values_args = (a[1], a[3], a[5], a[6], a[7], a[8], a[9], a[11], a[13], a[14], a[15], sc["d"])
+        values_args = (a[1], a[3], a[5], a[6], a[7], a[8], a[9], a[11], a[13], a[14], a[14], a[15], sc["d"])
         if not values.takes(values_args):
             return
         prepare, args = prepare_inverse, prepare_args
@@ -191,6 +193,30 @@ class CutileBackwardPlan(CutileForwardPlan):
             if prepare is with_u:
                 launches[at["prepare"]] = ("prepare", grid, without_u, args)
         del launches[at["state_pass"]]
+
+    def _read_chunk_cache(self, launches: list, cache, sc) -> None:
+        """The forward's chunk cache in place of the recompute's prepare: the later kernels read its gate sums, w
+        and kd where the prepare would have left them, and chunk_bwd_values its T, and the prepare's launch goes.
+        Only where the backward starts from the checkpoints with the CuTe values kernel (no state pass needs u),
+        and every launch takes the cache's buffers; otherwise the prepare forms the same factors again."""
+        at = {launch[0]: i for i, launch in enumerate(launches)}
+        values = launches[at["bwd_values"]][2]
+        if "state_pass" in at or "bwd_intra" not in at or self._cute_values is None \
+                or values is not self._cute_values[1]:
+            return
+        regions = self._chunk_cache_regions(cache)
+        swap = {id(sc["g"]): regions["gate_sums"], id(sc["w"]): regions["w"], id(sc["kd"]): regions["kd"]}
+        moved = []
+        for name, grid, kernel, args in launches:
+            if name == "prepare":
+                continue
+            args = tuple(swap.get(id(a), a) for a in args)
+            if kernel is values:
+                args = (*args[:9], regions["t"], *args[10:])     # T from the cache, dA still to its region
+            if isinstance(kernel, CuteLaunch) and not kernel.takes(args):
+                return
+            moved.append((name, grid, kernel, args))
+        launches[:] = moved
 
 
 class IoScratchRefused(_c_launch.Unsupported):
@@ -358,6 +384,13 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
             and checkpoint_port(graph, node) is not None
         return dataclasses.replace(v, checkpoints=reuse)
 
+    def reading_cache(v: Variant) -> Variant:
+        # the forward's chunk cache (T and w, kd in the input type) stands in for the prepare of a backward from the
+        # checkpoints whose own scratch is in the input type too, where the prepare does no other kernel's work
+        use = v.checkpoints and v.own_dtype == v.io_dtype and not v.intra_in_prepare \
+            and node.inputs.get("chunk_cache") is not None
+        return dataclasses.replace(v, chunk_cache=use)
+
     if scratch == "f32":
         if variant.state_pass == "cute":
             raise GraphNotSupportedError("state_pass='cute' in a backward reads the recompute's scratch in the "
@@ -375,4 +408,4 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
     geometry.workspace_size = backward_workspace_size(node, variant.io_dtype, scratch)   # room for the twin's too
     narrow = dataclasses.replace(variant, scratch_dtype=variant.io_dtype,
                                  own_dtype=variant.io_dtype if own else "float32")
-    return CutileBackwardPlan(plan, graph, node, reading_checkpoints(narrow), geometry, twin)
+    return CutileBackwardPlan(plan, graph, node, reading_cache(reading_checkpoints(narrow)), geometry, twin)

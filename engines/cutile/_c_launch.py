@@ -30,12 +30,14 @@ _INT32_MAX = 2 ** 31 - 1
 
 @dataclasses.dataclass(frozen=True)
 class OperandRef:
-    """A graph operand as a kernel argument (geometry from the plan's layout)."""
+    """A graph operand as a kernel argument (geometry from the plan's layout), or a region of one: ``add`` bytes
+    past its address, with that region's type, shape and strides (a chunk cache's)."""
     uid: int
     name: str
     dtype: str
     shape: tuple
     strides: tuple
+    add: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +161,7 @@ def parameter_image(layout: _abi.ParamLayout, args, operand_index) -> tuple:
         ref = args[f.arg]
         if f.role == "address":
             if isinstance(ref, OperandRef):
-                patches.append((f.offset, operand_index(ref), 0))
+                patches.append((f.offset, operand_index(ref), ref.add))
             else:
                 patches.append((f.offset, -1, ref.offset))
         else:

@@ -126,9 +126,10 @@ class CuteLaunch:
 
     @staticmethod
     def bwd_values(variant: Variant, geometry: "_Geometry") -> "CuteLaunch":
-        """chunk_bwd_values from the T ``prepare_inverse`` left in dA's region: the CuTe kernel reads v, beta,
-        cu_seqlens, hs, dd, w, u and T and writes dv, dCg, dA (over T), dbeta's v part and, from the forward's
-        checkpoints (``variant.checkpoints``), the deltas d (no cuTile kernel: the plan checks ``takes`` first)."""
+        """chunk_bwd_values from the T ``prepare_inverse`` left in dA's region (or the forward's chunk cache holds):
+        the CuTe kernel reads v, beta, cu_seqlens, hs, dd, w, u and T and writes dv, dCg, dA, dbeta's v part and,
+        from the forward's checkpoints (``variant.checkpoints``), the deltas d (no cuTile kernel: the plan checks
+        ``takes`` first)."""
         from ..cute._delta_bwd_values import bwd_values_launcher
         launcher = bwd_values_launcher(variant.io_dtype, variant.beta_dtype, variant.io_dtype, variant.K, variant.V,
                                        geometry.H, variant.n_seq, variant.scratch_dtype, variant.own_dtype,
@@ -164,6 +165,16 @@ class CuteLaunch:
         launcher = prepare_scores_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype,
                                            variant.scratch_dtype, variant.K, variant.V, geometry.HQ, geometry.H,
                                            variant.use_l2, variant.scale, variant.n_seq)
+        return CuteLaunch(launcher, None, lambda a: a, geometry)
+
+    @staticmethod
+    def prepare_scores_inverse(variant: Variant, geometry: "_Geometry") -> "CuteLaunch":
+        """``prepare_scores`` that also writes T = (I + A)^-1 in the input type: gdn's fused forward keeping its
+        chunk cache (its w, kd and gate sums are the cache's regions already). No cuTile kernel."""
+        from ..cute._delta_prepare import prepare_scores_inverse_launcher
+        launcher = prepare_scores_inverse_launcher(variant.io_dtype, variant.kernel_g_dtype, variant.beta_dtype,
+                                                   variant.scratch_dtype, variant.K, variant.V, geometry.HQ,
+                                                   geometry.H, variant.use_l2, variant.scale, variant.n_seq)
         return CuteLaunch(launcher, None, lambda a: a, geometry)
 
     @staticmethod
@@ -222,7 +233,7 @@ class CuteLaunch:
         layout.check_against(_abi.cubin_parameters(cubin, symbol))
         image = bytearray(layout.size)
         struct.pack_into("<iii", image, 8 * n, *self._sizes, self._launcher.n_seq)
-        patches = [(8 * i, operand_index(r), 0) if isinstance(r, _c_launch.OperandRef) else (8 * i, -1, r.offset)
+        patches = [(8 * i, operand_index(r), r.add) if isinstance(r, _c_launch.OperandRef) else (8 * i, -1, r.offset)
                    for i, r in enumerate(refs)]
         grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
         return _c_launch.KernelLaunch(name, symbol, grid, cubin, layout, bytes(image), patches, tuple(block),

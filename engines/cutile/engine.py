@@ -181,6 +181,17 @@ class _Geometry:
             self.dtypes[name] = io_scratch if name in narrow else "float32"
             offset += _align((2 if name in narrow else 4) * count)
         self.workspace_size = offset
+        # a gdn node's chunk_cache (a forward's output, a backward's input): its regions, in the 16-bit scratch's
+        # layout (the plans that write or read it keep w and kd in the input type); {} without one
+        self.cache_regions = {}
+        cache = (node.inputs if backward else node.outputs).get("chunk_cache")
+        if cache is not None and io_scratch:
+            from cudnn_graph.ops._linear_attention import chunk_cache_layout
+            io_type = DataType.BFLOAT16 if io_scratch == "bfloat16" else DataType.HALF
+            _, layout = chunk_cache_layout(self.T, self.N, self.H, self.K, io_type)
+            self.cache_regions = {name: (offset, shape, "float32" if dt == DataType.FLOAT else io_scratch)
+                                  for name, (offset, shape, dt) in layout.items()}
+            assert layout["w"][1][0] == self.chunks, "the chunk cache counts the chunks as the kernels do"
         if fused and io_scratch:     # the fused pass takes the 16-bit scratch (build_plan checks)
             place = self.regions["d"][0]
             end = self.regions["hs"][0] + 2 * self.chunks * self.H * self.K * self.V
@@ -268,6 +279,16 @@ class CutileForwardPlan(CompiledPlan):
         if variant.state_form == "fused":
             scores = (CuteLaunch.prepare_scores if variant.scores == "prepare" else CuteLaunch.scores)(variant, geometry)
             self._fused = (scores, CuteLaunch.state_output(variant, geometry))
+        # a forward keeping the chunk cache: its prepare stores T too (w, kd and the gate sums go to the cache)
+        # (the scores' prepare's form or None, the plain prepare's form: the fused plan's stand-in for buffers
+        # its scores' prepare refuses)
+        self._cache_prepares = None
+        if variant.chunk_cache and node.op not in BACKWARD_OPS:
+            scores_form = CuteLaunch.prepare_scores_inverse(variant, geometry) \
+                if self._fused is not None and variant.scores == "prepare" else None
+            self._cache_prepares = (scores_form, CuteLaunch.prepare_inverse(
+                dataclasses.replace(variant, own_dtype=variant.io_dtype), geometry))
+        self._cache_views = {}           # the chunk cache's address -> its region slots
         self.variant = variant
         self._geometry = geometry
         self._device = graph.device_code
@@ -308,6 +329,43 @@ class CutileForwardPlan(CompiledPlan):
                     self._views.clear()
                 self._views[base] = views
         return views
+
+    def _chunk_cache_regions(self, cache) -> dict:
+        """The chunk_cache operand's regions (``_Geometry.cache_regions``) as kernel operands: slots over the
+        caller's buffer, or for the C path refs at their offsets into it."""
+        from . import _c_launch
+        from ..._layout import row_major_strides
+        regions = self._geometry.cache_regions
+        if isinstance(cache, _c_launch.OperandRef):
+            return {name: dataclasses.replace(cache, dtype=dtype, shape=shape, strides=row_major_strides(shape),
+                                              add=offset) for name, (offset, shape, dtype) in regions.items()}
+        views = self._cache_views.get(cache.data_ptr)
+        if views is None:
+            from ... import Slot
+            views = {name: Slot.from_address(cache.data_ptr + offset, shape, None, dtype, self._device)
+                     for name, (offset, shape, dtype) in regions.items()}
+            with self._lock:
+                if len(self._cache_views) > 8:
+                    self._cache_views.clear()
+                self._cache_views[cache.data_ptr] = views
+        return views
+
+    def _keep_chunk_cache(self, launches: list, t) -> None:
+        """A forward keeping the chunk cache: its prepare launch (whose w, kd and gate sums are the cache's
+        regions already) becomes the one that stores T there too. That kernel has no stand-in, so buffers it
+        refuses refuse the call."""
+        at = {launch[0]: i for i, launch in enumerate(launches)}
+        _, grid, kernel, a = launches[at["prepare"]]
+        scores_form, plain_form = self._cache_prepares
+        if self._fused is not None and kernel is self._fused[0]:
+            prepare, args = scores_form, (*a, t)              # the scores' prepare: q, qg and attn, then T
+        else:
+            prepare, args = plain_form, (a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9], t)
+        if not prepare.takes(args):
+            raise GraphNotSupportedError(
+                f"{self.plan.label}: the CuTe prepare that writes the chunk_cache does not take this call's buffers "
+                "(each must be packed row-major and 16-byte aligned), and no other kernel writes the cache")
+        launches[at["prepare"]] = ("prepare", grid, prepare, args)
 
     def _gate_launches(self, g, cu, scratch) -> list:
         """Per-channel gates (kda, gdn2) get their in-chunk sums from a launch of their own, except where the
@@ -403,10 +461,21 @@ class CutileForwardPlan(CompiledPlan):
         """The plan's launches in order, (name, grid, kernel, args), with ``slot(port)`` the operands and
         ``scratch[region]`` the workspace regions (Slots at execute; _c_launch's refs for the C path)."""
         v = self.variant
-        ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
         if v.checkpoints:
             # the chunk-start states go to the caller's state_checkpoints (one row a chunk, as hs's)
             scratch = {**scratch, "hs": slot("state_checkpoints")}
+        if not v.chunk_cache:
+            return self._forward_launches(slot, scratch)
+        # the prepare's w, kd and gate sums go to the chunk cache (the state pass reads them there), and T too
+        cache = self._chunk_cache_regions(slot("chunk_cache"))
+        launches = self._forward_launches(slot, {**scratch, "w": cache["w"], "kd": cache["kd"],
+                                                 "g": cache["gate_sums"]})
+        self._keep_chunk_cache(launches, cache["t"])
+        return launches
+
+    def _forward_launches(self, slot, scratch) -> list:
+        v = self.variant
+        ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
         launches, g, beta, _ = self._recompute_launches(slot, scratch, ht)
         q, k, cu = slot("q"), slot("k"), slot("cu_seqlens")
         if self._fused is not None:
@@ -585,12 +654,19 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                 continue     # per-channel scores need the split decays the prepare forms in another order
             if checkpoint_reason(graph, node, _io_scratch(graph, node, knobs) or "float32") is not None:
                 continue     # its chunk-start states are not the checkpoints' type
+            if chunk_cache_reason(graph, node, knobs) is not None:
+                continue
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
             ctas = (node.inputs["cu_seqlens"].dim[0] - 1) * node.inputs["v"].dim[1] * (V // 32)
             priority = _forward_priority(suffix, io_dtype, node.inputs["q"].dim[2], ctas)
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self, priority=priority,
                                     workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
                                                              ).workspace_size))
+        if not plans and node.outputs.get("chunk_cache") is not None:
+            why = (chunk_cache_reason(graph, node, {"prepare": "cute", "scratch": "io"})
+                   or _cute_kernels_reason(graph, node, "prepare") or "no plan here takes the graph's other options")
+            raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): the chunk_cache is written by the CuTe "
+                                         f"prepare alone: {why}")
         if not plans and port is not None:
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): state_checkpoints is "
                                          f"{port[1] or 'of a type no kernel stores'}; the plans keep their "
@@ -644,7 +720,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             raise GraphNotSupportedError("output='cute' reads the deltas and states in the input type over all "
                                          f"of V (scratch='io', output_block_v=0); got scratch={knobs['scratch']!r}, "
                                          f"output_block_v={output_block_v}")
-        why = checkpoint_reason(graph, node, io_scratch or "float32")
+        why = checkpoint_reason(graph, node, io_scratch or "float32") or chunk_cache_reason(graph, node, knobs)
         if why is not None:
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {why}")
         low = {"bf16": True, "tf32": False}.get(knobs["mma"])   # None: auto
@@ -653,7 +729,8 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                       scratch_dtype=io_scratch or "float32", prepare=knobs["prepare"],
                                       output=knobs["output"], state_pass=knobs["state_pass"],
                                       state_form=knobs["state_form"], scores=knobs["scores"],
-                                      checkpoints=checkpoint_port(graph, node) is not None)
+                                      checkpoints=checkpoint_port(graph, node) is not None,
+                                      chunk_cache=node.outputs.get("chunk_cache") is not None)
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 
@@ -825,6 +902,18 @@ def checkpoint_port(graph, node) -> tuple | None:
     if t is None:
         return None
     return int(node.params.get("checkpoint_every_n_tokens") or 0), _GATE_TYPES.get(GraphView.of(graph).data_type(t))
+
+
+def chunk_cache_reason(graph, node, knobs) -> str | None:
+    """Why a forward plan of these knobs cannot write the node's chunk_cache (None: it can, or there is none):
+    the cache holds w and kd in the input type and T, which only the CuTe prepare stores."""
+    if node.outputs.get("chunk_cache") is None:
+        return None
+    if knobs.get("prepare") != "cute" or not _io_scratch(graph, node, knobs):
+        return ("the chunk_cache holds the CuTe prepare's w, kd and T in the 16-bit input type: only plans with "
+                "prepare='cute' and scratch='io' write it (BF16 / FP16 inputs on sm_90); "
+                f"this one has prepare={knobs.get('prepare')!r}, scratch={knobs.get('scratch')!r}")
+    return None
 
 
 def checkpoint_reason(graph, node, hs_dtype: str) -> str | None:

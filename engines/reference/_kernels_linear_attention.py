@@ -319,6 +319,15 @@ def linear_attention_backward(inputs: Mapping[str, Any], attrs: Mapping[str, Any
     return out
 
 
+def keeps_no_chunk_cache(inputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
+    """A gdn forward asked for its chunk_cache (the GPU kernels' per-chunk factors, in their layout) is not run
+    here: the float64 recurrence forms no such factors. A backward given one ignores it (it forms nothing it
+    could skip)."""
+    if attrs.get("chunk_cache") is not None:
+        raise NotImplementedError("the reference engine writes no chunk_cache (the GPU kernels' per-chunk "
+                                  "factors); build the forward without it, and its backward forms them again")
+
+
 def _forward_kernel(op: str):
     def kernel(inputs, attrs, outputs, compute_dtype=np.float32):
         o, final, checkpoints = linear_attention_forward(inputs, attrs, op)

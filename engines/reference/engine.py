@@ -28,6 +28,7 @@ SUPPORT_CHECKS: dict = {
     "sdpa_backward": _kernels_sdpa._unsupported_backward,
     "batchnorm": lambda inputs, attrs: _kernels_norm._no_peers(attrs),
     "batchnorm_backward": lambda inputs, attrs: _kernels_norm._no_peers(attrs),
+    "gdn": _kernels_linear_attention.keeps_no_chunk_cache,
 }
 
 

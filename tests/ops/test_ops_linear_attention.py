@@ -8,7 +8,7 @@ import pytest
 from cudnn_graph.data_type import DataType
 from cudnn_graph.errors import GraphValidationError
 from cudnn_graph.ops import SCHEMAS
-from cudnn_graph.ops._linear_attention import beta_transform, gate_transform
+from cudnn_graph.ops._linear_attention import beta_transform, chunk_cache_layout, gate_transform
 from cudnn_graph.ops.schema import REQUIRED, InferContext, TensorInfo
 
 F32, BF16, I32 = DataType.FLOAT, DataType.BFLOAT16, DataType.INT32
@@ -179,3 +179,36 @@ def test_backward_checkpoint_misuse_names_state_checkpoints(inputs, attrs, says)
     with pytest.raises(GraphValidationError) as e:
         infer("gdn_bwd", forward_inputs("gdn_bwd", **inputs), **attrs)
     assert e.value.port == "state_checkpoints" and says in str(e.value)
+
+
+def test_the_chunk_cache_is_the_byte_size_of_its_layout_and_gdns_alone():
+    size, regions = chunk_cache_layout(T_, N, HV, K, BF16)
+    # ceil(T / 64) + N chunk places; gate sums in f32, w / kd / T in the input type, each region 256-byte aligned
+    assert regions["t"][1] == (1 + N, HV, 64, 64) and regions["gate_sums"][1] == (T_, HV)
+    assert all(offset % 256 == 0 for offset, _, _ in regions.values())
+    assert infer("gdn", forward_inputs("gdn"), chunk_cache=True)["chunk_cache"].dim == (size,)
+    assert infer("gdn", forward_inputs("gdn"), chunk_cache=True)["chunk_cache"].data_type is DataType.UINT8
+    assert "chunk_cache" not in infer("gdn", forward_inputs("gdn"))
+    assert all("chunk_cache" not in SCHEMAS[op].port_names() + tuple(a.name for a in SCHEMAS[op].attrs)
+               for op in ("kda", "kda_bwd", "gdn2", "gdn2_bwd"))
+
+
+def test_a_gdn_forward_returns_pygraphs_list_with_the_chunk_cache_in_the_callers_tensor():
+    import cudnn_graph as cudnn
+    g = cudnn.pygraph(device="cpu")
+    t = {name: g.tensor(name=name, dim=list(info.dim), stride=list(info.stride), data_type=info.data_type)
+         for name, info in forward_inputs("gdn").items()}
+    cache = g.tensor(name="cache")
+    out = g.gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"], chunk_cache=cache,
+                checkpoint_every_n_tokens=4)
+    assert len(out) == 3 and cache.producer is not None
+
+
+@pytest.mark.parametrize("cache, says", [(T(7, dt=DataType.UINT8), "bytes"), (None, "UINT8")])
+def test_backward_chunk_cache_misuse_names_it(cache, says):
+    size, _ = chunk_cache_layout(T_, N, HV, K, BF16)
+    given = cache if cache is not None else T(size // 4, dt=F32)
+    with pytest.raises(GraphValidationError) as e:
+        infer("gdn_bwd", forward_inputs("gdn_bwd", chunk_cache=given))
+    assert e.value.port == "chunk_cache" and says in str(e.value)
+    infer("gdn_bwd", forward_inputs("gdn_bwd", chunk_cache=T(size, dt=DataType.UINT8)))

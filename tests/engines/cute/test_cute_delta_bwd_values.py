@@ -26,8 +26,8 @@ from cubin_tables import addresses_then_three_sizes, largest_frame, parameters, 
                                                 ("bfloat16", "bfloat16", "float32", 64, 128)])
 def test_the_values_kernel_compiles_with_the_parameters_the_c_path_writes(io, beta, dv, K, V):
     cubin, block, shared = _delta_bwd_values.bwd_values_launcher(io, beta, dv, K, V, 4, 3).cubin()
-    # v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, dA, dbeta's v part, d (written with deltas=True alone)
-    assert parameters(cubin) == addresses_then_three_sizes(12)
+    # v, beta, cu_seqlens, hs, dd, w, u, dv, dCg, T, dA, dbeta's v part, d (written with deltas=True alone)
+    assert parameters(cubin) == addresses_then_three_sizes(13)
     assert block == (128, 1, 1) and 0 < shared <= 113 * 1024
 
 
@@ -39,7 +39,7 @@ def test_the_values_kernel_compiles_in_eight_warps_without_spilling(K, V, scratc
     launcher = _delta_bwd_values.bwd_values_launcher("bfloat16", "bfloat16", "bfloat16", K, V, 4, 3, scratch, scratch,
                                                      warps=8)
     cubin, block, shared = launcher.cubin()
-    assert parameters(cubin) == addresses_then_three_sizes(12)
+    assert parameters(cubin) == addresses_then_three_sizes(13)
     assert block == (256, 1, 1) and 0 < shared <= 113 * 1024
     assert registers(cubin) <= 128 and largest_frame(cubin) == 0
 
@@ -55,7 +55,7 @@ def test_the_values_kernel_that_forms_the_deltas_keeps_its_shared_memory_and_doe
         return _delta_bwd_values.bwd_values_launcher("bfloat16", "bfloat16", "bfloat16", K, V, 4, 3, scratch, scratch,
                                                      warps=warps, deltas=deltas).cubin()
     cubin, block, shared = build(True)
-    assert parameters(cubin) == addresses_then_three_sizes(12)
+    assert parameters(cubin) == addresses_then_three_sizes(13)
     assert block == (32 * warps, 1, 1) and shared == build(False)[2]
     # registers for two CTAs an SM too: 65536 over 256 threads (eight warps) or 128
     assert largest_frame(cubin) == 0 and registers(cubin) <= (128 if warps == 8 else 255)
@@ -111,12 +111,12 @@ def test_the_prepare_without_u_takes_the_same_addresses_and_no_more_shared_memor
 
 def test_scalar_operands_are_aligned_to_their_own_size():
     types = _delta_bwd_values._pointer_types("bfloat16", "bfloat16", "bfloat16")
-    assert types[1] == ("bfloat16", 2) and types[2] == ("int32", 4) and types[10] == ("float32", 4)
-    assert types[11] == types[3]                        # d: the recompute's scratch, as hs
+    assert types[1] == ("bfloat16", 2) and types[2] == ("int32", 4) and types[11] == ("float32", 4)
+    assert types[12] == types[3]                        # d: the recompute's scratch, as hs
 
 
 def test_dd_dcg_and_da_take_the_backward_scratch_type_and_hs_w_u_the_recompute_type():
     io = _delta_bwd_values._pointer_types("bfloat16", "bfloat16", "bfloat16", "bfloat16")
-    assert all(io[i] == ("bfloat16", 16) for i in (3, 5, 6)) and all(io[i] == ("float32", 16) for i in (4, 8, 9))
+    assert all(io[i] == ("bfloat16", 16) for i in (3, 5, 6)) and all(io[i] == ("float32", 16) for i in (4, 8, 9, 10))
     io_all = _delta_bwd_values._pointer_types("bfloat16", "bfloat16", "bfloat16", "bfloat16", "bfloat16")
-    assert all(io_all[i] == ("bfloat16", 16) for i in (3, 4, 5, 6, 8, 9)) and io_all[10] == ("float32", 4)
+    assert all(io_all[i] == ("bfloat16", 16) for i in (3, 4, 5, 6, 8, 9, 10)) and io_all[11] == ("float32", 4)

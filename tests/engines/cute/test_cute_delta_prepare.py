@@ -19,7 +19,7 @@ pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the C launc
 
 from cudnn_graph.engines.cute import _delta_prepare  # noqa: E402
 from cudnn_graph.engines.cutile import _c_launch, _cute_launch  # noqa: E402
-from cubin_tables import addresses_then_three_sizes, kernel_table, parameters  # noqa: E402
+from cubin_tables import addresses_then_three_sizes, kernel_table, largest_frame, parameters  # noqa: E402
 from cudnn_graph.engines.cutile import engine as cutile_engine  # noqa: E402
 from cudnn_graph.engines.cutile._variants import Variant  # noqa: E402
 
@@ -169,3 +169,15 @@ def test_the_prepare_with_scores_compiles_with_twelve_addresses_in_the_prepares_
     assert block == (128, 1, 1) and shared == plain.shared_bytes()
     # q (64 rows of K + 8, 16-bit) fits A's place (64 rows of 72 f32)
     assert 2 * 64 * (K + 8) <= 4 * 64 * 72
+
+
+@pytest.mark.parametrize("io, K, V", [("bfloat16", 128, 128), ("float16", 64, 64)])
+def test_the_forward_prepare_that_keeps_the_chunk_cache_takes_t_after_the_scores_in_the_same_shared_memory(io, K, V):
+    # gdn's forward keeping its chunk_cache: the prepare with scores, T's address last (thirteen); T leaves from
+    # the registers of the substitution, as the backward's prepare writes it: no shared memory of its own
+    launcher = _delta_prepare.prepare_scores_inverse_launcher(io, "float32", io, io, K, V, 2, 4, True, K ** -0.5, 3)
+    cubin, block, shared = launcher.cubin()
+    assert parameters(cubin) == addresses_then_three_sizes(13)
+    scores = _delta_prepare.prepare_scores_launcher(io, "float32", io, io, K, V, 2, 4, True, K ** -0.5, 3)
+    assert block == (128, 1, 1) and shared == scores.cubin()[2]
+    assert largest_frame(cubin) == 0

@@ -527,3 +527,47 @@ def test_graph_forward_checkpoints_feed_the_graph_backward(op):
 
     for a, b in zip(backward(True), backward(False)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_gdn_forward_asked_for_its_chunk_cache_is_refused_and_a_backward_given_one_ignores_it():
+    """The chunk cache holds the GPU kernels' per-chunk factors: the float64 recurrence writes none (the forward
+    is declined, saying so) and needs none (a backward given one gives the same gradients as without)."""
+    import cudnn_graph as cudnn
+    from cudnn_graph.ops._linear_attention import chunk_cache_layout
+    F32, I32, U8 = cudnn.data_type.FLOAT, cudnn.data_type.INT32, cudnn.data_type.UINT8
+    cu = [0, 5, 12]
+    d = make_inputs("gdn", cu, H=2, K=4, V=3, seed=41, with_h0=True)
+    host = {key: (val.astype(np.float32) if key != "cu_seqlens" else val) for key, val in d.items() if val is not None}
+    T, N = cu[-1], len(cu) - 1
+    host["dO"] = np.random.default_rng(42).standard_normal((T, 2, 3)).astype(np.float32)
+    host["chunk_cache"] = np.zeros(chunk_cache_layout(T, N, 2, 4, F32)[0], np.uint8)
+
+    def tensors(g, names):
+        return {n: g.tensor(name=n, dim=list(host[n].shape), stride=[s // host[n].itemsize for s in host[n].strides],
+                            data_type={"cu_seqlens": I32, "chunk_cache": U8}.get(n, F32)) for n in names}
+
+    fwd = cudnn.pygraph(io_data_type=F32, compute_data_type=F32, device="cpu")
+    t = tensors(fwd, ("q", "k", "v", "g", "beta", "cu_seqlens"))
+    cache = fwd.tensor(name="cache")
+    o, _, _ = fwd.gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"], chunk_cache=cache)
+    o.set_output(True)
+    cache.set_output(True)
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="writes no chunk_cache"):
+        fwd.build()
+
+    def backward(with_cache):
+        g = cudnn.pygraph(io_data_type=F32, compute_data_type=F32, device="cpu")
+        t = tensors(g, ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "dO")
+                    + (("chunk_cache",) if with_cache else ()))
+        outs = g.gdn_bwd(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
+                         initial_state=t["initial_state"], chunk_cache=t.get("chunk_cache"))
+        outs = [x for x in outs if x is not None]
+        for x in outs:
+            x.set_output(True)
+        g.build()
+        bufs = [np.zeros(x.dim, np.float32) for x in outs]
+        g.execute({**{t[n]: host[n] for n in t}, **dict(zip(outs, bufs))})
+        return bufs
+
+    for a, b in zip(backward(True), backward(False)):
+        np.testing.assert_array_equal(a, b)
