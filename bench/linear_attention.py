@@ -500,17 +500,22 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
             r[f"ours_bwd_{name}_gpu_ms"] = gpu_ms(torch, run, args.iters, r[f"ours_bwd_{name}_kernels_gpu_ms"])
         return measure
 
+    def measure_pair(r, key: str, **kept) -> dict:
+        # our forward keeping what its backward starts from, then that backward: the row's ``key`` fields
+        run, _, _, _, _, compiled, saved = ours(torch, case.op, x, checkpoints=True, **kept)
+        r[f"{key}_plan"] = compiled.plan.label
+        r[f"ours_{key}_kernels_gpu_ms"] = {}
+        r[f"ours_{key}_gpu_ms"] = gpu_ms(torch, run, args.iters, r[f"ours_{key}_kernels_gpu_ms"])
+        run, compiled, _ = ours_backward(torch, case.op, x, kept=saved)
+        r[f"{key}_bwd_plan"] = compiled.plan.label
+        r[f"ours_{key}_bwd_kernels_gpu_ms"] = {}
+        r[f"ours_{key}_bwd_gpu_ms"] = gpu_ms(torch, run, args.iters, r[f"ours_{key}_bwd_kernels_gpu_ms"])
+        r[f"{key}_bwd_over_fwd"] = r[f"ours_{key}_bwd_gpu_ms"] / r[f"ours_{key}_gpu_ms"]
+        return saved
+
     def training_pair(r):
         # the forward that keeps its chunk-start states (state_checkpoints) and the backward that starts there
-        run, _, _, _, _, compiled, states = ours(torch, case.op, x, checkpoints=True)
-        r["ckpt_plan"] = compiled.plan.label
-        r["ours_ckpt_kernels_gpu_ms"] = {}
-        r["ours_ckpt_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_ckpt_kernels_gpu_ms"])
-        run, compiled, _ = ours_backward(torch, case.op, x, kept=states)
-        r["ckpt_bwd_plan"] = compiled.plan.label
-        r["ours_ckpt_bwd_kernels_gpu_ms"] = {}
-        r["ours_ckpt_bwd_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_ckpt_bwd_kernels_gpu_ms"])
-        r["ckpt_bwd_over_fwd"] = r["ours_ckpt_bwd_gpu_ms"] / r["ours_ckpt_gpu_ms"]
+        states = measure_pair(r, "ckpt")
         for name in _variant_names(args.bwd_variants):
             # the backward variants from the same checkpoints (one failing leaves the others' rows)
             def from_checkpoints(r, name=name):
@@ -522,15 +527,7 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
 
     def cached_pair(r):
         # gdn: the forward that keeps its chunk cache too, and the backward that reads it instead of a prepare
-        run, _, _, _, _, compiled, kept = ours(torch, case.op, x, checkpoints=True, chunk_cache=True)
-        r["cache_plan"] = compiled.plan.label
-        r["ours_cache_kernels_gpu_ms"] = {}
-        r["ours_cache_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_cache_kernels_gpu_ms"])
-        run, compiled, _ = ours_backward(torch, case.op, x, kept=kept)
-        r["cache_bwd_plan"] = compiled.plan.label
-        r["ours_cache_bwd_kernels_gpu_ms"] = {}
-        r["ours_cache_bwd_gpu_ms"] = gpu_ms(torch, run, args.iters, r["ours_cache_bwd_kernels_gpu_ms"])
-        r["cache_bwd_over_fwd"] = r["ours_cache_bwd_gpu_ms"] / r["ours_cache_gpu_ms"]
+        measure_pair(r, "cache", chunk_cache=True)
 
     def fla_bwd(r):
         r["fla_bwd_kernels_gpu_ms"] = {}

@@ -506,27 +506,28 @@ def test_graph_forward_checkpoints_feed_the_graph_backward(op):
     fwd.execute({**{t[n]: host[n] for n in t}, o: np.zeros((T, 2, 3), np.float32), ckpt: checkpoints})
     assert not np.isnan(checkpoints[:T // every + 1]).any()       # 3 + 0 + 4 rows written, the rest not
 
-    def backward(with_checkpoints):
-        g = cudnn.pygraph(io_data_type=F32, compute_data_type=F32, device="cpu")
-        names = ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "dO")
-        t = tensors(g, names)
-        extra = {}
-        if with_checkpoints:
-            host["state_checkpoints"] = checkpoints
-            t.update(tensors(g, ("state_checkpoints",)))
-            extra = dict(state_checkpoints=t["state_checkpoints"], checkpoint_every_n_tokens=every)
-        outs = getattr(g, op + "_bwd")(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"],
-                                       cu_seqlens=t["cu_seqlens"], initial_state=t["initial_state"], **extra)
-        outs = [x for x in outs if x is not None]
-        for x in outs:
-            x.set_output(True)
-        g.build()
-        bufs = [np.zeros(x.dim, np.float32) for x in outs]
-        g.execute({**{t[n]: host[n] for n in t}, **dict(zip(outs, bufs))})
-        return bufs
-
-    for a, b in zip(backward(True), backward(False)):
+    host["state_checkpoints"] = checkpoints
+    given = dict(extra=("state_checkpoints",), checkpoint_every_n_tokens=every)
+    for a, b in zip(_graph_backward(op, host, tensors, **given), _graph_backward(op, host, tensors)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def _graph_backward(op, host, tensors, extra=(), **attrs) -> list:
+    """The gradients (FLOAT) of ``op``'s backward as a host graph on ``host``'s arrays; ``extra``: further
+    inputs passed by their port names (``tensors(graph, names)`` makes the graph's tensors)."""
+    import cudnn_graph as cudnn
+    F32 = cudnn.data_type.FLOAT
+    g = cudnn.pygraph(io_data_type=F32, compute_data_type=F32, device="cpu")
+    t = tensors(g, ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "dO") + tuple(extra))
+    outs = getattr(g, op + "_bwd")(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
+                                   initial_state=t["initial_state"], **{n: t[n] for n in extra}, **attrs)
+    outs = [x for x in outs if x is not None]
+    for x in outs:
+        x.set_output(True)
+    g.build()
+    bufs = [np.zeros(x.dim, np.float32) for x in outs]
+    g.execute({**{t[n]: host[n] for n in t}, **dict(zip(outs, bufs))})
+    return bufs
 
 
 def test_a_gdn_forward_asked_for_its_chunk_cache_is_refused_and_a_backward_given_one_ignores_it():
@@ -555,19 +556,6 @@ def test_a_gdn_forward_asked_for_its_chunk_cache_is_refused_and_a_backward_given
     with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="writes no chunk_cache"):
         fwd.build()
 
-    def backward(with_cache):
-        g = cudnn.pygraph(io_data_type=F32, compute_data_type=F32, device="cpu")
-        t = tensors(g, ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "dO")
-                    + (("chunk_cache",) if with_cache else ()))
-        outs = g.gdn_bwd(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
-                         initial_state=t["initial_state"], chunk_cache=t.get("chunk_cache"))
-        outs = [x for x in outs if x is not None]
-        for x in outs:
-            x.set_output(True)
-        g.build()
-        bufs = [np.zeros(x.dim, np.float32) for x in outs]
-        g.execute({**{t[n]: host[n] for n in t}, **dict(zip(outs, bufs))})
-        return bufs
-
-    for a, b in zip(backward(True), backward(False)):
+    for a, b in zip(_graph_backward("gdn", host, tensors, extra=("chunk_cache",)),
+                    _graph_backward("gdn", host, tensors)):
         np.testing.assert_array_equal(a, b)
