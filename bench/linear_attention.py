@@ -409,23 +409,15 @@ def row_lines(r: dict) -> list:
         kernels = r.get(f"{side}_kernels_gpu_ms")
         if kernels:
             lines.append(f"  {side} kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()))
-    if r.get("ours_ckpt_bwd_gpu_ms") is not None:
-        plain = (r.get("ours_gpu_ms") or 0.0) + (r.get("ours_bwd_gpu_ms") or 0.0)
-        lines.append(f"  with state_checkpoints (n = {CHECKPOINT_EVERY}): forward {r['ours_ckpt_gpu_ms']:.3f}, "
-                     "backward "
-                     f"{r['ours_ckpt_bwd_gpu_ms']:.3f}, bwd/fwd {r['ckpt_bwd_over_fwd']:.2f} "
-                     f"(<= {BWD_TARGET:g}: {_met(r['ckpt_bwd_over_fwd'], BWD_TARGET)}); forward + backward "
-                     f"{r['ours_ckpt_gpu_ms'] + r['ours_ckpt_bwd_gpu_ms']:.3f} against {plain:.3f} recomputing")
-        for side in ("ours_ckpt", "ours_ckpt_bwd"):
-            kernels = r.get(f"{side}_kernels_gpu_ms")
-            if kernels:
-                lines.append(f"  {side} kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()))
-    if r.get("ours_cache_bwd_gpu_ms") is not None:
-        lines.append(f"  with state_checkpoints and chunk_cache: forward {r['ours_cache_gpu_ms']:.3f}, backward "
-                     f"{r['ours_cache_bwd_gpu_ms']:.3f}, bwd/fwd {r['cache_bwd_over_fwd']:.2f} "
-                     f"(<= {BWD_TARGET:g}: {_met(r['cache_bwd_over_fwd'], BWD_TARGET)}); forward + backward "
-                     f"{r['ours_cache_gpu_ms'] + r['ours_cache_bwd_gpu_ms']:.3f}")
-        for side in ("ours_cache", "ours_cache_bwd"):
+    plain = (r.get("ours_gpu_ms") or 0.0) + (r.get("ours_bwd_gpu_ms") or 0.0)
+    for key, what in (("ckpt", f"state_checkpoints (n = {CHECKPOINT_EVERY})"),
+                      ("cache", "state_checkpoints and chunk_cache")):
+        if r.get(f"ours_{key}_bwd_gpu_ms") is None:
+            continue
+        fwd, bwd, ratio = r[f"ours_{key}_gpu_ms"], r[f"ours_{key}_bwd_gpu_ms"], r[f"{key}_bwd_over_fwd"]
+        lines.append(f"  with {what}: forward {fwd:.3f}, backward {bwd:.3f}, bwd/fwd {ratio:.2f} (<= {BWD_TARGET:g}: "
+                     f"{_met(ratio, BWD_TARGET)}); forward + backward {fwd + bwd:.3f} against {plain:.3f} recomputing")
+        for side in (f"ours_{key}", f"ours_{key}_bwd"):
             kernels = r.get(f"{side}_kernels_gpu_ms")
             if kernels:
                 lines.append(f"  {side} kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()))

@@ -50,3 +50,13 @@ def test_the_training_pair_prints_its_ratio_and_the_step_beside_the_recomputing_
            "ckpt_bwd_over_fwd": 2.8}
     line = next(line for line in bench.row_lines(row) if "state_checkpoints" in line)
     assert "bwd/fwd 2.80 (<= 3: yes)" in line and "forward + backward 0.950 against 1.038 recomputing" in line
+
+
+def test_the_pair_with_the_chunk_cache_prints_its_own_ratio_after_the_checkpoints_one():
+    row = {"op": "gdn", "shape": "4x2048_h16", "dtype": "bf16", "K": 128, "variant": "default",
+           "ours_gpu_ms": 0.231, "ours_bwd_gpu_ms": 0.807, "ours_ckpt_gpu_ms": 0.236, "ours_ckpt_bwd_gpu_ms": 0.712,
+           "ckpt_bwd_over_fwd": 3.02, "ours_cache_gpu_ms": 0.241, "ours_cache_bwd_gpu_ms": 0.637,
+           "cache_bwd_over_fwd": 2.64}
+    lines = [line for line in bench.row_lines(row) if "state_checkpoints" in line]
+    assert "bwd/fwd 3.02 (<= 3: NO)" in lines[0]
+    assert "chunk_cache" in lines[1] and "bwd/fwd 2.64 (<= 3: yes)" in lines[1]
