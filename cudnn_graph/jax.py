@@ -50,7 +50,8 @@ import numpy as np
 
 from . import _xla_ffi
 from ._layout import row_major_strides   # re-exported: the strides of a tensor an XLA buffer feeds
-from .errors import DataTypeMismatchError, FfiRegistrationError, InvalidArgumentError, ShapeMismatchError
+from .errors import (DataTypeMismatchError, FfiRegistrationError, GraphNotSupportedError, InvalidArgumentError,
+                     ShapeMismatchError)
 
 logger = logging.getLogger(__name__)
 
@@ -584,26 +585,40 @@ _CHECKPOINT_EVERY = 64
 
 def _la_fwd_build(op, scale, l2, checkpoints=False):
     def build(q, k, v, g_, beta, cu_seqlens, device):
-        g = _graph(device, q.dtype, op)
-        t = [_tensor(g, n, a) for n, a in (("q", q), ("k", k), ("v", v), ("g", g_), ("beta", beta),
-                                           ("cu_seqlens", cu_seqlens))]
-        o, _, states = getattr(g, op)(*t[:5], cu_seqlens=t[5], scale=scale, use_qk_l2norm=l2,
-                                      checkpoint_every_n_tokens=_CHECKPOINT_EVERY if checkpoints else 0)
-        o.set_output(True).set_name("o")
-        if states is None:
-            return g, t, [o]
-        return g, t, [o, states.set_output(True).set_name("state_checkpoints")]
+        # the training forward of gdn also keeps its chunk cache where a plan can write it (BF16 / FP16 on sm_90:
+        # the backward then runs no prepare); elsewhere the graph is made again without it
+        for cache in ((True, False) if checkpoints and op == "gdn" else (False,)):
+            g = _graph(device, q.dtype, op)
+            t = [_tensor(g, n, a) for n, a in (("q", q), ("k", k), ("v", v), ("g", g_), ("beta", beta),
+                                               ("cu_seqlens", cu_seqlens))]
+            kept = g.tensor(name="chunk_cache") if cache else None
+            o, _, states = getattr(g, op)(*t[:5], cu_seqlens=t[5], scale=scale, use_qk_l2norm=l2,
+                                          checkpoint_every_n_tokens=_CHECKPOINT_EVERY if checkpoints else 0,
+                                          **({"chunk_cache": kept} if cache else {}))
+            o.set_output(True).set_name("o")
+            outputs = [o] + ([states.set_output(True).set_name("state_checkpoints")] if checkpoints else [])
+            if not cache:
+                return g, t, outputs
+            kept.set_output(True)
+            try:
+                _ensure_built(g)
+            except GraphNotSupportedError as exc:
+                logger.debug("%s: no plan keeps the chunk cache here (%s); the backward forms it again", op, exc)
+                continue
+            return g, t, outputs + [kept]
     return build
 
 
-def _la_bwd_build(op, scale, l2, checkpoints=False):
-    def build(q, k, v, g_, beta, cu_seqlens, do, *states, device):
+def _la_bwd_build(op, scale, l2, checkpoints=False, cache=False):
+    def build(q, k, v, g_, beta, cu_seqlens, do, *kept, device):
         g = _graph(device, q.dtype, op)
         named = [("q", q), ("k", k), ("v", v), ("g", g_), ("beta", beta), ("cu_seqlens", cu_seqlens), ("dO", do)]
-        if checkpoints:
-            named.append(("state_checkpoints", states[0]))
+        names = (("state_checkpoints",) if checkpoints else ()) + (("chunk_cache",) if cache else ())
+        named += list(zip(names, kept))
         t = [_tensor(g, n, a) for n, a in named]
-        given = dict(state_checkpoints=t[7], checkpoint_every_n_tokens=_CHECKPOINT_EVERY) if checkpoints else {}
+        given = {name: tensor for name, tensor in zip(names, t[7:])}
+        if checkpoints:
+            given["checkpoint_every_n_tokens"] = _CHECKPOINT_EVERY
         outs = getattr(g, op)(*t[:5], t[6], cu_seqlens=t[5], scale=scale, use_qk_l2norm=l2, **given)
         grads = [x for x in outs[:5]]
         for name, x in zip(("dq", "dk", "dv", "dg", "dbeta"), grads):
@@ -618,15 +633,16 @@ def _linear_attention(op: str, bwd_op: str):
         return _cached_function((op, scale, l2), _la_fwd_build(op, scale, l2))(q, k, v, g, beta, cu_seqlens)
 
     def fwd(q, k, v, g, beta, cu_seqlens, scale, l2):
-        o, states = _cached_function((op, scale, l2, "checkpoints"), _la_fwd_build(op, scale, l2, True))(
+        o, *kept = _cached_function((op, scale, l2, "checkpoints"), _la_fwd_build(op, scale, l2, True))(
             q, k, v, g, beta, cu_seqlens)
-        return o, (q, k, v, g, beta, cu_seqlens, states)
+        return o, (q, k, v, g, beta, cu_seqlens, tuple(kept))
 
     def bwd(scale, l2, saved, do):
-        q, k, v, g, beta, cu_seqlens, states = saved
-        dq, dk, dv, dg, dbeta = _cached_function((bwd_op, scale, l2, "checkpoints"),
-                                                 _la_bwd_build(bwd_op, scale, l2, True))(
-            q, k, v, g, beta, cu_seqlens, do, states)
+        q, k, v, g, beta, cu_seqlens, kept = saved
+        cache = len(kept) > 1            # state_checkpoints, and the chunk cache where the forward kept it
+        key = (bwd_op, scale, l2, "checkpoints") + (("chunk_cache",) if cache else ())
+        dq, dk, dv, dg, dbeta = _cached_function(key, _la_bwd_build(bwd_op, scale, l2, True, cache))(
+            q, k, v, g, beta, cu_seqlens, do, *kept)
         # cu_seqlens is an integer input: its cotangent is float0 zeros.
         dcu = np.zeros(jnp.shape(cu_seqlens), dtype=jax.dtypes.float0)
         return dq, dk, dv, dg, dbeta, dcu

@@ -267,3 +267,31 @@ def test_gdn_forward_and_backward_in_jit_equal_eager_and_match_the_reference_eng
                          argnums=(0, 1, 2, 3, 4))(*cpu_args)
     for name, mine, want in zip(("dq", "dk", "dv", "dg", "dbeta"), ours, theirs):
         _close(mine, np.asarray(want, np.float32), f"{name} vs the reference engine", tolerance=5e-2)
+
+
+def test_gdns_training_forward_keeps_its_chunk_cache_on_sm90_and_the_backward_reads_it(jx):
+    """Under differentiation the BF16 forward also writes the chunk cache where a plan can (CuTe on sm_90), and
+    the backward graph takes it with the checkpoints; the gradients are those of the graphs without it."""
+    jnp, cudnn, cgjax = _modules()
+    from cudnn_graph.errors import GraphNotSupportedError
+    args = _gdn_inputs(jnp)
+    try:
+        cgjax._cached_function(("gdn", None, False), cgjax._la_fwd_build("gdn", None, False)).plan_for(*args)
+    except GraphNotSupportedError as exc:
+        pytest.skip(f"no GPU engine runs gdn here (cuTile not installed?): {exc}")
+    do = _rand((256, 2, 128), jnp.bfloat16, 6)
+    loss = lambda *a: jnp.sum(cgjax.gdn(*a).astype(jnp.float32) * do.astype(jnp.float32))
+    ours = jx.jit(jx.grad(loss, argnums=(0, 1, 2, 3, 4)))(*args)
+    forward = cgjax._FUNCTIONS[("gdn", None, False, "checkpoints")].plan_for(*args)
+    names = [name for name, _, _, _ in forward.outputs]
+    from cudnn_graph.engines.cutile.engine import _cute_device_reason
+    if _cute_device_reason(forward.graph) is not None:
+        assert names == ["o", "state_checkpoints"]
+        pytest.skip(f"no plan keeps the chunk cache here: {_cute_device_reason(forward.graph)}")
+    assert names == ["o", "state_checkpoints", "chunk_cache"]
+    assert ("gdn_bwd", None, False, "checkpoints", "chunk_cache") in cgjax._FUNCTIONS
+    # the same gradients from the recomputing backward graph (no checkpoints, no cache)
+    bwd = cgjax._cached_function(("gdn_bwd", None, False), cgjax._la_bwd_build("gdn_bwd", None, False))
+    for name, mine, again in zip(("dq", "dk", "dv", "dg", "dbeta"), ours, jx.jit(bwd)(*args, do)):
+        _close(mine, np.asarray(again, np.float32), f"{name} with the cache vs the recomputing backward",
+               tolerance=5e-2)
