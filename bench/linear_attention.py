@@ -175,9 +175,10 @@ def _started_runner(torch, g, pack: dict):
 
 
 def _graph_types(torch, cudnn, x: dict) -> dict:
-    """The cudnn data type of each input of ``x`` (float32, int32 or the q/k/v type)."""
+    """The cudnn data type of each input of ``x`` (float32, int32, the q/k/v type or a chunk cache's uint8)."""
     F = cudnn.data_type
-    by_torch = {torch.float32: F.FLOAT, torch.int32: F.INT32, torch.bfloat16: F.BFLOAT16, torch.float16: F.HALF}
+    by_torch = {torch.float32: F.FLOAT, torch.int32: F.INT32, torch.bfloat16: F.BFLOAT16, torch.float16: F.HALF,
+                torch.uint8: F.UINT8}
     return {name: by_torch[a.dtype] for name, a in x.items()}
 
 

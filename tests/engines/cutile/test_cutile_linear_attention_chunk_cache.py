@@ -143,7 +143,7 @@ def test_the_backward_from_the_chunk_cache_gives_the_recomputes_bits_and_runs_no
     attrs = dict(safe_gate=True, use_beta_sigmoid=True) if case == "gva_gates" else {}
     kept, plain, got, again, graph, host, outs = _pair(shape["cu"], H=shape["H"], HV=shape["HV"], K=shape["K"],
                                                        V=shape["V"], seed=21, attrs=attrs)
-    print(f"gdn {case}: forward {graph.selected_plan.label}, chunk_cache {kept['chunk_cache'].nbytes} bytes")
+    print(f"gdn {case}: backward {graph.selected_plan.label}, chunk_cache {kept['chunk_cache'].nbytes} bytes")
     assert _bits_differ({k: kept[k] for k in FORWARD_OUTPUTS}, plain) == []
     assert _bits_differ(got, again) == [], "the backward from the cache differs from the recompute's"
     want = reference_run(backward_builder(host, attrs), host, outs)
