@@ -35,7 +35,7 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
     --no-fla            no fla at all: our plans against each other (fla's forward autotunes 15-70 s a row)
     --no-checkpoints    skip the training pair: our forward writing state_checkpoints (checkpoint_every_n_tokens
                         = 64) and our backward starting from them (no state pass), its bwd/fwd and fwd + bwd;
-                        for gdn also the pair with the chunk_cache (the backward runs no prepare)
+                        for gdn and kda also the pair with the chunk_cache (the backward runs no prepare)
     --cases OP:SHAPE:DTYPE:DIM,...   exactly these rows (e.g. gdn:4x2048_h16:bf16:128), instead of --ops /
                                  --shapes / --full
 
@@ -519,7 +519,7 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
             _measure(f"ours_ckpt_bwd_{name}", r, from_checkpoints)
 
     def cached_pair(r):
-        # gdn: the forward that keeps its chunk cache too, and the backward that reads it instead of a prepare
+        # the forward that keeps its chunk cache too, and the backward that reads it instead of a prepare
         measure_pair(r, "cache", chunk_cache=True)
 
     def fla_bwd(r):
@@ -535,7 +535,7 @@ def measure_case(torch, case: Case, args, variant: str = "") -> dict:
             _measure(f"ours_bwd_{name}", row, our_backward_variant(name))
         if args.checkpoints:
             _measure("ours_ckpt", row, training_pair)
-            if case.op == "gdn":
+            if case.op in ("gdn", "kda"):
                 _measure("ours_cache", row, cached_pair)
         if args.fla_backward and args.fla:
             _measure("fla_bwd", row, fla_bwd)

@@ -585,9 +585,9 @@ _CHECKPOINT_EVERY = 64
 
 def _la_fwd_build(op, scale, l2, checkpoints=False):
     def build(q, k, v, g_, beta, cu_seqlens, device):
-        # the training forward of gdn also keeps its chunk cache where a plan can write it (BF16 / FP16 on sm_90:
-        # the backward then runs no prepare); elsewhere the graph is made again without it
-        for cache in ((True, False) if checkpoints and op == "gdn" else (False,)):
+        # the training forward also keeps its chunk cache where a plan can write it (BF16 / FP16 on sm_90: the
+        # backward then runs no prepare); elsewhere the graph is made again without it
+        for cache in ((True, False) if checkpoints else (False,)):
             g = _graph(device, q.dtype, op)
             t = [_tensor(g, n, a) for n, a in (("q", q), ("k", k), ("v", v), ("g", g_), ("beta", beta),
                                                ("cu_seqlens", cu_seqlens))]

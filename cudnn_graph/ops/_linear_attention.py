@@ -29,11 +29,11 @@ is the plain case), key width ``K``, value width ``V``::
                                 before tokens 0, n, 2n, ... of each sequence (its initial state first), type of
                                 q unless set to FLOAT; sequence ``i``'s rows follow those of the sequences
                                 before it (``ceil(len / n)`` rows each; rows past the last are not written)
-    chunk_cache  (bytes,) UINT8 ``gdn`` only, when asked for (``chunk_cache=tensor``, an output the caller
+    chunk_cache  (bytes,) UINT8 ``gdn`` / ``kda``, when asked for (``chunk_cache=tensor``, an output the caller
                                 makes, as pygraph's sdpa side outputs; ``chunk_cache_layout``): per 64-token chunk
                                 and value head what the backward's first kernel would form again from k, g and
-                                beta; the backward given it (``gdn_bwd(chunk_cache=...)``, with the forward's
-                                ``state_checkpoints``) reads it instead, where its engine can
+                                beta; the backward given it (``gdn_bwd`` / ``kda_bwd(chunk_cache=...)``, with the
+                                forward's ``state_checkpoints``) reads it instead, where its engine can
 
 Per token the state ``S`` (K x V) decays by ``exp(g)``, takes a delta-rule write
 ``S += beta * k (v - S^T k)^T`` and the output is ``o = scale * S^T q``. ``scale`` defaults to
@@ -49,8 +49,8 @@ Gate options (attributes; the transforms run in the engines' kernels, see ``gate
 
 Backward ops take the forward inputs plus ``dO`` (T, HV, V) and, optionally, ``d_final_state``
 (N, HV, K, V) fp32 and the forward's ``state_checkpoints`` (with the same ``checkpoint_every_n_tokens``: the
-backward starts from those states instead of running the forward's state recurrence again) and, ``gdn_bwd``,
-the forward's ``chunk_cache`` (an engine that does not read it forms the same factors again), and return
+backward starts from those states instead of running the forward's state recurrence again) and, ``gdn_bwd`` /
+``kda_bwd``, the forward's ``chunk_cache`` (an engine that does not read it forms the same factors again), and return
 ``[dq, dk, dv, dg, dbeta, d_initial_state, d_a_log, d_dt_bias]``
 (``gdn2_bwd``: ``[dq, dk, dv, dg, dbeta, dw, d_initial_state, d_a_log, d_dt_bias]``); ``d_initial_state``
 exists only when ``initial_state`` was given, ``d_a_log`` / ``d_dt_bias`` only when ``a_log`` / ``dt_bias``
@@ -136,17 +136,19 @@ CHUNK_CACHE_TOKENS = 64          # a chunk_cache's chunk: the GPU kernels' (chun
 _CHUNK_CACHE_ALIGN = 256         # bytes: where each of its regions starts
 
 
-def chunk_cache_layout(tokens: int, sequences: int, value_heads: int, key_dim: int,
-                       io_type: DataType) -> tuple[int, dict]:
-    """``(bytes, {region: (byte offset, shape, DataType)})`` of a ``gdn`` chunk_cache: per 64-token chunk of each
+def chunk_cache_layout(tokens: int, sequences: int, value_heads: int, key_dim: int, io_type: DataType,
+                       per_channel_gate: bool = False) -> tuple[int, dict]:
+    """``(bytes, {region: (byte offset, shape, DataType)})`` of a ``gdn`` / ``kda`` (``per_channel_gate``)
+    chunk_cache: per 64-token chunk of each
     sequence (sequence ``i``'s ``ceil(len / 64)`` chunks follow those of the sequences before it, ``ceil(T / 64) + N``
     places in all, as the GPU kernels number them) and value head, the factors the forward's first kernel forms
     and its backward would form again:
 
-    - ``gate_sums`` (T, HV) FLOAT: each token's gate summed from its chunk's first token (``gc``);
-    - ``w`` (chunks, HV, 64, K): ``T diag(beta e^gc) k``, the chunk's keys through the UT transform;
+    - ``gate_sums`` (T, HV) FLOAT (kda: (T, HV, K), per key channel): each token's gate summed from its chunk's
+      first token (``gc``);
+    - ``w`` (chunks, HV, 64, K): ``T diag(beta) (k e^gc)``, the chunk's keys through the UT transform;
     - ``kd`` (chunks, HV, 64, K): ``k e^(gc_last - gc)``, the keys decayed to the chunk's end;
-    - ``t`` (chunks, HV, 64, 64): ``T = (I + A)^-1``, A the strictly lower ``beta_t (k_t . k_i) e^(gc_t - gc_i)``;
+    - ``t`` (chunks, HV, 64, 64): ``T = (I + A)^-1``, A the strictly lower ``beta_t (k_t e^gc_t . k_i e^-gc_i)``;
 
     w, kd and t in the input type (q's), each region 256-byte aligned. Rows past a chunk's last token and
     chunks past the last sequence's are not written.
@@ -159,7 +161,8 @@ def chunk_cache_layout(tokens: int, sequences: int, value_heads: int, key_dim: i
     chunks = -(-tokens // CHUNK_CACHE_TOKENS) + sequences
     item = 4 if io_type == DataType.FLOAT else 2
     regions, offset = {}, 0
-    for name, shape, data_type in (("gate_sums", (tokens, value_heads), DataType.FLOAT),
+    gates = (tokens, value_heads, key_dim) if per_channel_gate else (tokens, value_heads)
+    for name, shape, data_type in (("gate_sums", gates, DataType.FLOAT),
                                    ("w", (chunks, value_heads, CHUNK_CACHE_TOKENS, key_dim), io_type),
                                    ("kd", (chunks, value_heads, CHUNK_CACHE_TOKENS, key_dim), io_type),
                                    ("t", (chunks, value_heads, CHUNK_CACHE_TOKENS, CHUNK_CACHE_TOKENS), io_type)):
@@ -303,22 +306,22 @@ def _forward_infer(f: _Features):
             out["state_checkpoints"] = _out((checkpoint_rows(s.T, s.N, every), s.HV, s.K, s.V),
                                             ctx.inputs["q"].data_type)
         if ctx.attrs.get("chunk_cache") is not None:
-            out["chunk_cache"] = _out((_chunk_cache_bytes(ctx, s),), DataType.UINT8)
+            out["chunk_cache"] = _out((_chunk_cache_bytes(ctx, s, f),), DataType.UINT8)
         return out
     return infer
 
 
-def _chunk_cache_bytes(ctx: InferContext, s: _Shapes) -> int:
-    return chunk_cache_layout(s.T, s.N, s.HV, s.K, ctx.inputs["q"].data_type)[0]
+def _chunk_cache_bytes(ctx: InferContext, s: _Shapes, f: _Features) -> int:
+    return chunk_cache_layout(s.T, s.N, s.HV, s.K, ctx.inputs["q"].data_type, f.per_channel_gate)[0]
 
 
-def _check_chunk_cache_input(ctx: InferContext, s: _Shapes) -> None:
+def _check_chunk_cache_input(ctx: InferContext, s: _Shapes, f: _Features) -> None:
     """A backward's chunk_cache is the bytes its forward wrote for these shapes."""
     given = ctx.inputs.get("chunk_cache")
     if given is None:
         return
     _check_type(ctx, "chunk_cache", given, (DataType.UINT8,))
-    _check_dims(ctx, "chunk_cache", given, (_chunk_cache_bytes(ctx, s),),
+    _check_dims(ctx, "chunk_cache", given, (_chunk_cache_bytes(ctx, s, f),),
                 "(bytes,) as the forward made them for these T, N, HV, K and input type (chunk_cache_layout)")
 
 
@@ -355,7 +358,7 @@ def _backward_infer(f: _Features):
             _check_dims(ctx, "d_final_state", dht, (s.N, s.HV, s.K, s.V), "(N, HV, K, V)")
             _check_type(ctx, "d_final_state", dht, (DataType.FLOAT,))
         _check_checkpoints_input(ctx, s)
-        _check_chunk_cache_input(ctx, s)
+        _check_chunk_cache_input(ctx, s, f)
         q, k, beta, g = ctx.inputs["q"], ctx.inputs["k"], ctx.inputs["beta"], ctx.inputs["g"]
         out = {
             "dq": _out(q.dim, q.data_type), "dk": _out(k.dim, k.data_type), "dv": _out(v.dim, v.data_type),
@@ -482,7 +485,7 @@ def _bwd(name: str, doc: str, f: _Features) -> OpSchema:
 
 
 _GDN = _Features(per_channel_gate=False, per_channel_beta=False, write_gate=False, chunk_cache=True)
-_KDA = _Features(per_channel_gate=True, per_channel_beta=False, write_gate=False)
+_KDA = _Features(per_channel_gate=True, per_channel_beta=False, write_gate=False, chunk_cache=True)
 _GDN2 = _Features(per_channel_gate=True, per_channel_beta=True, write_gate=True)
 _BWD_RETURNS = "[dq, dk, dv, dg, dbeta, d_initial_state, d_a_log, d_dt_bias]"
 

@@ -103,7 +103,7 @@ class Variant:
     # instead of its scratch; a backward reads them there and runs no state pass (chunk_bwd_values forms the
     # deltas)
     checkpoints: bool = False
-    # gdn's chunk_cache port (ops chunk_cache_layout): a forward writes its gate sums, w, kd and T there (its
+    # gdn's / kda's chunk_cache port (ops chunk_cache_layout): a forward writes its gate sums, w, kd and T there (its
     # prepare the one that stores T too); a backward from the checkpoints reads them there and runs no prepare
     chunk_cache: bool = False
 

@@ -181,14 +181,14 @@ class _Geometry:
             self.dtypes[name] = io_scratch if name in narrow else "float32"
             offset += _align((2 if name in narrow else 4) * count)
         self.workspace_size = offset
-        # a gdn node's chunk_cache (a forward's output, a backward's input): its regions, in the 16-bit scratch's
+        # a gdn / kda node's chunk_cache (a forward's output, a backward's input): its regions, in the 16-bit scratch's
         # layout (the plans that write or read it keep w and kd in the input type); {} without one
         self.cache_regions = {}
         cache = (node.inputs if backward else node.outputs).get("chunk_cache")
         if cache is not None and io_scratch:
             from cudnn_graph.ops._linear_attention import chunk_cache_layout
             io_type = DataType.BFLOAT16 if io_scratch == "bfloat16" else DataType.HALF
-            _, layout = chunk_cache_layout(self.T, self.N, self.H, self.K, io_type)
+            _, layout = chunk_cache_layout(self.T, self.N, self.H, self.K, io_type, per_channel_gate=gate_width > 1)
             self.cache_regions = {name: (offset, shape, "float32" if dt == DataType.FLOAT else io_scratch)
                                   for name, (offset, shape, dt) in layout.items()}
             assert layout["w"][1][0] == self.chunks, "the chunk cache counts the chunks as the kernels do"

@@ -320,7 +320,7 @@ def linear_attention_backward(inputs: Mapping[str, Any], attrs: Mapping[str, Any
 
 
 def keeps_no_chunk_cache(inputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
-    """A gdn forward asked for its chunk_cache (the GPU kernels' per-chunk factors, in their layout) is not run
+    """A gdn / kda forward asked for its chunk_cache (the GPU kernels' per-chunk factors, in their layout) is not run
     here: the float64 recurrence forms no such factors. A backward given one ignores it (it forms nothing it
     could skip)."""
     if attrs.get("chunk_cache") is not None:

@@ -29,6 +29,7 @@ SUPPORT_CHECKS: dict = {
     "batchnorm": lambda inputs, attrs: _kernels_norm._no_peers(attrs),
     "batchnorm_backward": lambda inputs, attrs: _kernels_norm._no_peers(attrs),
     "gdn": _kernels_linear_attention.keeps_no_chunk_cache,
+    "kda": _kernels_linear_attention.keeps_no_chunk_cache,
 }
 
 

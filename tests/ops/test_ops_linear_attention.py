@@ -181,7 +181,7 @@ def test_backward_checkpoint_misuse_names_state_checkpoints(inputs, attrs, says)
     assert e.value.port == "state_checkpoints" and says in str(e.value)
 
 
-def test_the_chunk_cache_is_the_byte_size_of_its_layout_and_gdns_alone():
+def test_the_chunk_cache_is_the_byte_size_of_its_layout_for_gdn_and_kda_alone():
     size, regions = chunk_cache_layout(T_, N, HV, K, BF16)
     # ceil(T / 64) + N chunk places; gate sums in f32, w / kd / T in the input type, each region 256-byte aligned
     assert regions["t"][1] == (1 + N, HV, 64, 64) and regions["gate_sums"][1] == (T_, HV)
@@ -189,8 +189,13 @@ def test_the_chunk_cache_is_the_byte_size_of_its_layout_and_gdns_alone():
     assert infer("gdn", forward_inputs("gdn"), chunk_cache=True)["chunk_cache"].dim == (size,)
     assert infer("gdn", forward_inputs("gdn"), chunk_cache=True)["chunk_cache"].data_type is DataType.UINT8
     assert "chunk_cache" not in infer("gdn", forward_inputs("gdn"))
+    # kda's gate sums are per key channel
+    per_channel, regions = chunk_cache_layout(T_, N, HV, K, BF16, per_channel_gate=True)
+    assert regions["gate_sums"][1] == (T_, HV, K) and per_channel > size
+    assert infer("kda", forward_inputs("kda"), chunk_cache=True)["chunk_cache"].dim == (per_channel,)
+    infer("kda_bwd", forward_inputs("kda_bwd", chunk_cache=T(per_channel, dt=DataType.UINT8)))
     assert all("chunk_cache" not in SCHEMAS[op].port_names() + tuple(a.name for a in SCHEMAS[op].attrs)
-               for op in ("kda", "kda_bwd", "gdn2", "gdn2_bwd"))
+               for op in ("gdn2", "gdn2_bwd"))
 
 
 def test_a_gdn_forward_returns_pygraphs_list_with_the_chunk_cache_in_the_callers_tensor():

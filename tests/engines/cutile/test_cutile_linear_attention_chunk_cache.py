@@ -1,4 +1,4 @@
-"""gdn's chunk_cache on the GPU: a forward that keeps it (its prepare writes the gate sums, w, kd and T there)
+"""gdn's and kda's chunk_cache on the GPU: a forward that keeps it (its prepare writes the gate sums, w, kd and T there)
 gives the same o and checkpoints as one that does not, and the backward from the checkpoints given it runs no
 prepare and gives the same gradients, bit for bit, as the backward that forms those factors again (the two
 prepares are one code), on the C launch path and the Python one.
@@ -33,15 +33,16 @@ def _tensors(g, host):
                            data_type=types[name]) for name, a in host.items()}
 
 
-def forward_builder(host, attrs, cache: bool, plan=None):
+def forward_builder(op, host, attrs, cache: bool, plan=None):
     def builder(device):
         router = prefer_plan(plan) if plan and device == "cuda" else None
         g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device=device, router=router)
         t = _tensors(g, host)
         keep = g.tensor(name="chunk_cache") if cache else None
-        o, _, checkpoints = g.gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
-                                  initial_state=t["initial_state"], a_log=t.get("a_log"), dt_bias=t.get("dt_bias"),
-                                  use_qk_l2norm=True, checkpoint_every_n_tokens=EVERY, chunk_cache=keep, **attrs)
+        o, _, checkpoints = getattr(g, op)(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=t["cu_seqlens"],
+                                           initial_state=t["initial_state"], a_log=t.get("a_log"),
+                                           dt_bias=t.get("dt_bias"), use_qk_l2norm=True,
+                                           checkpoint_every_n_tokens=EVERY, chunk_cache=keep, **attrs)
         t["o"], t["state_checkpoints"] = o.set_output(True), checkpoints.set_output(True)
         if cache:
             t["chunk_cache"] = keep.set_output(True)
@@ -49,16 +50,16 @@ def forward_builder(host, attrs, cache: bool, plan=None):
     return builder
 
 
-def backward_builder(host, attrs, plan=None):
+def backward_builder(op, host, attrs, plan=None):
     def builder(device):
         router = prefer_plan(plan) if plan and device == "cuda" else None
         g = cudnn.pygraph(io_data_type=F.BFLOAT16, compute_data_type=F.FLOAT, device=device, router=router)
         t = _tensors(g, host)
-        outs = g.gdn_bwd(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
-                         initial_state=t["initial_state"], d_final_state=t["d_final_state"], a_log=t.get("a_log"),
-                         dt_bias=t.get("dt_bias"), state_checkpoints=t["state_checkpoints"],
-                         chunk_cache=t.get("chunk_cache"), checkpoint_every_n_tokens=EVERY, use_qk_l2norm=True,
-                         **attrs)
+        outs = getattr(g, op + "_bwd")(t["q"], t["k"], t["v"], t["g"], t["beta"], t["dO"], cu_seqlens=t["cu_seqlens"],
+                                       initial_state=t["initial_state"], d_final_state=t["d_final_state"],
+                                       a_log=t.get("a_log"), dt_bias=t.get("dt_bias"),
+                                       state_checkpoints=t["state_checkpoints"], chunk_cache=t.get("chunk_cache"),
+                                       checkpoint_every_n_tokens=EVERY, use_qk_l2norm=True, **attrs)
         for name, tensor in zip(GRADIENTS, outs):
             if tensor is not None:
                 t[name] = tensor.set_output(True)
@@ -109,17 +110,17 @@ def _python_path_run(graph, t, host, outs):
     return got, names
 
 
-def _pair(cu, *, H, HV, K, V, seed, attrs, plan=None):
+def _pair(op, cu, *, H, HV, K, V, seed, attrs, plan=None):
     """The forward with and without the cache, then the backward from the checkpoints with and without it:
     (forward with, forward without, backward with, backward without, the backward's graph and tensors, host)."""
     import ml_dtypes
     _require_engine()
-    host = make_inputs("gdn", cu, H=H, HV=HV, K=K, V=V, io_np=ml_dtypes.bfloat16, seed=seed, attrs=attrs)
+    host = make_inputs(op, cu, H=H, HV=HV, K=K, V=V, io_np=ml_dtypes.bfloat16, seed=seed, attrs=attrs)
     host.pop("dO", None)
-    kept, graph = gpu_run(forward_builder(host, attrs, True, plan), host, FORWARD_OUTPUTS + ("chunk_cache",))
+    kept, graph = gpu_run(forward_builder(op, host, attrs, True, plan), host, FORWARD_OUTPUTS + ("chunk_cache",))
     assert graph.selected_plan.engine_id == 20_200 and (not plan or graph.selected_plan.label == plan), \
         graph.selected_plan
-    plain, _ = gpu_run(forward_builder(host, attrs, False, plan), host, FORWARD_OUTPUTS)
+    plain, _ = gpu_run(forward_builder(op, host, attrs, False, plan), host, FORWARD_OUTPUTS)
     rng = np.random.default_rng(seed + 1)
     T, N = cu[-1], len(cu) - 1
     bwd_host = dict(host, dO=rng.standard_normal((T, HV, V)).astype(ml_dtypes.bfloat16),
@@ -127,8 +128,8 @@ def _pair(cu, *, H, HV, K, V, seed, attrs, plan=None):
                     state_checkpoints=np.ascontiguousarray(kept["state_checkpoints"]))
     outs = [name for name in GRADIENTS if not name.startswith("d_") or name[2:] in host]
     with_cache = dict(bwd_host, chunk_cache=np.ascontiguousarray(kept["chunk_cache"]))
-    got, bwd_graph = gpu_run(backward_builder(with_cache, attrs), with_cache, outs)
-    again, _ = gpu_run(backward_builder(bwd_host, attrs), bwd_host, outs)
+    got, bwd_graph = gpu_run(backward_builder(op, with_cache, attrs), with_cache, outs)
+    again, _ = gpu_run(backward_builder(op, bwd_host, attrs), bwd_host, outs)
     return kept, plain, got, again, bwd_graph, with_cache, outs
 
 
@@ -137,37 +138,41 @@ CASES = {"small_k64": dict(cu=SMALL, H=2, HV=2, K=64, V=64),
          "gva_gates": dict(cu=SMALL, H=2, HV=4, K=64, V=64)}
 
 
+@pytest.mark.parametrize("op", ["gdn", "kda"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_backward_from_the_chunk_cache_gives_the_recomputes_bits_and_runs_no_prepare(case):
+def test_the_backward_from_the_chunk_cache_gives_the_recomputes_bits_and_runs_no_prepare(op, case):
     shape = CASES[case]
     attrs = dict(safe_gate=True, use_beta_sigmoid=True) if case == "gva_gates" else {}
-    kept, plain, got, again, graph, host, outs = _pair(shape["cu"], H=shape["H"], HV=shape["HV"], K=shape["K"],
+    kept, plain, got, again, graph, host, outs = _pair(op, shape["cu"], H=shape["H"], HV=shape["HV"], K=shape["K"],
                                                        V=shape["V"], seed=21, attrs=attrs)
-    print(f"gdn {case}: backward {graph.selected_plan.label}, chunk_cache {kept['chunk_cache'].nbytes} bytes")
+    print(f"{op} {case}: backward {graph.selected_plan.label}, chunk_cache {kept['chunk_cache'].nbytes} bytes")
     assert _bits_differ({k: kept[k] for k in FORWARD_OUTPUTS}, plain) == []
     assert _bits_differ(got, again) == [], "the backward from the cache differs from the recompute's"
-    want = reference_run(backward_builder(host, attrs), host, outs)
+    want = reference_run(backward_builder(op, host, attrs), host, outs)
     errors = {name: float(np.max(np.abs(np.asarray(got[name], np.float64) - want[name])))
               / max(1.0, float(np.max(np.abs(want[name])))) for name in outs}
     print("  against the reference: " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()))
     assert max(errors.values()) <= BWD_TOLERANCE["bfloat16"], errors
     # the Python launch path: no prepare, the same bits as the C path's
-    g, t = backward_builder(host, attrs)("cuda")
+    g, t = backward_builder(op, host, attrs)("cuda")
     g.build([cudnn.heur_mode.A])
     python_path, launched = _python_path_run(g, t, host, outs)
     assert "prepare" not in launched and "state_pass" not in launched and "bwd_values" in launched, launched
     assert _bits_differ(python_path, got) == []
 
 
-@pytest.mark.parametrize("plan", ["cutile_gdn_chunk64_cute_bv16", "cutile_gdn_chunk64_cute_all_fused_prepare_scores"])
-def test_each_kind_of_forward_prepare_keeps_the_cache_the_backward_reads(plan):
-    """The plain CuTe prepare (a cuTile state pass reading the cache's w, kd and gate sums) and the fused
-    plan's prepare that forms the scores too; the forward's Python path writes the C path's bits."""
-    kept, plain, got, again, _, host, _ = _pair(SMALL, H=2, HV=2, K=64, V=64, seed=31, attrs={}, plan=plan)
+@pytest.mark.parametrize("op, plan", [("gdn", "cute_bv16"), ("gdn", "cute_all_fused_prepare_scores"),
+                                      ("kda", "cute_all_fused")])
+def test_each_kind_of_forward_prepare_keeps_the_cache_the_backward_reads(op, plan):
+    """The plain CuTe prepare (a cuTile state pass reading the cache's w, kd and gate sums), gdn's fused plan's
+    prepare that forms the scores too, and kda's (its scores a launch of their own, reading the cache's gate
+    sums); the forward's Python path writes the C path's bits."""
+    plan = f"cutile_{op}_chunk64_{plan}"
+    kept, plain, got, again, _, host, _ = _pair(op, SMALL, H=2, HV=2, K=64, V=64, seed=31, attrs={}, plan=plan)
     assert _bits_differ({k: kept[k] for k in FORWARD_OUTPUTS}, plain) == []
     assert _bits_differ(got, again) == []
-    g, t = forward_builder({k: v for k, v in host.items() if k in ("q", "k", "v", "g", "beta", "cu_seqlens",
-                                                                   "initial_state")}, {}, True, plan)("cuda")
+    g, t = forward_builder(op, {k: v for k, v in host.items() if k in ("q", "k", "v", "g", "beta", "cu_seqlens",
+                                                                       "initial_state")}, {}, True, plan)("cuda")
     g.build([cudnn.heur_mode.A])
     python_path, launched = _python_path_run(g, t, host, FORWARD_OUTPUTS + ("chunk_cache",))
     assert launched[0] == "prepare", launched
@@ -175,14 +180,15 @@ def test_each_kind_of_forward_prepare_keeps_the_cache_the_backward_reads(plan):
     assert _bits_differ({k: python_path[k] for k in FORWARD_OUTPUTS}, {k: kept[k] for k in FORWARD_OUTPUTS}) == []
 
 
-def test_only_plans_that_can_write_the_cache_are_proposed():
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+def test_only_plans_that_can_write_the_cache_are_proposed(op):
     """The plans whose prepare is the cuTile kernel or whose scratch is f32 store no T and keep w and kd in
     another type: a forward asked for the cache is not offered them."""
     import ml_dtypes
     _require_engine()
-    host = make_inputs("gdn", SMALL, H=2, HV=2, K=64, V=64, io_np=ml_dtypes.bfloat16, seed=3, attrs={})
+    host = make_inputs(op, SMALL, H=2, HV=2, K=64, V=64, io_np=ml_dtypes.bfloat16, seed=3, attrs={})
     host.pop("dO", None)
-    g, _ = forward_builder(host, {}, True)("cuda")
+    g, _ = forward_builder(op, host, {}, True)("cuda")
     g.build([cudnn.heur_mode.A])
     labels = [p.label for p in g.plans]
     assert labels and all("cute" in label for label in labels), labels
