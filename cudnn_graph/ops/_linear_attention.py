@@ -33,7 +33,9 @@ is the plain case), key width ``K``, value width ``V``::
                                 makes, as pygraph's sdpa side outputs; ``chunk_cache_layout``): per 64-token chunk
                                 and value head what the backward's first kernel would form again from k, g and
                                 beta; the backward given it (``gdn_bwd`` / ``kda_bwd(chunk_cache=...)``, with the
-                                forward's ``state_checkpoints``) reads it instead, where its engine can
+                                forward's ``state_checkpoints``) reads it instead, where its engine can. Like the
+                                checkpoints, it must come from the forward of the same inputs and attributes:
+                                the schema checks its size, not its contents
 
 Per token the state ``S`` (K x V) decays by ``exp(g)``, takes a delta-rule write
 ``S += beta * k (v - S^T k)^T`` and the output is ``o = scale * S^T q``. ``scale`` defaults to
