@@ -24,7 +24,9 @@ memory (two CTAs an SM) and folds each 64 x 64 product into dq, dk and the gate'
 4. the row sums (a quad's lanes, then one lane a row) into dg (a reverse cumulative sum) and dbeta; with L2
    norm, dq and dk through ``x / ||x||``'s backward.
 
-The products take BF16 / FP16 operands with f32 accumulation (the cuTile kernel: TF32). The gate's terms of the four
+The products take BF16 / FP16 operands with f32 accumulation (the cuTile kernel: TF32); the four score products'
+operands (dm, dA and the split rows qn, kn, an: a factor may reach e^SPLIT_EXPONENT_LIMIT, past FP16's e^11) are in
+``split``'s type, BF16 for FP16 inputs, as kda's prepare and output hold theirs. The gate's terms of the four
 score products multiply each product by the rounded operand the product paired it with (``qn * (dm kn)`` against
 ``kn * (dm^T qn)``, ``an * (dA kn)`` against ``kn * (dA^T an)``; read back from shared memory, or rounded again in
 registers as ``split_operands`` rounded it where that kept the stack frame smaller), not by q e^(gc - mid) in f32:
@@ -139,14 +141,16 @@ class DeltaBwdGrads(ChunkKernel):
         sD = cute.make_tensor(storage.d.data_ptr(), v_rows)
         sS0 = cute.make_tensor(storage.s0.data_ptr(), v_rows)
         sDs1 = cute.make_tensor(storage.ds1.data_ptr(), v_rows)
-        # qn and kn over S0's rows, an over dS1's, once the products that read those are done
-        sQn = cute.make_tensor(storage.s0.data_ptr(), block)
-        sKn = cute.make_tensor(storage.s0.data_ptr() + CHUNK * (CHUNK + PAD), block)
-        sAn = cute.make_tensor(storage.ds1.data_ptr(), block)
+        # qn and kn over S0's rows, an over dS1's, once the products that read those are done; they, dm and dA
+        # are the four score products' operands, in the split type (``split_mma``)
+        sQn = self.as_split_view(cute.make_tensor(storage.s0.data_ptr(), block))
+        sKn = self.as_split_view(cute.make_tensor(storage.s0.data_ptr() + CHUNK * (CHUNK + PAD), block))
+        sAn = self.as_split_view(cute.make_tensor(storage.ds1.data_ptr(), block))
         sQ = cute.make_tensor(storage.q.data_ptr(), block)
         sK = cute.make_tensor(storage.k.data_ptr(), block)
-        sDm = cute.make_tensor(storage.dm.data_ptr(), block)
-        sDa = cute.make_tensor(storage.da.data_ptr(), block)
+        sDm = self.as_split_view(cute.make_tensor(storage.dm.data_ptr(), block))
+        sDa = self.as_split_view(cute.make_tensor(storage.da.data_ptr(), block))
+        split_mma = self.warp_mma(self.split)
         rows = cute.make_tensor(storage.rows.data_ptr(),
                                 cute.make_layout((self._row_fields, CHUNK), stride=(CHUNK, 1)))
         sWarp = cute.make_tensor(storage.warp_sums.data_ptr(), cute.make_layout((self.threads // 32,)))
@@ -209,7 +213,7 @@ class DeltaBwdGrads(ChunkKernel):
                 cute.arch.sync_threads()
                 # dm kn -> dq, which then leaves (its registers free for dk's terms)
                 acc.fill(0.0)
-                self.product_bt(tiled_mma, acc, sDm, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
+                self.product_bt(split_mma, acc, sDm, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     q = sQ[t, i].to(Float32)
@@ -220,7 +224,7 @@ class DeltaBwdGrads(ChunkKernel):
                            sDqHeld)
                 # dm^T qn -> dk
                 acc.fill(0.0)
-                self.product_tt(tiled_mma, acc, sDm, sQn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
+                self.product_tt(split_mma, acc, sDm, sQn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     dk[e] = dk[e] + acc[e] * rows[3, t]
@@ -229,7 +233,7 @@ class DeltaBwdGrads(ChunkKernel):
                 self.load_fragment(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK),
                                                                       (0, kb))), dct)
                 acc.fill(0.0)
-                self.product_bt(tiled_mma, acc, sDa, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
+                self.product_bt(split_mma, acc, sDa, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     read = rows[5, t] * sK[t, i].to(Float32)
@@ -237,7 +241,7 @@ class DeltaBwdGrads(ChunkKernel):
                     dct[e] = dct[e] * rows[1, t] + acc[e] * rows[2, t]
                 # dA^T an -> dk
                 acc.fill(0.0)
-                self.product_tt(tiled_mma, acc, sDa, sAn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
+                self.product_tt(split_mma, acc, sDa, sAn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     k = sK[t, i].to(Float32)
@@ -259,24 +263,24 @@ class DeltaBwdGrads(ChunkKernel):
 
     @cute.jit
     def as_operand(self, x):
-        """x rounded to the input type as the score products' operands were (the per-channel kernel's
+        """x rounded to the split type as the score products' operands were (the per-channel kernel's
         ``split_operands_per_channel`` rounds the same f32 product, so the same bits), back in f32."""
-        return x.to(self.io).to(Float32)
+        return x.to(self.split).to(Float32)
 
     @cute.jit
     def score_gradient(self, tiled_mma, thr, acc: cute.Tensor, sDo: cute.Tensor, sD: cute.Tensor, sDm: cute.Tensor,
                        row0: Int32, col0: Int32, tidx: Int32):
-        """dm = tril(dO D^T) scale (the gradient of o's intra-chunk scores) into sDm in the input type; ``acc``
-        (64 x 64 accumulators) is overwritten."""
+        """dm = tril(dO D^T) scale (the gradient of o's intra-chunk scores) into sDm in its type (the split
+        operands'); ``acc`` (64 x 64 accumulators) is overwritten."""
         acc.fill(0.0)
         self.product(tiled_mma, acc, sDo, sD, tidx)
-        dm = cute.make_rmem_tensor(acc.shape, self.io)
+        dm = cute.make_rmem_tensor(acc.shape, sDm.element_type)
         for e in range_constexpr(cute.size(acc)):
             t, j = self.place(e, row0, col0)
             val = Float32(0.0)
             if j <= t:
                 val = acc[e] * self.scale
-            dm[e] = val.to(self.io)
+            dm[e] = val.to(sDm.element_type)
         cute.autovec_copy(dm, thr.partition_C(sDm))
 
     @cute.jit
@@ -455,23 +459,23 @@ class DeltaBwdGrads(ChunkKernel):
     @cute.jit
     def split_operands(self, sQ: cute.Tensor, sK: cute.Tensor, sQn: cute.Tensor, sKn: cute.Tensor, sAn: cute.Tensor,
                        rows: cute.Tensor, tidx: Int32):
-        """qn = q e^(gc - mid), kn = k e^(mid - gc), an = beta k e^(gc - mid) (64 x 64, the input type)."""
+        """qn = q e^(gc - mid), kn = k e^(mid - gc), an = beta k e^(gc - mid) (64 x 64, the split type)."""
         segs = CHUNK // SEG
         rows_per_pass = self.threads // segs
         seg = tidx % segs
         part = cute.make_rmem_tensor((1, SEG), self.io)
-        out = cute.make_rmem_tensor((1, SEG), self.io)
+        out = cute.make_rmem_tensor((1, SEG), self.split)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
             up, down = rows[2, row], rows[3, row]
             cute.autovec_copy(cute.local_tile(sQ, (1, SEG), (row, seg)), part)
-            out.store((part.load().to(Float32) * up).to(self.io))
+            out.store((part.load().to(Float32) * up).to(self.split))
             cute.autovec_copy(out, cute.local_tile(sQn, (1, SEG), (row, seg)))
             cute.autovec_copy(cute.local_tile(sK, (1, SEG), (row, seg)), part)
             k = part.load().to(Float32)
-            out.store((k * down).to(self.io))
+            out.store((k * down).to(self.split))
             cute.autovec_copy(out, cute.local_tile(sKn, (1, SEG), (row, seg)))
-            out.store((k * (rows[5, row] * up)).to(self.io))
+            out.store((k * (rows[5, row] * up)).to(self.split))
             cute.autovec_copy(out, cute.local_tile(sAn, (1, SEG), (row, seg)))
 
     def holds_last_block(self, gPre: cute.Tensor, sHeld) -> bool:

@@ -70,14 +70,16 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
         gates = cute.make_layout((CHUNK, CHUNK), stride=(GATE_STRIDE, 1))
         sA = cute.make_tensor(storage.a.data_ptr(), v_rows)       # dO, then D
         sB = cute.make_tensor(storage.b.data_ptr(), v_rows)       # S0's key rows, then dS1's
-        sQn = cute.make_tensor(storage.a.data_ptr(), block)
-        sKn = cute.make_tensor(storage.a.data_ptr() + CHUNK * (CHUNK + PAD), block)
-        sAn = cute.make_tensor(storage.b.data_ptr(), block)
+        # the four score products' operands in the split type (``split_mma``): qn and kn over A, an over B, dm, dA
+        sQn = self.as_split_view(cute.make_tensor(storage.a.data_ptr(), block))
+        sKn = self.as_split_view(cute.make_tensor(storage.a.data_ptr() + CHUNK * (CHUNK + PAD), block))
+        sAn = self.as_split_view(cute.make_tensor(storage.b.data_ptr(), block))
         sDgc = cute.make_tensor(storage.dgc.data_ptr(), gates)
         sQ = cute.make_tensor(storage.q.data_ptr(), block)
         sK = cute.make_tensor(storage.k.data_ptr(), block)
-        sDm = cute.make_tensor(storage.dm.data_ptr(), block)
-        sDa = cute.make_tensor(storage.da.data_ptr(), block)
+        sDm = self.as_split_view(cute.make_tensor(storage.dm.data_ptr(), block))
+        sDa = self.as_split_view(cute.make_tensor(storage.da.data_ptr(), block))
+        split_mma = self.warp_mma(self.split)
         sGc = cute.make_tensor(storage.gc.data_ptr(), gates)
         rows = cute.make_tensor(storage.rows.data_ptr(),
                                 cute.make_layout((self._row_fields, CHUNK), stride=(CHUNK, 1)))
@@ -154,7 +156,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                 cute.arch.sync_threads()
                 # dm kn -> dq, which then leaves
                 acc.fill(0.0)
-                self.product_bt(tiled_mma, acc, sDm, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
+                self.product_bt(split_mma, acc, sDm, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     q = sQ[t, i].to(Float32)
@@ -166,7 +168,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                 self.leave(thr, dq, mDqp[c, h, None, None], mDq[None, h, None], row0, col0, start, count, kb, sQHeld)
                 # dm^T qn -> dk
                 acc.fill(0.0)
-                self.product_tt(tiled_mma, acc, sDm, sQn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
+                self.product_tt(split_mma, acc, sDm, sQn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     down = cute.math.exp(sGc[mid_row, i] - sGc[t, i])
@@ -177,7 +179,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                 self.load_fragment(thr.partition_C(cute.local_tile(mDcg[c, h, None, None], (CHUNK, CHUNK),
                                                                       (0, kb))), dct)
                 acc.fill(0.0)
-                self.product_bt(tiled_mma, acc, sDa, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
+                self.product_bt(split_mma, acc, sDa, sKn, CHUNK, CHUNK, CHUNK + PAD, tidx)
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     gc = sGc[t, i]
@@ -190,7 +192,7 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
                     dct[e] = dct[e] * decay + t_a
                 # dA^T an -> dk, which then leaves
                 acc.fill(0.0)
-                self.product_tt(tiled_mma, acc, sDa, sAn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
+                self.product_tt(split_mma, acc, sDa, sAn, CHUNK, CHUNK, CHUNK, CHUNK + PAD, CHUNK + PAD, tidx)
                 for e in range_constexpr(cute.size(acc)):
                     t, i = self.place(e, row0, col0)
                     k = sK[t, i].to(Float32)
@@ -386,13 +388,13 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
     def split_operands_per_channel(self, sQ: cute.Tensor, sK: cute.Tensor, sQn: cute.Tensor, sKn: cute.Tensor,
                                    sAn: cute.Tensor, sGc: cute.Tensor, rows: cute.Tensor, mid_row: Int32,
                                    tidx: Int32):
-        """qn = q e^(gc - mid), kn = k e^(mid - gc), an = beta k e^(gc - mid) per element (64 x 64, the input
+        """qn = q e^(gc - mid), kn = k e^(mid - gc), an = beta k e^(gc - mid) per element (64 x 64, the split
         type), mid: gc's row ``mid_row``."""
         segs = CHUNK // SEG
         rows_per_pass = self.threads // segs
         seg = tidx % segs
         part = cute.make_rmem_tensor((1, SEG), self.io)
-        out = cute.make_rmem_tensor((1, SEG), self.io)
+        out = cute.make_rmem_tensor((1, SEG), self.split)
         gc = cute.make_rmem_tensor((1, SEG), Float32)
         mid = cute.make_rmem_tensor((1, SEG), Float32)
         cute.autovec_copy(cute.local_tile(sGc, (1, SEG), (mid_row, seg)), mid)
@@ -402,13 +404,13 @@ class DeltaBwdGradsPerChannel(DeltaBwdGrads):
             up = cute.math.exp(gc.load() - mid.load())
             down = cute.math.exp(mid.load() - gc.load())
             cute.autovec_copy(cute.local_tile(sQ, (1, SEG), (row, seg)), part)
-            out.store((part.load().to(Float32) * up).to(self.io))
+            out.store((part.load().to(Float32) * up).to(self.split))
             cute.autovec_copy(out, cute.local_tile(sQn, (1, SEG), (row, seg)))
             cute.autovec_copy(cute.local_tile(sK, (1, SEG), (row, seg)), part)
             k = part.load().to(Float32)
-            out.store((k * down).to(self.io))
+            out.store((k * down).to(self.split))
             cute.autovec_copy(out, cute.local_tile(sKn, (1, SEG), (row, seg)))
-            out.store((k * up * rows[5, row]).to(self.io))
+            out.store((k * up * rows[5, row]).to(self.split))
             cute.autovec_copy(out, cute.local_tile(sAn, (1, SEG), (row, seg)))
 
     @cute.jit

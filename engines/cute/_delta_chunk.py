@@ -335,20 +335,21 @@ class ChunkKernel:
     @cute.jit
     def scratch_rows(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32,
                      rows: cutlass.Constexpr = CHUNK):
-        """src (``rows`` x width, global: the backward's scratch, f32 or the input type) into dst (shared, the
-        input type), rounded from f32 or copied, in segments of 8 columns, a row's on adjacent threads."""
+        """src (``rows`` x width, global: the backward's scratch, f32 or the input type) into dst (shared, 16 bits:
+        the input type, or the split operands' BF16 over FP16 inputs), converted or copied, in segments of 8
+        columns, a row's on adjacent threads."""
         segs = width // SEG
         rows_per_pass = self.threads // segs
         seg = tidx % segs
         raw = cute.make_rmem_tensor((1, SEG), src.element_type)
-        out = cute.make_rmem_tensor((1, SEG), self.io)
+        out = cute.make_rmem_tensor((1, SEG), dst.element_type)
         for p in range_constexpr(rows // rows_per_pass):
             row = tidx // segs + p * rows_per_pass
             cute.autovec_copy(cute.local_tile(src, (1, SEG), (row, seg)), raw)
-            if const_expr(src.element_type is self.io):
+            if const_expr(src.element_type is dst.element_type):
                 cute.autovec_copy(raw, cute.local_tile(dst, (1, SEG), (row, seg)))
             else:
-                out.store(raw.load().to(self.io))
+                out.store(raw.load().to(dst.element_type))
                 cute.autovec_copy(out, cute.local_tile(dst, (1, SEG), (row, seg)))
 
     @cute.jit

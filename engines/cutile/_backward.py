@@ -11,9 +11,9 @@ from ...errors import GraphNotSupportedError
 from . import _c_launch
 from ._cute_launch import CuteLaunch
 from ._variants import BLOCK_WARPS, CHUNK, Variant
-from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, MMA_TYPES, SCRATCH_FORMS, CutileForwardPlan, _cdiv,
-                     _cute_kernels_reason, _Geometry, _kernel_source, backward_workspace_size, checkpoint_port,
-                     checkpoint_reason, logger, variant_of)
+from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, FLOAT16_BACKWARD_GPU_TESTED, MMA_TYPES, SCRATCH_FORMS,
+                     CutileForwardPlan, _cdiv, _cute_kernels_reason, _Geometry, _kernel_source,
+                     backward_workspace_size, checkpoint_port, checkpoint_reason, logger, variant_of)
 
 
 class CutileBackwardPlan(CutileForwardPlan):
@@ -301,17 +301,19 @@ def backward_variants(graph, node) -> list:
             variants.append(("cute_prepare_intra_values", values, 1.3))
             but_state = {**values, **({"grads": "cute"} if cute["grads"] else {})}
             every = {**but_state, **({"bwd_state": "cute"} if cute["bwd_state"] else {})}
-            bf16 = GraphView.of(graph).data_type(node.inputs["q"]) == DataType.BFLOAT16
+            # FP16's every-kernel-in-CuTe plans rank first only once their GPU tests pass
+            tested_type = GraphView.of(graph).data_type(node.inputs["q"]) == DataType.BFLOAT16 or \
+                FLOAT16_BACKWARD_GPU_TESTED
             op = BACKWARD_OPS.get(node.op, node.op)
-            grads_tested = cute["grads"] and op in CUTE_GRADS_GPU_TESTED
-            variants.append(("cute_all", every, 20.0 if bf16 and (grads_tested or not cute["grads"]) else 1.7))
+            grads_tested = cute["grads"] and op in CUTE_GRADS_GPU_TESTED and tested_type
+            variants.append(("cute_all", every, 20.0 if tested_type and (grads_tested or not cute["grads"]) else 1.7))
             if every != but_state:
                 variants.append(("cute_all_tile_state", but_state, 1.65))
             if cute["grads"]:
                 # every kernel in CuTe but chunk_bwd_grads: the first plan where the CuTe one is not yet GPU-tested
                 variants.append(("cute_all_tile_grads", {**every, "grads": "cutile"},
-                                 20.0 if bf16 and not grads_tested else 1.6))
-            if every.get("grads") == every.get("bwd_state") == "cute" and cute["state_pass"]:   # BF16
+                                 20.0 if tested_type and not grads_tested else 1.6))
+            if every.get("grads") == every.get("bwd_state") == "cute" and cute["state_pass"]:
                 variants.append(("cute_all_io", {**every, "state_pass": "cute", "scratch": "io"},
                                  25.0 if grads_tested else 1.8))
                 # the backward's own scratch in 16 bits too: first once GPU-tested

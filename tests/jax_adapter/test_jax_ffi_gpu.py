@@ -225,12 +225,13 @@ def test_causal_sdpa_forward_and_backward_in_jit_equal_eager_and_match_jax(jx):
 
 # ---- gated delta net forward and backward (cuTile) -------------------------------------------------------------
 
-def _gdn_inputs(jnp, T=256, H=2, K=128, V=128):
+def _gdn_inputs(jnp, T=256, H=2, K=128, V=128, per_channel=False):
+    """gdn's inputs (kda's with ``per_channel``: g (T, H, K))."""
     r = np.random.default_rng(5)
     q = jnp.asarray((r.standard_normal((T, H, K)) * 0.1).astype(np.float32)).astype(jnp.bfloat16)
     k = jnp.asarray((r.standard_normal((T, H, K)) * 0.1).astype(np.float32)).astype(jnp.bfloat16)
     v = jnp.asarray(r.standard_normal((T, H, V)).astype(np.float32)).astype(jnp.bfloat16)
-    g = jnp.asarray((-np.abs(r.standard_normal((T, H))) * 0.05).astype(np.float32))
+    g = jnp.asarray((-np.abs(r.standard_normal((T, H, K) if per_channel else (T, H))) * 0.05).astype(np.float32))
     beta = jnp.asarray(r.uniform(0.1, 0.9, (T, H)).astype(np.float32)).astype(jnp.bfloat16)
     cu = jnp.asarray(np.array([0, 100, T], np.int32))
     return q, k, v, g, beta, cu
@@ -269,29 +270,31 @@ def test_gdn_forward_and_backward_in_jit_equal_eager_and_match_the_reference_eng
         _close(mine, np.asarray(want, np.float32), f"{name} vs the reference engine", tolerance=5e-2)
 
 
-def test_gdns_training_forward_keeps_its_chunk_cache_on_sm90_and_the_backward_reads_it(jx):
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+def test_the_training_forward_keeps_its_chunk_cache_on_sm90_and_the_backward_reads_it(jx, op):
     """Under differentiation the BF16 forward also writes the chunk cache where a plan can (CuTe on sm_90), and
     the backward graph takes it with the checkpoints; the gradients are those of the graphs without it."""
     jnp, cudnn, cgjax = _modules()
     from cudnn_graph.errors import GraphNotSupportedError
-    args = _gdn_inputs(jnp)
+    args = _gdn_inputs(jnp, per_channel=op == "kda")
     try:
-        cgjax._cached_function(("gdn", None, False), cgjax._la_fwd_build("gdn", None, False)).plan_for(*args)
+        cgjax._cached_function((op, None, False), cgjax._la_fwd_build(op, None, False)).plan_for(*args)
     except GraphNotSupportedError as exc:
-        pytest.skip(f"no GPU engine runs gdn here (cuTile not installed?): {exc}")
+        pytest.skip(f"no GPU engine runs {op} here (cuTile not installed?): {exc}")
     do = _rand((256, 2, 128), jnp.bfloat16, 6)
-    loss = lambda *a: jnp.sum(cgjax.gdn(*a).astype(jnp.float32) * do.astype(jnp.float32))
+    layer = getattr(cgjax, op)
+    loss = lambda *a: jnp.sum(layer(*a).astype(jnp.float32) * do.astype(jnp.float32))
     ours = jx.jit(jx.grad(loss, argnums=(0, 1, 2, 3, 4)))(*args)
-    forward = cgjax._FUNCTIONS[("gdn", None, False, "checkpoints")].plan_for(*args)
+    forward = cgjax._FUNCTIONS[(op, None, False, "checkpoints")].plan_for(*args)
     names = [name for name, _, _, _ in forward.outputs]
     from cudnn_graph.engines.cutile.engine import _cute_device_reason
     if _cute_device_reason(forward.graph) is not None:
         assert names == ["o", "state_checkpoints"]
         pytest.skip(f"no plan keeps the chunk cache here: {_cute_device_reason(forward.graph)}")
     assert names == ["o", "state_checkpoints", "chunk_cache"]
-    assert ("gdn_bwd", None, False, "checkpoints", "chunk_cache") in cgjax._FUNCTIONS
+    assert (f"{op}_bwd", None, False, "checkpoints", "chunk_cache") in cgjax._FUNCTIONS
     # the same gradients from the recomputing backward graph (no checkpoints, no cache)
-    bwd = cgjax._cached_function(("gdn_bwd", None, False), cgjax._la_bwd_build("gdn_bwd", None, False))
+    bwd = cgjax._cached_function((f"{op}_bwd", None, False), cgjax._la_bwd_build(f"{op}_bwd", None, False))
     for name, mine, again in zip(("dq", "dk", "dv", "dg", "dbeta"), ours, jx.jit(bwd)(*args, do)):
         _close(mine, np.asarray(again, np.float32), f"{name} with the cache vs the recomputing backward",
                tolerance=5e-2)

@@ -1,10 +1,10 @@
 """The CuTe DSL chunk_bwd_grads for gdn_bwd and kda_bwd (engines/cute/_delta_bwd_grads and
 _delta_bwd_grads_per_channel), on the CPU: its specialisations (a per-token and a per-channel gate) compile for
 sm_90a with the parameters the cuTile plan's C launch path writes (eighteen addresses, then tokens, chunks and
-sequences as int32), a block of four warps and the shared memory two CTAs an SM can hold; the backward plans
-propose it with BF16 inputs only. Both also compile in eight-warp CTAs at 128 registers a thread (two CTAs an SM)
-with a small stack frame, the accumulator places the epilogues use are the MMA partition's for four and eight
-warps, and a key block's plain copies arrive by cp.async."""
+sequences as int32), a block of four warps and the shared memory two CTAs an SM can hold, for BF16 and FP16 inputs
+(FP16's four score products in BF16: the split decays overflow FP16). Both also compile in eight-warp CTAs at 128
+registers a thread (two CTAs an SM) with a small stack frame, the accumulator places the epilogues use are the MMA
+partition's for four and eight warps, and a key block's plain copies arrive by cp.async."""
 from __future__ import annotations
 
 import os
@@ -33,6 +33,27 @@ def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(K, V, use_l2,
     cubin, block, shared = launcher.cubin()
     assert parameters(cubin) == addresses_then_three_sizes(18)
     assert block == (128, 1, 1) and 0 < shared <= 113 * 1024
+
+
+# FP16 inputs, four and eight warps, f32 and 16-bit scratch: the split operands, dm and dA in BF16 over the same
+# 16-bit shared buffers, so the same shared memory as BF16's (and eight warps within 128 registers)
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("warps, scratch", [(4, "float32"), (8, "float16")])
+def test_the_float16_kernel_takes_its_score_products_in_bf16(per_channel, warps, scratch):
+    launcher = _delta_bwd_grads.bwd_grads_launcher("float16", "float32", "float16", "float16", "float32", "float16",
+                                                   128, 128, 2, 4, True, 128 ** -0.5, 3, scratch, own_dtype=scratch,
+                                                   warps=warps, per_channel=per_channel)
+    cubin, block, shared = launcher.cubin()
+    assert parameters(cubin) == addresses_then_three_sizes(18)
+    assert block == (32 * warps, 1, 1) and 0 < shared <= 113 * 1024
+    bf16 = _delta_bwd_grads.bwd_grads_launcher("bfloat16", "float32", "bfloat16", "bfloat16", "float32", "bfloat16",
+                                               128, 128, 2, 4, True, 128 ** -0.5, 3,
+                                               "bfloat16" if scratch != "float32" else scratch,
+                                               own_dtype="bfloat16" if scratch != "float32" else scratch,
+                                               warps=warps, per_channel=per_channel)
+    assert shared == bf16.cubin()[2]
+    if warps == 8:
+        assert registers(cubin) <= 128 and largest_frame(cubin) <= 256
 
 
 def test_scalar_operands_are_aligned_to_their_own_size():

@@ -18,10 +18,11 @@ from cudnn_graph.engines.cute import _delta_bwd_intra  # noqa: E402
 from cubin_tables import addresses_then_three_sizes, parameters  # noqa: E402
 
 
-# kda's CuTe kernels take BF16 inputs only (the split decays overflow FP16)
+# kda's FP16 scores take the split decays in BF16 (the output kernel's scores_per_channel)
 @pytest.mark.parametrize("io, K, V, HQ, H, per_channel", [("bfloat16", 128, 128, 2, 4, False),
                                                           ("bfloat16", 128, 128, 2, 4, True),
                                                           ("float16", 64, 64, 2, 2, False),
+                                                          ("float16", 128, 128, 2, 4, True),
                                                           ("bfloat16", 64, 128, 2, 2, True)])
 def test_the_kernel_compiles_with_the_parameters_the_c_path_writes(io, K, V, HQ, H, per_channel):
     launcher = _delta_bwd_intra.bwd_intra_launcher(io, K, V, HQ, H, True, K ** -0.5, 3, per_channel=per_channel)

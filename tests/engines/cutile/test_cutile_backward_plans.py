@@ -106,6 +106,25 @@ def test_the_backward_with_the_softplus_gate_ranks_as_any_other_gate(op, K, firs
     assert max(plans, key=lambda p: p.priority).label == first
 
 
+@pytest.mark.parametrize("op, attrs", [("gdn_bwd", {}), ("kda_bwd", {"gate_lower_bound": -2.5})])
+def test_a_float16_backward_ranks_every_cute_kernel_first_once_its_gpu_tests_pass(op, attrs):
+    # chunk_bwd_grads (and kda's chunk_bwd_intra) take FP16 inputs with the split decays in BF16: every form of the
+    # BF16 backward is proposed; until the FP16 GPU tests pass the f32-scratch recompute pair stays first
+    from cudnn_graph.engines.cutile.engine import FLOAT16_BACKWARD_GPU_TESTED
+    cg = _package()
+    half = {p.label: p for p in _proposed(cg, _grouped_gated_graph(cg, op, io="HALF", **attrs))}
+    bf16 = {p.label: p for p in _proposed(cg, _grouped_gated_graph(cg, op, **attrs))}
+    first = max(half.values(), key=lambda p: p.priority).label
+    if FLOAT16_BACKWARD_GPU_TESTED:
+        assert set(half) == set(bf16) and first == max(bf16.values(), key=lambda p: p.priority).label
+        w8 = half[f"cutile_{op}_chunk64_cute_all_io_all_w8"]
+        assert w8.knobs == bf16[w8.label].knobs and w8.knobs["grads"] == w8.knobs["intra"] == "cute"
+    elif op == "gdn_bwd":       # every form proposed, the f32-scratch recompute pair first
+        assert set(half) == set(bf16) and first == f"cutile_{op}_chunk64_cute_prepare_intra"
+    else:                       # kda's FP16 chunk_bwd_intra is not offered: no plan with it
+        assert not [label for label in half if "intra" in label] and "intra" not in first
+
+
 def _build_pinned_backward(cg, knobs: dict, monkeypatch):
     """Build a gdn_bwd plan of ``knobs`` with the device checks stubbed (no GPU here to query)."""
     from cudnn_graph.engines.base import ExecutionContext, PlanConfig

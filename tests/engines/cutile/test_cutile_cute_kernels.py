@@ -318,7 +318,7 @@ def test_every_cute_backward_kernel_at_t8192_h16(op):
 
 
 # every backward kernel the op has in CuTe but the reverse state pass (cuTile: the first plan where that pass's
-# CTAs are few); and every one in FP16 (chunk_bwd_grads stays cuTile)
+# CTAs are few); and every one in FP16
 @pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
 @pytest.mark.parametrize("K, V", [(64, 64), (128, 128)])
 def test_every_cute_backward_kernel_but_the_reverse_state_pass(op, K, V):
@@ -328,6 +328,42 @@ def test_every_cute_backward_kernel_but_the_reverse_state_pass(op, K, V):
 def test_every_cute_backward_kernel_in_float16():
     forward.run_bwd_case("gdn_bwd", [0, 64, 65, 190, 300], K=128, V=128, dtype="float16", seed=58,
                          plan="cutile_gdn_bwd_chunk64_cute_all")
+
+
+# FP16 inputs on every CuTe backward kernel, the split decays in BF16 where they enter products (chunk_bwd_grads'
+# four score products, kda's chunk_bwd_intra scores: ChunkKernel.split): f32 and 16-bit scratch, four- and
+# eight-warp gradients; the grouped value heads with the gate options (kda's bounded gate near its limit: split
+# factors up to e^80, which FP16 would overflow) and a long batch with states
+# (kda's FP16 chunk_bwd_intra is offered only once engine.FLOAT16_BACKWARD_GPU_TESTED is set: set it to run these)
+FLOAT16_BACKWARD_FORMS = ["cute_all", "cute_all_io", "cute_all_io_all", "cute_all_io_all_w8"]
+
+
+def _float16_backward_offered(op):
+    from cudnn_graph.engines.cutile.engine import FLOAT16_BACKWARD_GPU_TESTED
+    if op == "kda_bwd" and not FLOAT16_BACKWARD_GPU_TESTED:
+        pytest.skip("kda's FP16 chunk_bwd_intra is not offered until engine.FLOAT16_BACKWARD_GPU_TESTED is set")
+
+
+@pytest.mark.parametrize("suffix", FLOAT16_BACKWARD_FORMS)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128)])
+def test_every_cute_backward_form_in_float16_matches_the_reference(op, K, V, suffix):
+    _float16_backward_offered(op)
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, dtype="float16", seed=66, plan=f"cutile_{op}_chunk64_{suffix}")
+
+
+@pytest.mark.parametrize("op, gates", [("gdn_bwd", "softplus_beta_sigmoid"), ("kda_bwd", "bounded_neg_eigval")])
+def test_the_float16_backward_with_grouped_value_heads_and_gate_options(op, gates):
+    _float16_backward_offered(op)
+    gva.run_case(op, gva.SMALL, H=2, HV=4, K=128, V=128, dtype="float16", attrs=gva.GATES[gates], seed=67,
+                 plan=f"cutile_{op}_chunk64_cute_all_io_all_w8", repeats=2)
+
+
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_the_float16_backward_at_t8192_h16_with_states(op):
+    _float16_backward_offered(op)
+    forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, dtype="float16", seed=68,
+                         plan=f"cutile_{op}_chunk64_cute_all_io_all_w8")
 
 
 def test_the_cute_values_kernel_without_states_or_l2norm_in_float16():
