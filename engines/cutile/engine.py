@@ -298,6 +298,8 @@ class CutileForwardPlan(CompiledPlan):
         self._uid = uid
         self._positions = None
         self._views = {}                 # workspace base address -> its region slots
+        self._region_layout = {name: (offset, shape, geometry.dtypes[name])
+                               for name, (offset, shape) in geometry.regions.items()}
         self._own_workspaces = StreamWorkspaces(geometry.workspace_size, self._ordinal)   # when the caller gives none
         self._lock = threading.Lock()
         g = geometry
@@ -318,16 +320,20 @@ class CutileForwardPlan(CompiledPlan):
         return self._own_workspaces.address(stream)
 
     def _regions(self, base: int) -> dict:
-        views = self._views.get(base)
+        return self._slots_at(self._views, base, self._region_layout)
+
+    def _slots_at(self, store: dict, base: int, layout: dict) -> dict:
+        """Slots over the regions of ``layout`` (name -> (byte offset, shape, dtype)) at ``base``, made once an
+        address and kept in ``store`` (the last few addresses)."""
+        views = store.get(base)
         if views is None:
             from ... import Slot
-            dtypes = self._geometry.dtypes
-            views = {name: Slot.from_address(base + offset, shape, None, dtypes[name], self._device)
-                     for name, (offset, shape) in self._geometry.regions.items()}
+            views = {name: Slot.from_address(base + offset, shape, None, dtype, self._device)
+                     for name, (offset, shape, dtype) in layout.items()}
             with self._lock:
-                if len(self._views) > 8:
-                    self._views.clear()
-                self._views[base] = views
+                if len(store) > 8:
+                    store.clear()
+                store[base] = views
         return views
 
     def _chunk_cache_regions(self, cache) -> dict:
@@ -339,16 +345,7 @@ class CutileForwardPlan(CompiledPlan):
         if isinstance(cache, _c_launch.OperandRef):
             return {name: dataclasses.replace(cache, dtype=dtype, shape=shape, strides=row_major_strides(shape),
                                               add=offset) for name, (offset, shape, dtype) in regions.items()}
-        views = self._cache_views.get(cache.data_ptr)
-        if views is None:
-            from ... import Slot
-            views = {name: Slot.from_address(cache.data_ptr + offset, shape, None, dtype, self._device)
-                     for name, (offset, shape, dtype) in regions.items()}
-            with self._lock:
-                if len(self._cache_views) > 8:
-                    self._cache_views.clear()
-                self._cache_views[cache.data_ptr] = views
-        return views
+        return self._slots_at(self._cache_views, cache.data_ptr, regions)
 
     def _keep_chunk_cache(self, launches: list, t) -> None:
         """A forward keeping the chunk cache: its prepare launch (whose w, kd and gate sums are the cache's
