@@ -262,13 +262,14 @@ def backward_variants(graph, node) -> list:
     ``cute_all_io_all`` (the same with four-warp chunk_bwd_grads: 0.947 / 1.573 in that run, 0.924 / 1.542 in
     session 30's), ``cute_all_io`` (the recompute's scratch
     alone in the input type: 1.118 / 1.705, against 2.348 and 2.869 for the first plan of session 26) and
-    ``cute_all`` (the same on f32 scratch: 1.396 / 2.044). Where
+    ``cute_all`` (the same on f32 scratch: 1.396 / 2.044). FP16 inputs rank the same once
+    ``FLOAT16_BACKWARD_GPU_TESTED`` (session 42, H100: gdn's backward from the forward's checkpoints 0.731 ms and
+    with its chunk cache 0.660, against 2.388 / 2.359 for the f32-scratch recompute that ranked first before). Where
     the op's CuTe chunk_bwd_grads has not passed its GPU tests (``CUTE_GRADS_GPU_TESTED``), the plan with its
     cuTile one (``cute_all_tile_grads``) ranks first instead. Kept to pin or time:
 
     - ``cute_all_tile_state``: the cuTile reverse state pass, which has more CTAs in flight where the sequences
       are few (one 32k sequence: 2.47 / 2.69 ms for gdn / kda against the CuTe pass's 3.32 / 3.86);
-    - ``cute_all`` with FP16 inputs (gdn 2.002 against 2.378; each of its kernels GPU-tested in FP16);
     - the plans with fewer CuTe kernels (each measured slower than ``cute_all``);
     - GPU-tested and timed in session 32 (H100, 4 x 2048, H 16, K = V = 128: gdn / kda ms against the first plan's
       0.860 / 1.238; bench/results/linear_attention-h100-session32-bwd-forms.txt), none faster:

@@ -827,11 +827,11 @@ def _cute_output_reason(graph, node) -> str | None:
     return None
 
 
-# whether the CuTe backward's FP16 forms have passed their GPU tests: chunk_bwd_grads' four score products and kda's
-# chunk_bwd_intra scores take the split decay operands in BF16 (ChunkKernel.split; a factor may reach e^80, FP16
-# overflows past e^11). Until then kda's FP16 chunk_bwd_intra is not offered and FP16's every-kernel-in-CuTe
-# plans rank below the f32-scratch recompute (_backward.backward_variants)
-FLOAT16_BACKWARD_GPU_TESTED = False
+# whether the CuTe backward's FP16 forms have passed their GPU tests (they have: H100, session 42): chunk_bwd_grads'
+# four score products and kda's chunk_bwd_intra scores take the split decay operands in BF16 (ChunkKernel.split; a
+# factor may reach e^80, FP16 overflows past e^11). While False, kda's FP16 chunk_bwd_intra is not offered and FP16's
+# every-kernel-in-CuTe plans rank below the f32-scratch recompute (_backward.backward_variants)
+FLOAT16_BACKWARD_GPU_TESTED = True
 
 
 def _cute_op_reason(graph, node, kernel: str) -> str | None:
