@@ -760,17 +760,20 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     too) for FP16 (the cuTile state pass takes TF32 products there) and for K = 128 where the state pass's
     ``state_pass_ctas`` (counted at 32 value columns a CTA) fill the GPU, and there, for BF16 inputs,
     ``cute_all_bv64`` (its eight-warp form) above it and ``cute_all_split`` (that form with KD in a buffer of
-    its own, the same bits) above both; where those CTAs fill at most half the GPU (K = 128,
-    BF16), ``cute_bv16`` (the cuTile state pass over 16 value columns a CTA, twice the CTAs) above ``cute``.
+    its own, the same bits) above both; where those CTAs fill at most half the GPU, twice the CTAs over 16
+    value columns a CTA: ``cute_bv16`` (the cuTile state pass) above ``cute`` for BF16, ``cute_all_bv16`` (the
+    CuTe one) above ``cute_all`` for FP16 at K = 128.
     Where the CTAs fill the GPU at K = 128, ``cute_all_fused`` (the eight-warp state pass forming o itself) above
     all, for BF16 and FP16, and for gdn ``cute_all_fused_prepare_scores`` (its scores formed by the
-    prepare) above that; at K = 64 with BF16 inputs, where the CTAs fill at least half the GPU,
-    ``cute_all_fused_bv32_prepare_scores`` (four warps) above ``cute``.
+    prepare) above that; at K = 64, where the CTAs fill at least half the GPU,
+    ``cute_all_fused_bv32_prepare_scores`` (four warps) above ``cute`` and ``cute_all``, BF16 and FP16.
     The other variants are there to be pinned (plan index, a router) or timed."""
     fills = K >= 128 and state_pass_ctas >= STATE_PASS_FILL
-    if suffix == "cute_bv16":         # measured with BF16 inputs and K = 128 only
-        few = K >= 128 and 2 * state_pass_ctas <= STATE_PASS_FILL and io_dtype == "bfloat16"
-        return 21.0 if few else 1.0
+    few = 2 * state_pass_ctas <= STATE_PASS_FILL
+    if suffix == "cute_bv16":         # BF16 only: the cuTile state pass takes TF32 products for FP16
+        return 21.0 if few and io_dtype == "bfloat16" else 1.0
+    if suffix == "cute_all_bv16":     # FP16, K = 128 (session 43, H100, one 32k sequence: 1.352 vs cute_all's 1.460)
+        return 26.0 if few and io_dtype == "float16" and K >= 128 else 1.0
     if suffix == "cute_all":
         return 25.0 if io_dtype == "float16" or fills else 12.0
     if suffix == "cute_all_bv64":     # measured and GPU-tested with BF16 inputs only
@@ -784,9 +787,9 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     # K = 64 (4 x 2048, 128 CTAs) the 32-column form 0.139 vs cute's 0.141
     if suffix == "cute_all_fused_prepare_scores":     # FP16: its bits test (session 26) before its rank
         return 33.0 if fills else 1.0
-    if suffix == "cute_all_fused_bv32_prepare_scores":
-        half = K < 128 and 2 * state_pass_ctas >= STATE_PASS_FILL and io_dtype == "bfloat16"
-        return 22.0 if half else 1.0
+    if suffix == "cute_all_fused_bv32_prepare_scores":     # FP16 too (session 43: 0.139 vs cute_all's 0.150)
+        half = K < 128 and 2 * state_pass_ctas >= STATE_PASS_FILL
+        return 27.0 if half else 1.0
     return {"cute": 20.0, "cute_prepare": 15.0, "": 10.0}.get(suffix, 1.0)
 
 

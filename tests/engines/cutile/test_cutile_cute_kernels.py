@@ -111,6 +111,15 @@ def test_the_sixteen_column_state_pass(op, suffix, K, V, cu):
     forward.run_case(op, lengths, H=H, K=K, V=V, seed=SEEDS[op] + 7, plan=f"cutile_{op}_chunk64_{suffix}")
 
 
+# FP16 ranks the CuTe sixteen-column pass first at K = 128 where few CTAs would run (the cuTile pass takes TF32
+# products there)
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("cu", ["small", "big"])
+def test_the_sixteen_column_cute_state_pass_in_float16(op, cu):
+    lengths, H = (forward.SMALL, 2) if cu == "small" else (forward.BIG, 16)
+    forward.run_case(op, lengths, H=H, dtype="float16", seed=SEEDS[op] + 17, plan=f"cutile_{op}_chunk64_cute_all_bv16")
+
+
 # the CuTe state pass forms that hold the state transposed in accumulators: resident (four warps of 16 value
 # columns, mma.sync) and warpgroup (WGMMA, W and KD in swizzled shared memory); (plan suffix, seed offset)
 TRANSPOSED_FORMS = {"resident": ("cute_all_resident", 6), "warpgroup": ("cute_all_wg", 8)}
@@ -174,9 +183,10 @@ def test_the_prepare_formed_scores_give_the_scores_kernels_bits(width, K, V, cu)
 
 
 @pytest.mark.parametrize("width", ["", "_bv32"])
-def test_the_prepare_formed_scores_give_the_scores_kernels_bits_in_float16(width):
+@pytest.mark.parametrize("K", [128, 64])
+def test_the_prepare_formed_scores_give_the_scores_kernels_bits_in_float16(width, K):
     import numpy as np
-    own, prepared = (forward.run_case("gdn", forward.SMALL, K=128, V=128, dtype="float16", seed=SEEDS["gdn"] + 16,
+    own, prepared = (forward.run_case("gdn", forward.SMALL, K=K, V=K, dtype="float16", seed=SEEDS["gdn"] + 16,
                                       plan=f"cutile_gdn_chunk64_{suffix}")
                      for suffix in (f"cute_all_fused{width}", f"cute_all_fused{width}_prepare_scores"))
     for name in own:

@@ -428,10 +428,15 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     ("BFLOAT16", 128, 16, 4, "cute_all_fused_prepare_scores", "cute"),
     # K = 64 at 128 CTAs: the four-warp fused one, scores by the prepare
     ("BFLOAT16", 64, 16, 4, "cute_all_fused_bv32_prepare_scores", "cute"),
-    ("BFLOAT16", 64, 4, 2, "cute", "cutile"),         # K = 64 at 16 CTAs: the cuTile one
-    ("HALF", 128, 2, 2, "cute_all", "cute"),          # FP16: the CuTe one (the cuTile one takes TF32 products)
-    ("BFLOAT16", 64, 2, 2, "cute", "cutile"),         # K = 64 at 16 CTAs: 16 columns a CTA untimed there
+    ("BFLOAT16", 64, 4, 2, "cute_bv16", "cutile"),    # K = 64 at 16 CTAs: the cuTile one, 16 columns a CTA
+    ("BFLOAT16", 64, 16, 1, "cute_bv16", "cutile"),   # K = 64, one 32k sequence's shape (32 CTAs): the same
+    # FP16 at few CTAs: the CuTe one (the cuTile one takes TF32 products), 16 columns a CTA
+    ("HALF", 128, 2, 2, "cute_all_bv16", "cute"),
+    ("HALF", 128, 16, 1, "cute_all_bv16", "cute"),
+    ("HALF", 64, 2, 2, "cute_all", "cute"),           # FP16 at K = 64 and few CTAs: 16 columns a CTA untimed there
+    ("HALF", 128, 6, 3, "cute_all", "cute"),          # FP16 at 72 CTAs, more than half the SMs: 32 columns
     ("HALF", 128, 16, 4, "cute_all_fused_prepare_scores", "cute"),   # FP16 at 256 CTAs: the same as BF16
+    ("HALF", 64, 16, 4, "cute_all_fused_bv32_prepare_scores", "cute"),   # FP16 at K = 64, 128 CTAs: as BF16
 ])
 def test_the_cute_plan_ranks_first_where_its_kernels_can_run(dtype, K, H, n_seq, first, state_pass):
     cg = _package()
