@@ -100,6 +100,16 @@ def _mmx(x, y, acc, LOW: ConstBool):
 
 
 @ct.function
+def _mmx16(x, y, acc, LOW: ConstBool, FP16: ConstBool):
+    """``_mmx`` with FP16 inputs instead of BF16 where LOW and FP16 (FP16 scratch: the precision of the CuTe
+    state pass, which rounds the state to the input type for its products)."""
+    if LOW and FP16:
+        return ct.mma(x.astype(ct.float16), y.astype(ct.float16), acc)
+    else:
+        return _mmx(x, y, acc, LOW)
+
+
+@ct.function
 def _l2_normalise(x):
     """x / ||x|| per row; a zero row stays zero (as the reference)."""
     ss = ct.sum(x * x, axis=1, keepdims=True)
@@ -366,9 +376,10 @@ def _chunk_decay(g_in, h, start, eos, K: ConstInt, PER_CHANNEL: ConstBool):
 @ct.kernel
 def chunk_state_pass(kd_in, w_in, u_in, g_in, cu, h0, hs, ht, d_out,
                      NSEQ: ConstInt, NP: ConstInt, K: ConstInt, BV: ConstInt, PER_CHANNEL: ConstBool,
-                     HAS_H0: ConstBool, STORE_HT: ConstBool, LOW: ConstBool):
+                     HAS_H0: ConstBool, STORE_HT: ConstBool, LOW: ConstBool, FP16: ConstBool):
     """Per (sequence, head, value block): the sequential part alone. Stores the state at every chunk
-    start (hs) and the chunk's deltas ``u - w S`` (d_out), both by global chunk."""
+    start (hs) and the chunk's deltas ``u - w S`` (d_out), both by global chunk. FP16: LOW's products take
+    FP16 inputs (``_mmx16``)."""
     n = ct.bid(0)
     h = ct.bid(1)
     vb = ct.bid(2)
@@ -377,9 +388,9 @@ def chunk_state_pass(kd_in, w_in, u_in, g_in, cu, h0, hs, ht, d_out,
         wt, ut, kd, decay = _state_pass_inputs(kd_in, w_in, u_in, g_in, h, vb, first + j, bos + j * CHUNK, eos,
                                                K, BV, PER_CHANNEL)
         ct.store(hs, (first + j, h, 0, vb), ct.reshape(state, (1, 1, K, BV)).astype(hs.dtype))
-        delta = _mmx(-wt, state, ut.astype(ct.float32), LOW)
+        delta = _mmx16(-wt, state, ut.astype(ct.float32), LOW, FP16)
         _store_chunk_tile(d_out, first + j, h, vb, delta, BV)
-        state = _mmx(ct.transpose(kd), delta, state * decay, LOW)
+        state = _mmx16(ct.transpose(kd), delta, state * decay, LOW, FP16)
     if STORE_HT:
         ct.store(ht, (n, h, 0, vb), ct.reshape(state, (1, 1, K, BV)))
 

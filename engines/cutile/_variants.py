@@ -78,6 +78,9 @@ class Variant:
     has_h0: bool
     store_ht: bool
     low_mma: bool = False   # BF16 inputs for the w / u, state and output products (else TF32)
+    # with low_mma, the cuTile state pass's products take FP16 inputs instead (FP16 scratch; forward plans whose
+    # other kernels are CuTe)
+    fp16_products: bool = False
     has_dht: bool = False   # backward: d_final_state is given
     output_block_v: int = 0  # value columns per CTA of the output kernel (0: block_v)
     scratch_dtype: str = "float32"   # w, u, kd, the deltas and the chunk-start states of the forward
@@ -145,7 +148,7 @@ class Variant:
 
     def state_pass_constants(self) -> tuple:
         return (self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.has_h0, self.store_ht,
-                self.low_mma)
+                self.low_mma, self.fp16_products)
 
     def bwd_intra_constants(self) -> tuple:
         return (float(self.scale), self.n_seq, self.seq_tile, self.K, self.V, self.per_channel, self.use_l2,

@@ -100,6 +100,9 @@ VARIANT_KNOBS = {
     # of 32k tokens at 16 heads: 64 CTAs at 32 columns on 132 SMs); first there (_forward_priority)
     "cute_bv16": {"prepare": "cute", "output": "cute", "block_v": 16},
     "cute_all_bv16": {"prepare": "cute", "output": "cute", "state_pass": "cute", "block_v": 16},
+    # value blocks of 8 in the cuTile state pass: four times the default's CTAs; first for gdn at K = 64 where
+    # they still fit one wave (_forward_priority)
+    "cute_bv8": {"prepare": "cute", "output": "cute", "block_v": 8},
     "bv64": {"block_v": 64},
     "bv128": {"block_v": 128},
     "out32": {"output_block_v": 32},
@@ -110,7 +113,7 @@ MMA_TYPES = ("auto", "tf32", "bf16")
 # a backward's scratch knob: all f32; "io": the recompute's w, u, kd, d and hs in the input type (every kernel
 # CuTe); "io_all": the backward's own scratch in it too (_Geometry)
 SCRATCH_FORMS = ("f32", "io", "io_all")
-FORWARD_BLOCK_VS = (16, 32, 64, 128)    # the forward's block_v knob: value columns per state-pass CTA
+FORWARD_BLOCK_VS = (8, 16, 32, 64, 128)    # the forward's block_v knob: value columns per state-pass CTA
 # the CuTe state pass's forms (engines/cute/_delta_state.FORMS, and "fused": DeltaStatePassFused, which writes o)
 STATE_FORMS = ("staged", "resident", "warpgroup", "split", "fused")
 # where the fused form's scores come from: a launch of their own (DeltaScores), or gdn's prepare (DeltaPrepareScores)
@@ -655,7 +658,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                 continue
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
             ctas = (node.inputs["cu_seqlens"].dim[0] - 1) * node.inputs["v"].dim[1] * (V // 32)
-            priority = _forward_priority(suffix, io_dtype, node.inputs["q"].dim[2], ctas)
+            priority = _forward_priority(suffix, node.op, io_dtype, node.inputs["q"].dim[2], ctas)
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self, priority=priority,
                                     workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
                                                              ).workspace_size))
@@ -721,9 +724,16 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         if why is not None:
             raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {why}")
         low = {"bf16": True, "tf32": False}.get(knobs["mma"])   # None: auto
+        # auto with FP16 scratch where the cuTile state pass is the plan's one cuTile kernel with products (CuTe
+        # prepare and output): FP16 products, as the CuTe state pass's (session 44, H100, one 32k sequence, K = 64)
+        fp16_state = (low is None and io_scratch == "float16" and knobs["state_pass"] == "cutile"
+                      and knobs["prepare"] == knobs["output"] == "cute")
+        if fp16_state:
+            low = True
         variant = dataclasses.replace(variant_of(graph, node, block_v, low_mma=low),
                                       output_block_v=output_block_v or geometry.V,
                                       scratch_dtype=io_scratch or "float32", prepare=knobs["prepare"],
+                                      fp16_products=fp16_state,
                                       output=knobs["output"], state_pass=knobs["state_pass"],
                                       state_form=knobs["state_form"], scores=knobs["scores"],
                                       checkpoints=checkpoint_port(graph, node) is not None,
@@ -753,16 +763,17 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
 STATE_PASS_FILL = 132
 
 
-def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) -> float:
+def _forward_priority(suffix: str, op: str, io_dtype: str, K: int, state_pass_ctas: int) -> float:
     """A forward plan variant's rank (higher first). The default ranks first, except where the CuTe kernels
     can run (sm_90): those plans measured faster on the H200 at every case timed (docs/engines_cutile.md).
     ``cute`` (CuTe prepare and output, the cuTile state pass) first, but ``cute_all`` (the CuTe state pass
-    too) for FP16 (the cuTile state pass takes TF32 products there) and for K = 128 where the state pass's
+    too) for FP16 (faster than the cuTile state pass but where noted below) and for K = 128 where the state pass's
     ``state_pass_ctas`` (counted at 32 value columns a CTA) fill the GPU, and there, for BF16 inputs,
     ``cute_all_bv64`` (its eight-warp form) above it and ``cute_all_split`` (that form with KD in a buffer of
     its own, the same bits) above both; where those CTAs fill at most half the GPU, twice the CTAs over 16
     value columns a CTA: ``cute_bv16`` (the cuTile state pass) above ``cute`` for BF16, ``cute_all_bv16`` (the
-    CuTe one) above ``cute_all`` for FP16 at K = 128.
+    CuTe one) above ``cute_all`` for FP16 at K = 128, ``cute_bv16`` (FP16 products) above it at K = 64; for gdn
+    in BF16 at K = 64 where four times those CTAs fit one wave, ``cute_bv8`` above ``cute_bv16``.
     Where the CTAs fill the GPU at K = 128, ``cute_all_fused`` (the eight-warp state pass forming o itself) above
     all, for BF16 and FP16, and for gdn ``cute_all_fused_prepare_scores`` (its scores formed by the
     prepare) above that; at K = 64, where the CTAs fill at least half the GPU,
@@ -770,7 +781,13 @@ def _forward_priority(suffix: str, io_dtype: str, K: int, state_pass_ctas: int) 
     The other variants are there to be pinned (plan index, a router) or timed."""
     fills = K >= 128 and state_pass_ctas >= STATE_PASS_FILL
     few = 2 * state_pass_ctas <= STATE_PASS_FILL
-    if suffix == "cute_bv16":         # BF16 only: the cuTile state pass takes TF32 products for FP16
+    if suffix == "cute_bv8":          # gdn, BF16, K = 64 (session 44, H100: kda and K = 128 were slower)
+        one_wave = 4 * state_pass_ctas <= STATE_PASS_FILL
+        return 22.0 if one_wave and op == "gdn" and io_dtype == "bfloat16" and K < 128 else 1.0
+    if suffix == "cute_bv16":
+        # FP16 at K = 64, FP16 products: above cute_all (session 44, H100, one 32k sequence: 0.802 vs 0.893 ms)
+        if few and io_dtype == "float16" and K < 128:
+            return 26.0
         return 21.0 if few and io_dtype == "bfloat16" else 1.0
     if suffix == "cute_all_bv16":     # FP16, K = 128 (session 43, H100, one 32k sequence: 1.352 vs cute_all's 1.460)
         return 26.0 if few and io_dtype == "float16" and K >= 128 else 1.0

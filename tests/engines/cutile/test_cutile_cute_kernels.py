@@ -120,6 +120,17 @@ def test_the_sixteen_column_cute_state_pass_in_float16(op, cu):
     forward.run_case(op, lengths, H=H, dtype="float16", seed=SEEDS[op] + 17, plan=f"cutile_{op}_chunk64_cute_all_bv16")
 
 
+# value blocks of 8 in the cuTile state pass (cute_bv8: gdn's first at K = 64 where its CTAs fit one wave); with
+# FP16 inputs its products take FP16 inputs, as the CuTe passes' do
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("K, V, cu", [(64, 64, "small"), (64, 64, "big"), (128, 128, "small")])
+def test_the_eight_column_state_pass(op, dtype, K, V, cu):
+    lengths, H = (forward.SMALL, 2) if cu == "small" else (forward.BIG, 16)
+    forward.run_case(op, lengths, H=H, K=K, V=V, dtype=dtype, seed=SEEDS[op] + 19,
+                     plan=f"cutile_{op}_chunk64_cute_bv8")
+
+
 # the CuTe state pass forms that hold the state transposed in accumulators: resident (four warps of 16 value
 # columns, mma.sync) and warpgroup (WGMMA, W and KD in swizzled shared memory); (plan suffix, seed offset)
 TRANSPOSED_FORMS = {"resident": ("cute_all_resident", 6), "warpgroup": ("cute_all_wg", 8)}

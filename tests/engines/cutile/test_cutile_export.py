@@ -428,12 +428,14 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     ("BFLOAT16", 128, 16, 4, "cute_all_fused_prepare_scores", "cute"),
     # K = 64 at 128 CTAs: the four-warp fused one, scores by the prepare
     ("BFLOAT16", 64, 16, 4, "cute_all_fused_bv32_prepare_scores", "cute"),
-    ("BFLOAT16", 64, 4, 2, "cute_bv16", "cutile"),    # K = 64 at 16 CTAs: the cuTile one, 16 columns a CTA
-    ("BFLOAT16", 64, 16, 1, "cute_bv16", "cutile"),   # K = 64, one 32k sequence's shape (32 CTAs): the same
+    ("BFLOAT16", 64, 4, 2, "cute_bv8", "cutile"),     # K = 64 at 16 CTAs: the cuTile one, 8 columns a CTA
+    ("BFLOAT16", 64, 16, 1, "cute_bv8", "cutile"),    # K = 64, one 32k sequence's shape (32 CTAs): the same
+    ("BFLOAT16", 64, 16, 2, "cute_bv16", "cutile"),   # K = 64 at 64 CTAs: 8 columns a CTA past one wave, so 16
     # FP16 at few CTAs: the CuTe one (the cuTile one takes TF32 products), 16 columns a CTA
     ("HALF", 128, 2, 2, "cute_all_bv16", "cute"),
     ("HALF", 128, 16, 1, "cute_all_bv16", "cute"),
-    ("HALF", 64, 2, 2, "cute_all", "cute"),           # FP16 at K = 64 and few CTAs: 16 columns a CTA untimed there
+    ("HALF", 64, 2, 2, "cute_bv16", "cutile"),        # FP16 at K = 64 and few CTAs: the cuTile one, FP16 products
+    ("HALF", 64, 16, 1, "cute_bv16", "cutile"),       # the same at one 32k sequence's shape (8 columns: BF16 only)
     ("HALF", 128, 6, 3, "cute_all", "cute"),          # FP16 at 72 CTAs, more than half the SMs: 32 columns
     ("HALF", 128, 16, 4, "cute_all_fused_prepare_scores", "cute"),   # FP16 at 256 CTAs: the same as BF16
     ("HALF", 64, 16, 4, "cute_all_fused_bv32_prepare_scores", "cute"),   # FP16 at K = 64, 128 CTAs: as BF16
