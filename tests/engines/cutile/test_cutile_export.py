@@ -431,7 +431,7 @@ def test_the_default_plan_ranks_first_and_each_variant_is_proposed():
     ("BFLOAT16", 64, 4, 2, "cute_bv8", "cutile"),     # K = 64 at 16 CTAs: the cuTile one, 8 columns a CTA
     ("BFLOAT16", 64, 16, 1, "cute_bv8", "cutile"),    # K = 64, one 32k sequence's shape (32 CTAs): the same
     ("BFLOAT16", 64, 16, 2, "cute_bv16", "cutile"),   # K = 64 at 64 CTAs: 8 columns a CTA past one wave, so 16
-    # FP16 at few CTAs: the CuTe one (the cuTile one takes TF32 products), 16 columns a CTA
+    # FP16 at K = 128 and few CTAs: the CuTe one (the cuTile one was slower, timed with TF32 products), 16 columns
     ("HALF", 128, 2, 2, "cute_all_bv16", "cute"),
     ("HALF", 128, 16, 1, "cute_all_bv16", "cute"),
     ("HALF", 64, 2, 2, "cute_bv16", "cutile"),        # FP16 at K = 64 and few CTAs: the cuTile one, FP16 products
