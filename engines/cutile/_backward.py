@@ -11,9 +11,10 @@ from ...errors import GraphNotSupportedError
 from . import _c_launch
 from ._cute_launch import CuteLaunch
 from ._variants import BLOCK_WARPS, CHUNK, Variant
-from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, FLOAT16_BACKWARD_GPU_TESTED, MMA_TYPES, SCRATCH_FORMS,
-                     CutileForwardPlan, _cdiv, _cute_kernels_reason, _Geometry, _kernel_source,
-                     backward_workspace_size, checkpoint_port, checkpoint_reason, logger, variant_of)
+from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, FLOAT16_BACKWARD_GPU_TESTED, FORWARD_BLOCK_VS, MMA_TYPES,
+                     SCRATCH_FORMS, VARIANT_KNOBS, _IO_TYPES, CutileForwardPlan, _cdiv, _cute_kernels_reason,
+                     _forward_priority, _Geometry, _kernel_source, backward_workspace_size, checkpoint_port,
+                     checkpoint_reason, logger, variant_of)
 
 
 class CutileBackwardPlan(CutileForwardPlan):
@@ -56,6 +57,8 @@ class CutileBackwardPlan(CutileForwardPlan):
                 self._prepare_without_u += ((self._prepare_intra,
                                              CuteLaunch.prepare_inverse_intra(variant, geometry, store_u=False)),)
         self._grads_grid = (geometry.chunks, geometry.H, 1)
+        # the reverse state pass's CTAs: block_v value columns each (the recompute's may be narrower)
+        self._reverse_grid = (geometry.N, geometry.H, geometry.V // variant.block_v)
         self._group_sum = _kernels.group_sum
         self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
         self._gate_activation_bwd = _kernels.gate_activation_bwd
@@ -100,7 +103,7 @@ class CutileBackwardPlan(CutileForwardPlan):
         launches += [
             ("bwd_intra", self._prepare_grid, self._bwd_intra,
              (q, k, do, sc["g"], cu, sc["dd"], sc["qg"], *v.bwd_intra_constants())),
-            ("bwd_state_pass", self._state_pass_grid, self._bwd_state_pass,
+            ("bwd_state_pass", self._reverse_grid, self._bwd_state_pass,
              (do, sc["w"], sc["kd"], sc["qg"], sc["g"], cu, dht, sc["dhs"], sc["dd"], dh0,
               *v.bwd_state_pass_constants())),
             ("bwd_values", self._grads_grid, self._bwd_values,
@@ -123,11 +126,15 @@ class CutileBackwardPlan(CutileForwardPlan):
         return launches
 
     def _check_io_scratch(self, launches: list) -> None:
-        """scratch="io": every launch over the recompute's scratch must be CuTe (no cuTile kernel of the backward
-        reads 16-bit scratch), so a CuTe kernel that refuses the buffers (not packed row-major, misaligned, or
-        it did not compile) refuses the plan's 16-bit form for the call: IoScratchRefused, which keeps the C
-        path off (it is an Unsupported) and sends a Python-path execute to the f32 twin."""
+        """scratch="io": every launch over the recompute's scratch but its cuTile state pass (the forward's, which
+        reads 16-bit scratch and takes any call: its operands are the workspace's, cu_seqlens and the initial state)
+        must be CuTe (no cuTile kernel of the backward reads 16-bit scratch), so a CuTe kernel that refuses the
+        buffers (not packed row-major, misaligned, or it did not compile) refuses the plan's 16-bit form for the
+        call: IoScratchRefused, which keeps the C path off (it is an Unsupported) and sends a Python-path execute
+        to the f32 twin."""
         for name, _, kernel, args in launches:
+            if name == "state_pass" and self.variant.state_pass == "cutile":
+                continue
             if name in _SCRATCH_LAUNCHES and not (isinstance(kernel, CuteLaunch) and kernel.takes(args)):
                 raise IoScratchRefused(f"the CuTe {name} launch refuses this call's buffers; the plan's 16-bit "
                                        "scratch has no cuTile reader")
@@ -246,6 +253,20 @@ GRADS_W8_GPU_TESTED = True
 # GPU tests passed, but it timed no faster (chunk_bwd_values 0.130 against 0.127 ms; gdn 0.864 / kda 1.247 against
 # 0.860 / 1.238 at 4 x 2048, H 16, K = V = 128), so it stays below the default
 VALUES_W8_GPU_TESTED = False
+# whether the recompute's state pass in cuTile over 8 or 16 value columns a CTA (knob state_pass_block_v, plans
+# cute_all_io_all_w8_tile_pass_bv8 / _bv16) has passed its GPU tests: it then ranks first where the forward ranks
+# that pass first (few sequences x heads: its CTAs fill the SMs where the CuTe pass's 32-column CTAs leave most idle)
+TILE_PASS_GPU_TESTED = False
+
+
+def forward_tile_pass_width(graph, node) -> int:
+    """The value columns a CTA (8 or 16) of the cuTile state pass that this backward's forward ranks first
+    (``cute_bv8``, ``cute_bv16``), or 0 where its first plan runs another state pass."""
+    op, q, v = BACKWARD_OPS[node.op], node.inputs["q"], node.inputs["v"]
+    io = _IO_TYPES[GraphView.of(graph).data_type(q)]
+    ctas = (node.inputs["cu_seqlens"].dim[0] - 1) * v.dim[1] * (v.dim[2] // 32)
+    first = max(("", *VARIANT_KNOBS), key=lambda suffix: _forward_priority(suffix, op, io, q.dim[2], ctas))
+    return {"cute_bv8": 8, "cute_bv16": 16}.get(first, 0)
 
 
 def backward_variants(graph, node) -> list:
@@ -265,6 +286,9 @@ def backward_variants(graph, node) -> list:
     ``cute_all`` (the same on f32 scratch: 1.396 / 2.044). FP16 inputs rank the same once
     ``FLOAT16_BACKWARD_GPU_TESTED`` (session 42, H100: gdn's backward from the forward's checkpoints 0.731 ms and
     with its chunk cache 0.660, against 2.388 / 2.359 for the f32-scratch recompute that ranked first before). Where
+    the forward's first plan runs the cuTile state pass over 8 or 16 value columns a CTA (few sequences x heads:
+    ``forward_tile_pass_width``), ``cute_all_io_all_w8_tile_pass_bv8`` / ``_bv16`` rank above it: the same plan with
+    that pass in the recompute (``TILE_PASS_GPU_TESTED``; docs/engines_cutile.md, "Session 45"). Where
     the op's CuTe chunk_bwd_grads has not passed its GPU tests (``CUTE_GRADS_GPU_TESTED``), the plan with its
     cuTile one (``cute_all_tile_grads``) ranks first instead. Kept to pin or time:
 
@@ -323,6 +347,13 @@ def backward_variants(graph, node) -> list:
                 # chunk_bwd_grads in eight-warp CTAs (four warps a scheduler instead of two)
                 w8 = {**every, "state_pass": "cute", "scratch": "io_all", "grads_warps": 8}
                 variants.append(("cute_all_io_all_w8", w8, 27.0 if grads_tested and GRADS_W8_GPU_TESTED else 1.84))
+                # its recompute's state pass in cuTile over 8 or 16 value columns a CTA: first where the forward's
+                # first plan runs that pass (TILE_PASS_GPU_TESTED)
+                width = forward_tile_pass_width(graph, node)
+                for narrow, rank in ((8, 1.78), (16, 1.77)):
+                    first = narrow == width and grads_tested and GRADS_W8_GPU_TESTED and TILE_PASS_GPU_TESTED
+                    knobs = {**w8, "state_pass": "cutile", "state_pass_block_v": narrow}
+                    variants.append((f"cute_all_io_all_w8_tile_pass_bv{narrow}", knobs, 27.5 if first else rank))
                 values_w8 = {**w8, "values_warps": 8}
                 variants.append(("cute_all_io_all_w8_values_w8", values_w8,
                                  28.0 if grads_tested and GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else 1.83))
@@ -376,6 +407,14 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
         if warps not in BLOCK_WARPS:
             raise GraphNotSupportedError(f"{knob}={warps!r}; expected one of {BLOCK_WARPS}")
         variant = dataclasses.replace(variant, **{knob: warps})
+    pass_width = int(plan.knobs.get("state_pass_block_v", 0))
+    if pass_width:
+        if variant.state_pass != "cutile" or pass_width not in FORWARD_BLOCK_VS or V % pass_width:
+            raise GraphNotSupportedError(
+                f"state_pass_block_v={pass_width}: the recompute's cuTile state pass (state_pass='cutile') over one "
+                f"of {', '.join(map(str, FORWARD_BLOCK_VS))} value columns dividing V={V}; got "
+                f"state_pass={variant.state_pass!r}")
+        variant = dataclasses.replace(variant, state_pass_block_v=pass_width)
     scratch = plan.knobs.get("scratch", "f32")
     if scratch not in SCRATCH_FORMS:
         raise GraphNotSupportedError(f"scratch={scratch!r}; expected one of {', '.join(map(repr, SCRATCH_FORMS))}")
@@ -399,16 +438,20 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
             raise GraphNotSupportedError("state_pass='cute' in a backward reads the recompute's scratch in the "
                                          "input type: it needs scratch='io'")
         return CutileBackwardPlan(plan, graph, node, reading_checkpoints(variant), _Geometry(node, backward=True))
-    # the backward's cuTile kernels read f32 scratch: with 16-bit scratch every kernel is CuTe
-    cutile = [kernel for kernel, source in sources.items() if source != "cute"]
+    # the backward's cuTile kernels read f32 scratch: with 16-bit scratch every kernel is CuTe but the recompute's
+    # state pass (the forward's cuTile one reads 16-bit scratch)
+    cutile = [kernel for kernel, source in sources.items() if source != "cute" and kernel != "state_pass"]
     if cutile:
-        raise GraphNotSupportedError(f"scratch={scratch!r} in a backward needs every kernel in CuTe; "
-                                     f"{', '.join(cutile)} are 'cutile'")
+        raise GraphNotSupportedError(f"scratch={scratch!r} in a backward needs every kernel but the state pass in "
+                                     f"CuTe; {', '.join(cutile)} are 'cutile'")
     twin = CutileBackwardPlan(plan, graph, node, reading_checkpoints(dataclasses.replace(variant, state_pass="cutile")),
                               _Geometry(node, backward=True))
     own = scratch == "io_all"
     geometry = _Geometry(node, backward=True, io_scratch=variant.io_dtype, io_backward=own)
     geometry.workspace_size = backward_workspace_size(node, variant.io_dtype, scratch)   # room for the twin's too
+    # a cuTile state pass on 16-bit scratch takes products of the scratch's type, as the forward's plans with it
+    products = {"low_mma": True, "fp16_products": variant.io_dtype == "float16"} if variant.state_pass == "cutile" \
+        else {}
     narrow = dataclasses.replace(variant, scratch_dtype=variant.io_dtype,
-                                 own_dtype=variant.io_dtype if own else "float32")
+                                 own_dtype=variant.io_dtype if own else "float32", **products)
     return CutileBackwardPlan(plan, graph, node, reading_cache(reading_checkpoints(narrow)), geometry, twin)

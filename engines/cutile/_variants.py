@@ -109,6 +109,14 @@ class Variant:
     # gdn's / kda's chunk_cache port (ops chunk_cache_layout): a forward writes its gate sums, w, kd and T there (its
     # prepare the one that stores T too); a backward from the checkpoints reads them there and runs no prepare
     chunk_cache: bool = False
+    # a backward's: value columns a CTA of its recompute's cuTile state pass (0: block_v, the reverse pass's width)
+    state_pass_block_v: int = 0
+
+    @property
+    def pass_block_v(self) -> int:
+        """Value columns a CTA of the forward state pass (a backward's recompute may run it narrower than its
+        reverse pass)."""
+        return self.state_pass_block_v or self.block_v
 
     @property
     def per_channel(self) -> bool:
@@ -147,7 +155,7 @@ class Variant:
                 self.has_w, self.use_l2, self.low_mma, self.group)
 
     def state_pass_constants(self) -> tuple:
-        return (self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.has_h0, self.store_ht,
+        return (self.n_seq, self.seq_tile, self.K, self.pass_block_v, self.per_channel, self.has_h0, self.store_ht,
                 self.low_mma, self.fp16_products)
 
     def bwd_intra_constants(self) -> tuple:

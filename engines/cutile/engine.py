@@ -307,7 +307,7 @@ class CutileForwardPlan(CompiledPlan):
         self._lock = threading.Lock()
         g = geometry
         self._prepare_grid = (g.chunks, g.H, 1)
-        self._state_pass_grid = (g.N, g.H, g.V // variant.block_v)
+        self._state_pass_grid = (g.N, g.H, g.V // variant.pass_block_v)
         self._output_grid = (g.chunks, g.H, g.V // variant.out_block_v)
         self._token_grid = (_cdiv(g.T, CHUNK), g.H, 1)            # gate_activation: per token block and head
         # bench/linear_attention.py --breakdown sets this to time each launch: hook(name, launch).

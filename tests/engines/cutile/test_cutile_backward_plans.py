@@ -14,10 +14,11 @@ from test_cutile_export import _grouped_gated_graph, _package, _proposed
 def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
     # sm_90, BF16 (measured on the H100, sessions 27-28): every kernel in CuTe first; the CuTe prepare and
     # chunk_bwd_intra together above the default, each alone below it; the plans not yet GPU-tested below the
-    # default (to pin or time); none of them where the CuTe kernels cannot run
+    # default (to pin or time); none of them where the CuTe kernels cannot run. 64 sequences: the CTAs fill the GPU
+    # (with few, the recompute's narrow cuTile pass ranks first: test_the_backward_recomputes_with_the_cutile_...)
     cg = _package()
     for op, attrs in (("gdn_bwd", {}), ("kda_bwd", {"gate_lower_bound": -2.5})):
-        g = _grouped_gated_graph(cg, op, **attrs)
+        g = _grouped_gated_graph(cg, op, N=64, **attrs)
         plans = _proposed(cg, g)
         by_name = {p.label: p for p in plans}
 
@@ -86,6 +87,50 @@ def test_the_backward_ranks_the_plans_with_the_most_cute_kernels_first():
         "the CuTe chunk_intra computes gdn / kda, not gdn2_bwd"
 
 
+@pytest.mark.parametrize("op, io, K, N, width", [
+    ("gdn_bwd", "BFLOAT16", 64, 2, 8),       # the forward runs cute_bv8: its CTAs fit one wave
+    ("kda_bwd", "BFLOAT16", 64, 2, 16),      # cute_bv16 (kda's 8-column pass was slower)
+    ("gdn_bwd", "HALF", 64, 2, 16),          # cute_bv16 with FP16 products
+    ("gdn_bwd", "BFLOAT16", 128, 2, 16),     # cute_bv16
+    ("kda_bwd", "HALF", 128, 2, 0),          # cute_all_bv16: the CuTe state pass
+    ("gdn_bwd", "BFLOAT16", 64, 64, 0)])     # 512 CTAs at 32 columns fill the GPU: the fused pass
+def test_the_backward_recomputes_with_the_cutile_state_pass_its_forward_ranks_first(op, io, K, N, width):
+    # where few sequences x heads leave the CuTe pass's 32-column CTAs on a few SMs, the forward's first plan runs
+    # the cuTile pass over 8 or 16 columns a CTA; the backward's recompute takes it at that width (its reverse pass
+    # keeps 32), first once GPU-tested, and the other width to pin or time
+    from cudnn_graph.engines.cutile._backward import TILE_PASS_GPU_TESTED, forward_tile_pass_width
+    cg = _package()
+    g = _grouped_gated_graph(cg, op, K=K, N=N, io=io, **({"gate_lower_bound": -2.5} if op == "kda_bwd" else {}))
+    assert forward_tile_pass_width(g, g.nodes[0]) == width
+    plans = {p.label: p for p in _proposed(cg, g)}
+    w8 = plans[f"cutile_{op}_chunk64_cute_all_io_all_w8"]
+    first = max(plans.values(), key=lambda p: p.priority)
+    for narrow in (8, 16):
+        tile = plans[f"cutile_{op}_chunk64_cute_all_io_all_w8_tile_pass_bv{narrow}"]
+        assert tile.knobs == dict(w8.knobs, state_pass="cutile", state_pass_block_v=narrow)
+        assert tile.workspace_size == w8.workspace_size
+        assert (first is tile) == (narrow == width and TILE_PASS_GPU_TESTED)
+    if not (width and TILE_PASS_GPU_TESTED):
+        assert first is w8
+
+
+@pytest.mark.parametrize("io, products", [("BFLOAT16", "bfloat16"), ("HALF", "float16")])
+def test_the_recomputes_narrow_cutile_state_pass_takes_products_of_the_scratch_type(io, products, monkeypatch):
+    # the pass runs over 8 value columns a CTA, the reverse pass over 32; on 16-bit scratch its products are of the
+    # scratch's type (as the forward plans' cute_bv8 / cute_bv16), on the f32 twin TF32
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    cg = _package()
+    knobs = {"mma": "tf32", "prepare": "cute", "intra": "cute", "values": "cute", "grads": "cute", "bwd_state": "cute",
+             "scratch": "io_all", "grads_warps": 8, "state_pass": "cutile", "state_pass_block_v": 8}
+    plan = _build_pinned_backward(cg, knobs, monkeypatch, io=io)
+    v = plan.variant
+    assert (v.state_pass, v.pass_block_v, v.block_v, v.scratch_dtype) == ("cutile", 8, 32, products)
+    assert v.low_mma and v.fp16_products == (products == "float16")
+    assert plan._state_pass_grid == (2, 4, 8) and plan._reverse_grid == (2, 4, 2)
+    twin = plan._f32_twin.variant
+    assert (twin.pass_block_v, twin.scratch_dtype, twin.low_mma, twin.fp16_products) == (8, "float32", False, False)
+
+
 @pytest.mark.parametrize("op, K, first", [("kda_bwd", 64, "cutile_kda_bwd_chunk64_cute_all"),
                                           ("kda_bwd", 128, "cutile_kda_bwd_chunk64_cute_all"),
                                           ("gdn2_bwd", 64, "cutile_gdn2_bwd_chunk64")])
@@ -95,7 +140,7 @@ def test_the_backward_with_the_softplus_gate_ranks_as_any_other_gate(op, K, firs
     from cudnn_graph.engines.cutile._backward import (CUTE_GRADS_GPU_TESTED, GRADS_W8_GPU_TESTED,
                                                       IO_ALL_GPU_TESTED, VALUES_W8_GPU_TESTED)
     cg = _package()
-    plans = _proposed(cg, _grouped_gated_graph(cg, op, K=K))
+    plans = _proposed(cg, _grouped_gated_graph(cg, op, K=K, N=64))
     if op == "kda_bwd" and "kda" not in CUTE_GRADS_GPU_TESTED:
         first += "_tile_grads"
     elif op == "kda_bwd" and not IO_ALL_GPU_TESTED:
@@ -112,8 +157,8 @@ def test_a_float16_backward_ranks_every_cute_kernel_first_once_its_gpu_tests_pas
     # BF16 backward is proposed; until the FP16 GPU tests pass the f32-scratch recompute pair stays first
     from cudnn_graph.engines.cutile.engine import FLOAT16_BACKWARD_GPU_TESTED
     cg = _package()
-    half = {p.label: p for p in _proposed(cg, _grouped_gated_graph(cg, op, io="HALF", **attrs))}
-    bf16 = {p.label: p for p in _proposed(cg, _grouped_gated_graph(cg, op, **attrs))}
+    half = {p.label: p for p in _proposed(cg, _grouped_gated_graph(cg, op, io="HALF", N=64, **attrs))}
+    bf16 = {p.label: p for p in _proposed(cg, _grouped_gated_graph(cg, op, N=64, **attrs))}
     first = max(half.values(), key=lambda p: p.priority).label
     if FLOAT16_BACKWARD_GPU_TESTED:
         assert set(half) == set(bf16) and first == max(bf16.values(), key=lambda p: p.priority).label
@@ -125,7 +170,7 @@ def test_a_float16_backward_ranks_every_cute_kernel_first_once_its_gpu_tests_pas
         assert not [label for label in half if "intra" in label] and "intra" not in first
 
 
-def _build_pinned_backward(cg, knobs: dict, monkeypatch):
+def _build_pinned_backward(cg, knobs: dict, monkeypatch, io: str = "BFLOAT16"):
     """Build a gdn_bwd plan of ``knobs`` with the device checks stubbed (no GPU here to query)."""
     from cudnn_graph.engines.base import ExecutionContext, PlanConfig
     from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
@@ -134,9 +179,9 @@ def _build_pinned_backward(cg, knobs: dict, monkeypatch):
     monkeypatch.setattr(cutile_engine, "_cute_device_reason", lambda graph: None)
     engine = CutileLinearAttentionEngine()
     engine.missing = None
-    g = _grouped_gated_graph(cg, "gdn_bwd")
-    engine.build_plan(g, PlanConfig(cutile_engine.CUTILE_BASE, knobs=knobs, name="pinned", engine=engine),
-                      ExecutionContext())
+    g = _grouped_gated_graph(cg, "gdn_bwd", io=io)
+    return engine.build_plan(g, PlanConfig(cutile_engine.CUTILE_BASE, knobs=knobs, name="pinned", engine=engine),
+                             ExecutionContext())
 
 
 def test_a_backward_keeps_in_the_input_type_the_scratch_its_scratch_knob_names():
@@ -180,12 +225,12 @@ def test_an_output_set_to_another_type_leaves_the_cute_kernels_out():
 
 
 @pytest.mark.parametrize("knobs, words", [
-    ({"scratch": "io", "prepare": "cute", "intra": "cute", "values": "cute", "bwd_state": "cute", "grads": "cute"},
-     "scratch='io' in a backward needs every kernel in CuTe; state_pass are 'cutile'"),
+    ({"scratch": "io", "prepare": "cute", "intra": "cute", "values": "cute", "bwd_state": "cute"},
+     "scratch='io' in a backward needs every kernel but the state pass in CuTe; grads are 'cutile'"),
     ({"prepare": "cute", "state_pass": "cute"}, "state_pass='cute' in a backward reads the recompute's scratch in the "
                                                 "input type: it needs scratch='io'"),
     ({"scratch": "bf16"}, "scratch='bf16'; expected one of 'f32', 'io', 'io_all'")])
-def test_the_backward_takes_16_bit_scratch_only_with_every_kernel_in_cute(knobs, words, monkeypatch):
+def test_the_backward_takes_16_bit_scratch_only_with_every_kernel_but_the_state_pass_in_cute(knobs, words, monkeypatch):
     # the backward's cuTile kernels read f32 scratch: a CuTe state pass over it would read f32 bits as BF16
     cg = _package()
     with pytest.raises(cg.GraphNotSupportedError, match=re.escape(words)):
@@ -199,6 +244,11 @@ def test_the_backward_takes_16_bit_scratch_only_with_every_kernel_in_cute(knobs,
     ({"values_warps": 8}, "values_warps=8 needs the CuTe chunk_bwd_values (values='cute'); this plan has "
                           "values='cutile'"),
     ({"prepare": "cute", "values": "cute", "values_warps": 6}, "values_warps=6; expected one of (4, 8)"),
+    ({"prepare": "cute", "state_pass": "cute", "scratch": "io", "state_pass_block_v": 8},
+     "state_pass_block_v=8: the recompute's cuTile state pass (state_pass='cutile') over one of 8, 16, 32, 64, 128 "
+     "value columns dividing V=64; got state_pass='cute'"),
+    ({"state_pass_block_v": 128}, "state_pass_block_v=128: the recompute's cuTile state pass (state_pass='cutile') "
+                                  "over one of 8, 16, 32, 64, 128 value columns dividing V=64; got state_pass='cutile'"),
     ({"prepare": "cute", "values": "cute", "intra_in_prepare": True},
      "intra_in_prepare=True is the CuTe prepare doing chunk_bwd_intra's work: it needs prepare, intra and values "
      "'cute' (this plan has prepare='cute', intra='cutile', values='cute')")])

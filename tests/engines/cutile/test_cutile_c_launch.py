@@ -468,6 +468,9 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
                                       # chunk_bwd_values in eight warps too; the state passes 64 columns a CTA
                                       ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8_values_w8"),
                                       ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8_values_w8_bv64"),
+                                      # the recompute's cuTile state pass over 8 / 16 columns on 16-bit scratch
+                                      ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8_tile_pass_bv8"),
+                                      ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8_tile_pass_bv16"),
                                       # the prepare doing chunk_bwd_intra's work
                                       ("gdn_bwd", "cutile_gdn_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare"),
                                       ("kda_bwd", "cutile_kda_bwd_chunk64_cute_all_io_all_w8_intra_in_prepare")])

@@ -465,6 +465,39 @@ def test_the_eight_warp_gradient_kernel_at_t8192_h16_with_states(op):
     forward.run_bwd_case(op, forward.BIG, H=16, K=128, V=128, seed=63, plan=f"cutile_{op}_chunk64_cute_all_io_all_w8")
 
 
+# the recompute's state pass in cuTile over 8 or 16 value columns a CTA, the reverse pass over 32 (knob
+# state_pass_block_v: the forward's narrow pass, first where the forward ranks it): BF16 and FP16 (the pass's
+# products of the scratch's type) at each head size, the grouped value heads and gate options with repeated
+# executions (same bits), a long batch with states, and a query the CuTe kernels refuse (the f32 twin)
+TILE_PASS_FORMS = ["cute_all_io_all_w8_tile_pass_bv8", "cute_all_io_all_w8_tile_pass_bv16"]
+
+
+@pytest.mark.parametrize("suffix", TILE_PASS_FORMS)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("K, V", [(64, 64), (128, 128)])
+def test_the_backward_with_the_narrow_cutile_state_pass_matches_the_reference(op, dtype, K, V, suffix):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=V, dtype=dtype, seed=67, plan=f"cutile_{op}_chunk64_{suffix}")
+
+
+@pytest.mark.parametrize("suffix", TILE_PASS_FORMS)
+@pytest.mark.parametrize("op, gates", [("gdn_bwd", "softplus_beta_sigmoid"), ("kda_bwd", "bounded_neg_eigval")])
+def test_the_narrow_cutile_state_pass_with_grouped_value_heads_and_gate_options(op, gates, suffix):
+    gva.run_case(op, gva.SMALL, attrs=gva.GATES[gates], seed=68, plan=f"cutile_{op}_chunk64_{suffix}", repeats=3)
+
+
+@pytest.mark.parametrize("op, suffix", [("gdn_bwd", TILE_PASS_FORMS[0]), ("kda_bwd", TILE_PASS_FORMS[1])])
+@pytest.mark.parametrize("K", [64, 128])
+def test_the_narrow_cutile_state_pass_at_t8192_h16_with_states(op, K, suffix):
+    forward.run_bwd_case(op, forward.BIG, H=16, K=K, V=K, seed=69, plan=f"cutile_{op}_chunk64_{suffix}")
+
+
+@pytest.mark.parametrize("suffix", TILE_PASS_FORMS)
+@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
+def test_a_query_the_cute_kernels_refuse_runs_the_narrow_pass_plan_on_its_f32_twin(op, suffix):
+    forward.run_bwd_case(op, forward.SMALL, K=64, V=64, seed=70, plan=f"cutile_{op}_chunk64_{suffix}", q_in_qk=True)
+
+
 # the forms below the default (UNRANKED_BACKWARD_FORMS; each shape and a refused query are in the 16-bit scratch
 # tests above): the grouped value heads and gate options with repeated executions, a long batch with states
 @pytest.mark.parametrize("suffix", UNRANKED_BACKWARD_FORMS)
