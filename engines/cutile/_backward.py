@@ -256,7 +256,7 @@ VALUES_W8_GPU_TESTED = False
 # whether the recompute's state pass in cuTile over 8 or 16 value columns a CTA (knob state_pass_block_v, plans
 # cute_all_io_all_w8_tile_pass_bv8 / _bv16) has passed its GPU tests: it then ranks first where the forward ranks
 # that pass first (few sequences x heads: its CTAs fill the SMs where the CuTe pass's 32-column CTAs leave most idle)
-TILE_PASS_GPU_TESTED = False
+TILE_PASS_GPU_TESTED = True
 
 
 def forward_tile_pass_width(graph, node) -> int:
