@@ -14,7 +14,7 @@ from ._variants import BLOCK_WARPS, CHUNK, Variant
 from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, FLOAT16_BACKWARD_GPU_TESTED, FORWARD_BLOCK_VS, MMA_TYPES,
                      SCRATCH_FORMS, VARIANT_KNOBS, _IO_TYPES, CutileForwardPlan, _cdiv, _cute_kernels_reason,
                      _forward_priority, _Geometry, _kernel_source, backward_workspace_size, checkpoint_port,
-                     checkpoint_reason, logger, variant_of)
+                     checkpoint_reason, logger, state_pass_ctas, variant_of)
 
 
 class CutileBackwardPlan(CutileForwardPlan):
@@ -262,9 +262,8 @@ TILE_PASS_GPU_TESTED = True
 def forward_tile_pass_width(graph, node) -> int:
     """The value columns a CTA (8 or 16) of the cuTile state pass that this backward's forward ranks first
     (``cute_bv8``, ``cute_bv16``), or 0 where its first plan runs another state pass."""
-    op, q, v = BACKWARD_OPS[node.op], node.inputs["q"], node.inputs["v"]
-    io = _IO_TYPES[GraphView.of(graph).data_type(q)]
-    ctas = (node.inputs["cu_seqlens"].dim[0] - 1) * v.dim[1] * (v.dim[2] // 32)
+    op, q = BACKWARD_OPS[node.op], node.inputs["q"]
+    io, ctas = _IO_TYPES[GraphView.of(graph).data_type(q)], state_pass_ctas(node)
     first = max(("", *VARIANT_KNOBS), key=lambda suffix: _forward_priority(suffix, op, io, q.dim[2], ctas))
     return {"cute_bv8": 8, "cute_bv16": 16}.get(first, 0)
 

@@ -657,8 +657,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
             if chunk_cache_reason(graph, node, knobs) is not None:
                 continue
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
-            ctas = (node.inputs["cu_seqlens"].dim[0] - 1) * node.inputs["v"].dim[1] * (V // 32)
-            priority = _forward_priority(suffix, node.op, io_dtype, node.inputs["q"].dim[2], ctas)
+            priority = _forward_priority(suffix, node.op, io_dtype, node.inputs["q"].dim[2], state_pass_ctas(node))
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self, priority=priority,
                                     workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
                                                              ).workspace_size))
@@ -761,6 +760,13 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
 # against 1.347 with 16 columns a CTA) or K = 64 (0.151 against 0.141). The SM count of the H100 SXM and the
 # H200, the sm_90 parts measured.
 STATE_PASS_FILL = 132
+
+
+def state_pass_ctas(node) -> int:
+    """The state pass's CTAs at 32 value columns a CTA (sequences x value heads x V / 32): what the ranking weighs
+    against ``STATE_PASS_FILL``."""
+    v = node.inputs["v"]
+    return (node.inputs["cu_seqlens"].dim[0] - 1) * v.dim[1] * (v.dim[2] // 32)
 
 
 def _forward_priority(suffix: str, op: str, io_dtype: str, K: int, state_pass_ctas: int) -> float:
