@@ -407,10 +407,11 @@ class ChunkKernel:
 
     @cute.jit
     def fetch_rows(self, src: cute.Tensor, regs: cute.Tensor, width: cutlass.Constexpr, tidx: Int32):
-        """All 64 rows of ``src`` (64 x width, global) into ``regs`` (``row_registers``): the loads are
+        """All 64 rows of ``src`` (64 x width, global, or shared) into ``regs`` (``row_registers``): the loads are
         issued and not waited on until ``put_rows`` reads the registers, so a chunk's rows can be in
         flight while the previous chunk is computed (the kernels have no shared memory left for a second
-        buffer under the 48 KB the C path launches with)."""
+        buffer under the 48 KB the C path launches with). The segments are ``load_rows``' and
+        ``copy_rows_async``' own: a thread reads back what it copied without a barrier."""
         segs = width // SEG
         rows_per_pass = self.threads // segs
         for p in range_constexpr(CHUNK // rows_per_pass):
@@ -438,16 +439,21 @@ class ChunkKernel:
 
     @cute.jit
     def copy_rows_async(self, src: cute.Tensor, dst: cute.Tensor, width: cutlass.Constexpr, tidx: Int32,
-                        start=0, count=None):
+                        start=0, count=None, zero_past: cutlass.Constexpr = False):
         """All 64 rows of ``src`` (64 x width, global, the input type) into ``dst`` (64 x width, shared) by cp.async
         in ``fetch_rows``' segments, committed as one group: no registers and no wait until the caller's
-        ``cp_async_wait_group`` (then a barrier, so that every thread's copies are seen). With ``count``, src is
-        token rows: rows [start, start + 64), a row past the chunk's ``count`` a copy of its last (finite, and
-        in bounds; a caller whose products would read it gives it a zero factor)."""
+        ``cp_async_wait_group`` (then a barrier, so that every thread's copies are seen; a thread's own
+        segments it may read after the wait alone). With ``count``, src is token rows: rows [start, start +
+        64), a row past the chunk's ``count`` a copy of its last (finite, and in bounds; a caller whose products
+        would read it gives it a zero factor), or zeros with ``zero_past`` (``load_rows``' rows)."""
         atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cute.nvgpu.cpasync.LoadCacheMode.GLOBAL), self.io,
                                    num_bits_per_copy=128)
         segs = width // SEG
         rows_per_pass = self.threads // segs
+        zeros = None
+        if const_expr(zero_past):
+            zeros = cute.make_rmem_tensor((SEG,), self.io)
+            zeros.fill(0.0)
         for p in range_constexpr(CHUNK // rows_per_pass):
             row, seg = tidx // segs + p * rows_per_pass, tidx % segs
             src_row = row
@@ -455,8 +461,14 @@ class ChunkKernel:
                 src_row = start + cutlass.min(row, count - 1)
             # one-mode segments: the atom's 8 values are the tensor's first mode (a (1, 8) tile would be copied
             # 16 bytes from each element)
-            cute.copy(atom, cute.local_tile(src[src_row, None], (SEG,), (seg,)),
-                      cute.local_tile(dst[row, None], (SEG,), (seg,)))
+            dst_seg = cute.local_tile(dst[row, None], (SEG,), (seg,))
+            if const_expr(zero_past):
+                if row < count:
+                    cute.copy(atom, cute.local_tile(src[src_row, None], (SEG,), (seg,)), dst_seg)
+                else:
+                    cute.autovec_copy(zeros, dst_seg)
+            else:
+                cute.copy(atom, cute.local_tile(src[src_row, None], (SEG,), (seg,)), dst_seg)
         cute.arch.cp_async_commit_group()
 
     @cute.jit

@@ -23,6 +23,12 @@ CTA holds its operands in about 37 KB and several CTAs share an SM. The steps, 1
    scales folded in before it is rounded to the input type (fla's precision: T in the input type); v is
    read into k's buffer once w is out; each product staged in its operand's place and stored to the
    chunk-major scratch in 16-byte segments.
+
+gdn's prepare with the scores (``DeltaPrepareScores``, the fused forward's) issues k, q and v by cp.async
+before step 2 instead (``prefetch``): q into A's place, v into a buffer of its own, k and q each
+normalised in place as its group lands, so the chunk's loads overlap the gate sums and each other where the
+steps above wait out four global round trips one after another. The extra buffer (17 KB at V = 128, 54 KB in
+all: the C paths opt in past 48 KB) keeps the CTAs an SM the registers allow.
 """
 from __future__ import annotations
 
@@ -54,6 +60,9 @@ class DeltaPrepare(ChunkKernel):
     # u = Tu v is written (a backward from the forward's checkpoints on 16-bit scratch has chunk_bwd_values form
     # U from T itself: this kernel reads no v and writes no u, ``DeltaPrepareInverse(store_u=False)``)
     store_u = True
+    # gdn: k, q and v are issued by cp.async at the chunk's start, v into a buffer of its own
+    # (``DeltaPrepareScores(prefetch=True)``), instead of four global round trips one after another
+    prefetch = False
 
     @property
     def _row_width(self) -> int:
@@ -69,9 +78,12 @@ class DeltaPrepare(ChunkKernel):
     def shared_fields(self) -> dict:
         """``shared_storage``'s fields, for a subclass to add to."""
         width = self._row_width
-        return {"kv": shared_field(self.io, CHUNK * width), "a": shared_field(Float32, CHUNK * (CHUNK + _PAD)),
-                "gc": shared_field(Float32, CHUNK), "beta": shared_field(Float32, CHUNK),
-                "scan": shared_field(Int32, THREADS), "where": shared_field(Int32, 4)}
+        fields = {"kv": shared_field(self.io, CHUNK * width), "a": shared_field(Float32, CHUNK * (CHUNK + _PAD)),
+                  "gc": shared_field(Float32, CHUNK), "beta": shared_field(Float32, CHUNK),
+                  "scan": shared_field(Int32, THREADS), "where": shared_field(Int32, 4)}
+        if self.prefetch and self.store_u:
+            fields["v"] = shared_field(self.io, CHUNK * width)
+        return fields
 
     def shared_bytes(self) -> int:
         return self.shared_storage().size_in_bytes()
@@ -125,6 +137,8 @@ class DeltaPrepare(ChunkKernel):
         width = self._row_width
         sK = cute.make_tensor(storage.kv.data_ptr(), cute.make_layout((CHUNK, K), stride=(width, 1)))
         sV = cute.make_tensor(storage.kv.data_ptr(), cute.make_layout((CHUNK, V), stride=(width, 1)))
+        if const_expr(self.prefetch and self.store_u):
+            sV = cute.make_tensor(storage.v.data_ptr(), cute.make_layout((CHUNK, V), stride=(width, 1)))
         sA = cute.make_tensor(storage.a.data_ptr(), cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + _PAD, 1)))
         # T's two scaled copies take A's place once the substitution has read it (A's padded rows hold both)
         t_layout = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + _PAD, 1))
@@ -185,6 +199,14 @@ class DeltaPrepare(ChunkKernel):
         (q, qg, attn) global views, ``DeltaPrepareScores``' scale q e^gc and attn, once k is in place; with
         ``gT``, the chunk's 64 x 64 global view, T itself)."""
         K, V = self.K, self.V
+        if const_expr(self.prefetch):
+            # k, q and v in flight while the gates are summed: a cp.async group each, waited on in that order
+            self.copy_rows_async(mK[None, hk, None], sK, K, tidx, start, count, zero_past=True)
+            if const_expr(score_views is not None):
+                self.copy_rows_async(score_views[0][None, hk, None], self.query_rows(sA), K, tidx, start, count,
+                                     zero_past=True)
+            if const_expr(self.store_u):
+                self.copy_rows_async(mV[None, h, None], sV, V, tidx, start, count, zero_past=True)
         # 2. gates and beta (a row a thread), then k
         self.load_beta(mB, sBeta, h, start, count, tidx)
         if tidx < CHUNK:
@@ -203,7 +225,10 @@ class DeltaPrepare(ChunkKernel):
             if tidx < count:
                 mGo[start + tidx, h] = gc
         cute.arch.sync_threads()
-        self.load_keys(mK, mKd, sK, sGc, start, count, c, h, hk, tidx)
+        pending = None
+        if const_expr(self.prefetch):
+            pending = int(score_views is not None) + int(self.store_u)
+        self.load_keys(mK, mKd, sK, sGc, start, count, c, h, hk, tidx, pending)
         cute.arch.sync_threads()
         if const_expr(score_views is not None):
             mQ, mQg, mAttn = score_views
@@ -298,8 +323,11 @@ class DeltaPrepare(ChunkKernel):
         stored; v is read into k's place once w is out (not read, and u not written, without ``store_u``)."""
         self.product_out(tiled_mma, sTw, sK, mW, c, h, self.K, tidx)
         if const_expr(self.store_u):
-            cute.arch.sync_threads()
-            self.load_rows(mV[None, h, None], sV, start, count, self.V, False, tidx)
+            if const_expr(self.prefetch):
+                cute.arch.cp_async_wait_group(0)        # v's rows, in their own buffer since the chunk's start
+            else:
+                cute.arch.sync_threads()
+                self.load_rows(mV[None, h, None], sV, start, count, self.V, False, tidx)
             cute.arch.sync_threads()
             self.product_out(tiled_mma, sTu, sV, mU, c, h, self.V, tidx)
 
@@ -343,9 +371,10 @@ class DeltaPrepare(ChunkKernel):
 
     @cute.jit
     def load_keys(self, mK: cute.Tensor, mKd: cute.Tensor, sK: cute.Tensor, sGc: cute.Tensor, start: Int32,
-                  count: Int32, c: Int32, h: Int32, hk: Int32, tidx: Int32):
+                  count: Int32, c: Int32, h: Int32, hk: Int32, tidx: Int32, pending=None):
         """k's rows into shared memory (``load_rows``, L2-normalised when asked) and, from the same
-        registers, kd = k e^(gc_last - gc) to the scratch."""
+        registers, kd = k e^(gc_last - gc) to the scratch. With ``pending`` (``prefetch``): k's rows are
+        in sK's cp.async group already, ``pending`` groups issued after it."""
         gKd = mKd[c, h, None, None]
         out = cute.make_rmem_tensor((1, _SEG), mKd.element_type)
 
@@ -353,7 +382,20 @@ class DeltaPrepare(ChunkKernel):
             out.store((x * cute.math.exp(sGc[CHUNK - 1] - sGc[row])).to(mKd.element_type))
             cute.autovec_copy(out, cute.local_tile(gKd, (1, _SEG), (row, seg)))
 
-        self.load_rows(mK[None, hk, None], sK, start, count, self.K, self.use_l2, tidx, also=write_kd)
+        if const_expr(pending is not None):
+            self.put_prefetched_rows(sK, pending, tidx, also=write_kd)
+        else:
+            self.load_rows(mK[None, hk, None], sK, start, count, self.K, self.use_l2, tidx, also=write_kd)
+
+    @cute.jit
+    def put_prefetched_rows(self, sX: cute.Tensor, pending: cutlass.Constexpr, tidx: Int32, also=None):
+        """k's or q's rows, copied into ``sX`` (64 x K) at the chunk's start, L2-normalised in place when asked
+        and passed through ``also`` as ``load_rows`` does, once all but ``pending`` cp.async groups have landed:
+        a thread reads back the segments it copied (no barrier), so the bits are ``load_rows``'."""
+        cute.arch.cp_async_wait_group(pending)
+        raw = self.row_registers(self.K)
+        self.fetch_rows(sX, raw, self.K, tidx)
+        self.put_loaded_rows(raw, sX, self.K, self.use_l2, tidx, also)
 
     @cute.jit
     def form_a(self, tiled_mma: cute.TiledMma, sL: cute.Tensor, sR: cute.Tensor, sA: cute.Tensor,
@@ -502,9 +544,10 @@ class DeltaPrepareScores(DeltaPrepare):
     Called with k, v, g, beta, cu_seqlens, w, u, g_out, kd, q, qg, attn, then tokens, chunks, sequences."""
 
     def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
-                 HQ: int, H: int, use_l2: bool, scale: float):
+                 HQ: int, H: int, use_l2: bool, scale: float, prefetch: bool = False):
         super().__init__(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2)
         self.scale = float(scale)
+        self.prefetch = prefetch
 
     @cute.jit
     def __call__(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
@@ -520,6 +563,11 @@ class DeltaPrepareScores(DeltaPrepare):
                pcu: cute.Pointer, pw: cute.Pointer, pu: cute.Pointer, pgo: cute.Pointer, pkd: cute.Pointer,
                pq: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, tokens: Int32, chunks: Int32, n_seq: Int32):
         self.run(pk, pv, pg, pbeta, pcu, pw, pu, pgo, pkd, tokens, chunks, n_seq, (pq, pqg, pattn))
+
+    def query_rows(self, sA: cute.Tensor) -> cute.Tensor:
+        """q's rows in A's place: 64 rows of K + 8 in the input type, within A's 64 rows of 72 f32 for K <= 128."""
+        return cute.make_tensor(cute.recast_ptr(sA.iterator, dtype=self.io),
+                                cute.make_layout((CHUNK, self.K), stride=(self.K + _PAD, 1)))
 
     def score_views(self, pq: cute.Pointer, pqg: cute.Pointer, pattn: cute.Pointer, tokens: Int32, chunks: Int32):
         """q (tokens x key heads x K), qg (chunks x heads x 64 x K) and attn (chunks x heads x 64 x 64)."""
@@ -538,9 +586,7 @@ class DeltaPrepareScores(DeltaPrepare):
         registers (q rounded to the input type first, as ``DeltaOutput.scale_query_rows`` reads it), then
         attn = masked_scores(q, k) to global."""
         io = self.io
-        # 64 rows of K + 8 in the input type: within A's 64 rows of 72 f32 for K <= 128
-        sQ = cute.make_tensor(cute.recast_ptr(sA.iterator, dtype=io),
-                              cute.make_layout((CHUNK, self.K), stride=(self.K + _PAD, 1)))
+        sQ = self.query_rows(sA)
         out = cute.make_rmem_tensor((1, _SEG), gQg.element_type)
 
         def write_qg(p, row, seg, x):
@@ -548,7 +594,10 @@ class DeltaPrepareScores(DeltaPrepare):
             out.store((stored * (self.scale * cute.math.exp(sGc[row]))).to(gQg.element_type))
             cute.autovec_copy(out, cute.local_tile(gQg, (1, _SEG), (row, seg)))
 
-        self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx, also=write_qg)
+        if const_expr(self.prefetch):
+            self.put_prefetched_rows(sQ, int(self.store_u), tidx, also=write_qg)
+        else:
+            self.load_rows(gQ, sQ, start, count, self.K, self.use_l2, tidx, also=write_qg)
         cute.arch.sync_threads()
         self.masked_scores(tiled_mma, tiled_mma.get_slice(tidx), sQ, sK, gAttn, sGc, True, tidx)
 
@@ -688,6 +737,11 @@ class DeltaPrepareInverseIntra(DeltaPrepareScores):
         self.product_tt(tiled_mma, p, sAttn, sDo, CHUNK, CHUNK, V, CHUNK + _PAD, width, tidx)
         self.store_fragment(p, thr.partition_C(mP[c, h, None, None]))
 
+# gdn's prepare with the scores issues k, q and v at the chunk's start (``DeltaPrepare.prefetch``): its outputs are
+# the round-trip kernel's bits; on by default once a GPU test has shown both and a timing has shown it faster
+PREFETCH = False
+
+
 def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str) -> tuple:
     """(element type, assumed address alignment) of each pointer argument, in order: k, v, g, beta,
     cu_seqlens, w, u, g_out, kd. The row-major tiles (rows of K or V elements) and g_out (a workspace
@@ -716,25 +770,30 @@ def prepare_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype
 
 
 def prepare_scores_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
-                            HQ: int, H: int, use_l2: bool, scale: float, n_seq: int) -> KernelLauncher:
+                            HQ: int, H: int, use_l2: bool, scale: float, n_seq: int,
+                            prefetch: bool | None = None) -> KernelLauncher:
     """The launcher of one ``DeltaPrepareScores`` specialisation (gdn); its slots: k, v, g, beta, cu_seqlens, w, u,
-    g_out, kd, q, qg, attn."""
-    key = ("chunk_prepare_scores", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, float(scale))
+    g_out, kd, q, qg, attn. ``prefetch``: ``DeltaPrepare.prefetch`` (None: ``PREFETCH``)."""
+    prefetch = PREFETCH if prefetch is None else prefetch
+    key = ("chunk_prepare_scores", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, float(scale),
+           prefetch)
     types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + ((io_dtype, 16),) * 3
     return KernelLauncher(lambda: DeltaPrepareScores(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
-                                                     scale), key, types, n_seq)
+                                                     scale, prefetch), key, types, n_seq)
 
 
 def prepare_scores_inverse_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int,
-                                    V: int, HQ: int, H: int, use_l2: bool, scale: float,
-                                    n_seq: int) -> KernelLauncher:
+                                    V: int, HQ: int, H: int, use_l2: bool, scale: float, n_seq: int,
+                                    prefetch: bool | None = None) -> KernelLauncher:
     """The launcher of one ``DeltaPrepareScoresInverse`` specialisation (gdn's forward keeping a chunk cache); its
-    slots: k, v, g, beta, cu_seqlens, w, u, g_out, kd, q, qg, attn, T (T in the input type)."""
+    slots: k, v, g, beta, cu_seqlens, w, u, g_out, kd, q, qg, attn, T (T in the input type); ``prefetch`` as
+    ``prepare_scores_launcher``'s."""
+    prefetch = PREFETCH if prefetch is None else prefetch
     key = ("chunk_prepare_scores_inverse", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
-           float(scale))
+           float(scale), prefetch)
     types = _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype) + ((io_dtype, 16),) * 4
     return KernelLauncher(lambda: DeltaPrepareScoresInverse(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ,
-                                                            H, use_l2, scale), key, types, n_seq)
+                                                            H, use_l2, scale, prefetch), key, types, n_seq)
 
 
 def prepare_inverse_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,

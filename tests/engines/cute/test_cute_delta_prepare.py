@@ -1,12 +1,14 @@
 """The CuTe DSL chunk_prepare for gdn and kda (engines/cute/_delta_prepare), on the CPU: its specialisations compile
 for sm_90a (CUTE_DSL_ARCH names the target: no GPU needed), and the cuTile plan's C launch path gets a
 record for it that matches the cubin: nine addresses then three int32 sizes, its block and its dynamic
-shared memory (at most 48 KB: the C path sets no opt-in attribute). The kernel's results against the
-reference engine are tests/engines/cutile/test_cutile_cute_kernels.py's (H200). kda's plans with it have no
-gates launch (the kernel forms the gate sums), and its cuTile stand-in runs chunk_gates first.
+shared memory (the plain prepare's at most 48 KB; past that the C paths opt in at load). The kernel's results
+against the reference engine are tests/engines/cutile/test_cutile_cute_kernels.py's (H200). kda's plans with it
+have no gates launch (the kernel forms the gate sums), and its cuTile stand-in runs chunk_gates first. On an
+sm_90 GPU: the prefetching prepare with scores gives the round-trip kernel's bytes in every output region.
 """
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -19,7 +21,7 @@ pytest.importorskip("cuda.tile", reason="cuda-tile is not installed (the C launc
 
 from cudnn_graph.engines.cute import _delta_prepare  # noqa: E402
 from cudnn_graph.engines.cutile import _c_launch, _cute_launch  # noqa: E402
-from cubin_tables import addresses_then_three_sizes, kernel_table, largest_frame, parameters  # noqa: E402
+from cubin_tables import addresses_then_three_sizes, kernel_table, largest_frame, parameters, registers  # noqa: E402
 from cudnn_graph.engines.cutile import engine as cutile_engine  # noqa: E402
 from cudnn_graph.engines.cutile._variants import Variant  # noqa: E402
 
@@ -162,7 +164,8 @@ def test_the_kda_cute_prepare_falls_back_to_chunk_gates_then_the_cutile_prepare(
 def test_the_prepare_with_scores_compiles_with_twelve_addresses_in_the_prepares_shared_memory(io, K, V):
     # k, v, g, beta, cu_seqlens, w, u, g_out, kd, q, qg, attn; then tokens, chunks, sequences. q goes through
     # A's place: no more shared memory than the prepare's
-    launcher = _delta_prepare.prepare_scores_launcher(io, "float32", io, io, K, V, 2, 4, True, K ** -0.5, 3)
+    launcher = _delta_prepare.prepare_scores_launcher(io, "float32", io, io, K, V, 2, 4, True, K ** -0.5, 3,
+                                                      prefetch=False)
     cubin, block, shared = launcher.cubin()
     assert parameters(cubin) == addresses_then_three_sizes(12)
     plain = _delta_prepare.DeltaPrepare(io, "float32", io, io, K, V, 2, 4, True)
@@ -175,9 +178,95 @@ def test_the_prepare_with_scores_compiles_with_twelve_addresses_in_the_prepares_
 def test_the_forward_prepare_that_keeps_the_chunk_cache_takes_t_after_the_scores_in_the_same_shared_memory(io, K, V):
     # gdn's forward keeping its chunk_cache: the prepare with scores, T's address last (thirteen); T leaves from
     # the registers of the substitution, as the backward's prepare writes it: no shared memory of its own
-    launcher = _delta_prepare.prepare_scores_inverse_launcher(io, "float32", io, io, K, V, 2, 4, True, K ** -0.5, 3)
+    for prefetch in (False, True):
+        launcher = _delta_prepare.prepare_scores_inverse_launcher(io, "float32", io, io, K, V, 2, 4, True, K ** -0.5, 3,
+                                                                  prefetch=prefetch)
+        cubin, block, shared = launcher.cubin()
+        assert parameters(cubin) == addresses_then_three_sizes(13)
+        scores = _delta_prepare.prepare_scores_launcher(io, "float32", io, io, K, V, 2, 4, True, K ** -0.5, 3,
+                                                        prefetch=prefetch)
+        assert block == (128, 1, 1) and shared == scores.cubin()[2]
+        assert largest_frame(cubin) == 0
+
+
+# an SM of an H100 / H200: 64 K registers and 228 KB of shared memory, 1 KB of it kept per CTA
+SM_REGISTERS, SM_SHARED, CTA_RESERVED = 65536, 228 * 1024, 1024
+
+
+@pytest.mark.parametrize("io, K, ctas", [("bfloat16", 128, 4), ("float16", 64, 5)])
+def test_the_prefetching_prepare_keeps_the_round_trip_kernels_ctas_an_sm(io, K, ctas):
+    # k, q and v issued at the chunk's start: v in a buffer of its own (q in A's place, k in its own), so the
+    # shared memory grows by one 64-row buffer and the CTAs an SM stay what the registers allow, as before
+    round_trip = _delta_prepare.prepare_scores_launcher(io, "float32", io, io, K, K, 16, 16, True, K ** -0.5, 3,
+                                                        prefetch=False)
+    launcher = _delta_prepare.prepare_scores_launcher(io, "float32", io, io, K, K, 16, 16, True, K ** -0.5, 3,
+                                                      prefetch=True)
     cubin, block, shared = launcher.cubin()
-    assert parameters(cubin) == addresses_then_three_sizes(13)
-    scores = _delta_prepare.prepare_scores_launcher(io, "float32", io, io, K, V, 2, 4, True, K ** -0.5, 3)
-    assert block == (128, 1, 1) and shared == scores.cubin()[2]
-    assert largest_frame(cubin) == 0
+    assert parameters(cubin) == addresses_then_three_sizes(12) and largest_frame(cubin) == 0
+    assert shared == round_trip.cubin()[2] + 2 * 64 * (K + 8)
+    per_thread = -(-registers(cubin) // 8) * 8               # registers are given out 8 a thread at a time
+    assert SM_REGISTERS // (per_thread * block[0]) >= ctas
+    assert SM_SHARED // (shared + CTA_RESERVED) >= ctas
+
+
+def _device_slot(array):
+    """A launcher slot over a CuPy array (address, shape, element strides)."""
+    import types
+    return types.SimpleNamespace(data_ptr=array.data.ptr, shape=array.shape, numel=array.size,
+                                 strides=tuple(s // array.itemsize for s in array.strides))
+
+
+def _prepare_outputs(launcher, inputs, lengths, H, K, V, io, with_t):
+    """Every output region of one prepare-with-scores launch over ``inputs`` (k, v, g, beta, cu, q), each
+    filled with 0xFF bytes first, so that a region one kernel leaves alone and the other writes shows."""
+    import cupy as cp
+    tokens, chunks = sum(lengths), sum(-(-n // 64) for n in lengths)
+    shapes = {"w": ((chunks, H, 64, K), io), "u": ((chunks, H, 64, V), io), "g_out": ((tokens, H), "float32"),
+              "kd": ((chunks, H, 64, K), io), "qg": ((chunks, H, 64, K), io), "attn": ((chunks, H, 64, 64), io)}
+    if with_t:
+        shapes["T"] = ((chunks, H, 64, 64), io)
+    outs = {}
+    for name, (shape, dtype) in shapes.items():
+        outs[name] = cp.empty(shape, dtype=cp.float16 if dtype == "bfloat16" else dtype)
+        outs[name].view(cp.uint8).fill(0xFF)
+    k, v, g, beta, cu, q = inputs
+    order = [k, v, g, beta, cu, outs["w"], outs["u"], outs["g_out"], outs["kd"], q, outs["qg"], outs["attn"]]
+    if with_t:
+        order.append(outs["T"])
+    assert launcher(cp.cuda.get_current_stream().ptr, [_device_slot(a) for a in order], tokens, chunks)
+    cp.cuda.get_current_stream().synchronize()
+    return {name: cp.asnumpy(a.view(cp.uint8)) for name, a in outs.items()}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("with_t", [False, True], ids=["scores", "scores_inverse"])
+@pytest.mark.parametrize("io, K, V, HQ, H", [("bfloat16", 128, 128, 4, 4), ("float16", 64, 64, 4, 4),
+                                             ("bfloat16", 64, 128, 2, 4)])
+def test_the_prefetching_prepare_gives_the_round_trip_kernels_bits(io, K, V, HQ, H, with_t):
+    # k, q and v by cp.async at the chunk's start (rows past a sequence's end stored as zeros, normalised in
+    # place) against four global round trips: every output region byte for byte, over uneven sequences (one
+    # token, a chunk's edge, a partial last chunk)
+    cp = pytest.importorskip("cupy")
+    if cp.cuda.runtime.getDeviceCount() == 0 or cp.cuda.Device(0).compute_capability != "90":
+        pytest.skip("the CuTe kernels run on sm_90")
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    lengths = [1, 64, 65, 190, 300, 7]
+    tokens = sum(lengths)
+    rng = cp.random.default_rng(25)
+
+    def io_array(shape):
+        x = rng.standard_normal(shape, dtype=cp.float32)
+        if io == "float16":
+            return x.astype(cp.float16)
+        return (x.view(cp.uint32) + 0x8000 >> 16).astype(cp.uint16).view(cp.float16)   # BF16 bits, by rounding
+
+    k, q, v = io_array((tokens, HQ, K)), io_array((tokens, HQ, K)), io_array((tokens, H, V))
+    g = -rng.uniform(0.0, 0.2, (tokens, H), dtype=cp.float32)
+    beta = io_array((tokens, H))                # any finite values do: both kernels take the same ones
+    cu = cp.asarray([0, *itertools.accumulate(lengths)], dtype=cp.int32)
+    make = (_delta_prepare.prepare_scores_inverse_launcher if with_t else _delta_prepare.prepare_scores_launcher)
+    results = [_prepare_outputs(make(io, "float32", io, io, K, V, HQ, H, True, K ** -0.5, len(lengths),
+                                     prefetch=prefetch), (k, v, g, beta, cu, q), lengths, H, K, V, io, with_t)
+               for prefetch in (False, True)]
+    for name, round_trip in results[0].items():
+        assert (results[1][name] == round_trip).all(), name
