@@ -24,8 +24,8 @@ CTA holds its operands in about 37 KB and several CTAs share an SM. The steps, 1
    read into k's buffer once w is out; each product staged in its operand's place and stored to the
    chunk-major scratch in 16-byte segments.
 
-gdn's prepare with the scores (``DeltaPrepareScores``, the fused forward's) issues k, q and v by cp.async
-before step 2 instead (``prefetch``): q into A's place, v into a buffer of its own, k and q each
+gdn's prepare, and the one with the scores (``DeltaPrepareScores``, the fused forward's), issue k, (q) and v by
+cp.async before step 2 instead (``prefetch``): q into A's place, v into a buffer of its own, k and q each
 normalised in place as its group lands, so the chunk's loads overlap the gate sums and each other where the
 steps above wait out four global round trips one after another. The extra buffer (17 KB at V = 128, 54 KB in
 all: the C paths opt in past 48 KB) keeps the CTAs an SM the registers allow.
@@ -50,8 +50,11 @@ class DeltaPrepare(ChunkKernel):
     tokens, chunks, sequences and a stream."""
 
     def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
-                 HQ: int, H: int, use_l2: bool, per_channel: bool = False):
+                 HQ: int, H: int, use_l2: bool, per_channel: bool = False, prefetch: bool = False):
         self.set_heads(io_dtype, K, V, HQ, H, use_l2)
+        if prefetch and per_channel:
+            raise ValueError("prefetch is gdn's (a per-token gate): kda's prepare reads k with its gate sums")
+        self.prefetch = prefetch
         # kda: per-channel decays; their in-chunk sums are formed here into g_out (what the cuTile engine's
         # chunk_gates launch computes, saved a launch and a pass over g) and read back from it; A's
         # operands carry the decay split around the chunk's row SPLIT_ROW, as the cuTile kernel's
@@ -60,8 +63,8 @@ class DeltaPrepare(ChunkKernel):
     # u = Tu v is written (a backward from the forward's checkpoints on 16-bit scratch has chunk_bwd_values form
     # U from T itself: this kernel reads no v and writes no u, ``DeltaPrepareInverse(store_u=False)``)
     store_u = True
-    # gdn: k, q and v are issued by cp.async at the chunk's start, v into a buffer of its own
-    # (``DeltaPrepareScores(prefetch=True)``), instead of four global round trips one after another
+    # gdn: k, q and v are issued by cp.async at the chunk's start, v into a buffer of its own (``prefetch``),
+    # instead of four global round trips one after another
     prefetch = False
 
     @property
@@ -545,9 +548,8 @@ class DeltaPrepareScores(DeltaPrepare):
 
     def __init__(self, io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int,
                  HQ: int, H: int, use_l2: bool, scale: float, prefetch: bool = False):
-        super().__init__(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2)
+        super().__init__(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, prefetch=prefetch)
         self.scale = float(scale)
-        self.prefetch = prefetch
 
     @cute.jit
     def __call__(self, pk: cute.Pointer, pv: cute.Pointer, pg: cute.Pointer, pbeta: cute.Pointer,
@@ -737,8 +739,9 @@ class DeltaPrepareInverseIntra(DeltaPrepareScores):
         self.product_tt(tiled_mma, p, sAttn, sDo, CHUNK, CHUNK, V, CHUNK + _PAD, width, tidx)
         self.store_fragment(p, thr.partition_C(mP[c, h, None, None]))
 
-# gdn's prepare with the scores issues k, q and v at the chunk's start (``DeltaPrepare.prefetch``): its outputs are
-# the round-trip kernel's bits; on by default once a GPU test has shown both and a timing has shown it faster
+# gdn's prepare (and the one with the scores) issues k (q) and v at the chunk's start (``DeltaPrepare.prefetch``):
+# its outputs are the round-trip kernel's bits; on by default once a GPU test has shown both and a timing has
+# shown it faster
 PREFETCH = False
 
 
@@ -760,12 +763,15 @@ def compile_prepare(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype:
 
 
 def prepare_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str, K: int, V: int, HQ: int,
-                     H: int, use_l2: bool, n_seq: int, per_channel: bool = False) -> KernelLauncher:
+                     H: int, use_l2: bool, n_seq: int, per_channel: bool = False,
+                     prefetch: bool | None = None) -> KernelLauncher:
     """The launcher of one specialisation; its slots: k, v, g, beta, cu_seqlens, w, u, g_out, kd (kda:
-    g_out holds the per-channel gate sums, read; gdn: the per-token sums, written)."""
-    key = ("chunk_prepare", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, per_channel)
+    g_out holds the per-channel gate sums, read; gdn: the per-token sums, written). ``prefetch``:
+    ``DeltaPrepare.prefetch`` (None: ``PREFETCH`` for gdn)."""
+    prefetch = PREFETCH and not per_channel if prefetch is None else prefetch
+    key = ("chunk_prepare", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, per_channel, prefetch)
     return KernelLauncher(lambda: DeltaPrepare(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
-                                               per_channel),
+                                               per_channel, prefetch),
                           key, _pointer_types(io_dtype, g_dtype, beta_dtype, scratch_dtype), n_seq)
 
 
