@@ -28,7 +28,8 @@ gdn's prepare, and the one with the scores (``DeltaPrepareScores``, the fused fo
 cp.async before step 2 instead (``prefetch``): q into A's place, v into a buffer of its own, k and q each
 normalised in place as its group lands, so the chunk's loads overlap the gate sums and each other where the
 steps above wait out four global round trips one after another. The extra buffer (17 KB at V = 128, 54 KB in
-all: the C paths opt in past 48 KB) keeps the CTAs an SM the registers allow.
+all: the C paths opt in past 48 KB) keeps the CTAs an SM the registers allow, but for the plain prepare at
+K = V = 64, which keeps its round trips (``PREFETCH`` has the timings).
 """
 from __future__ import annotations
 
@@ -323,7 +324,8 @@ class DeltaPrepare(ChunkKernel):
     def w_and_u(self, tiled_mma, mV: cute.Tensor, mW: cute.Tensor, mU: cute.Tensor, sK: cute.Tensor, sV: cute.Tensor,
                 sTw: cute.Tensor, sTu: cute.Tensor, c: Int32, h: Int32, start: Int32, count: Int32, tidx: Int32):
         """w = Tw k (sK holds k as w's product needs it) and u = Tu v, each staged in its operand's place and
-        stored; v is read into k's place once w is out (not read, and u not written, without ``store_u``)."""
+        stored; v is read into k's place once w is out (not read, and u not written, without ``store_u``), or,
+        with ``prefetch``, has been landing in a buffer of its own since the chunk's start."""
         self.product_out(tiled_mma, sTw, sK, mW, c, h, self.K, tidx)
         if const_expr(self.store_u):
             if const_expr(self.prefetch):
@@ -740,9 +742,11 @@ class DeltaPrepareInverseIntra(DeltaPrepareScores):
         self.store_fragment(p, thr.partition_C(mP[c, h, None, None]))
 
 # gdn's prepare (and the one with the scores) issues k (q) and v at the chunk's start (``DeltaPrepare.prefetch``):
-# its outputs are the round-trip kernel's bits; on by default once a GPU test has shown both and a timing has
-# shown it faster
-PREFETCH = False
+# its outputs are the round-trip kernel's bits (session 47, H100: all three prepares, BF16 / FP16, K 64 / 128,
+# grouped value heads). Its GPU time against the round trips there (bench/delta_prepare.py): with the scores
+# 0.86-1.00x at every shape and K; the plain prepare 0.89-0.94x at K = 128, but 1.01-1.07x at K = V = 64, where v's
+# buffer costs a CTA an SM (80 registers allow six; 38 KB of shared memory five): off there
+PREFETCH = True
 
 
 def _pointer_types(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype: str) -> tuple:
@@ -767,8 +771,9 @@ def prepare_launcher(io_dtype: str, g_dtype: str, beta_dtype: str, scratch_dtype
                      prefetch: bool | None = None) -> KernelLauncher:
     """The launcher of one specialisation; its slots: k, v, g, beta, cu_seqlens, w, u, g_out, kd (kda:
     g_out holds the per-channel gate sums, read; gdn: the per-token sums, written). ``prefetch``:
-    ``DeltaPrepare.prefetch`` (None: ``PREFETCH`` for gdn)."""
-    prefetch = PREFETCH and not per_channel if prefetch is None else prefetch
+    ``DeltaPrepare.prefetch`` (None: ``PREFETCH`` for gdn past K = V = 64)."""
+    if prefetch is None:
+        prefetch = PREFETCH and not per_channel and max(K, V) > 64
     key = ("chunk_prepare", io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2, per_channel, prefetch)
     return KernelLauncher(lambda: DeltaPrepare(io_dtype, g_dtype, beta_dtype, scratch_dtype, K, V, HQ, H, use_l2,
                                                per_channel, prefetch),

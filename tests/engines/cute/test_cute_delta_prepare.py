@@ -282,3 +282,22 @@ def test_the_prefetching_prepare_gives_the_round_trip_kernels_bits(io, K, V, HQ,
                for prefetch in (False, True)]
     for name, round_trip in results[0].items():
         assert (results[1][name] == round_trip).all(), name
+
+
+@pytest.mark.parametrize("K, V, per_channel, expected", [(128, 128, False, True), (64, 128, False, True),
+                                                         (64, 64, False, False), (128, 128, True, False)])
+def test_the_plain_prepare_prefetches_where_it_keeps_its_ctas_an_sm(monkeypatch, K, V, per_channel, expected):
+    # gdn's plain prepare at K = V = 64 (six CTAs an SM by its registers) loses one to v's buffer and was slower
+    # on the H100; kda's reads k with its gate sums; the prepare with the scores prefetches at every K
+    monkeypatch.setattr(_delta_prepare, "PREFETCH", True)
+    plain = _delta_prepare.prepare_launcher("bfloat16", "float32", "bfloat16", "bfloat16", K, V, 2, 2, True, 3,
+                                            per_channel=per_channel)
+    assert plain._make_kernel().prefetch is expected
+    scores = _delta_prepare.prepare_scores_launcher("bfloat16", "float32", "bfloat16", "bfloat16", K, V, 2, 2, True,
+                                                    K ** -0.5, 3)
+    assert scores._make_kernel().prefetch is True
+    monkeypatch.setattr(_delta_prepare, "PREFETCH", False)
+    assert plain._make_kernel().prefetch is expected        # decided when the launcher was made
+    with pytest.raises(ValueError, match="prefetch is gdn's"):
+        _delta_prepare.DeltaPrepare("bfloat16", "float32", "bfloat16", "bfloat16", 64, 64, 2, 2, True,
+                                    per_channel=True, prefetch=True)
