@@ -4,7 +4,7 @@ record for it that matches the cubin: nine addresses then three int32 sizes, its
 shared memory (the plain prepare's at most 48 KB; past that the C paths opt in at load). The kernel's results
 against the reference engine are tests/engines/cutile/test_cutile_cute_kernels.py's (H200). kda's plans with it
 have no gates launch (the kernel forms the gate sums), and its cuTile stand-in runs chunk_gates first. On an
-sm_90 GPU: the prefetching prepare with scores gives the round-trip kernel's bytes in every output region.
+sm_90 GPU: gdn's prefetching prepares give the round-trip kernels' bytes in every output region.
 """
 from __future__ import annotations
 
@@ -211,10 +211,8 @@ def test_the_prefetching_prepare_keeps_the_round_trip_kernels_ctas_an_sm(io, K, 
 
 
 def _device_slot(array):
-    """A launcher slot over a CuPy array (address, shape, element strides)."""
-    import types
-    return types.SimpleNamespace(data_ptr=array.data.ptr, shape=array.shape, numel=array.size,
-                                 strides=tuple(s // array.itemsize for s in array.strides))
+    """``_slot`` over a CuPy array."""
+    return _slot(array.data.ptr, array.shape, tuple(s // array.itemsize for s in array.strides))
 
 
 def _prepare_outputs(launcher, inputs, lengths, H, K, V, io, kind):
