@@ -16,9 +16,9 @@ CTA holds its operands in about 37 KB and several CTAs share an SM. The steps, 1
 3. ``k k^T`` on the tensor cores (mma.sync m16n8k16, BF16 / FP16 in, f32 out), masked and scaled into
    ``A`` (f32, shared);
 4. ``T`` in f32 by forward substitution, one column per thread: column c of ``(I + A) T = I`` needs only the
-   rows above it, kept in registers, while A's rows are broadcast from shared memory; for gdn in 32-row
-   blocks (the two diagonal blocks' inverses at once, a warp each, then the off-diagonal block
-   ``-T22 A21 T11`` on all four warps);
+   rows above it, kept in registers, while A's rows are broadcast from shared memory; for gdn the four
+   16-row diagonal blocks' inverses at once (a warp each), then merged into 32- and 64-row blocks,
+   ``T21 = -T22 A21 T11``, on the tensor cores in TF32;
 5. ``w = (T diag(beta e^gc)) k`` and ``u = (T diag(beta)) v`` on the tensor cores, with T's column
    scales folded in before it is rounded to the input type (fla's precision: T in the input type); v is
    read into k's buffer once w is out; each product staged in its operand's place and stored to the
@@ -428,10 +428,11 @@ class DeltaPrepare(ChunkKernel):
     def invert_column(self, sA: cute.Tensor, sTw: cute.Tensor, sTu: cute.Tensor, sGc: cute.Tensor,
                       sBeta: cute.Tensor, tidx: Int32, gT=None):
         """Column ``tidx`` (threads 0-63) of T = (I + A)^-1, scaled into sTw / sTu over A's place (and, with
-        ``gT``, as it is into gT: 64 x 64 global, a row's columns on a warp's lanes). gdn: in 32-row blocks
-        (``invert_blocks``); kda: one forward substitution over all 64 rows (the blocked form took 145
-        registers in kda's specialisation against 97, and 100 in gdn's: the cause was not found). Every
-        thread reaches the barrier between T's last read of A and its writes over it."""
+        ``gT``, as it is into gT: 64 x 64 global, a row's columns on a warp's lanes). gdn: from 16-row blocks
+        (``invert_blocks``); kda: one forward substitution over all 64 rows (an earlier blocked form, 32-row
+        blocks merged on the CUDA cores, took 145 registers in kda's specialisation against 97: the cause was
+        not found; kda's split decays are untried with TF32 products). Every thread reaches the barrier between
+        T's last read of A and its writes over it."""
         tcol = cute.make_rmem_tensor((CHUNK,), Float32)
         if const_expr(self.per_channel):
             if tidx < CHUNK:
@@ -457,54 +458,102 @@ class DeltaPrepare(ChunkKernel):
 
     @cute.jit
     def invert_blocks(self, sA: cute.Tensor, tcol: cute.Tensor, tidx: Int32):
-        """Column ``tidx`` of T = (I + A)^-1 into ``tcol`` (threads 0-63), in 32-row blocks: with A = [[A11, 0],
-        [A21, A22]], T11 = (I + A11)^-1 and T22 = (I + A22)^-1 at once by forward substitution (warp 0 and
-        warp 1, a column a thread), then T21 = -T22 (A21 T11) as two 32 x 32 x 32 products on all four warps.
-        The one 64-row substitution was the kernel's longest dependent chain (one warp's 2,016 FMAs while two
-        warps idled); here the chain is a 32-row substitution and two products. Each block of T is written
-        over the block of A no later step reads: T11 over A11, T22 over A22, A21 T11 over A12 (zero, never
-        read), T21 over A21."""
+        """Column ``tidx`` of T = (I + A)^-1 into ``tcol`` (threads 0-63), from the four 16-row diagonal blocks'
+        inverses (forward substitution, a warp a block, a column a lane), merged into 32-row blocks (warps 0
+        and 1, a pair of blocks each) and then into T (all four warps) by T21 = -T22 (A21 T11), each product on
+        the tensor cores in TF32 (``inverse_product``). The chain is a 16-row substitution (a quarter of a
+        32-row one's FMAs) and four MMA steps; the form it replaced (session 48), two 32-row substitutions on
+        warps 0 and 1 while warps 2 and 3 idled, then the merge on the CUDA cores, took the prepare 8-13% longer
+        (H100, 4 x 2048 x 16). TF32 keeps T to ~5e-5 of its largest entry for L2-normalised keys, under the
+        input type's rounding of T that follows. Each block of T is written over the block of A no later step
+        reads; a product's X = A21 T11 goes above the diagonal, zeroed again where a later product reads T
+        there."""
+        q = CHUNK // 4
         half = CHUNK // 2
-        tblock = cute.make_rmem_tensor((half,), Float32)
-        if tidx < half:
-            self.substitute(sA, tblock, 0, tidx, half)
-        elif tidx < CHUNK:
-            self.substitute(sA, tblock, half, tidx - half, half)
+        warp = tidx // 32
+        lane = tidx % 32
+        blk = cute.make_rmem_tensor((q,), Float32)
+        for b in range_constexpr(4):
+            if warp == b:
+                self.substitute(sA, blk, b * q, lane % q, q)
+                cute.arch.sync_warp()          # the warp's reads of its block are done
+                if lane < q:
+                    for r in range_constexpr(q):
+                        sA[b * q + r, b * q + lane] = blk[r]
         cute.arch.sync_threads()
-        if tidx < CHUNK:
-            base = (tidx // half) * half
-            for r in range_constexpr(half):
-                sA[base + r, tidx] = tblock[r]
+        mma = self.inverse_mma()
+        if warp < 2:
+            top = warp * half                  # the pair's first row and column
+            acc = self.inverse_product(mma, sA, top + q, top, top, top, q, q, lane)
+            self.put_block(mma, acc, sA, top, top + q, q, False, lane)
+            cute.arch.sync_warp()
+            acc = self.inverse_product(mma, sA, top + q, top + q, top, top + q, q, q, lane)
+            self.put_block(mma, acc, sA, top + q, top, q, True, lane)
+            cute.arch.sync_warp()              # X is read: zero again (T's upper triangle)
+            for e in range_constexpr(q * q // 32):
+                sA[top + (e * 32 + lane) // q, top + q + (e * 32 + lane) % q] = Float32(0.0)
         cute.arch.sync_threads()
-        # A21 T11 into A12's place: a thread takes column tidx % 32 of its warp's eight rows; rolled over j
-        # (unrolled by 4): a full unroll hoisted all 256 loads and took 11 more registers
-        col = tidx % half
-        rows = (tidx // half) * 8
-        acc = cute.make_rmem_tensor((8,), Float32)
-        acc.fill(0.0)
-        for j in cutlass.range(half, unroll=4):
-            t_j = sA[j, col]
-            for i in range_constexpr(8):
-                acc[i] = acc[i] + sA[half + rows + i, j] * t_j
-        for i in range_constexpr(8):
-            sA[rows + i, half + col] = acc[i]
+        rows = (warp // 2) * q
+        cols = (warp % 2) * q
+        acc = self.inverse_product(mma, sA, half + rows, 0, 0, cols, half, q, lane)
+        self.put_block(mma, acc, sA, rows, half + cols, q, False, lane)
         cute.arch.sync_threads()
-        # T21 = -T22 (A21 T11) over A21 (T22 is unit lower triangular: its zeros above the diagonal are read)
-        acc.fill(0.0)
-        for j in cutlass.range(half, unroll=4):
-            x_j = sA[j, half + col]
-            for i in range_constexpr(8):
-                acc[i] = acc[i] + sA[half + rows + i, half + j] * x_j
-        for i in range_constexpr(8):
-            sA[half + rows + i, col] = -acc[i]
+        acc = self.inverse_product(mma, sA, half + rows, half, 0, half + cols, half, q, lane)
+        self.put_block(mma, acc, sA, half + rows, cols, q, True, lane)
         cute.arch.sync_threads()
         if tidx < CHUNK:
             for r in range_constexpr(CHUNK):
                 if const_expr(r < half):
-                    # rows above T22 are zero (A12's place holds the product, not T)
+                    # rows above T22 are zero (A12's place holds X, not T)
                     tcol[r] = cutlass.select_(tidx < half, sA[r, tidx], Float32(0.0))
                 else:
                     tcol[r] = sA[r, tidx]
+
+    def inverse_mma(self) -> cute.TiledMma:
+        """One warp's TF32 MMA (mma.sync m16n8k8, f32 out): the inverse's block products, a tile a warp."""
+        return cute.make_tiled_mma(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)), cute.make_layout((1, 1, 1)))
+
+    @cute.jit
+    def inverse_product(self, mma: cute.TiledMma, sA: cute.Tensor, row: Int32, col: Int32, krow: Int32,
+                        kcol: Int32, k: cutlass.Constexpr, n: cutlass.Constexpr, lane: Int32) -> cute.Tensor:
+        """The accumulators (f32) of sA[row:+16, col:+k] @ sA[krow:+k, kcol:+n] on one warp, both operands
+        rounded to TF32 (to nearest) as they are read from shared memory."""
+        stride = CHUNK + _PAD
+        x = cute.make_tensor(sA.iterator + (row * stride + col), cute.make_layout((16, k), stride=(stride, 1)))
+        # the right operand as the MMA's B (n x k, k contiguous in the MMA's view): its rows read down columns
+        yt = cute.make_tensor(sA.iterator + (krow * stride + kcol), cute.make_layout((n, k), stride=(1, stride)))
+        thr = mma.get_slice(lane)
+        # the MMA's operand registers (compact, TF32: as the views' TF32 twins give them), filled from the f32 views
+        ra = mma.make_fragment_A(thr.partition_A(self.as_tf32(x)))
+        rb = mma.make_fragment_B(thr.partition_B(self.as_tf32(yt)))
+        self.round_tf32(thr.partition_A(x), ra)
+        self.round_tf32(thr.partition_B(yt), rb)
+        acc = cute.make_rmem_tensor(thr.partition_shape_C((16, n)), Float32)
+        acc.fill(0.0)
+        for kb in range_constexpr(k // 8):
+            cute.gemm(mma, acc, ra[None, None, kb], rb[None, None, kb], acc)
+        return acc
+
+    def as_tf32(self, x: cute.Tensor) -> cute.Tensor:
+        """The f32 view ``x`` as TF32 elements (the same bits)."""
+        return cute.make_tensor(cute.recast_ptr(x.iterator, dtype=cutlass.TFloat32), x.layout)
+
+    @cute.jit
+    def round_tf32(self, src: cute.Tensor, dst: cute.Tensor):
+        """dst (TF32 registers) = src (f32) rounded to nearest (cvt.rna)."""
+        bits = cute.recast_tensor(dst, Int32)
+        for i in range_constexpr(cute.size(src)):
+            bits[i] = Int32(cute.arch.cvt_f32_tf32(src[i]))
+
+    @cute.jit
+    def put_block(self, mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, row: Int32, col: Int32,
+                  n: cutlass.Constexpr, negate: cutlass.Constexpr, lane: Int32):
+        """One warp's accumulators (16 x n) into sA[row:+16, col:+n] (negated with ``negate``)."""
+        stride = CHUNK + _PAD
+        out = cute.make_tensor(sA.iterator + (row * stride + col), cute.make_layout((16, n), stride=(stride, 1)))
+        if const_expr(negate):
+            acc.store(-acc.load())
+        cute.autovec_copy(acc, mma.get_slice(lane).partition_C(out))
 
     @cute.jit
     def substitute(self, sA: cute.Tensor, tcol: cute.Tensor, base: cutlass.Constexpr, col: Int32,
