@@ -45,3 +45,32 @@ def registered(engine):
         yield engine
     finally:
         manifest.unregister_engine(engine)
+
+
+def package_is_built() -> bool:
+    """Whether ``cudnn_graph`` imports with its compiled modules. Where it does not, a stub package over the
+    checkout's cudnn_graph/ takes its place in ``sys.modules``, so that the pure-Python modules the CPU tests
+    read directly (the reference engine's kernels) still resolve their ``cudnn_graph.*`` imports."""
+    import sys
+    import types
+    try:
+        import cudnn_graph
+        return hasattr(cudnn_graph, "pygraph")
+    except ImportError:
+        stub = types.ModuleType("cudnn_graph")
+        stub.__path__ = [str(REPO_ROOT / "cudnn_graph")]
+        sys.modules["cudnn_graph"] = stub
+        return False
+
+
+def reference_linear_attention_kernels(module_name: str):
+    """engines/reference/_kernels_linear_attention.py loaded from the checkout as ``module_name`` (its float64
+    kernels, which the linear-attention tests check and check against), the package stubbed where it is not
+    built (``package_is_built``)."""
+    import importlib.util
+    package_is_built()
+    spec = importlib.util.spec_from_file_location(
+        module_name, REPO_ROOT / "engines" / "reference" / "_kernels_linear_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -46,3 +46,17 @@ def build_extension(source: str, folder, name: str) -> str:
                "-o", output, "-lpthread"]
     subprocess.run(command, check=True, capture_output=True, text=True)
     return str(folder)
+
+
+def run_case_program(argv: list, env: dict, log) -> tuple:
+    """Run a case program (``argv``, with ``env`` as its whole environment, 300 s at most): its process, its
+    lines "<case> <status> | <message>" as {case: (status, message)}, and the lines the stand-ins logged to
+    ``log`` (none where it was not written)."""
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    lines = {}
+    for line in result.stdout.splitlines():
+        head, _, message = line.partition(" |")
+        name, _, status = head.partition(" ")
+        lines[name] = (status, message.strip())
+    records = log.read_text().splitlines() if log.exists() else []
+    return result, lines, records

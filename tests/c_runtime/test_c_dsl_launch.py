@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
 
 from test_c_runtime import SM90_DRIVER, assert_refused, fake_cuda_builder, fake_cuda_source  # noqa: F401
 
-from _c_build import HERE, build_program  # noqa: E402
+from _c_build import HERE, build_program, run_case_program  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "plans"))
 from _dsl_launch_blobs import (STANDIN_KERNEL, STANDIN_KERNEL_NO_ENTRY, STANDIN_RUNTIME, kernel,  # noqa: E402
@@ -65,15 +64,7 @@ def run_cases(built, log, *args, prefix=(), env=None):
     full.update(built["env"] if env is None else env)
     full["FAKE_DSL_LOG"] = str(log)
     full["FAKE_CUDNN_LOG"] = str(log) + ".driver"
-    result = subprocess.run([*prefix, built["program"], str(built["blobs"]), *args], capture_output=True, text=True,
-                            env=full, timeout=300)
-    lines = {}
-    for line in result.stdout.splitlines():
-        head, _, message = line.partition(" |")
-        name, _, status = head.partition(" ")
-        lines[name] = (status, message.strip())
-    records = log.read_text().splitlines() if log.exists() else []
-    return result, lines, records
+    return run_case_program([*prefix, built["program"], str(built["blobs"]), *args], full, log)
 
 
 MALFORMED = sorted(malformed_blobs(b"\x7fELF"))

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
 
 from test_c_runtime import SM90_DRIVER, assert_refused, fake_cuda_builder, fake_cuda_source  # noqa: F401
 
-from _c_build import HERE, build_program  # noqa: E402
+from _c_build import HERE, build_program, run_case_program  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "plans"))
 from _plan_operand_blobs import (CUDNN_WORKSPACE, SCRATCH_OFFSETS, WORKSPACE_SIZE, malformed_blobs,  # noqa: E402
@@ -105,15 +104,7 @@ def blobs(tmp_path_factory):
 def run_cases(program, blobs, standin, log, prefix=()):
     env = {k: v for k, v in os.environ.items() if k not in ("CUDNN_GRAPH_LIBCUDNN", "LD_LIBRARY_PATH")}
     env.update(standin, FAKE_CUDNN_LOG=str(log), FAKE_HOST_UIDS=HOST_UIDS)
-    result = subprocess.run([*prefix, program, str(blobs), *sorted(malformed_blobs())], capture_output=True,
-                            text=True, env=env, timeout=300)
-    lines = {}
-    for line in result.stdout.splitlines():
-        head, _, message = line.partition(" |")
-        name, _, status = head.partition(" ")
-        lines[name] = (status, message.strip())
-    records = log.read_text().splitlines() if log.exists() else []
-    return result, lines, records
+    return run_case_program([*prefix, program, str(blobs), *sorted(malformed_blobs())], env, log)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from cudnn_graph.plan_serialization import library_version
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ports"))
 from _standin import fake_cuda_builder, fake_cuda_source  # noqa: E402
 
-from _c_build import HERE, build_program  # noqa: E402
+from _c_build import HERE, build_program, run_case_program  # noqa: E402
 
 # The stand-in driver, reporting compute capability 9.0 for its one device.
 SM90_DRIVER = r"""
@@ -122,14 +122,7 @@ def run_cases(program, blobs, standin, log, prefix=()):
     env = {k: v for k, v in os.environ.items() if k not in ("CUDNN_GRAPH_LIBCUDNN", "LD_LIBRARY_PATH")}
     env.update(standin)
     env["FAKE_CUDNN_LOG"] = str(log)
-    result = subprocess.run([*prefix, program, str(blobs)], capture_output=True, text=True, env=env, timeout=300)
-    lines = {}
-    for line in result.stdout.splitlines():
-        head, _, message = line.partition(" |")
-        name, _, status = head.partition(" ")
-        lines[name] = (status, message.strip())
-    records = log.read_text().splitlines() if log.exists() else []
-    return result, lines, records
+    return run_case_program([*prefix, program, str(blobs)], env, log)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,6 @@ Skipped where jax is not installed.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -21,21 +19,17 @@ import pytest
 import cudnn_graph as cudnn
 from cudnn_graph import _xla_ffi
 from cudnn_graph.errors import FfiRegistrationError, InvalidArgumentError
+from _jax_on_cpu import NEEDS_JAX, jax_on_cpu
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+pytestmark = NEEDS_JAX
 jax = jnp = cgjax = None
 F = cudnn.data_type
 
 
 @pytest.fixture(autouse=True)
 def on_cpu():
-    global jax, jnp, cgjax
-    if jax is None:
-        jax = importlib.import_module("jax")
-        jnp = importlib.import_module("jax.numpy")
-        cgjax = importlib.import_module("cudnn_graph.jax")
-    cgjax.register_targets("cpu")
-    with jax.default_device(jax.devices("cpu")[0]):
+    with jax_on_cpu(globals()):
+        cgjax.register_targets("cpu")
         yield
     _xla_ffi.override_call_device(None)
 

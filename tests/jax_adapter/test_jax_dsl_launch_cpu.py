@@ -9,8 +9,6 @@ Skipped where jax is not installed (or no C compiler is).
 from __future__ import annotations
 
 import ctypes
-import importlib
-import importlib.util
 
 import numpy as np
 import pytest
@@ -18,8 +16,9 @@ import pytest
 import cudnn_graph as cudnn
 from _helpers import build_shared_library
 from cudnn_graph._dsl_launch import PackedLaunch
+from _jax_on_cpu import NEEDS_JAX, jax_on_cpu
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+pytestmark = NEEDS_JAX
 jax = jnp = cgjax = None
 F = cudnn.data_type
 
@@ -56,12 +55,7 @@ def stand_in(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def on_cpu():
-    global jax, jnp, cgjax
-    if jax is None:
-        jax = importlib.import_module("jax")
-        jnp = importlib.import_module("jax.numpy")
-        cgjax = importlib.import_module("cudnn_graph.jax")
-    with jax.default_device(jax.devices("cpu")[0]):
+    with jax_on_cpu(globals()):
         yield
 
 

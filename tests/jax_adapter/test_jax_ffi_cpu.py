@@ -7,8 +7,6 @@ means the same on a GPU machine.
 from __future__ import annotations
 
 import gc
-import importlib
-import importlib.util
 
 import numpy as np
 import pytest
@@ -17,22 +15,16 @@ import cudnn_graph as cudnn
 from cudnn_graph import _xla_ffi
 from cudnn_graph.data_type import data_type_of
 from cudnn_graph.errors import DataTypeMismatchError, FfiRegistrationError, ShapeMismatchError
+from _jax_on_cpu import NEEDS_JAX, jax_on_cpu
 
-# jax is imported when the first test here runs, not at collection: a process that imported jax must not
-# fork (other tests' multiprocessing would warn of deadlocks).
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+pytestmark = NEEDS_JAX
 jax = jnp = cgjax = None
 F = cudnn.data_type
 
 
 @pytest.fixture(autouse=True)
 def on_cpu():
-    global jax, jnp, cgjax
-    if jax is None:
-        jax = importlib.import_module("jax")
-        jnp = importlib.import_module("jax.numpy")
-        cgjax = importlib.import_module("cudnn_graph.jax")
-    with jax.default_device(jax.devices("cpu")[0]):
+    with jax_on_cpu(globals()):
         yield
 
 

@@ -21,7 +21,7 @@ import types
 import numpy as np
 
 import pytest
-from _helpers import REPO_ROOT
+from _helpers import REPO_ROOT, reference_linear_attention_kernels
 
 ROOT = REPO_ROOT
 CUTILE = ROOT / "engines" / "cutile"
@@ -264,18 +264,7 @@ def chunked_forward(op, d, l2):
 
 
 def _reference():
-    if "cudnn_graph" not in sys.modules:
-        try:
-            import cudnn_graph  # noqa: F401
-        except ImportError:
-            stub = types.ModuleType("cudnn_graph")
-            stub.__path__ = [str(ROOT / "cudnn_graph")]
-            sys.modules["cudnn_graph"] = stub
-    spec = importlib.util.spec_from_file_location(
-        "_cutile_test_reference", ROOT / "engines" / "reference" / "_kernels_linear_attention.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return reference_linear_attention_kernels("_cutile_test_reference")
 
 
 @pytest.mark.parametrize("op", ["gdn", "kda", "gdn2"])

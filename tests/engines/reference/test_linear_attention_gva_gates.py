@@ -8,34 +8,14 @@ token-by-token backward written here with explicit K x K transition matrices.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-import types
 
 import numpy as np
 import pytest
-from _helpers import REPO_ROOT
+from _helpers import package_is_built, reference_linear_attention_kernels
 
-try:
-    import cudnn_graph  # noqa: F401
-    HAVE_PACKAGE = hasattr(cudnn_graph, "pygraph")
-except ImportError:
-    _stub = types.ModuleType("cudnn_graph")
-    _stub.__path__ = [str(REPO_ROOT / "cudnn_graph")]
-    sys.modules["cudnn_graph"] = _stub
-    HAVE_PACKAGE = False
-
-
-def _load():
-    path = REPO_ROOT / "engines" / "reference" / "_kernels_linear_attention.py"
-    spec = importlib.util.spec_from_file_location("_test_kernels_linear_attention_gva", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-LA = _load()
+HAVE_PACKAGE = package_is_built()
+LA = reference_linear_attention_kernels("_test_kernels_linear_attention_gva")
 KERNELS = LA.KERNELS
 UNEVEN = [0, 5, 6, 9]            # lengths 5, 1, 3
 

@@ -7,38 +7,14 @@ end to end through a host graph (pygraph on the CPU, executed with NumPy buffers
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
-import sys
-import types
 
 import numpy as np
-from _helpers import host_address
 import pytest
-from _helpers import REPO_ROOT
+from _helpers import host_address, package_is_built, reference_linear_attention_kernels
 
-ROOT = REPO_ROOT
-try:
-    import cudnn_graph  # noqa: F401
-    HAVE_PACKAGE = hasattr(cudnn_graph, "pygraph")
-except ImportError:
-    # The package __init__ imports compiled modules; without them reach the pure-Python submodules.
-    _stub = types.ModuleType("cudnn_graph")
-    _stub.__path__ = [str(ROOT / "cudnn_graph")]
-    sys.modules["cudnn_graph"] = _stub
-    HAVE_PACKAGE = False
-
-
-def _load():
-    path = ROOT / "engines" / "reference" / "_kernels_linear_attention.py"
-    spec = importlib.util.spec_from_file_location("_test_kernels_linear_attention", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-LA = _load()
+HAVE_PACKAGE = package_is_built()
+LA = reference_linear_attention_kernels("_test_kernels_linear_attention")
 KERNELS = LA.KERNELS
 
 # cu_seqlens cases: N=1, N=3 with uneven lengths, a length-1 sequence, sequences shorter than a chunk.
@@ -530,6 +506,7 @@ def _graph_backward(op, host, tensors, extra=(), **attrs) -> list:
     return bufs
 
 
+@needs_package
 def test_a_gdn_forward_asked_for_its_chunk_cache_is_refused_and_a_backward_given_one_ignores_it():
     """The chunk cache holds the GPU kernels' per-chunk factors: the float64 recurrence writes none (the forward
     is declined, saying so) and needs none (a backward given one gives the same gradients as without)."""
