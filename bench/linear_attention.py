@@ -38,6 +38,9 @@ bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when 
                         for gdn and kda also the pair with the chunk_cache (the backward runs no prepare)
     --cases OP:SHAPE:DTYPE:DIM,...   exactly these rows (e.g. gdn:4x2048_h16:bf16:128), instead of --ops /
                                  --shapes / --full
+    --resume PATH       keep the rows an earlier run on this GPU model saved at PATH and measure only the others,
+                        saving every row there too: a table larger than one call's time limit is finished by
+                        running the same command again
 
 Each row also records the wall seconds each measurement took (``wall_s``: fla's autotuning and compiles, our
 plans' builds), to plan a run within a time limit. fla's autotune results are kept in Triton's disk cache
@@ -94,6 +97,28 @@ class Case:
     @property
     def heads(self) -> int:
         return SHAPES[self.shape][1]
+
+    def row_key(self, variant: str = "") -> tuple:
+        """The key of this case's row for ``variant`` (``row_key`` of the row measure_case makes)."""
+        return (self.op, self.shape, self.dtype, self.head_dim, variant or "default")
+
+
+def row_key(row: dict) -> tuple:
+    """A measured row's identity: op, shape, type, K = V and plan variant (``Case.row_key``)."""
+    return (row["op"], row["shape"], row["dtype"], row["K"], row["variant"])
+
+
+def resumed_rows(path: str, gpu: str) -> list:
+    """``--resume``: the rows an earlier run saved at ``path`` (none where there is no such file yet), which this
+    run keeps instead of measuring them again. Rows of another GPU model would make a table of two machines:
+    ValueError naming both."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        record = json.load(f)
+    if record.get("gpu") != gpu:
+        raise ValueError(f"--resume {path}: its rows were measured on {record.get('gpu')!r}, this GPU is {gpu!r}")
+    return list(record.get("rows", []))
 
 
 def parse_cases(text: str) -> list:
@@ -572,6 +597,9 @@ def main(argv=None) -> None:
                         help="skip the training pair (the forward with state_checkpoints, the backward from them)")
     parser.add_argument("--cases", default="", help="exactly these rows: OP:SHAPE:DTYPE:DIM,... "
                         "(e.g. gdn:4x2048_h16:bf16:128)")
+    parser.add_argument("--resume", default="", metavar="PATH",
+                        help="keep the rows saved at PATH by an earlier run on this GPU model (a run a time limit "
+                        "cut short) instead of measuring them again, and save every row there too")
     args = parser.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
     unknown = [s for s in shapes if s not in SHAPES]
@@ -582,14 +610,21 @@ def main(argv=None) -> None:
                                                                  args.full)
     except ValueError as exc:
         parser.error(str(exc))
-    rows = []
+    try:
+        rows = resumed_rows(args.resume, torch.cuda.get_device_name()) if args.resume else []
+    except ValueError as exc:
+        parser.error(str(exc))
+    kept = {row_key(r) for r in rows}
     for case in picked:
         for variant in [""] + _variant_names(args.variants):
+            if case.row_key(variant) in kept:
+                print(f"{' '.join(map(str, case.row_key(variant)))}: kept from {args.resume}", file=sys.stderr)
+                continue
             row = measure_case(torch, case, args, variant)
             rows.append(row)
             # each row as soon as it is measured (a run cut short by a timeout still leaves its rows)
             print("\n".join(row_lines(row)), file=sys.stderr, flush=True)
-            save(torch, rows)
+            save(torch, rows, args.resume)
     print("GPU milliseconds per call (torch profiler, kernels alone); ratio = ours / fla forward; "
           "bwd/fwd = our backward / our forward")
     print(HEADER)
@@ -597,14 +632,17 @@ def main(argv=None) -> None:
         print("\n".join(row_lines(r)))
 
 
-def save(torch, rows: list) -> None:
-    """Write the rows so far to bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json)."""
+def save(torch, rows: list, resume_path: str = "") -> None:
+    """Write the rows so far to bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json, and
+    ``resume_path`` where --resume names one)."""
     record = {"host": platform.node(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
     here = os.path.dirname(os.path.abspath(__file__))
     os.makedirs(os.path.join(here, "results"), exist_ok=True)
     paths = [os.path.join(here, "results", f"linear_attention-{platform.node()}.json")]
     if os.environ.get("OUT"):
         paths.append(os.path.join(os.environ["OUT"], "linear_attention.json"))
+    if resume_path:
+        paths.append(resume_path)
     for path in paths:
         with open(path, "w") as f:
             json.dump(record, f, indent=2)

@@ -2,6 +2,7 @@
 measurement of a row took."""
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -60,3 +61,21 @@ def test_the_pair_with_the_chunk_cache_prints_its_own_ratio_after_the_checkpoint
     lines = [line for line in bench.row_lines(row) if "state_checkpoints" in line]
     assert "bwd/fwd 3.02 (<= 3: NO)" in lines[0]
     assert "chunk_cache" in lines[1] and "bwd/fwd 2.64 (<= 3: yes)" in lines[1]
+
+
+def test_a_resumed_run_keeps_the_rows_an_earlier_run_saved_on_the_same_gpu(tmp_path):
+    row = {"op": "gdn", "shape": "4x2048_h16", "dtype": "bf16", "K": 128, "variant": "default", "ours_gpu_ms": 0.2}
+    path = tmp_path / "rows.json"
+    assert bench.resumed_rows(str(path), "NVIDIA H200") == []           # the first run: nothing saved yet
+    path.write_text(json.dumps({"gpu": "NVIDIA H200", "rows": [row]}))
+    kept = bench.resumed_rows(str(path), "NVIDIA H200")
+    assert kept == [row]
+    assert bench.row_key(kept[0]) == bench.Case("gdn", "4x2048_h16", "bf16", 128).row_key()
+    assert bench.row_key(kept[0]) != bench.Case("gdn", "4x2048_h16", "bf16", 128).row_key("cute_bv8")
+
+
+def test_a_resumed_run_refuses_rows_of_another_gpu_model(tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "rows": []}))
+    with pytest.raises(ValueError, match="measured on 'NVIDIA H100 80GB HBM3', this GPU is 'NVIDIA H200'"):
+        bench.resumed_rows(str(path), "NVIDIA H200")
