@@ -79,3 +79,29 @@ def test_a_resumed_run_refuses_rows_of_another_gpu_model(tmp_path):
     path.write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "rows": []}))
     with pytest.raises(ValueError, match="measured on 'NVIDIA H100 80GB HBM3', this GPU is 'NVIDIA H200'"):
         bench.resumed_rows(str(path), "NVIDIA H200")
+
+
+def test_a_resumed_run_measures_only_the_rows_it_lacks_and_saves_them_all(tmp_path, monkeypatch, capsys):
+    import types
+    path = tmp_path / "rows.json"
+    first = {"op": "gdn", "shape": "4x2048_h16", "dtype": "bf16", "K": 128, "variant": "default", "ours_gpu_ms": 0.2}
+    path.write_text(json.dumps({"gpu": "stand-in GPU", "rows": [first]}))
+    cuda = types.SimpleNamespace(get_device_name=lambda: "stand-in GPU")
+    stand_in = types.SimpleNamespace(__version__="0", cuda=cuda)
+    monkeypatch.setitem(sys.modules, "torch", stand_in)
+    monkeypatch.delenv("OUT", raising=False)
+    # save() also writes bench/results/: here only the resumed file, as save() writes it
+    monkeypatch.setattr(bench, "save", lambda torch, rows, resume_path="": path.write_text(
+        json.dumps({"gpu": "stand-in GPU", "rows": rows})))
+    measured = []
+
+    def measure_case(torch, case, args, variant=""):
+        measured.append(case.row_key(variant))
+        return {"op": case.op, "shape": case.shape, "dtype": case.dtype, "K": case.head_dim,
+                "variant": variant or "default", "ours_gpu_ms": 0.1}
+    monkeypatch.setattr(bench, "measure_case", measure_case)
+    bench.main(["--cases", "gdn:4x2048_h16:bf16:128,gdn:4x2048_h16:bf16:64", "--resume", str(path)])
+    assert measured == [("gdn", "4x2048_h16", "bf16", 64, "default")]
+    saved = json.loads(path.read_text())["rows"]
+    assert [bench.row_key(r) for r in saved] == [bench.row_key(first), measured[0]]
+    assert "kept from" in capsys.readouterr().err
