@@ -617,8 +617,9 @@ def main(argv=None) -> None:
     kept = {row_key(r) for r in rows}
     for case in picked:
         for variant in [""] + _variant_names(args.variants):
-            if case.row_key(variant) in kept:
-                print(f"{' '.join(map(str, case.row_key(variant)))}: kept from {args.resume}", file=sys.stderr)
+            key = case.row_key(variant)
+            if key in kept:
+                print(f"{' '.join(map(str, key))}: kept from {args.resume}", file=sys.stderr)
                 continue
             row = measure_case(torch, case, args, variant)
             rows.append(row)

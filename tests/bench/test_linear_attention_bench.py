@@ -89,7 +89,6 @@ def test_a_resumed_run_measures_only_the_rows_it_lacks_and_saves_them_all(tmp_pa
     cuda = types.SimpleNamespace(get_device_name=lambda: "stand-in GPU")
     stand_in = types.SimpleNamespace(__version__="0", cuda=cuda)
     monkeypatch.setitem(sys.modules, "torch", stand_in)
-    monkeypatch.delenv("OUT", raising=False)
     # save() also writes bench/results/: here only the resumed file, as save() writes it
     monkeypatch.setattr(bench, "save", lambda torch, rows, resume_path="": path.write_text(
         json.dumps({"gpu": "stand-in GPU", "rows": rows})))
