@@ -16,7 +16,8 @@ record (``--durations-from``), else by count.
 Each shard's pytest loads ``_gpu_suite_record`` (beside this file), which appends one JSON line per finished
 test to ``LOGDIR/outcomes.jsonl``: a shard stopped at the time limit (SIGINT, then SIGKILL) keeps every
 outcome it reached, and ``--resume`` runs only the ids without one. The summary counts this run and the whole
-record; the exit status is 0 when every selected id passed or skipped, 1 when any failed, 3 when ids are left.
+record; the exit status is 0 when every selected id passed or skipped, 1 when any failed or a module did not
+collect, 3 when ids are left.
 """
 from __future__ import annotations
 
@@ -85,17 +86,18 @@ def contiguous_shards(ids: list, shards: int, seconds: dict | None = None) -> li
     return runs
 
 
-def collect(root: str, selection: list, marker: str) -> list:
-    """The ids pytest collects under ``selection`` with ``marker``, as absolute paths (the shards run from
-    outside the tree, so that the installed package is imported, not the source folder)."""
+def collect(root: str, selection: list, marker: str) -> tuple:
+    """(ids, errors): the ids pytest collects under ``selection`` with ``marker``, as absolute paths (the
+    shards run from outside the tree, so that the installed package is imported, not the source folder), and
+    pytest's report where collection failed ("" when it did not): a module that fails to import on the GPU
+    machine must fail the suite, not leave it."""
     command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marker,
                *selection]
     done = subprocess.run(command, cwd="/tmp", capture_output=True, text=True)
     ids = [os.path.join(root, line) for line in done.stdout.splitlines() if "::" in line]
-    if not ids and done.returncode not in (0, 5):
-        raise SystemExit(f"collection failed (pytest exit {done.returncode}):\n{done.stdout[-4000:]}"
-                         f"{done.stderr[-4000:]}")
-    return ids
+    errors = "" if done.returncode in (0, 5) else \
+        f"collection failed (pytest exit {done.returncode}):\n{done.stdout[-4000:]}{done.stderr[-4000:]}"
+    return ids, errors
 
 
 def _stop(processes: list) -> None:
@@ -187,7 +189,7 @@ def main(argv=None) -> int:
             if name == OUTCOMES or name.startswith("run"):
                 os.remove(os.path.join(args.logs, name))
     before = read_outcomes(record)
-    selected = collect(root, selection, args.marker)
+    selected, collect_errors = collect(root, selection, args.marker)
     todo = [i for i in selected if i not in before]
     seconds = {i: o["seconds"] for i, o in read_outcomes(args.durations_from).items()}
     runs = contiguous_shards(todo, args.shards, seconds)
@@ -196,6 +198,9 @@ def main(argv=None) -> int:
     stopped = run_shards(runs, args.logs, args.marker, left_s)
     after = read_outcomes(record)
     lines, status = summary(selected, before, after)
+    if collect_errors:
+        lines.append(collect_errors)
+        status = 1
     if stopped:
         lines.insert(0, f"stopped at the time limit ({args.time_limit:.0f} s)")
     lines.insert(0, f"{time.monotonic() - started:.0f} s, {len(runs)} shards (logs: {args.logs})")

@@ -117,3 +117,12 @@ def test_a_fresh_run_forgets_an_earlier_record(gpu_suite, scratch_project, tmp_p
     assert gpu_suite.main(["--logs", logs, "tests/test_slow.py"]) == 0
     assert len(gpu_suite.read_outcomes(os.path.join(logs, gpu_suite.OUTCOMES))) == 1
     assert "collected 1 ids; 1 to run in 1 shards" in capsys.readouterr().out
+
+
+def test_a_module_that_does_not_collect_fails_the_suite(gpu_suite, scratch_project, tmp_path, capsys):
+    (scratch_project / "tests" / "test_broken.py").write_text("import a_module_that_is_not_there\n")
+    status = gpu_suite.main(["--logs", str(tmp_path / "logs")])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "collection failed" in out and "a_module_that_is_not_there" in out
+    assert "GPU SUITE TOTAL: 1 failed, 2 passed, 2 skipped; 0 of 5 not run" in out    # the others still ran
