@@ -787,7 +787,9 @@ def _forward_priority(suffix: str, op: str, io_dtype: str, K: int, state_pass_ct
     The other variants are there to be pinned (plan index, a router) or timed."""
     fills = K >= 128 and state_pass_ctas >= STATE_PASS_FILL
     few = 2 * state_pass_ctas <= STATE_PASS_FILL
-    if suffix == "cute_bv8":          # gdn, BF16, K = 64 (session 44, H100: kda and K = 128 were slower)
+    # gdn, BF16, K = 64 (session 44, H100: kda and K = 128 were slower; session 51, H100, one 32k sequence: FP16
+    # 0.802 ms at 8 columns against 0.770 at 16, BF16 0.744 against 0.825)
+    if suffix == "cute_bv8":
         one_wave = 4 * state_pass_ctas <= STATE_PASS_FILL
         return 22.0 if one_wave and op == "gdn" and io_dtype == "bfloat16" and K < 128 else 1.0
     if suffix == "cute_bv16":
