@@ -15,7 +15,8 @@ Shapes (``SHAPES``; varlen THD with ``cu_seqlens``; L2-normalised q/k, f32 gates
 final state out): 4 x 2048 at H = 16, 2 x 8192 at H = 32, 32 short sequences of 64-512 tokens at H = 16 and
 one sequence of 32768 at H = 16. The default cases are each shape at bf16, K = V = 128, plus fp16 and
 K = V = 64 on the first shape; ``--full`` runs every shape at bf16 and fp16, K = V = 64 and 128. A row is
-printed (stderr) and saved as soon as it is measured; the table follows on stdout; the JSON goes to
+printed (stderr) and saved as soon as it is measured; the table follows on stdout, then one line per issue-25
+target (the first-ranked rows meeting it, and each one over it); the JSON goes to
 bench/results/linear_attention-<host>.json (and $OUT/linear_attention.json when OUT is set).
 
     --per-call          also the wall time per call of each forward (CUDA events around back-to-back calls, in
@@ -465,6 +466,33 @@ def row_lines(r: dict) -> list:
     return lines
 
 
+# issue 25's ratios: (the row's key, what it compares, its target)
+TARGETS = (("ours_over_fla_gpu", "forward <= 0.8x fla's", FWD_TARGET),
+           ("bwd_over_fwd", "backward <= 3x our forward, recomputing", BWD_TARGET),
+           ("ckpt_bwd_over_fwd", "from the checkpoints", BWD_TARGET),
+           ("cache_bwd_over_fwd", "from the chunk cache", BWD_TARGET))
+
+
+def target_lines(rows: list) -> list:
+    """One line per issue-25 target over the rows of the plan ranked first (variant rows are our plans against
+    each other): how many met it, and each row that did not, with its ratio.
+
+    >>> target_lines([{"op": "gdn", "shape": "s", "dtype": "bf16", "K": 64, "variant": "default",
+    ...                "ours_over_fla_gpu": 0.82}])[0]
+    "forward <= 0.8x fla's: 0 of 1 rows; over: gdn s bf16 64 (0.820)"
+    """
+    lines = []
+    ranked_first = [r for r in rows if r.get("variant") == "default"]
+    for key, what, target in TARGETS:
+        measured = [r for r in ranked_first if r.get(key) is not None]
+        if not measured:
+            continue
+        over = [f"{r['op']} {r['shape']} {r['dtype']} {r['K']} ({r[key]:.3f})" for r in measured if r[key] > target]
+        lines.append(f"{what}: {len(measured) - len(over)} of {len(measured)} rows"
+                     + (f"; over: {', '.join(over)}" if over else ""))
+    return lines
+
+
 def _measure(what: str, row: dict, fn) -> None:
     """Run ``fn(row)``; an exception becomes ``row[what + '_error']`` (the other measurements go on). Its wall
     seconds go to ``row['wall_s'][what]``."""
@@ -631,6 +659,7 @@ def main(argv=None) -> None:
     print(HEADER)
     for r in rows:
         print("\n".join(row_lines(r)))
+    print("\n".join(target_lines(rows)))
 
 
 def save(torch, rows: list, resume_path: str = "") -> None:

@@ -63,6 +63,18 @@ def test_the_pair_with_the_chunk_cache_prints_its_own_ratio_after_the_checkpoint
     assert "chunk_cache" in lines[1] and "bwd/fwd 2.64 (<= 3: yes)" in lines[1]
 
 
+def test_the_target_lines_count_the_first_ranked_rows_and_name_each_one_over():
+    def row(shape, variant, **ratios):
+        return {"op": "gdn", "shape": shape, "dtype": "bf16", "K": 64, "variant": variant, **ratios}
+    rows = [row("a", "default", ours_over_fla_gpu=0.74, bwd_over_fwd=3.2, cache_bwd_over_fwd=2.1),
+            row("b", "default", ours_over_fla_gpu=0.82, bwd_over_fwd=2.9, cache_bwd_over_fwd=2.0),
+            row("b", "cute_bv16", ours_over_fla_gpu=0.95)]         # a variant row: not the plan users get
+    assert bench.target_lines(rows) == [
+        "forward <= 0.8x fla's: 1 of 2 rows; over: gdn b bf16 64 (0.820)",
+        "backward <= 3x our forward, recomputing: 1 of 2 rows; over: gdn a bf16 64 (3.200)",
+        "from the chunk cache: 2 of 2 rows"]
+
+
 def test_a_resumed_run_keeps_the_rows_an_earlier_run_saved_on_the_same_gpu(tmp_path):
     row = {"op": "gdn", "shape": "4x2048_h16", "dtype": "bf16", "K": 128, "variant": "default", "ours_gpu_ms": 0.2}
     path = tmp_path / "rows.json"
