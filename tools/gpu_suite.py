@@ -163,6 +163,8 @@ def summary(selected: list, before: dict, after: dict) -> tuple:
              "GPU SUITE TOTAL: " + ", ".join(f"{n} {k}" for k, n in sorted(overall.items()))
              + f"; {left} of {len(selected)} not run" + (" (again with --resume)" if left else "")]
     lines += [f"{after[i]['outcome'].upper()} {i}" for i in failing]
+    if selected and set(overall) == {"skipped"}:
+        lines.append("every test skipped: is a GPU visible to this process (and the package installed)?")
     return lines, (1 if failing else EXIT_LEFT if left else 0)
 
 

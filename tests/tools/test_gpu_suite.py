@@ -126,3 +126,8 @@ def test_a_module_that_does_not_collect_fails_the_suite(gpu_suite, scratch_proje
     assert status == 1
     assert "collection failed" in out and "a_module_that_is_not_there" in out
     assert "GPU SUITE TOTAL: 1 failed, 2 passed, 2 skipped; 0 of 5 not run" in out    # the others still ran
+
+
+def test_a_run_where_every_test_skipped_says_so(gpu_suite, scratch_project, tmp_path, capsys):
+    assert gpu_suite.main(["--logs", str(tmp_path / "logs"), "tests/test_fast.py::test_skips"]) == 0
+    assert "every test skipped: is a GPU visible" in capsys.readouterr().out
