@@ -3,8 +3,7 @@
 test ends, so that a shard stopped at its time limit keeps every outcome it reached.
 
 The outcome is pytest's: "passed", "failed" or "skipped" from the test's call, "error" where its setup or
-teardown failed, "skipped" where its setup skipped it. The node id is absolute (the rootdir joined to
-pytest's relative one), as the runner passes ids.
+teardown failed, "skipped" where its setup skipped it. The node id is pytest's, relative to the rootdir.
 """
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import os
 
 RECORD_ENV = "CUDNN_GRAPH_GPU_SUITE_RECORD"       # the file to append to (tools/gpu_suite.py sets it)
 _seen = {}          # nodeid -> [outcome, seconds] of the phases reported so far
-_rootdir = [""]     # the session's rootdir (pytest_configure)
 
 
 def pytest_runtest_logreport(report):
@@ -33,15 +31,10 @@ def pytest_runtest_logfinish(nodeid, location):
     found = _seen.pop(nodeid, None)
     if not path or found is None:
         return
-    line = json.dumps({"nodeid": os.path.join(_rootdir[0], nodeid), "outcome": found[0],
-                       "seconds": round(found[1], 3)})
+    line = json.dumps({"nodeid": nodeid, "outcome": found[0], "seconds": round(found[1], 3)})
     # one write of a whole line with O_APPEND: the shards share the file
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
-
-
-def pytest_configure(config):
-    _rootdir[0] = str(config.rootpath)

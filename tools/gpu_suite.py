@@ -87,14 +87,15 @@ def contiguous_shards(ids: list, shards: int, seconds: dict | None = None) -> li
 
 
 def collect(root: str, selection: list, marker: str) -> tuple:
-    """(ids, errors): the ids pytest collects under ``selection`` with ``marker``, as absolute paths (the
-    shards run from outside the tree, so that the installed package is imported, not the source folder), and
-    pytest's report where collection failed ("" when it did not): a module that fails to import on the GPU
-    machine must fail the suite, not leave it."""
+    """(ids, errors): the ids pytest collects under ``selection`` with ``marker`` (pytest's own, relative to
+    the tree's root, so that a record from another checkout still matches), and pytest's report where
+    collection failed ("" when it did not): a module that fails to import on the GPU machine must fail the
+    suite, not leave it. Collection runs from outside the tree, as the shards do, so that the installed
+    package is imported, not the source folder."""
     command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marker,
                *selection]
     done = subprocess.run(command, cwd="/tmp", capture_output=True, text=True)
-    ids = [os.path.join(root, line) for line in done.stdout.splitlines() if "::" in line]
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
     errors = "" if done.returncode in (0, 5) else \
         f"collection failed (pytest exit {done.returncode}):\n{done.stdout[-4000:]}{done.stderr[-4000:]}"
     return ids, errors
@@ -114,8 +115,8 @@ def _stop(processes: list) -> None:
             p.wait()
 
 
-def run_shards(runs: list, logs: str, marker: str, time_limit: float | None) -> bool:
-    """Each run in a pytest process of its own (ids through an @argsfile: they hold spaces; logs as
+def run_shards(root: str, runs: list, logs: str, marker: str, time_limit: float | None) -> bool:
+    """Each run in a pytest process of its own (ids under ``root`` through an @argsfile: they hold spaces; logs as
     ``LOGDIR/run<n>-shard<k>.log``, n counting this folder's runs); whether the time limit stopped any."""
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ)
@@ -129,7 +130,7 @@ def run_shards(runs: list, logs: str, marker: str, time_limit: float | None) -> 
     for number, run in enumerate(runs):
         ids_file = f"{prefix}-shard{number}.ids"
         with open(ids_file, "w") as f:
-            f.write("\n".join(run) + "\n")
+            f.write("".join(os.path.join(root, nodeid) + "\n" for nodeid in run))
         log = open(f"{prefix}-shard{number}.log", "w")
         command = [sys.executable, "-m", "pytest", "-q", "-rfEs", "--tb=short", "-p", "no:cacheprovider",
                    "-p", RECORD_PLUGIN, "-m", marker, f"@{ids_file}"]
@@ -197,7 +198,7 @@ def main(argv=None) -> int:
     runs = contiguous_shards(todo, args.shards, seconds)
     print(f"collected {len(selected)} ids; {len(todo)} to run in {len(runs)} shards", flush=True)
     left_s = None if args.time_limit is None else args.time_limit - (time.monotonic() - started)
-    stopped = run_shards(runs, args.logs, args.marker, left_s)
+    stopped = run_shards(root, runs, args.logs, args.marker, left_s)
     after = read_outcomes(record)
     lines, status = summary(selected, before, after)
     if collect_errors:

@@ -88,7 +88,7 @@ def scratch_project(tmp_path, monkeypatch):
 def test_a_run_stopped_at_its_limit_keeps_its_outcomes_and_a_resumed_run_finishes_the_rest(
         gpu_suite, scratch_project, tmp_path, monkeypatch, capsys):
     logs = str(tmp_path / "logs")
-    slow = os.path.join(str(scratch_project), "tests", "test_slow.py::test_slow_the_first_time")
+    slow = "tests/test_slow.py::test_slow_the_first_time"
     monkeypatch.setenv("SCRATCH_SLOW", "1")
     status = gpu_suite.main(["--shards", "2", "--logs", logs, "--time-limit", "6"])
     first = gpu_suite.read_outcomes(os.path.join(logs, gpu_suite.OUTCOMES))
@@ -100,7 +100,7 @@ def test_a_run_stopped_at_its_limit_keeps_its_outcomes_and_a_resumed_run_finishe
     status = gpu_suite.main(["--shards", "2", "--logs", logs, "--resume"])
     out = capsys.readouterr().out
     record = gpu_suite.read_outcomes(os.path.join(logs, gpu_suite.OUTCOMES))
-    fast = os.path.join(str(scratch_project), "tests", "test_fast.py")
+    fast = "tests/test_fast.py"
     assert {i: o["outcome"] for i, o in record.items()} == {
         f"{fast}::test_passes": "passed", f"{fast}::test_fails": "failed",
         f"{fast}::test_skips[with space]": "skipped", f"{fast}::test_skips[plain]": "skipped", slow: "passed"}
