@@ -79,7 +79,7 @@ _TILE_ADDRESS = struct.Struct("<qqIIHHI")
 assert _KERNEL_HEAD.size == 48 and _POINTER.size == 16 and _SCALAR.size == 24
 assert _TILE_HEAD.size == 48 and _TILE_PARAMETER.size == 8 and _TILE_ADDRESS.size == 32
 
-MAX_LAUNCH_KERNELS = 16      # a cuTile backward plan launches up to 11 kernels
+MAX_LAUNCH_KERNELS = 32      # a cuTile backward plan launches up to 11 kernels, a segmented forward 2 + 3 x 8
 MAX_LAUNCH_KERNELS_V3 = 8    # a format-3 blob's bound (more is format version 4)
 MAX_TILE_IMAGE = 4096        # bytes of one kernel's parameters (the classic CUDA limit; the C runtime's stack copy)
 MAX_TILE_PARAMETERS = 256

@@ -52,7 +52,7 @@
 /* Section 7: DSL kernel launches (cudnn_graph/_plan_launch.py is the Python side of the same checks). */
 #define CG_CONVENTION_CUTE_PACKED 1    /* int32_t entry(void **args, int32_t num_args): CuTe DSL's export */
 #define CG_CONVENTION_CUTILE_PARAMS 2  /* a cubin's kernel, cuLaunchKernel(kernelParams): a cuTile plan's */
-#define CG_DSL_MAX_KERNELS 16
+#define CG_DSL_MAX_KERNELS 32
 #define CG_DSL_MAX_KERNELS_V3 8        /* a format-3 blob's bound */
 #define CG_DSL_MAX_SYMBOL 1024
 #define CG_DSL_MAX_HINT 4096

@@ -159,7 +159,7 @@ def malformed_blobs(shared_object: bytes) -> dict:
     return {
         "no_kernels": (raw(struct.pack("<II", 0, 0)), ["0 kernels"]),
         "too_many_kernels": (raw(struct.pack("<II", 9, 0) + section[8:]), ["9 kernels", "format-3 blob"]),
-        "too_many_kernels_v4": (raw(struct.pack("<II", 17, 0) + section[8:], format_version=4), ["17 kernels"]),
+        "too_many_kernels_v4": (raw(struct.pack("<II", 33, 0) + section[8:], format_version=4), ["33 kernels"]),
         "head_short": (raw(section[:4]), ["cut short"]),
         "kernel_cut_short": (raw(section[:head + 40]), ["cut short"]),
         "slots_cut_short": (raw(section[:symbol_at - 8]), ["cut short"]),
