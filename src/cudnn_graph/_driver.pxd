@@ -48,6 +48,11 @@ cdef class DeviceAllocation:
     cdef readonly size_t nbytes
     cdef readonly int device
 
+# A driver entry point off the hot paths: the first of ``spellings`` libcuda exports, resolved once and kept
+# under ``name`` (CudaDriverError where there is no driver or none of them).
+cdef void* late_symbol(str name, tuple spellings) except NULL
+cdef bint finalizing() noexcept nogil
+
 # Kernels loaded from a cubin (cuLibraryLoadData) and launched with cuLaunchKernel: the cuTile C launch
 # path. tile_launch's entry point is resolved by library_load (call that first); it returns the CUresult.
 cdef int tile_launch(void* function, const unsigned int* grid, const unsigned int* block, unsigned int shared_bytes,

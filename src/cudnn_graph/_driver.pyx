@@ -591,6 +591,10 @@ def is_finalizing() -> bool:
     return _finalizing or sys.is_finalizing()
 
 
+cdef bint finalizing() noexcept nogil:
+    return _finalizing
+
+
 def _mark_finalizing():
     global _finalizing
     _finalizing = True
@@ -657,7 +661,7 @@ cdef enum:
 cdef dict _late_symbols = {}
 
 
-cdef void* _late_symbol(str name, tuple spellings) except NULL:
+cdef void* late_symbol(str name, tuple spellings) except NULL:
     """The driver entry point ``name`` (the first of ``spellings`` libcuda exports), resolved once."""
     cdef void* found
     cached = _late_symbols.get(name)
@@ -703,7 +707,7 @@ def graph_node_count(uintptr_t graph) -> int:
 
 def graph_root_nodes(uintptr_t graph) -> list:
     """The root nodes of a CUDA graph, as ints (cuGraphGetRootNodes)."""
-    cdef cuGraphGetRootNodes_t roots = <cuGraphGetRootNodes_t>_late_symbol("cuGraphGetRootNodes",
+    cdef cuGraphGetRootNodes_t roots = <cuGraphGetRootNodes_t>late_symbol("cuGraphGetRootNodes",
                                                                            ("cuGraphGetRootNodes",))
     cdef size_t n = 0, i
     _checked(roots(<void*>graph, NULL, &n), "cuGraphGetRootNodes")
@@ -721,7 +725,7 @@ def graph_root_nodes(uintptr_t graph) -> list:
 
 def graph_node_is_child_graph(uintptr_t node) -> bool:
     """Whether a node is a child-graph node (cuGraphNodeGetType == CU_GRAPH_NODE_TYPE_GRAPH)."""
-    cdef cuGraphNodeGetType_t get_type = <cuGraphNodeGetType_t>_late_symbol("cuGraphNodeGetType",
+    cdef cuGraphNodeGetType_t get_type = <cuGraphNodeGetType_t>late_symbol("cuGraphNodeGetType",
                                                                             ("cuGraphNodeGetType",))
     cdef int kind = -1
     _checked(get_type(<void*>node, &kind), "cuGraphNodeGetType")
@@ -730,7 +734,7 @@ def graph_node_is_child_graph(uintptr_t node) -> bool:
 
 def graph_add_child(uintptr_t parent, uintptr_t child) -> int:
     """cuGraphAddChildGraphNode: a root node of ``parent`` running a copy of ``child``; returns the node."""
-    cdef cuGraphAddChildGraphNode_t add = <cuGraphAddChildGraphNode_t>_late_symbol(
+    cdef cuGraphAddChildGraphNode_t add = <cuGraphAddChildGraphNode_t>late_symbol(
         "cuGraphAddChildGraphNode", ("cuGraphAddChildGraphNode",))
     cdef void* node = NULL
     _checked(add(&node, <void*>parent, NULL, 0, <void*>child), "cuGraphAddChildGraphNode")
@@ -739,7 +743,7 @@ def graph_add_child(uintptr_t parent, uintptr_t child) -> int:
 
 def graph_child_of(uintptr_t node) -> int:
     """The graph a child-graph node embeds (cuGraphChildGraphNodeGetGraph: not a copy; the node owns it)."""
-    cdef cuGraphChildGraphNodeGetGraph_t get = <cuGraphChildGraphNodeGetGraph_t>_late_symbol(
+    cdef cuGraphChildGraphNodeGetGraph_t get = <cuGraphChildGraphNodeGetGraph_t>late_symbol(
         "cuGraphChildGraphNodeGetGraph", ("cuGraphChildGraphNodeGetGraph",))
     cdef void* graph = NULL
     _checked(get(<void*>node, &graph), "cuGraphChildGraphNodeGetGraph")
@@ -748,7 +752,7 @@ def graph_child_of(uintptr_t node) -> int:
 
 def graph_remove_node(uintptr_t node) -> None:
     """cuGraphDestroyNode."""
-    cdef cuGraphDestroyNode_t destroy = <cuGraphDestroyNode_t>_late_symbol("cuGraphDestroyNode",
+    cdef cuGraphDestroyNode_t destroy = <cuGraphDestroyNode_t>late_symbol("cuGraphDestroyNode",
                                                                            ("cuGraphDestroyNode",))
     _checked(destroy(<void*>node), "cuGraphDestroyNode")
 
@@ -778,7 +782,7 @@ def graph_exec_launch(uintptr_t graph_exec, intptr_t stream=0) -> None:
 def graph_exec_update(uintptr_t graph_exec, uintptr_t graph) -> bool:
     """cuGraphExecUpdate: give ``graph_exec`` the parameters of ``graph`` (same topology); False when the
     driver refuses the update (instantiate ``graph`` again then)."""
-    cdef cuGraphExecUpdate_t update = <cuGraphExecUpdate_t>_late_symbol("cuGraphExecUpdate",
+    cdef cuGraphExecUpdate_t update = <cuGraphExecUpdate_t>late_symbol("cuGraphExecUpdate",
                                                                         ("cuGraphExecUpdate_v2",))
     cdef CUgraphExecUpdateResultInfo info
     return update(<void*>graph_exec, <void*>graph, &info) == 0
@@ -819,23 +823,23 @@ cdef class TimingEvents:
     def __cinit__(self):
         self._start = NULL
         self._stop = NULL
-        cdef cuEventCreate_t create = <cuEventCreate_t>_late_symbol("cuEventCreate", ("cuEventCreate",))
+        cdef cuEventCreate_t create = <cuEventCreate_t>late_symbol("cuEventCreate", ("cuEventCreate",))
         _checked(create(&self._start, 0), "cuEventCreate")
         _checked(create(&self._stop, 0), "cuEventCreate")
 
     def start(self, intptr_t stream=0) -> None:
-        cdef cuEventRecord_t record = <cuEventRecord_t>_late_symbol("cuEventRecord", ("cuEventRecord",))
+        cdef cuEventRecord_t record = <cuEventRecord_t>late_symbol("cuEventRecord", ("cuEventRecord",))
         _checked(record(self._start, <void*>stream), "cuEventRecord")
 
     def stop(self, intptr_t stream=0) -> None:
-        cdef cuEventRecord_t record = <cuEventRecord_t>_late_symbol("cuEventRecord", ("cuEventRecord",))
+        cdef cuEventRecord_t record = <cuEventRecord_t>late_symbol("cuEventRecord", ("cuEventRecord",))
         _checked(record(self._stop, <void*>stream), "cuEventRecord")
 
     def elapsed_ms(self) -> float:
         """Milliseconds between the two recorded events, once ``stop``'s work has finished (waits for it)."""
-        cdef cuEventSynchronize_t sync = <cuEventSynchronize_t>_late_symbol("cuEventSynchronize",
+        cdef cuEventSynchronize_t sync = <cuEventSynchronize_t>late_symbol("cuEventSynchronize",
                                                                             ("cuEventSynchronize",))
-        cdef cuEventElapsedTime_t elapsed = <cuEventElapsedTime_t>_late_symbol(
+        cdef cuEventElapsedTime_t elapsed = <cuEventElapsedTime_t>late_symbol(
             "cuEventElapsedTime", ("cuEventElapsedTime_v2", "cuEventElapsedTime"))
         cdef float ms = 0
         cdef int result
@@ -852,7 +856,7 @@ cdef class TimingEvents:
         cached = _late_symbols.get("cuEventDestroy")
         if cached is None:
             try:
-                _late_symbol("cuEventDestroy", ("cuEventDestroy_v2",))
+                late_symbol("cuEventDestroy", ("cuEventDestroy_v2",))
             except Exception:       # noqa: BLE001  (nothing to raise to from a destructor)
                 return
             cached = _late_symbols["cuEventDestroy"]
@@ -893,9 +897,9 @@ def library_load(bytes cubin, int device=0) -> int:
     """cuLibraryLoadData of ``cubin`` (made with ``device``'s primary context current); returns the
     CUlibrary as an int (library_unload frees it)."""
     global _launch_kernel
-    cdef cuLibraryLoadData_t load = <cuLibraryLoadData_t>_late_symbol("cuLibraryLoadData", ("cuLibraryLoadData",))
+    cdef cuLibraryLoadData_t load = <cuLibraryLoadData_t>late_symbol("cuLibraryLoadData", ("cuLibraryLoadData",))
     if _launch_kernel == NULL:
-        _launch_kernel = <cuLaunchKernel_t>_late_symbol("cuLaunchKernel", ("cuLaunchKernel",))
+        _launch_kernel = <cuLaunchKernel_t>late_symbol("cuLaunchKernel", ("cuLaunchKernel",))
     cdef void* library = NULL
     cdef const char* code = cubin
     cdef bint pushed = False
@@ -912,7 +916,7 @@ def library_load(bytes cubin, int device=0) -> int:
 
 def library_kernel(uintptr_t library, str name) -> int:
     """cuLibraryGetKernel: the CUkernel ``name`` of a loaded library, as an int."""
-    cdef cuLibraryGetKernel_t get = <cuLibraryGetKernel_t>_late_symbol("cuLibraryGetKernel", ("cuLibraryGetKernel",))
+    cdef cuLibraryGetKernel_t get = <cuLibraryGetKernel_t>late_symbol("cuLibraryGetKernel", ("cuLibraryGetKernel",))
     cdef void* kernel = NULL
     _checked(get(&kernel, <void*>library, name.encode()), f"cuLibraryGetKernel({name})")
     return <uintptr_t>kernel
@@ -938,7 +942,7 @@ def kernel_allow_shared(uintptr_t kernel, int shared_bytes, int device=0) -> Non
     if shared_bytes <= SHARED_BYTES_WITHOUT_OPT_IN:
         return
     _require_driver(b"kernel shared memory")
-    cdef cuKernelSetAttribute_t set_attribute = <cuKernelSetAttribute_t>_late_symbol(
+    cdef cuKernelSetAttribute_t set_attribute = <cuKernelSetAttribute_t>late_symbol(
         "cuKernelSetAttribute", ("cuKernelSetAttribute",))
     _checked(_device_get(&dev, device), f"cuDeviceGet({device})")
     _checked(_device_attribute(&limit, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
@@ -954,5 +958,5 @@ def library_unload(uintptr_t library) -> None:
     """cuLibraryUnload (0, and any call at interpreter exit, does nothing)."""
     if library == 0 or _finalizing:
         return
-    cdef cuLibraryUnload_t unload = <cuLibraryUnload_t>_late_symbol("cuLibraryUnload", ("cuLibraryUnload",))
+    cdef cuLibraryUnload_t unload = <cuLibraryUnload_t>late_symbol("cuLibraryUnload", ("cuLibraryUnload",))
     unload(<void*>library)

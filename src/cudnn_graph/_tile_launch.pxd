@@ -1,8 +1,9 @@
 from libc.stdint cimport int64_t, intptr_t, uintptr_t
 from cudnn_graph._variant_pack cimport PackLayout
+from cudnn_graph._lanes cimport Lanes
 
 cdef enum:
-    TILE_MAX_KERNELS = 16          # launches of one plan
+    TILE_MAX_KERNELS = 64          # launches of one plan
     TILE_MAX_PARAMS = 256          # parameters of one kernel (an array takes 1 + 2 * ndim)
     TILE_MAX_PARAM_BYTES = 4096    # the classic CUDA kernel-parameter limit
     TILE_MAX_OPERANDS = 64         # graph operands one plan binds
@@ -22,6 +23,9 @@ cdef struct TileKernel:
     int* patch_offset              # per address the call supplies: where it goes,
     int* patch_source              # which operand (an index into the plan's operands; -1: the workspace)
     int64_t* patch_add             # and the bytes added to it (a workspace region's offset)
+    int lane                       # 0: the caller's stream; 1: the plan's side stream (_lanes.Lanes)
+    int wait_event                 # the event its stream waits on first (-1: none)
+    int record_event               # the event recorded on its stream after it (-1: none)
 
 
 cdef class TileLaunch:
@@ -38,6 +42,7 @@ cdef class TileLaunch:
     cdef uintptr_t _ws_base[TILE_MAX_WORKSPACES]
     cdef object _workspaces        # stream -> (base, [(stream, base), ...] of every live block)
     cdef object _keepalive         # what owns the loaded libraries
+    cdef object _lanes_for         # stream -> its Lanes; None where every kernel runs on the caller's stream
 
     # Pack ``mapping`` (every check of execute()) into per-operand addresses; returns what must stay
     # alive until the launches are issued.
@@ -47,6 +52,8 @@ cdef class TileLaunch:
     # Kernel ``k``'s parameter buffer for these addresses into ``buffer`` and its parameter pointers.
     cdef void patch(self, int k, const uintptr_t* addresses, uintptr_t workspace, unsigned char* buffer,
                     void** params) noexcept nogil
-    cdef int launch_all(self, const uintptr_t* addresses, uintptr_t workspace, intptr_t stream) noexcept nogil
+    cdef Lanes lanes_for(self, intptr_t stream)
+    cdef int launch_all(self, const uintptr_t* addresses, uintptr_t workspace, intptr_t stream,
+                        Lanes lanes) noexcept nogil
     cdef int n_kernels(self) noexcept nogil
     cdef TileKernel* kernel(self, int k) noexcept nogil

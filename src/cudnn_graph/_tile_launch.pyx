@@ -17,6 +17,7 @@ from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
 
 from cudnn_graph._variant_pack cimport PackLayout, pack_into
+from cudnn_graph._lanes cimport Lanes
 from cudnn_graph._stream cimport stream_handle
 from cudnn_graph._driver cimport enter_device, leave_device, enter_device_nogil, leave_device_nogil, tile_launch
 
@@ -45,6 +46,7 @@ cdef class TileLaunch:
         self._n_ws = 0
         self._workspaces = None
         self._keepalive = None
+        self._lanes_for = None
 
     def __init__(self, *args, **kwargs):
         raise TypeError("TileLaunch objects are made by TileLaunch.create()")
@@ -62,14 +64,18 @@ cdef class TileLaunch:
         free(self._kernels)
 
     @staticmethod
-    def create(PackLayout layout, kernels, operands, workspaces, int ordinal, keepalive):
+    def create(PackLayout layout, kernels, operands, workspaces, int ordinal, keepalive, lanes_for=None):
         """A launcher of ``kernels``, each ``(function, grid, image, offsets, patches[, block,
-        shared_bytes])``: the CUkernel as an int (0: never launched), a 3-tuple grid, the parameter buffer
-        (bytes), each parameter's offset in it, per call-supplied address ``(offset, source, add)`` with
-        ``source`` an index into ``operands`` or -1 for the workspace, and for a kernel that is not a tile
-        kernel (a CuTe DSL one) its block and dynamic shared bytes (default ``(1, 1, 1)``, 0). ``operands``: ``(uid, alignment, name)`` per graph operand
-        the kernels address. ``workspaces(stream)`` gives ``(base, [(stream, base), ...])``: the stream's
-        workspace block and every block still alive (None where no kernel reads the workspace)."""
+        shared_bytes[, (lane, wait, record)]])``: the CUkernel as an int (0: never launched), a 3-tuple grid,
+        the parameter buffer (bytes), each parameter's offset in it, per call-supplied address ``(offset,
+        source, add)`` with ``source`` an index into ``operands`` or -1 for the workspace, for a kernel that
+        is not a tile kernel (a CuTe DSL one) its block and dynamic shared bytes (default ``(1, 1, 1)``, 0),
+        and where launches overlap its lane (0 the caller's stream, 1 the side stream) and the events it
+        waits on and records (-1: none; default ``(0, -1, -1)``). ``operands``: ``(uid, alignment, name)``
+        per graph operand the kernels address. ``workspaces(stream)`` gives ``(base, [(stream, base),
+        ...])``: the stream's workspace block and every block still alive (None where no kernel reads the
+        workspace). ``lanes_for(stream)``: that stream's ``_lanes.Lanes``, required where a kernel has a
+        lane or an event."""
         cdef TileLaunch self = TileLaunch.__new__(TileLaunch)
         cdef TileKernel* kern
         cdef int k, i
@@ -85,6 +91,13 @@ cdef class TileLaunch:
         for k, row in enumerate(kernels):
             function, grid, image_bytes, offsets, patches = row[:5]
             block, shared_bytes = (row[5], row[6]) if len(row) > 5 else ((1, 1, 1), 0)
+            lane, wait, record = row[7] if len(row) > 7 else (0, -1, -1)
+            if (lane != 0 or wait >= 0 or record >= 0) and lanes_for is None:
+                raise InvalidArgumentError(f"kernel {k} schedule", "no lane or event without lanes_for",
+                                           str((lane, wait, record)))
+            if lane not in (0, 1):
+                raise InvalidArgumentError(f"kernel {k} lane", "0 (the caller's stream) or 1 (the side stream)",
+                                           str(lane))
             if len(offsets) > TILE_MAX_PARAMS or len(image_bytes) > TILE_MAX_PARAM_BYTES:
                 raise InvalidArgumentError(f"kernel {k}", f"at most {TILE_MAX_PARAMS} parameters in "
                                            f"{TILE_MAX_PARAM_BYTES} bytes",
@@ -106,6 +119,9 @@ cdef class TileLaunch:
                 kern.grid[i] = grid[i]
                 kern.block[i] = block[i]
             kern.shared_bytes = shared_bytes
+            kern.lane = lane
+            kern.wait_event = wait
+            kern.record_event = record
             kern.nbytes = len(image_bytes)
             kern.nparams = len(offsets)
             kern.npatches = len(patches)
@@ -144,6 +160,7 @@ cdef class TileLaunch:
         self._workspaces = workspaces
         self._ordinal = ordinal
         self._keepalive = keepalive
+        self._lanes_for = lanes_for
         return self
 
     @property
@@ -158,8 +175,9 @@ cdef class TileLaunch:
         cdef int result
         keepalive = self.fill(mapping, stream, addresses, &s)
         ws = self.workspace_for(s)
+        cdef Lanes lanes = self.lanes_for(s)
         with nogil:
-            result = self.launch_all(addresses, ws, s)
+            result = self.launch_all(addresses, ws, s, lanes)
         del keepalive
         if result != 0:
             _raise_launch(result)
@@ -177,8 +195,9 @@ cdef class TileLaunch:
             self._check_alignment(i, cells[i])
         if stream is not None:
             s = stream if type(stream) is int else stream_handle(stream)
+        cdef Lanes lanes = self.lanes_for(s)
         with nogil:
-            result = self.launch_all(cells, workspace, s)
+            result = self.launch_all(cells, workspace, s, lanes)
         if result != 0:
             _raise_launch(result)
 
@@ -242,6 +261,12 @@ cdef class TileLaunch:
             self._n_ws += 1
         return base
 
+    cdef Lanes lanes_for(self, intptr_t stream):
+        """The caller stream's Lanes (made by the plan at its first call on that stream), or None."""
+        if self._lanes_for is None:
+            return None
+        return self._lanes_for(stream)
+
     cdef void patch(self, int k, const uintptr_t* addresses, uintptr_t workspace, unsigned char* buffer,
                     void** params) noexcept nogil:
         cdef TileKernel* kern = &self._kernels[k]
@@ -255,23 +280,41 @@ cdef class TileLaunch:
         for i in range(kern.nparams):
             params[i] = buffer + kern.offsets[i]
 
-    cdef int launch_all(self, const uintptr_t* addresses, uintptr_t workspace, intptr_t stream) noexcept nogil:
-        """Every kernel in order; 0, or the first failed CUresult (-1: no driver entry point, or no context
-        for the plan's device)."""
+    cdef int launch_all(self, const uintptr_t* addresses, uintptr_t workspace, intptr_t stream,
+                        Lanes lanes) noexcept nogil:
+        """Every kernel in order, each on its lane's stream after its wait and before its record (``lanes``
+        held throughout; None: every kernel on ``stream``); 0, or the first failed CUresult (-1: no driver
+        entry point, or no context for the plan's device)."""
         cdef unsigned char buffer[TILE_MAX_PARAM_BYTES]
         cdef void* params[TILE_MAX_PARAMS]
         cdef TileKernel* kern
         cdef bint pushed = False
         cdef int k, result
+        cdef intptr_t on
         result = enter_device_nogil(self._ordinal, &pushed)
         if result != 0:
             return result
+        if lanes is not None:
+            lanes.hold()
         for k in range(self._n_kernels):
             kern = &self._kernels[k]
+            on = stream
+            if lanes is not None:
+                on = lanes.stream_of(kern.lane, stream)
+                if kern.wait_event >= 0:
+                    result = lanes.wait(on, kern.wait_event)
+                    if result != 0:
+                        break
             self.patch(k, addresses, workspace, buffer, params)
-            result = tile_launch(kern.function, kern.grid, kern.block, kern.shared_bytes, stream, params)
+            result = tile_launch(kern.function, kern.grid, kern.block, kern.shared_bytes, on, params)
             if result != 0:
                 break
+            if lanes is not None and kern.record_event >= 0:
+                result = lanes.record(kern.record_event, on)
+                if result != 0:
+                    break
+        if lanes is not None:
+            lanes.release()
         leave_device_nogil(pushed)
         return result
 
