@@ -11,10 +11,11 @@ from ...errors import GraphNotSupportedError
 from . import _c_launch
 from ._cute_launch import CuteLaunch
 from ._variants import BLOCK_WARPS, CHUNK, Variant
-from .engine import (BACKWARD_BLOCK_V, BACKWARD_OPS, FLOAT16_BACKWARD_GPU_TESTED, FORWARD_BLOCK_VS, MMA_TYPES,
-                     SCRATCH_FORMS, VARIANT_KNOBS, _IO_TYPES, CutileForwardPlan, _cdiv, _cute_kernels_reason,
-                     _forward_priority, _Geometry, _kernel_source, backward_workspace_size, checkpoint_port,
-                     checkpoint_reason, logger, state_pass_ctas, variant_of)
+from ._geometry import BACKWARD_OPS, _Geometry, _cdiv
+from .engine import (BACKWARD_BLOCK_V, FLOAT16_BACKWARD_GPU_TESTED, FORWARD_BLOCK_VS, MMA_TYPES, SCRATCH_FORMS,
+                     VARIANT_KNOBS, _IO_TYPES, CutileForwardPlan, _cute_kernels_reason, _forward_priority,
+                     _kernel_source, backward_workspace_size, checkpoint_port, checkpoint_reason, logger,
+                     state_pass_ctas, variant_of)
 
 
 class CutileBackwardPlan(CutileForwardPlan):
@@ -264,8 +265,8 @@ def forward_tile_pass_width(graph, node) -> int:
     (``cute_bv8``, ``cute_bv16``), or 0 where its first plan runs another state pass."""
     op, q = BACKWARD_OPS[node.op], node.inputs["q"]
     io, ctas = _IO_TYPES[GraphView.of(graph).data_type(q)], state_pass_ctas(node)
-    first = max(("", *VARIANT_KNOBS), key=lambda suffix: _forward_priority(suffix, op, io, q.dim[2], ctas))
-    return {"cute_bv8": 8, "cute_bv16": 16}.get(first, 0)
+    first = max(("", *VARIANT_KNOBS), key=lambda suffix: _forward_priority(suffix, op, io, q.dim[2], ctas, q.dim[0]))
+    return {"cute_bv8": 8, "cute_bv16": 16}.get(first.split("_seg")[0], 0)
 
 
 def backward_variants(graph, node) -> list:

@@ -127,6 +127,9 @@ class LaunchPlan:
     kernels: list
     operands: list               # (uid, alignment, name), the index a patch's source refers to
     workspace_size: int
+    # per kernel (lane, wait, record) where its launches overlap (engines/cutile/_segments), else None; the
+    # kernels' order is a serial one as well, which describe() gives
+    schedule: list | None = None
 
     def describe(self) -> dict:
         """Plain data for a C runtime (issue 24 scope 3): no cuTile, no Python objects.
@@ -191,6 +194,7 @@ def prepare(launches, workspace_size: int, arch: str, compile_kernel=_compile) -
 
     cconv = CallingConvention.cutile_python_v1()
     kernels = []
+    compiled = {}                # a segmented plan launches each kernel with the same signature per segment
     for name, grid, kernel, args in launches:
         if hasattr(kernel, "c_launch"):
             # a CuTe DSL kernel among the tile kernels (its own cubin, parameters, block and shared memory)
@@ -207,27 +211,36 @@ def prepare(launches, workspace_size: int, arch: str, compile_kernel=_compile) -
         signature = KernelSignature(params, cconv).with_mangled_symbol(kernel._pyfunc.__name__)
         layout = _abi.ParamLayout.of([len(a.shape) if isinstance(a, (OperandRef, RegionRef)) else None
                                       for a in args])
-        cubin = compile_kernel(kernel, signature, arch)
+        key = (id(kernel), signature.symbol, repr(params))
+        cubin = compiled.get(key)
+        if cubin is None:
+            cubin = compiled[key] = compile_kernel(kernel, signature, arch)
         layout.check_against(_abi.cubin_parameters(cubin, signature.symbol))
         image, patches = parameter_image(layout, args, operand_index)
         grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
         kernels.append(KernelLaunch(name, signature.symbol, grid, cubin, layout, image, patches))
-    return LaunchPlan(kernels, operands, workspace_size)
+    return LaunchPlan(kernels, operands, workspace_size, getattr(launches, "schedule", None))
 
 
-def load(plan: LaunchPlan, layout, workspaces, ordinal: int):
-    """The TileLaunch of a LaunchPlan: each cubin loaded once (cuLibraryLoadData) on ``ordinal``."""
+def load(plan: LaunchPlan, layout, workspaces, ordinal: int, lanes_for=None):
+    """The TileLaunch of a LaunchPlan: each cubin loaded once (cuLibraryLoadData) on ``ordinal``; ``lanes_for``
+    (stream -> ``_lanes.Lanes``) where the plan has a schedule."""
     from ..._driver import kernel_allow_shared, library_kernel, library_load, library_unload
     from ..._tile_launch import TileLaunch
     libraries = _Libraries(library_unload)
     rows = []
-    for k in plan.kernels:
-        library = library_load(k.cubin, ordinal)
-        libraries.handles.append(library)
-        kernel = library_kernel(library, k.symbol)
-        kernel_allow_shared(kernel, k.shared_bytes, ordinal)      # past 48 KB only
-        rows.append((kernel, k.grid, k.image, k.layout.offsets, k.patches, k.block, k.shared_bytes))
-    return TileLaunch.create(layout, rows, plan.operands, workspaces, ordinal, libraries)
+    loaded = {}                  # (cubin, symbol) -> its CUkernel: a segmented plan's kernels recur
+    for i, k in enumerate(plan.kernels):
+        kernel = loaded.get((k.cubin, k.symbol))
+        if kernel is None:
+            library = library_load(k.cubin, ordinal)
+            libraries.handles.append(library)
+            kernel = loaded[(k.cubin, k.symbol)] = library_kernel(library, k.symbol)
+            kernel_allow_shared(kernel, k.shared_bytes, ordinal)      # past 48 KB only
+        schedule = plan.schedule[i] if plan.schedule is not None else (0, -1, -1)
+        rows.append((kernel, k.grid, k.image, k.layout.offsets, k.patches, k.block, k.shared_bytes, schedule))
+    return TileLaunch.create(layout, rows, plan.operands, workspaces, ordinal, libraries,
+                             lanes_for if plan.schedule is not None else None)
 
 
 class _Libraries:

@@ -3,6 +3,8 @@ kernel's arguments, with the cuTile kernel as its fallback for a call whose buff
 and its C-path record (``c_launch``)."""
 from __future__ import annotations
 
+import copy
+
 from ._variants import Variant
 
 # the fused plan's state pass where its buffers do not suit the fused kernel, by block_v
@@ -187,6 +189,13 @@ class CuteLaunch:
                                              variant.has_h0, variant.store_ht, variant.n_seq,
                                              per_channel=variant.per_channel, store_hs=variant.checkpoints)
         return CuteLaunch(launcher, None, lambda a: a, geometry)
+
+    def over_chunks(self, chunks: int) -> "CuteLaunch":
+        """This launch with its chunk bound ``chunks`` (one segment's, ``_segments``): the same kernel and
+        fallback; the tokens stay the call's (a segment's cu_seqlens row holds absolute token offsets)."""
+        other = copy.copy(self)
+        other._sizes = (self._sizes[0], chunks)
+        return other
 
     def takes(self, args: tuple) -> bool:
         """Whether the CuTe kernel runs on ``args``: it compiled, and its buffers are packed row-major and

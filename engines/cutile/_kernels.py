@@ -829,6 +829,28 @@ def gate_activation_bwd(g_raw, a_log, dt_bias, beta_raw, dg_act, dbeta_act, dg, 
             _store_head_rows(dbeta, tb, h, d_b, K, BETA_PER_CHANNEL)
 
 
+# ------------------------------------------- one long sequence in segments (the forward's "segments" knob)
+#
+# The plan runs each segment of the sequence as a sequence of its own (prepare, state pass, output), the state
+# passes chained through f32 states, so that one segment's state pass overlaps its neighbours' parallel
+# kernels. Each segment's cu_seqlens is a row of the table segment_bounds writes from the call's own: the
+# token offsets are data, the segment length the plan's.
+
+@ct.kernel
+def segment_bounds(cu, bounds, SEGMENT: ConstInt):
+    """Row s of ``bounds`` (S, 4) int32: [start, stop, stop, stop] of segment s of the one sequence
+    [cu[0], cu[1]), ``SEGMENT`` tokens each from its start (the last ones shorter or empty): what segment s's
+    launches read as their cu_seqlens (its first two entries; 16-byte rows keep every view aligned)."""
+    s = ct.bid(0)
+    bos = ct.load(cu, (0,), shape=())
+    eos = ct.load(cu, (1,), shape=())
+    start = ct.minimum(bos + s * SEGMENT, eos)
+    stop = ct.minimum(start + SEGMENT, eos)
+    column = ct.arange(4, dtype=ct.int32)
+    row = ct.where(column == 0, start, stop)
+    ct.store(bounds, (s, 0), ct.reshape(row, (1, 4)))
+
+
 _chunk_prepare_8 = chunk_prepare.replace_hints(num_worker_warps=_EIGHT_ON_SM90)
 _chunk_output_8 = chunk_output.replace_hints(num_worker_warps=_EIGHT_ON_SM90)
 

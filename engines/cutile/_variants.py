@@ -111,6 +111,9 @@ class Variant:
     chunk_cache: bool = False
     # a backward's: value columns a CTA of its recompute's cuTile state pass (0: block_v, the reverse pass's width)
     state_pass_block_v: int = 0
+    # a forward's one sequence run as this many segments whose state passes overlap the others' kernels
+    # (engines/cutile/_segments; 0: not cut)
+    segments: int = 0
 
     @property
     def pass_block_v(self) -> int:
@@ -226,6 +229,18 @@ def gate_activation_signature(v: Variant):
               array("float32", gate_ndim), array("float32", beta_ndim), *v.gate_activation_constants()]
     return (_kernels.gate_activation, KernelSignature(params, CallingConvention.cutile_python_v1())
             .with_mangled_symbol("gate_activation"))
+
+
+def segment_bounds_signature(segment_tokens: int):
+    """(segment_bounds, KernelSignature): a one-sequence cu_seqlens -> its segments' rows of bounds (S, 4) int32
+    (a segmented forward's first launch; its kernels are the plain ones')."""
+    import cuda.tile as ct
+    from cuda.tile.compilation import CallingConvention, KernelSignature
+
+    from . import _kernels
+    params = [array(ct.int32, 1), array(ct.int32, 2), int(segment_tokens)]
+    return (_kernels.segment_bounds, KernelSignature(params, CallingConvention.cutile_python_v1())
+            .with_mangled_symbol("segment_bounds"))
 
 
 def signatures(variant: Variant) -> list:

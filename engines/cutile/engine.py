@@ -5,8 +5,9 @@ A forward plan runs three launches on the caller's stream (see ``_kernels``; fou
 ``chunk_prepare`` over every (chunk, head), ``chunk_state_pass`` over every (sequence, head, value block) and
 ``chunk_output`` over every (chunk, head, value block). Their scratch (w, u, kd, the deltas and the
 chunk-start states, laid out by chunk; the cumulative gates) is carved from the workspace at plan-time
-offsets. The kernels read
-``cu_seqlens`` on the device, so execute never synchronises with the host.
+offsets (``_geometry``). The kernels read ``cu_seqlens`` on the device, so execute never synchronises with the
+host. A segmented plan (``_segments``) runs one long sequence's segments with their state passes on a side stream,
+joined to the caller's before it returns.
 
 Grouped value heads (HV = group * H): every kernel runs per value head and reads q / k at head
 ``h // group``; the backward's dq / dk shares per value head go to f32 scratch and ``group_sum`` adds them.
@@ -33,27 +34,19 @@ from ... import _progress
 from . import _toolchain
 from ._variants import CHUNK, OP_FEATURES, GateOptions, Variant, split_safe_lower_bound
 from ._cute_launch import FUSED_FALLBACK_FORM, CuteLaunch, gates_grid
+from . import _segments
+from ._geometry import BACKWARD_OPS, _Geometry, _cdiv
 
 logger = logging.getLogger(__name__)
 
 FORWARD_OPS = tuple(OP_FEATURES)
-BACKWARD_OPS = {"gdn_bwd": "gdn", "kda_bwd": "kda", "gdn2_bwd": "gdn2"}     # backward op -> its forward
 BACKWARD_BLOCK_V = 32
 HEAD_DIMS = (64, 128)
 MAX_SEQUENCES = 8191          # the chunk locator holds N + 1 boundaries in one tile
 MIN_ARCH = (8, 0)
-_ALIGN = 256
 
 _IO_TYPES = {DataType.BFLOAT16: "bfloat16", DataType.HALF: "float16"}
 _GATE_TYPES = {DataType.BFLOAT16: "bfloat16", DataType.HALF: "float16", DataType.FLOAT: "float32"}
-
-
-def _align(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # Plan variants (knob sets) proposed after the default one; bench/linear_attention.py --variants times them.
@@ -64,7 +57,7 @@ def _cdiv(a: int, b: int) -> int:
 # else TF32; the UT inverse is TF32 always).
 # The default was measured fastest on the H200 (issue 8 note).
 DEFAULT_KNOBS = {"block_v": 32, "mma": "auto", "output_block_v": 0, "scratch": "io", "prepare": "cutile",
-                 "output": "cutile", "state_pass": "cutile", "state_form": "staged", "scores": "kernel"}
+                 "output": "cutile", "state_pass": "cutile", "state_form": "staged", "scores": "kernel", "segments": 0}
 VARIANT_KNOBS = {
     "cute_all": {"prepare": "cute", "output": "cute", "state_pass": "cute"},
     # the CuTe state pass with eight warps and 64 value columns a CTA (engines/cute/_delta_state); first
@@ -103,6 +96,11 @@ VARIANT_KNOBS = {
     # value blocks of 8 in the cuTile state pass: four times the default's CTAs; first for gdn at K = 64 where
     # they still fit one wave (_forward_priority)
     "cute_bv8": {"prepare": "cute", "output": "cute", "block_v": 8},
+    # one sequence in segments whose state passes overlap the other segments' prepares and outputs (_segments)
+    "cute_bv8_seg4": {"prepare": "cute", "output": "cute", "block_v": 8, "segments": 4},
+    "cute_bv8_seg8": {"prepare": "cute", "output": "cute", "block_v": 8, "segments": 8},
+    "cute_bv16_seg4": {"prepare": "cute", "output": "cute", "block_v": 16, "segments": 4},
+    "cute_bv16_seg8": {"prepare": "cute", "output": "cute", "block_v": 16, "segments": 8},
     "bv64": {"block_v": 64},
     "bv128": {"block_v": 128},
     "out32": {"output_block_v": 32},
@@ -123,86 +121,6 @@ KERNEL_SOURCES = ("cutile", "cute")     # the prepare / output knobs: the cuTile
 # execute() launches from C (compiled cubins, prebuilt parameters; _c_launch) where it can; False: every
 # launch through ct.launch (the tests' reference for the C path's outputs).
 C_LAUNCH = True
-
-
-class _Geometry:
-    """The node's sizes and the workspace regions (byte offsets), fixed when the plan is built. ``H`` counts
-    the value heads (the kernels' heads), ``HQ`` the query/key heads."""
-
-    def __init__(self, node, backward: bool = False, io_scratch: str = "", fused: bool = False,
-                 io_backward: bool = False):
-        """``io_scratch``: the input type ("bfloat16", "float16") in which the forward keeps w, u, kd, the
-        deltas and the chunk-start states ("": float32, as everything else); ``io_backward``: the backward's
-        own scratch in it too (scratch="io_all"). Per-chunk scratch is laid out
-        (chunk, head, CHUNK rows, width), by global chunk. ``fused``: the regions ``scores_qg`` (scale q e^gc)
-        and ``scores_attn`` of the fused state pass, in the input type over the deltas' and chunk-start states'
-        place (that pass writes neither; d precedes hs, and 64 V + K V >= 64 K + 64 x 64 for K, V in 64, 128)."""
-        from cudnn_graph.ops._linear_attention import beta_transform, gate_transform
-        q, v = node.inputs["q"], node.inputs["v"]
-        self.T, self.HQ, self.K = q.dim
-        self.H, self.V = v.dim[1], v.dim[2]
-        self.group = self.H // self.HQ
-        self.gate_options = gate_transform(node.op, node.params) != "none" or beta_transform(node.params) != 0.0
-        self.N = node.inputs["cu_seqlens"].dim[0] - 1
-        self.chunks = _cdiv(self.T, CHUNK) + self.N       # bound on the chunks of all sequences
-        gate_width = self.K if OP_FEATURES[BACKWARD_OPS.get(node.op, node.op)][0] else 1
-        offset = 0
-        self.regions = {}
-        self.dtypes = {}
-        # a backward keeps them in the input type only where every kernel is CuTe (scratch="io", below); with
-        # scratch="io_all" its own scratch too: dhs, dd (P, then dD), qg (then dCg) and da (T, then dA), which its
-        # kernels read mostly as products' operands (rounded to the input type on the way into shared memory in
-        # any case), and dq / dk before the norm (what the rest costs in precision: docs/engines_cutile.md)
-        narrow = {"w", "u", "kd", "d", "hs"} if io_scratch else set()
-        if io_scratch and backward and io_backward:
-            narrow |= {"dhs", "dd", "qg", "da", "dq_pre", "dk_pre"}
-        by_chunk = (self.chunks, self.H, CHUNK)
-        regions = [("w", (*by_chunk, self.K)), ("u", (*by_chunk, self.V)), ("kd", (*by_chunk, self.K)),
-                   ("d", (*by_chunk, self.V)), ("hs", (self.chunks, self.H, self.K, self.V)),
-                   ("g", (self.T, self.H, self.K) if gate_width > 1 else (self.T, self.H)),
-                   ("state_dummy", (1, 1, self.K, self.V))]
-        if backward:
-            # qg: scale q e^gc for the reverse state pass, then chunk_bwd_values' dCg in the same place
-            regions += [("dhs", (self.chunks, self.H, self.K, self.V)), ("dd", (*by_chunk, self.V)),
-                        ("qg", (*by_chunk, self.K)), ("da", (*by_chunk, CHUNK)), ("dbeta_v", (*by_chunk, 1))]
-            if self.group > 1:
-                regions += [("dq_hv", (self.T, self.H, self.K)), ("dk_hv", (self.T, self.H, self.K))]
-            if io_scratch:
-                # dq and dk before the L2 norm's backward, which f32 plans keep in kd's and w's place
-                regions += [("dq_pre", (*by_chunk, self.K)), ("dk_pre", (*by_chunk, self.K))]
-        if self.gate_options:
-            g_shape, beta_shape = tuple(node.inputs["g"].dim), tuple(node.inputs["beta"].dim)
-            regions += [("g_act", g_shape), ("beta_act", beta_shape), ("a_log_dummy", (1,)),
-                        ("dt_bias_dummy", (1, self.K) if gate_width > 1 else (1,))]
-            if backward:
-                regions += [("dg_act", g_shape), ("dbeta_act", beta_shape)]
-        for name, shape in regions:
-            count = 1
-            for d in shape:
-                count *= d
-            self.regions[name] = (offset, shape)
-            self.dtypes[name] = io_scratch if name in narrow else "float32"
-            offset += _align((2 if name in narrow else 4) * count)
-        self.workspace_size = offset
-        # a gdn / kda node's chunk_cache (a forward's output, a backward's input): its regions, in the 16-bit scratch's
-        # layout (the plans that write or read it keep w and kd in the input type); {} without one
-        self.cache_regions = {}
-        cache = (node.inputs if backward else node.outputs).get("chunk_cache")
-        if cache is not None and io_scratch:
-            from cudnn_graph.ops._linear_attention import chunk_cache_layout
-            io_type = DataType.BFLOAT16 if io_scratch == "bfloat16" else DataType.HALF
-            _, layout = chunk_cache_layout(self.T, self.N, self.H, self.K, io_type, per_channel_gate=gate_width > 1)
-            self.cache_regions = {name: (offset, shape, "float32" if dt == DataType.FLOAT else io_scratch)
-                                  for name, (offset, shape, dt) in layout.items()}
-            assert layout["w"][1][0] == self.chunks, "the chunk cache counts the chunks as the kernels do"
-        if fused and io_scratch:     # the fused pass takes the 16-bit scratch (build_plan checks)
-            place = self.regions["d"][0]
-            end = self.regions["hs"][0] + 2 * self.chunks * self.H * self.K * self.V
-            for name, width in (("scores_qg", self.K), ("scores_attn", CHUNK)):
-                self.regions[name] = (place, (*by_chunk, width))
-                self.dtypes[name] = io_scratch
-                place += _align(2 * self.chunks * self.H * CHUNK * width)
-            assert place <= _align(end), "the fused state pass's scores overrun the deltas' and states' place"
 
 
 def _unsafe_gate_bound(node) -> float | None:
@@ -292,6 +210,10 @@ class CutileForwardPlan(CompiledPlan):
             self._cache_prepares = (scores_form, CuteLaunch.prepare_inverse(
                 dataclasses.replace(variant, own_dtype=variant.io_dtype), geometry))
         self._cache_views = {}           # the chunk cache's address -> its region slots
+        # segments: the CuTe prepare / output bounded to a segment's chunks, and each caller stream's Lanes
+        self.segment_kernels = (_segments.segment_kernels(self._prepare, self._output, geometry.segment_chunks)
+                                if variant.segments else {})
+        self._lanes = {}
         self.variant = variant
         self._geometry = geometry
         self._device = graph.device_code
@@ -423,30 +345,55 @@ class CutileForwardPlan(CompiledPlan):
     def _launch_each(self, stream: int, launches: list) -> None:
         import cuda.tile as ct
         hook = self.launch_hook
-        for name, grid, kernel, args in launches:
+
+        def launch(i, on):
+            _, grid, kernel, args = launches[i]
             if isinstance(kernel, CuteLaunch):
-                run = (lambda grid=grid, kernel=kernel, args=args: kernel(stream, grid, args))
+                kernel(on, grid, args)
             else:
-                run = (lambda grid=grid, kernel=kernel, args=args: ct.launch(stream, grid, kernel, args))
+                ct.launch(on, grid, kernel, args)
+
+        schedule = getattr(launches, "schedule", None)
+        if schedule is not None and hook is None:
+            self.lanes_for(stream).issue(stream, schedule, launch)
+            return
+        # in order on the caller's stream (a scheduled list's order is a serial one too)
+        for i, (name, *_) in enumerate(launches):
             if hook is None:
-                run()
+                launch(i, stream)
             else:
-                hook(name, run)
+                hook(name, lambda i=i: launch(i, stream))
 
-    def _initial_state(self, slot, scratch):
+    def lanes_for(self, stream: int):
+        """The ``_lanes.Lanes`` of caller stream ``stream`` (a segmented plan's side stream and events), made at
+        its first call there; the plan keeps the last eight streams'."""
+        lanes = self._lanes.get(stream)
+        if lanes is None:
+            from ..._lanes import Lanes
+            with self._lock:
+                lanes = self._lanes.get(stream)
+                if lanes is None:
+                    if len(self._lanes) >= 8:
+                        self._lanes.pop(next(iter(self._lanes)))
+                    lanes = self._lanes[stream] = Lanes.create(self._ordinal, _segments.event_count(
+                        self.variant.segments))
+        return lanes
+
+    def _initial_state(self, slot, scratch, v: Optional[Variant] = None):
         """The state pass's h0 operand: the initial_state port, or an f32 stand-in it never reads."""
-        return slot("initial_state") if self.variant.has_h0 else scratch["state_dummy"]
+        return slot("initial_state") if (v or self.variant).has_h0 else scratch["state_dummy"]
 
-    def _recompute_launches(self, slot, scratch, ht) -> tuple:
+    def _recompute_launches(self, slot, scratch, ht, v: Optional[Variant] = None) -> tuple:
         """The forward up to its state pass (the gate options, the gate sums, chunk_prepare, chunk_state_pass
         writing the final state to ``ht``), which a backward plan recomputes too: ``(launches, g, beta,
         wgate)``, the last three the gate, beta and write-gate operands the kernels read (v stands in for an
-        absent write gate: never read then)."""
-        v = self.variant
+        absent write gate: never read then). ``v``: the variant whose constants the launches take (a segment's
+        has_h0 / store_ht; default the plan's)."""
+        v = v or self.variant
         k, val, cu = (slot(p) for p in ("k", "v", "cu_seqlens"))
         launches, g, beta = self._gate_inputs(slot, scratch)
         wgate = slot("w") if v.has_w else val
-        h0 = self._initial_state(slot, scratch)
+        h0 = self._initial_state(slot, scratch, v)
         launches += [
             *self._gate_launches(g, cu, scratch),
             ("prepare", self._prepare_grid, self._prepare,
@@ -464,6 +411,8 @@ class CutileForwardPlan(CompiledPlan):
         if v.checkpoints:
             # the chunk-start states go to the caller's state_checkpoints (one row a chunk, as hs's)
             scratch = {**scratch, "hs": slot("state_checkpoints")}
+        if v.segments:
+            return _segments.segmented_launches(self, slot, scratch)
         if not v.chunk_cache:
             return self._forward_launches(slot, scratch)
         # the prepare's w, kd and gate sums go to the chunk cache (the state pass reads them there), and T too
@@ -473,14 +422,14 @@ class CutileForwardPlan(CompiledPlan):
         self._keep_chunk_cache(launches, cache["t"])
         return launches
 
-    def _forward_launches(self, slot, scratch) -> list:
-        v = self.variant
+    def _forward_launches(self, slot, scratch, v: Optional[Variant] = None) -> list:
+        v = v or self.variant
         ht = slot("final_state") if v.store_ht else scratch["state_dummy"]
-        launches, g, beta, _ = self._recompute_launches(slot, scratch, ht)
+        launches, g, beta, _ = self._recompute_launches(slot, scratch, ht, v)
         q, k, cu = slot("q"), slot("k"), slot("cu_seqlens")
         if self._fused is not None:
             scores, state_output = self._fused
-            h0 = self._initial_state(slot, scratch)
+            h0 = self._initial_state(slot, scratch, v)
             qg, attn = scratch["scores_qg"], scratch["scores_attn"]
             if v.scores == "prepare":
                 scores_args = (k, slot("v"), g, beta, cu, scratch["w"], scratch["u"], scratch["g"], scratch["kd"], q,
@@ -603,7 +552,8 @@ class CutileForwardPlan(CompiledPlan):
                 self._c_launch = False
                 return None
             from . import _c_launch
-            self._c_launch = _c_launch.load(found, layout, self._workspace_blocks, self._ordinal)
+            self._c_launch = _c_launch.load(found, layout, self._workspace_blocks, self._ordinal,
+                                            self.lanes_for if found.schedule is not None else None)
             self._c_operand_uids = tuple(u for u, _, _ in found.operands)
         return self._c_launch.execute_mapping if self._c_launch else None
 
@@ -656,11 +606,14 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                 continue     # its chunk-start states are not the checkpoints' type
             if chunk_cache_reason(graph, node, knobs) is not None:
                 continue
+            if knobs["segments"] and (not SEGMENTS_GPU_TESTED or _segment_reason(node, knobs, port) is not None):
+                continue
             name = f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else "")
-            priority = _forward_priority(suffix, node.op, io_dtype, node.inputs["q"].dim[2], state_pass_ctas(node))
+            priority = _forward_priority(suffix, node.op, io_dtype, node.inputs["q"].dim[2], state_pass_ctas(node),
+                                         node.inputs["q"].dim[0])
             plans.append(PlanConfig(CUTILE_BASE, knobs=knobs, name=name, engine=self, priority=priority,
-                                    workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs)
-                                                             ).workspace_size))
+                                    workspace_size=_Geometry(node, io_scratch=_io_scratch(graph, node, knobs),
+                                                             segments=knobs["segments"]).workspace_size))
         if not plans and node.outputs.get("chunk_cache") is not None:
             why = (chunk_cache_reason(graph, node, {"prepare": "cute", "scratch": "io"})
                    or _cute_kernels_reason(graph, node, "prepare") or "no plan here takes the graph's other options")
@@ -685,7 +638,11 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         if knobs["scratch"] not in ("f32", "io"):
             raise GraphNotSupportedError(f"scratch={knobs['scratch']!r}; expected 'f32' or 'io'")
         io_scratch = _io_scratch(graph, node, knobs)
-        geometry = _Geometry(node, io_scratch=io_scratch, fused=knobs["state_form"] == "fused")
+        segments = int(knobs["segments"])
+        why = _segment_reason(node, knobs, checkpoint_port(graph, node)) if segments else None
+        if why is not None:
+            raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {why}")
+        geometry = _Geometry(node, io_scratch=io_scratch, fused=knobs["state_form"] == "fused", segments=segments)
         block_v = int(knobs["block_v"])
         if block_v not in FORWARD_BLOCK_VS or geometry.V % block_v:
             raise GraphNotSupportedError(f"block_v={block_v} is not one of {', '.join(map(str, FORWARD_BLOCK_VS))} "
@@ -736,7 +693,7 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
                                       output=knobs["output"], state_pass=knobs["state_pass"],
                                       state_form=knobs["state_form"], scores=knobs["scores"],
                                       checkpoints=checkpoint_port(graph, node) is not None,
-                                      chunk_cache=node.outputs.get("chunk_cache") is not None)
+                                      chunk_cache=node.outputs.get("chunk_cache") is not None, segments=segments)
         return CutileForwardPlan(plan, graph, node, variant, geometry)
 
 
@@ -769,7 +726,18 @@ def state_pass_ctas(node) -> int:
     return (node.inputs["cu_seqlens"].dim[0] - 1) * v.dim[1] * (v.dim[2] // 32)
 
 
-def _forward_priority(suffix: str, op: str, io_dtype: str, K: int, state_pass_ctas: int) -> float:
+# Whether the segmented variants (_segments) have passed their GPU tests (tests/engines/cutile/test_cutile_segments.py):
+# until then they are not proposed (an autotune would time them, and select one, with no check of its answers);
+# the GPU tests and bench/linear_attention.py --variants switch it on to run them.
+SEGMENTS_GPU_TESTED = False
+# A segmented variant ranks just above its unsegmented plan where that plan ranks first, for one
+# sequence of at least SEGMENTS_FIRST_FROM tokens, with the segment count measured fastest per input type
+# (SEGMENTS_FIRST; none: the variants are to pin or time).
+SEGMENTS_FIRST: dict = {}
+SEGMENTS_FIRST_FROM = 32768
+
+
+def _forward_priority(suffix: str, op: str, io_dtype: str, K: int, state_pass_ctas: int, tokens: int = 0) -> float:
     """A forward plan variant's rank (higher first). The default ranks first, except where the CuTe kernels
     can run (sm_90): those plans measured faster on the H200 at every case timed (docs/engines_cutile.md).
     ``cute`` (CuTe prepare and output, the cuTile state pass) first, but ``cute_all`` (the CuTe state pass
@@ -785,6 +753,14 @@ def _forward_priority(suffix: str, op: str, io_dtype: str, K: int, state_pass_ct
     prepare) above that; at K = 64, where the CTAs fill at least half the GPU,
     ``cute_all_fused_bv32_prepare_scores`` (four warps) above ``cute`` and ``cute_all``, BF16 and FP16.
     The other variants are there to be pinned (plan index, a router) or timed."""
+    if "_seg" in suffix:
+        base, segments = suffix.rsplit("_seg", 1)
+        if SEGMENTS_FIRST.get(io_dtype) != int(segments) or tokens < SEGMENTS_FIRST_FROM:
+            return 1.0
+        unsegmented = _forward_priority(base, op, io_dtype, K, state_pass_ctas)
+        best = max(_forward_priority(other, op, io_dtype, K, state_pass_ctas) for other in ("", *VARIANT_KNOBS)
+                   if "_seg" not in other)
+        return unsegmented + 0.5 if unsegmented == best else 1.0
     fills = K >= 128 and state_pass_ctas >= STATE_PASS_FILL
     few = 2 * state_pass_ctas <= STATE_PASS_FILL
     # gdn, BF16, K = 64 (session 44, H100: kda and K = 128 were slower; session 51, H100, one 32k sequence: FP16
@@ -822,6 +798,18 @@ def _forward_priority(suffix: str, op: str, io_dtype: str, K: int, state_pass_ct
 CUTE_OPS = {"prepare": ("gdn", "kda"), "output": ("gdn", "kda"), "state_pass": ("gdn", "kda"), "intra": ("gdn", "kda"),
             "grads": ("gdn", "kda"), "bwd_state": ("gdn", "kda"), "values": ("gdn", "kda")}
 FORWARD_KERNEL_KNOBS = ("prepare", "output", "state_pass")     # a forward plan's kernel-source knobs
+
+
+def _segment_reason(node, knobs, checkpoints) -> str | None:
+    """Why the ``segments`` knob cannot apply to this forward (None: it can): one sequence long enough, the
+    cuTile state pass in its staged form, neither checkpoints nor a chunk cache (their rows are the call's)."""
+    segments = knobs["segments"]
+    if knobs["state_pass"] != "cutile" or knobs["state_form"] != "staged":
+        return (f"segments={segments} runs the cuTile state pass (state_pass='cutile', state_form='staged'); got "
+                f"state_pass={knobs['state_pass']!r}, state_form={knobs['state_form']!r}")
+    if checkpoints is not None or node.outputs.get("chunk_cache") is not None:
+        return f"segments={segments} writes neither state_checkpoints nor a chunk_cache"
+    return _segments.segments_reason(node, segments)
 
 
 def _cute_kernels_reason(graph, node, kernel: str = "output") -> str | None:

@@ -92,6 +92,15 @@ def test_every_plan_variant_exports_a_cubin_for_sm90(op, knobs):
         assert buffer.getvalue()[:4] == b"\x7fELF", f"{signature.symbol} for sm_90 is not an ELF cubin"
 
 
+@needs_cutile
+def test_the_segment_bounds_kernel_exports_a_cubin_for_sm90():
+    from cuda.tile.compilation import export_kernel
+    kernel, signature = _variants.segment_bounds_signature(8192)
+    buffer = io.BytesIO()
+    export_kernel(kernel, [signature], buffer, gpu_code="sm_90", output_format="cubin")
+    assert buffer.getvalue()[:4] == b"\x7fELF", f"{signature.symbol} for sm_90 is not an ELF cubin"
+
+
 # The backward kernels at K = V = 64 for sm_90 (about a minute on 2 cores for the three ops); K = V = 128,
 # minutes more, with CUDNN_GRAPH_EXPORT_BACKWARD=1.
 BACKWARD_HEAD_DIMS = [64] + ([128] if os.environ.get("CUDNN_GRAPH_EXPORT_BACKWARD") == "1" else [])
@@ -319,10 +328,9 @@ def test_engine_is_absent_from_the_manifest_without_cuda_tile_and_declines_witho
         assert "cuda.tile" in engine.missing
 
 
-def _gdn_graph(cg, io_type, K, V, H=2, n_seq=2):
+def _gdn_graph(cg, io_type, K, V, H=2, n_seq=2, T=100):
     F = cg.data_type
     g = cg.pygraph(io_data_type=io_type, compute_data_type=F.FLOAT, device="cuda")
-    T = 100
     q = g.tensor(name="q", dim=[T, H, K], stride=[H * K, K, 1], data_type=io_type)
     k = g.tensor(name="k", dim=[T, H, K], stride=[H * K, K, 1], data_type=io_type)
     v = g.tensor(name="v", dim=[T, H, V], stride=[H * V, V, 1], data_type=io_type)

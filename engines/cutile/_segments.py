@@ -1,0 +1,119 @@
+"""One long sequence's forward in segments, overlapping: the launches and the order between them.
+
+Where the graph holds one sequence, the forward's state pass is one chain of T / 64 dependent chunk steps on
+H x V / block_v CTAs that leave most of each SM idle for their whole length, while the prepare before it and
+the output after it are parallel over chunks and fill the GPU. A plan with the ``segments`` knob S cuts the
+sequence into S segments of ``_Geometry.segment_tokens`` tokens and runs each as a sequence of its own: its
+prepare, its state pass starting from the previous segment's final state (an f32 region of the workspace),
+its output. Segment s's state pass runs on a side stream (``cudnn_graph._lanes``) beside segment s + 1's
+prepare and segment s - 1's output on the caller's stream:
+
+    caller's stream:  bounds  prep 0  prep 1  (wait S0) out 0  prep 2  (wait S1) out 1  ...  (wait S_last) out last
+    side stream:              (wait P0) state 0   (wait P1) state 1   (wait P2) state 2  ...
+
+The launch list is in an order that is also correct on one stream (the schedule only adds the side lane and the
+events): a hooked launch (bench's per-kernel timing) and the C runtime's plan blob run it serially. The segments'
+cu_seqlens come from ``segment_bounds`` over the call's own (the offsets are data; a shorter sequence leaves the
+last segments empty, whose state passes carry their start state through unchanged).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ._variants import CHUNK
+
+MIN_SEGMENT_CHUNKS = 16          # shorter segments lose more to their own launches than the overlap gains
+
+
+class ScheduledLaunches(list):
+    """A plan's launch list with, per launch, ``(lane, wait, record)``: lane 0 the caller's stream and 1 the side
+    stream, the event its stream waits on before it and the one recorded after it (-1: none)."""
+
+    def __init__(self, launches, schedule):
+        super().__init__(launches)
+        if len(schedule) != len(launches):
+            raise ValueError(f"{len(schedule)} schedule entries for {len(launches)} launches")
+        self.schedule = list(schedule)
+
+
+def event_count(segments: int) -> int:
+    """The events a segmented plan's schedule uses: P_s after each prepare, S_s after each state pass."""
+    return 2 * segments
+
+
+def segments_reason(node, segments: int) -> str | None:
+    """Why ``segments`` cannot apply to this forward node (None: it can)."""
+    n_seq = node.inputs["cu_seqlens"].dim[0] - 1
+    T = node.inputs["q"].dim[0]
+    if n_seq != 1:
+        return f"segments={segments} cuts one sequence; cu_seqlens holds {n_seq}"
+    if segments < 2:
+        return f"segments={segments}: expected 2 or more"
+    if T < segments * MIN_SEGMENT_CHUNKS * CHUNK:
+        return (f"segments={segments} needs at least {MIN_SEGMENT_CHUNKS * CHUNK} tokens a segment "
+                f"({segments * MIN_SEGMENT_CHUNKS * CHUNK} in all); the sequence has {T}")
+    return None
+
+
+def segmented_launches(plan, slot, scratch) -> ScheduledLaunches:
+    """The launches of ``plan`` (a segmented CutileForwardPlan) with its schedule: the whole call's launches
+    before its prepare (the gate options), ``segment_bounds``, then per segment its prepare, state pass and
+    output in the order the module docstring draws."""
+    v, g = plan.variant, plan._geometry
+    S, per = v.segments, g.segment_chunks
+    whole = plan._forward_launches(slot, scratch)
+    head = whole[:[name for name, *_ in whole].index("prepare")]
+    launches = [*head, ("segment_bounds", (S, 1, 1), plan.segment_kernels["bounds"],
+                        (slot("cu_seqlens"), scratch["segment_bounds"], g.segment_tokens))]
+    schedule = [(0, -1, -1)] * len(launches)
+    parts = [_segment_parts(plan, slot, scratch, s, per) for s in range(S)]
+    for s in range(S):
+        prepare, state_pass, output = parts[s]
+        launches += [prepare, state_pass]
+        schedule += [(0, -1, s), (1, s, S + s)]
+        if s:
+            launches.append(parts[s - 1][2])
+            schedule.append((0, S + s - 1, -1))
+    launches.append(parts[S - 1][2])
+    schedule.append((0, 2 * S - 1, -1))
+    return ScheduledLaunches(launches, schedule)
+
+
+def _segment_parts(plan, slot, scratch, s: int, per: int) -> tuple:
+    """Segment s's (prepare, state pass, output) launches: the plan's own over its cu_seqlens row and chunk
+    views, its state pass from the previous segment's state (the call's initial state, or none, for the
+    first) to its own (the call's final state, or none, for the last)."""
+    v, last = plan.variant, plan.variant.segments - 1
+    ports = {"cu_seqlens": scratch[f"cu@{s}"]}
+    if s:
+        ports["initial_state"] = scratch[f"state@{s - 1}"]
+    if s < last:
+        ports["final_state"] = scratch[f"state@{s}"]
+
+    def segment_slot(port):
+        found = ports.get(port)
+        return slot(port) if found is None else found
+
+    views = {name: scratch[f"{name}@{s}"] for name in ("w", "u", "kd", "d", "hs")}
+    variant = dataclasses.replace(v, has_h0=v.has_h0 or s > 0, store_ht=v.store_ht or s < last)
+    launches = {name: (grid, kernel, args) for name, grid, kernel, args in
+                plan._forward_launches(segment_slot, {**scratch, **views}, variant)}
+    kernels = plan.segment_kernels
+    out = []
+    for name in ("prepare", "state_pass", "output"):
+        grid, kernel, args = launches[name]
+        if name != "state_pass":
+            grid = (per, *grid[1:])            # the segment's chunks, not the call's
+        out.append((name, grid, kernels.get(name, kernel), args))
+    return tuple(out)
+
+
+def segment_kernels(prepare, output, segment_chunks: int) -> dict:
+    """A segmented plan's own kernels: ``bounds`` (segment_bounds), and its CuTe prepare and output launches
+    bounded to one segment's chunks (the cuTile kernels take their bounds from the arrays)."""
+    from . import _kernels
+    out = {"bounds": _kernels.segment_bounds}
+    for name, kernel in (("prepare", prepare), ("output", output)):
+        if hasattr(kernel, "over_chunks"):
+            out[name] = kernel.over_chunks(segment_chunks)
+    return out
