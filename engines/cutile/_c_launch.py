@@ -20,11 +20,11 @@ import struct
 
 from ..._layout import row_major_strides
 from . import _abi
+from ._geometry import ITEM_BYTES
 
 logger = logging.getLogger(__name__)
 
 BASE_ALIGNMENT = 16            # bytes: what the kernels are compiled to assume of every array's base
-_ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4}
 _INT32_MAX = 2 ** 31 - 1
 
 
@@ -88,9 +88,9 @@ def array_constraint(ref):
     """The ArrayConstraint a ref's kernel is compiled for (its values hold for every call)."""
     import cuda.tile as ct
     from cuda.tile.compilation import ArrayConstraint
-    item = _ITEM_BYTES.get(ref.dtype)
+    item = ITEM_BYTES.get(ref.dtype)
     if item is None:
-        raise Unsupported(f"{_label(ref)} is {ref.dtype}; the C path takes {sorted(_ITEM_BYTES)}")
+        raise Unsupported(f"{_label(ref)} is {ref.dtype}; the C path takes {sorted(ITEM_BYTES)}")
     ndim = len(ref.shape)
     if ndim == 0 or ref.strides[-1] != 1:
         raise Unsupported(f"{_label(ref)} has strides {ref.strides}; the C path needs a unit last stride")

@@ -2,11 +2,14 @@
 shape and type, fixed when the plan is built (``_Geometry``)."""
 from __future__ import annotations
 
+import math
+
 from ...data_type import DataType
 from ._variants import CHUNK, OP_FEATURES
 
 BACKWARD_OPS = {"gdn_bwd": "gdn", "kda_bwd": "kda", "gdn2_bwd": "gdn2"}     # backward op -> its forward
 _ALIGN = 256
+ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4}     # a region's type -> its element's bytes
 
 
 def _align(n: int) -> int:
@@ -31,7 +34,7 @@ class _Geometry:
         place (that pass writes neither; d precedes hs, and 64 V + K V >= 64 K + 64 x 64 for K, V in 64, 128).
         ``segments``: the one sequence run as that many segments of ``segment_tokens`` (``_segments``): their
         cu_seqlens rows (``segment_bounds``), the f32 states that chain them (``segment_states``), and views of
-        each segment's chunks and of those regions named ``<region>@<segment>`` (``segment_views``)."""
+        each segment's chunks and of those regions named ``<region>@<segment>`` (``_add_segment_views``)."""
         from cudnn_graph.ops._linear_attention import beta_transform, gate_transform
         q, v = node.inputs["q"], node.inputs["v"]
         self.T, self.HQ, self.K = q.dim
@@ -83,7 +86,7 @@ class _Geometry:
         for name, shape in regions:
             self.regions[name] = (offset, shape)
             self.dtypes.setdefault(name, io_scratch if name in narrow else "float32")
-            offset += _align((2 if name in narrow else 4) * _product(shape))
+            offset += _align(ITEM_BYTES[self.dtypes[name]] * math.prod(shape))
         self.workspace_size = offset
         if segments:
             self._add_segment_views()
@@ -119,19 +122,12 @@ class _Geometry:
         for s in range(self.segments):
             for name in ("w", "u", "kd", "d", "hs"):
                 offset, shape = self.regions[name]
-                row = (2 if self.dtypes[name] != "float32" else 4) * _product(shape[1:])
+                row = ITEM_BYTES[self.dtypes[name]] * math.prod(shape[1:])
                 self.regions[f"{name}@{s}"] = (offset + s * per * row, (per, *shape[1:]))
                 self.dtypes[f"{name}@{s}"] = self.dtypes[name]
             self.regions[f"cu@{s}"] = (self.regions["segment_bounds"][0] + 16 * s, (2,))
             self.dtypes[f"cu@{s}"] = "int32"
             if s < self.segments - 1:
                 offset, shape = self.regions["segment_states"]
-                self.regions[f"state@{s}"] = (offset + 4 * s * _product(shape[1:]), shape[1:])
+                self.regions[f"state@{s}"] = (offset + ITEM_BYTES["float32"] * s * math.prod(shape[1:]), shape[1:])
                 self.dtypes[f"state@{s}"] = "float32"
-
-
-def _product(shape) -> int:
-    count = 1
-    for d in shape:
-        count *= d
-    return count

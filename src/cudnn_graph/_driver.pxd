@@ -51,6 +51,8 @@ cdef class DeviceAllocation:
 # A driver entry point off the hot paths: the first of ``spellings`` libcuda exports, resolved once and kept
 # under ``name`` (CudaDriverError where there is no driver or none of them).
 cdef void* late_symbol(str name, tuple spellings) except NULL
+# CudaDriverError "<call> failed: <the CUresult's name>" where ``result`` is not 0.
+cdef int _checked(int result, str call) except -1
 cdef bint finalizing() noexcept nogil
 
 # Kernels loaded from a cubin (cuLibraryLoadData) and launched with cuLaunchKernel: the cuTile C launch

@@ -14,9 +14,9 @@ from libc.stdint cimport intptr_t, uintptr_t
 from cpython.pythread cimport (PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock,
                                PyThread_release_lock, WAIT_LOCK)
 
-from cudnn_graph._driver cimport enter_device, leave_device, late_symbol, finalizing
+from cudnn_graph._driver cimport enter_device, leave_device, late_symbol, finalizing, _checked
 
-from cudnn_graph.errors import CudaDriverError, InvalidArgumentError
+from cudnn_graph.errors import InvalidArgumentError
 
 ctypedef int (*cuStreamCreateWithPriority_t)(void** stream, unsigned int flags, int priority) noexcept nogil
 ctypedef int (*cuCtxGetStreamPriorityRange_t)(int* least, int* greatest) noexcept nogil
@@ -34,11 +34,6 @@ cdef cuStreamDestroy_t _stream_destroy = NULL
 cdef cuEventDestroy_t _event_destroy = NULL
 cdef cuEventRecord_t _event_record = NULL
 cdef cuStreamWaitEvent_t _stream_wait_event = NULL
-
-
-cdef str _result_text(int result):
-    from cudnn_graph._driver import result_text
-    return result_text(result)
 
 
 cdef int _resolve() except -1:
@@ -95,9 +90,9 @@ cdef class Lanes:
         try:
             if priority_range(&least, &greatest) != 0:
                 greatest = 0
-            _check(create_stream(&self._side, CU_STREAM_NON_BLOCKING, greatest), "cuStreamCreateWithPriority")
+            _checked(create_stream(&self._side, CU_STREAM_NON_BLOCKING, greatest), "cuStreamCreateWithPriority")
             for i in range(n_events):
-                _check(create_event(&self._events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+                _checked(create_event(&self._events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate")
                 self._n_events = i + 1
         finally:
             leave_device(pushed)
@@ -148,26 +143,15 @@ cdef class Lanes:
         index or -1), wait on the lane's stream, call ``launch(i, stream)`` for the i-th entry, then record,
         all under the lock (CudaDriverError naming the failed call)."""
         cdef intptr_t stream
-        cdef int result
         with nogil:
             self.hold()         # waiting without the GIL: the holder may need it to finish
         try:
             for i, (lane, wait, record) in enumerate(schedule):
                 stream = self.stream_of(lane, caller)
                 if wait >= 0:
-                    result = self.wait(stream, wait)
-                    if result != 0:
-                        raise CudaDriverError(f"cuStreamWaitEvent (launch {i}) failed: {_result_text(result)}")
+                    _checked(self.wait(stream, wait), f"cuStreamWaitEvent (launch {i})")
                 launch(i, stream)
                 if record >= 0:
-                    result = self.record(record, stream)
-                    if result != 0:
-                        raise CudaDriverError(f"cuEventRecord (launch {i}) failed: {_result_text(result)}")
+                    _checked(self.record(record, stream), f"cuEventRecord (launch {i})")
         finally:
             self.release()
-
-
-cdef int _check(int result, str call) except -1:
-    if result != 0:
-        raise CudaDriverError(f"{call} failed: {_result_text(result)}")
-    return 0
