@@ -10,6 +10,7 @@ from ...data_type import DataType
 from ...errors import GraphNotSupportedError
 from . import _c_launch
 from ._cute_launch import CuteLaunch
+from ._schedule import side_lane
 from ._variants import BLOCK_WARPS, CHUNK, Variant
 from ._geometry import BACKWARD_OPS, _Geometry, _cdiv
 from .engine import (BACKWARD_BLOCK_V, FLOAT16_BACKWARD_GPU_TESTED, FORWARD_BLOCK_VS, MMA_TYPES, SCRATCH_FORMS,
@@ -124,6 +125,11 @@ class CutileBackwardPlan(CutileForwardPlan):
             self._read_chunk_cache(launches, slot("chunk_cache"), sc)
         if self._f32_twin is not None:
             self._check_io_scratch(launches)
+        if v.overlap:
+            # the recompute's state pass on the side stream from the prepare on: chunk_bwd_intra and the reverse pass
+            # neither read its states and deltas nor write what it reads (the prepare's w, u, kd, gate sums), and
+            # chunk_bwd_values, the first to read hs, waits for it
+            return side_lane(launches, "state_pass", after="prepare", join="bwd_values")
         return launches
 
     def _check_io_scratch(self, launches: list) -> None:
@@ -258,6 +264,14 @@ VALUES_W8_GPU_TESTED = False
 # cute_all_io_all_w8_tile_pass_bv8 / _bv16) has passed its GPU tests: it then ranks first where the forward ranks
 # that pass first (few sequences x heads: its CTAs fill the SMs where the CuTe pass's 32-column CTAs leave most idle)
 TILE_PASS_GPU_TESTED = True
+# whether the recompute's state pass on a side stream (knob overlap: beside chunk_bwd_intra and the reverse state
+# pass, two chains of dependent chunk steps that each leave most of an SM idle; _schedule.side_lane) has passed its
+# GPU tests (tests/engines/cutile/test_cutile_backward_overlap.py): its plans are proposed only then, for a backward
+# that recomputes its states (one from the checkpoints runs no state pass). OVERLAP_FIRST: the OVERLAP_BASES whose
+# twin timed faster, which then ranks just above its plan where that one ranks first
+OVERLAP_GPU_TESTED = False
+OVERLAP_FIRST = ()
+OVERLAP_BASES = ("cute_all_io_all_w8", "cute_all_io_all_w8_tile_pass_bv8", "cute_all_io_all_w8_tile_pass_bv16")
 
 
 def forward_tile_pass_width(graph, node) -> int:
@@ -369,7 +383,18 @@ def backward_variants(graph, node) -> list:
     # chunk_bwd_grads): to pin or time
     variants += [(f"{suffix}_bv64" if suffix else "bv64", {**knobs, "block_v": 64}, 2.0)
                  for suffix, knobs, priority in variants if suffix in ("", "cute_prepare_intra")]
+    if OVERLAP_GPU_TESTED and checkpoint_port(graph, node) is None:
+        variants += _overlap_variants(variants)
     return variants
+
+
+def _overlap_variants(variants: list) -> list:
+    """The ``_overlap`` twins of the OVERLAP_BASES plans among ``variants``: just above their plan where it ranks
+    first and is in OVERLAP_FIRST, else below the default (to pin or time)."""
+    best = max(rank for _, _, rank in variants)
+    return [(f"{suffix}_overlap", {**knobs, "overlap": True},
+             rank + 0.25 if suffix in OVERLAP_FIRST and rank == best else 1.76)
+            for suffix, knobs, rank in variants if suffix in OVERLAP_BASES]
 
 
 def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
@@ -415,6 +440,10 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
                 f"of {', '.join(map(str, FORWARD_BLOCK_VS))} value columns dividing V={V}; got "
                 f"state_pass={variant.state_pass!r}")
         variant = dataclasses.replace(variant, state_pass_block_v=pass_width)
+    overlap = plan.knobs.get("overlap", False)
+    if overlap not in (False, True):
+        raise GraphNotSupportedError(f"overlap={overlap!r}; expected True or False")
+    variant = dataclasses.replace(variant, overlap=bool(overlap))
     scratch = plan.knobs.get("scratch", "f32")
     if scratch not in SCRATCH_FORMS:
         raise GraphNotSupportedError(f"scratch={scratch!r}; expected one of {', '.join(map(repr, SCRATCH_FORMS))}")

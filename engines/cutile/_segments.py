@@ -20,20 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from ._schedule import ScheduledLaunches
 from ._variants import CHUNK
 
 MIN_SEGMENT_CHUNKS = 16          # shorter segments lose more to their own launches than the overlap gains
-
-
-class ScheduledLaunches(list):
-    """A plan's launch list with, per launch, ``(lane, wait, record)``: lane 0 the caller's stream and 1 the side
-    stream, the event its stream waits on before it and the one recorded after it (-1: none)."""
-
-    def __init__(self, launches, schedule):
-        super().__init__(launches)
-        if len(schedule) != len(launches):
-            raise ValueError(f"{len(schedule)} schedule entries for {len(launches)} launches")
-        self.schedule = list(schedule)
 
 
 def event_count(segments: int) -> int:

@@ -114,6 +114,9 @@ class Variant:
     # a forward's one sequence run as this many segments whose state passes overlap the others' kernels
     # (engines/cutile/_segments; 0: not cut)
     segments: int = 0
+    # a backward's recompute state pass on the side stream, beside chunk_bwd_intra and the reverse state pass
+    # (neither reads the forward's states; engines/cutile/_schedule.side_lane)
+    overlap: bool = False
 
     @property
     def pass_block_v(self) -> int:

@@ -35,6 +35,7 @@ from . import _toolchain
 from ._variants import CHUNK, OP_FEATURES, GateOptions, Variant, split_safe_lower_bound
 from ._cute_launch import FUSED_FALLBACK_FORM, CuteLaunch, gates_grid
 from . import _segments
+from ._schedule import SIDE_LANE_EVENTS
 from ._geometry import BACKWARD_OPS, _Geometry, _cdiv
 
 logger = logging.getLogger(__name__)
@@ -365,7 +366,7 @@ class CutileForwardPlan(CompiledPlan):
                 hook(name, lambda i=i: launch(i, stream))
 
     def lanes_for(self, stream: int):
-        """The ``_lanes.Lanes`` of caller stream ``stream`` (a segmented plan's side stream and events), made at
+        """The ``_lanes.Lanes`` of caller stream ``stream`` (a scheduled plan's side stream and events), made at
         its first call there; the plan keeps the last eight streams'."""
         lanes = self._lanes.get(stream)
         if lanes is None:
@@ -375,8 +376,9 @@ class CutileForwardPlan(CompiledPlan):
                 if lanes is None:
                     if len(self._lanes) >= 8:
                         self._lanes.pop(next(iter(self._lanes)))
-                    lanes = self._lanes[stream] = Lanes.create(self._ordinal, _segments.event_count(
-                        self.variant.segments))
+                    segments = self.variant.segments
+                    lanes = self._lanes[stream] = Lanes.create(self._ordinal, _segments.event_count(segments)
+                                                               if segments else SIDE_LANE_EVENTS)
         return lanes
 
     def _initial_state(self, slot, scratch, v: Optional[Variant] = None):

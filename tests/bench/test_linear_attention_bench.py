@@ -63,6 +63,25 @@ def test_the_pair_with_the_chunk_cache_prints_its_own_ratio_after_the_checkpoint
     assert "chunk_cache" in lines[1] and "bwd/fwd 2.64 (<= 3: yes)" in lines[1]
 
 
+def test_a_plan_whose_kernels_overlap_is_timed_by_its_span_and_prints_its_kernels_sum(monkeypatch):
+    # a segmented forward or an overlapping backward: the GPU's span of a call, the kernels' sum beside it
+    monkeypatch.setattr(bench, "gpu_ms", lambda torch, run, iters, per_kernel: per_kernel.update(a=0.5) or 0.9)
+    monkeypatch.setattr(bench, "gpu_span_ms", lambda torch, run, iters: 0.7)
+    overlapping = type("Plan", (), {"variant": type("V", (), {"segments": 0, "overlap": True})()})()
+    serial = type("Plan", (), {"variant": type("V", (), {"segments": 0, "overlap": False})()})()
+    row = {"op": "gdn", "shape": "1x32768_h16", "dtype": "bf16", "K": 128, "variant": "default"}
+    bench.ours_gpu_ms(None, None, serial, 20, row, "ours")
+    assert row["ours_gpu_ms"] == 0.9 and "ours_span_gpu_ms" not in row
+    bench.ours_gpu_ms(None, None, overlapping, 20, row, "ours_bwd")
+    bench.ours_gpu_ms(None, None, overlapping, 20, row, "ours_bwd_cute_all_io_all_w8_overlap")
+    assert row["ours_bwd_gpu_ms"] == row["ours_bwd_span_gpu_ms"] == 0.7 and row["ours_bwd_kernel_sum_gpu_ms"] == 0.9
+    lines = bench.row_lines(row)
+    assert "  ours_bwd is the GPU's span of a call (its kernels overlap): 0.700; its kernels' times add up to " \
+           "0.900" in lines
+    variant_lines = [line for line in lines if line.startswith("  backward plan ")]
+    assert variant_lines == ["  backward plan cute_all_io_all_w8_overlap: 0.700 (a 0.500)"]
+
+
 def test_the_target_lines_count_the_first_ranked_rows_and_name_each_one_over():
     def row(shape, variant, **ratios):
         return {"op": "gdn", "shape": shape, "dtype": "bf16", "K": 64, "variant": variant, **ratios}

@@ -236,8 +236,8 @@ def bwd_builder_for(op, host, io_type, l2, plan=None):
 
 def run_bwd_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=True, dht=True,
                  producer="cupy", seed=0, plan=None, q_in_qk=False):
-    """``q_in_qk``: q is the first half of a (T, H, 2K) buffer, as a fused q/k projection gives it (its rows not
-    packed)."""
+    """The GPU's gradients (host arrays), checked against the reference engine's. ``q_in_qk``: q is the first
+    half of a (T, H, 2K) buffer, as a fused q/k projection gives it (its rows not packed)."""
     import ml_dtypes
     _require_engine()
     io_np = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
@@ -267,6 +267,7 @@ def run_bwd_case(op, cu, *, H=2, K=128, V=128, dtype="bfloat16", l2=True, h0=Tru
     report = ", ".join(f"{k} {v:.2e}" for k, v in errors.items())
     print(f"{op} {dtype} K={K} V={V} cu={cu[:3]}..{cu[-1]} H={H} l2={l2} h0={h0} dht={dht} {producer} {plan or ''}: {report}")
     assert not failures, f"{op} ({producer}) outside tolerance {BWD_TOLERANCE[dtype]}: {report}"
+    return got
 
 
 # Most backward cases share one specialisation per op (K = V = 64, four sequences, states and L2 norm on), so

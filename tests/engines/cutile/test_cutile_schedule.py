@@ -1,0 +1,58 @@
+"""engines/cutile/_schedule: a launch list carrying its streams (ScheduledLaunches), and side_lane, which puts one
+launch of a serial list on the side stream between the launch it waits for and the one that joins it back. No
+compiled module and no GPU: the module is loaded by path."""
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+import pytest
+
+from _helpers import REPO_ROOT
+
+
+def _schedule_module():
+    package = "_cutile_schedule_under_test"
+    if package not in sys.modules:
+        pkg = types.ModuleType(package)
+        pkg.__path__ = [str(REPO_ROOT / "engines" / "cutile")]
+        sys.modules[package] = pkg
+    return importlib.import_module(f"{package}._schedule")
+
+
+def _launches(*names):
+    return [(name, (1, 1, 1), name.upper(), ()) for name in names]
+
+
+def test_a_schedule_of_the_wrong_length_is_refused():
+    schedule = _schedule_module()
+    with pytest.raises(ValueError, match="2 schedule entries for 3 launches"):
+        schedule.ScheduledLaunches([1, 2, 3], [(0, -1, -1)] * 2)
+
+
+def test_the_side_launch_waits_for_its_producer_and_the_join_waits_for_it():
+    schedule = _schedule_module()
+    serial = _launches("gates", "prepare", "state_pass", "bwd_intra", "bwd_state_pass", "bwd_values", "bwd_grads")
+    scheduled = schedule.side_lane(serial, "state_pass", after="prepare", join="bwd_values")
+    assert list(scheduled) == serial                   # the serial order is kept: a hook or a plan blob runs it so
+    assert scheduled.schedule == [(0, -1, -1), (0, -1, 0), (1, 0, 1), (0, -1, -1), (0, -1, -1), (0, 1, -1),
+                                  (0, -1, -1)]
+    recorded = {record for _, _, record in scheduled.schedule if record >= 0}
+    assert recorded == set(range(schedule.SIDE_LANE_EVENTS))
+    # every launch after the join runs on the caller's stream after the side stream's work
+    assert scheduled.schedule[-1][0] == 0
+
+
+def test_a_list_without_the_side_launch_is_returned_as_it_is():
+    schedule = _schedule_module()
+    serial = _launches("prepare", "bwd_intra", "bwd_state_pass", "bwd_values")     # from the checkpoints
+    assert schedule.side_lane(serial, "state_pass", after="prepare", join="bwd_values") is serial
+
+
+@pytest.mark.parametrize("names", [("state_pass", "prepare", "bwd_values"), ("prepare", "bwd_values", "state_pass")])
+def test_a_side_launch_outside_its_producer_and_join_is_refused_naming_the_order(names):
+    schedule = _schedule_module()
+    with pytest.raises(ValueError, match="state_pass on the side stream must come after prepare and before "
+                                         "bwd_values"):
+        schedule.side_lane(_launches(*names), "state_pass", after="prepare", join="bwd_values")
