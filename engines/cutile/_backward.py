@@ -59,8 +59,8 @@ class CutileBackwardPlan(CutileForwardPlan):
                 self._prepare_without_u += ((self._prepare_intra,
                                              CuteLaunch.prepare_inverse_intra(variant, geometry, store_u=False)),)
         self._grads_grid = (geometry.chunks, geometry.H, 1)
-        # the reverse state pass's CTAs: block_v value columns each (the recompute's may be narrower)
-        self._reverse_grid = (geometry.N, geometry.H, geometry.V // variant.block_v)
+        # the reverse state pass's CTAs: reverse_width value columns each (the recompute's pass may be narrower too)
+        self._reverse_grid = (geometry.N, geometry.H, geometry.V // variant.reverse_width)
         self._group_sum = _kernels.group_sum
         self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
         self._gate_activation_bwd = _kernels.gate_activation_bwd
@@ -271,7 +271,17 @@ TILE_PASS_GPU_TESTED = True
 # twin timed faster, which then ranks just above its plan where that one ranks first
 OVERLAP_GPU_TESTED = False
 OVERLAP_FIRST = ()
-OVERLAP_BASES = ("cute_all_io_all_w8", "cute_all_io_all_w8_tile_pass_bv8", "cute_all_io_all_w8_tile_pass_bv16")
+OVERLAP_BASES = ("cute_all_io_all_w8", "cute_all_io_all_w8_tile_pass_bv8", "cute_all_io_all_w8_tile_pass_bv16",
+                 "cute_all_io_all_w8_tile_pass_bv8_rev16", "cute_all_io_all_w8_tile_pass_bv16_rev16")
+# whether the reverse state pass over 16 value columns a CTA (knob reverse_block_v; plans
+# cute_all_io_all_w8_tile_pass_bv8_rev16 / _bv16_rev16: where the forward runs its narrow pass, few sequences x
+# heads leave the reverse pass's 32-column CTAs on a few SMs, 64 at one 32k sequence, 16 heads, K = 128) has passed
+# its GPU tests (test_cutile_cute_kernels.py, "narrow reverse"): proposed only then; REVERSE_NARROW_FIRST: those timed faster than
+# their plan, which then rank just above it where it ranks first
+REVERSE_NARROW_GPU_TESTED = False
+REVERSE_NARROW_FIRST = ()
+# the reverse pass's widths: the CuTe pass's (engines/cute/_delta_state.WARPS_OF_BV), which the cuTile one takes too
+REVERSE_BLOCK_VS = (16, 32, 64)
 
 
 def forward_tile_pass_width(graph, node) -> int:
@@ -368,6 +378,11 @@ def backward_variants(graph, node) -> list:
                     first = narrow == width and grads_tested and GRADS_W8_GPU_TESTED and TILE_PASS_GPU_TESTED
                     knobs = {**w8, "state_pass": "cutile", "state_pass_block_v": narrow}
                     variants.append((f"cute_all_io_all_w8_tile_pass_bv{narrow}", knobs, 27.5 if first else rank))
+                    if REVERSE_NARROW_GPU_TESTED:
+                        # its reverse pass over 16 value columns a CTA too: twice the CTAs where they are few
+                        reverse = f"cute_all_io_all_w8_tile_pass_bv{narrow}_rev16"
+                        variants.append((reverse, {**knobs, "reverse_block_v": 16},
+                                         27.6 if first and reverse in REVERSE_NARROW_FIRST else rank - 0.005))
                 values_w8 = {**w8, "values_warps": 8}
                 variants.append(("cute_all_io_all_w8_values_w8", values_w8,
                                  28.0 if grads_tested and GRADS_W8_GPU_TESTED and VALUES_W8_GPU_TESTED else 1.83))
@@ -440,6 +455,12 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
                 f"of {', '.join(map(str, FORWARD_BLOCK_VS))} value columns dividing V={V}; got "
                 f"state_pass={variant.state_pass!r}")
         variant = dataclasses.replace(variant, state_pass_block_v=pass_width)
+    reverse_width = int(plan.knobs.get("reverse_block_v", 0))
+    if reverse_width:
+        if reverse_width not in REVERSE_BLOCK_VS or V % reverse_width:
+            raise GraphNotSupportedError(f"reverse_block_v={reverse_width}: the reverse state pass's value columns a "
+                                         f"CTA, one of {', '.join(map(str, REVERSE_BLOCK_VS))} dividing V={V}")
+        variant = dataclasses.replace(variant, reverse_block_v=reverse_width)
     overlap = plan.knobs.get("overlap", False)
     if overlap not in (False, True):
         raise GraphNotSupportedError(f"overlap={overlap!r}; expected True or False")

@@ -93,8 +93,8 @@ class CuteLaunch:
         qg, the gate sums, cu_seqlens, dht, dhs, dD (P in, dD out), dh0. With all its scratch in 16 bits
         (scratch="io_all") the form that loads the next chunk during each step."""
         from ..cute._delta_state_reverse import reverse_state_pass_launcher
-        launcher = reverse_state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.block_v, geometry.H,
-                                               variant.has_dht, variant.has_h0, variant.n_seq,
+        launcher = reverse_state_pass_launcher(variant.io_dtype, variant.K, variant.V, variant.reverse_width,
+                                               geometry.H, variant.has_dht, variant.has_h0, variant.n_seq,
                                                per_channel=variant.per_channel, scratch_dtype=variant.scratch_dtype,
                                                own_dtype=variant.own_dtype, prefetch=variant.own_dtype != "float32")
         return CuteLaunch(launcher, _cutile_reads(variant, fallback), lambda a: a[:10], geometry)

@@ -114,6 +114,8 @@ class Variant:
     # a forward's one sequence run as this many segments whose state passes overlap the others' kernels
     # (engines/cutile/_segments; 0: not cut)
     segments: int = 0
+    # a backward's: value columns a CTA of its reverse state pass (0: block_v, chunk_bwd_values' and _grads' width)
+    reverse_block_v: int = 0
     # a backward's recompute state pass on the side stream, beside chunk_bwd_intra and the reverse state pass
     # (neither reads the forward's states; engines/cutile/_schedule.side_lane)
     overlap: bool = False
@@ -123,6 +125,12 @@ class Variant:
         """Value columns a CTA of the forward state pass (a backward's recompute may run it narrower than its
         reverse pass)."""
         return self.state_pass_block_v or self.block_v
+
+    @property
+    def reverse_width(self) -> int:
+        """Value columns a CTA of the backward's reverse state pass (it may run narrower than the gradient
+        kernels after it)."""
+        return self.reverse_block_v or self.block_v
 
     @property
     def per_channel(self) -> bool:
@@ -169,7 +177,7 @@ class Variant:
                 self.group)
 
     def bwd_state_pass_constants(self) -> tuple:
-        return (self.n_seq, self.seq_tile, self.K, self.block_v, self.per_channel, self.has_dht, self.has_h0,
+        return (self.n_seq, self.seq_tile, self.K, self.reverse_width, self.per_channel, self.has_dht, self.has_h0,
                 self.low_mma)
 
     def bwd_values_constants(self) -> tuple:

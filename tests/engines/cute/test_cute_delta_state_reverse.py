@@ -46,6 +46,26 @@ def test_the_prefetching_reverse_pass_compiles_without_spilling(K, V, BV, per_ch
     assert largest_frame(cubin) == 0
 
 
+@pytest.mark.parametrize("K", [64, 128])
+def test_the_reverse_pass_over_sixteen_value_columns_compiles_without_spilling(K):
+    # the narrow reverse pass (knob reverse_block_v=16): four warps, less shared memory than at 32 columns; on
+    # 16-bit scratch (the plan's prefetching form) and on its f32 twin's
+    narrow = _delta_state_reverse.reverse_state_pass_launcher("bfloat16", K, K, 16, 16, True, True, 1,
+                                                              scratch_dtype="bfloat16", own_dtype="bfloat16",
+                                                              prefetch=True)
+    cubin, block, shared = narrow.cubin()
+    assert parameters(cubin) == addresses_then_three_sizes(10) and block == (128, 1, 1)
+    assert shared < _reverse_pass(K, True).cubin()[2] and largest_frame(cubin) == 0
+    twin = _delta_state_reverse.reverse_state_pass_launcher("bfloat16", K, K, 16, 16, True, True, 1)
+    cubin, block, shared = twin.cubin()
+    assert parameters(cubin) == addresses_then_three_sizes(10) and 0 < shared <= MAX_SHARED_BYTES
+
+
+def test_the_cutile_plans_reverse_widths_are_the_ones_the_cute_pass_takes():
+    from cudnn_graph.engines.cutile._backward import REVERSE_BLOCK_VS
+    assert REVERSE_BLOCK_VS == tuple(sorted(_delta_state.WARPS_OF_BV))
+
+
 def test_the_prefetching_reverse_pass_needs_16_bit_scratch():
     with pytest.raises(ValueError, match="needs 16-bit scratch"):
         _delta_state_reverse.reverse_state_pass_launcher("bfloat16", 128, 128, 32, 4, True, True, 3,

@@ -225,13 +225,16 @@ def _call(op, plan, monkeypatch, *, c_launch=True, capture=False) -> dict:
 
 
 @gpu
-@pytest.mark.parametrize("op", ["gdn_bwd", "kda_bwd"])
-def test_the_c_path_the_python_path_and_a_captured_graph_give_the_same_bits(sm90, op, monkeypatch):
-    plan = f"cutile_{op}_chunk64_{W8}_overlap"
+@pytest.mark.parametrize("op, base", [("gdn_bwd", W8), ("kda_bwd", W8),
+                                      ("gdn_bwd", f"{W8}_tile_pass_bv8_rev16")])   # the narrow reverse pass too
+def test_the_c_path_the_python_path_and_a_captured_graph_give_the_same_bits(sm90, op, base, monkeypatch):
+    from cudnn_graph.engines.cutile import _backward
+    monkeypatch.setattr(_backward, "REVERSE_NARROW_GPU_TESTED", True)
+    plan = f"cutile_{op}_chunk64_{base}_overlap"
     c_path = _call(op, plan, monkeypatch)
     captured = _call(op, plan, monkeypatch, capture=True)
     python_path = _call(op, plan, monkeypatch, c_launch=False)
-    serial = _call(op, f"cutile_{op}_chunk64_{W8}", monkeypatch)
+    serial = _call(op, f"cutile_{op}_chunk64_{base}", monkeypatch)
     for name in c_path:
         assert c_path[name] == python_path[name], name
         assert captured[name] == c_path[name], name

@@ -114,6 +114,41 @@ def test_the_backward_recomputes_with_the_cutile_state_pass_its_forward_ranks_fi
         assert first is w8
 
 
+@pytest.mark.parametrize("op, io, K, width", [("gdn_bwd", "BFLOAT16", 64, 8), ("gdn_bwd", "BFLOAT16", 128, 16)])
+def test_the_narrow_reverse_pass_is_proposed_once_gpu_tested_and_first_once_timed_faster(op, io, K, width, monkeypatch):
+    # with the forward's narrow pass in the recompute, the reverse pass over 16 value columns a CTA too (few
+    # sequences x heads: its 32-column CTAs leave most SMs idle): proposed once GPU-tested, just below its plan, and
+    # just above it once timed faster
+    from cudnn_graph.engines.cutile import _backward
+    cg = _package()
+    g = _grouped_gated_graph(cg, op, K=K, N=2, io=io)
+    base = f"cutile_{op}_chunk64_cute_all_io_all_w8_tile_pass_bv{width}"
+    monkeypatch.setattr(_backward, "REVERSE_NARROW_GPU_TESTED", False)
+    assert not any(p.label.endswith("_rev16") for p in _proposed(cg, g))
+    monkeypatch.setattr(_backward, "REVERSE_NARROW_GPU_TESTED", True)
+    plans = {p.label: p for p in _proposed(cg, g)}
+    narrow = plans[f"{base}_rev16"]
+    assert narrow.knobs == dict(plans[base].knobs, reverse_block_v=16)
+    assert narrow.workspace_size == plans[base].workspace_size
+    assert max(plans.values(), key=lambda p: p.priority) is plans[base]
+    monkeypatch.setattr(_backward, "REVERSE_NARROW_FIRST", (f"cute_all_io_all_w8_tile_pass_bv{width}_rev16",))
+    assert max(_proposed(cg, g), key=lambda p: p.priority).label == f"{base}_rev16"
+
+
+def test_the_reverse_pass_width_is_one_the_kernels_take(monkeypatch):
+    cg = _package()
+    from cudnn_graph.errors import GraphNotSupportedError
+    knobs = {"mma": "tf32", "prepare": "cute", "intra": "cute", "values": "cute", "grads": "cute", "bwd_state": "cute",
+             "scratch": "io_all", "grads_warps": 8, "state_pass": "cutile", "state_pass_block_v": 8}
+    with pytest.raises(GraphNotSupportedError, match="reverse_block_v=8: the reverse state pass's value columns a "
+                                                     "CTA, one of 16, 32, 64 dividing V=64"):
+        _build_pinned_backward(cg, dict(knobs, reverse_block_v=8), monkeypatch)
+    plan = _build_pinned_backward(cg, dict(knobs, reverse_block_v=16), monkeypatch)
+    V = plan._geometry.V
+    assert plan._reverse_grid[2] == V // 16 and plan.variant.block_v == 32     # the gradient kernels keep 32
+    assert plan.variant.bwd_state_pass_constants()[3] == 16 and plan._f32_twin._reverse_grid == plan._reverse_grid
+
+
 @pytest.mark.parametrize("io, products", [("BFLOAT16", "bfloat16"), ("HALF", "float16")])
 def test_the_recomputes_narrow_cutile_state_pass_takes_products_of_the_scratch_type(io, products, monkeypatch):
     # the pass runs over 8 value columns a CTA, the reverse pass over 32; on 16-bit scratch its products are of the

@@ -265,6 +265,24 @@ def _launches_taking(plan, layout, operand: str) -> set:
 
 
 @needs_cutile
+def test_the_narrow_reverse_pass_launches_sixteen_value_columns_a_cta_and_the_gradient_kernels_keep_theirs(monkeypatch):
+    # knob reverse_block_v=16: the C path's record of the reverse pass has V / 16 CTAs a (sequence, head)
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    import cudnn_graph as cg
+    from cudnn_graph.engines.cutile import _backward
+    monkeypatch.setattr(_backward, "REVERSE_NARROW_GPU_TESTED", True)
+    label = "cutile_gdn_bwd_chunk64_cute_all_io_all_w8_tile_pass_bv8_rev16"
+    plan, layout = _plan(cg, "gdn_bwd", monkeypatch, label=label)
+    prepared = plan.launch_plan(layout)
+    assert prepared is not None, "the plan fell back to the Python launch path (see the log)"
+    kernels = {k.name: k for k in prepared.kernels}
+    assert "DeltaStatePassReverse" in kernels["bwd_state_pass"].symbol
+    assert kernels["bwd_state_pass"].grid == (1, 2, 64 // 16)            # one sequence, two heads, V = 64
+    assert plan._reverse_grid == kernels["bwd_state_pass"].grid and plan.variant.block_v == 32
+
+
+@needs_cutile
 def test_the_prepare_that_does_the_intra_work_takes_the_intra_launchs_place(monkeypatch):
     # intra_in_prepare: one launch (DeltaPrepareInverseIntra) writes T, qg and P; no chunk_bwd_intra launch
     pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")

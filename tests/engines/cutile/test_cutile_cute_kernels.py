@@ -498,6 +498,36 @@ def test_a_query_the_cute_kernels_refuse_runs_the_narrow_pass_plan_on_its_f32_tw
     forward.run_bwd_case(op, forward.SMALL, K=64, V=64, seed=70, plan=f"cutile_{op}_chunk64_{suffix}", q_in_qk=True)
 
 
+# the reverse pass over 16 value columns a CTA too (knob reverse_block_v; proposed once these pass,
+# REVERSE_NARROW_GPU_TESTED): against the reference in both types and head sizes, one long sequence with states,
+# the grouped value heads and gate options with repeated executions (same bits)
+@pytest.fixture
+def narrow_reverse_on(monkeypatch):
+    from cudnn_graph.engines.cutile import _backward
+    monkeypatch.setattr(_backward, "REVERSE_NARROW_GPU_TESTED", True)
+
+
+NARROW_REVERSE_FORMS = [f"{form}_rev16" for form in TILE_PASS_FORMS]
+
+
+@pytest.mark.parametrize("op, dtype, K, suffix", [
+    ("gdn_bwd", "bfloat16", 64, NARROW_REVERSE_FORMS[0]), ("gdn_bwd", "float16", 128, NARROW_REVERSE_FORMS[1]),
+    ("kda_bwd", "bfloat16", 128, NARROW_REVERSE_FORMS[1]), ("kda_bwd", "float16", 64, NARROW_REVERSE_FORMS[0])])
+def test_the_narrow_reverse_pass_matches_the_reference(narrow_reverse_on, op, dtype, K, suffix):
+    forward.run_bwd_case(op, forward.SMALL, K=K, V=K, dtype=dtype, seed=71, plan=f"cutile_{op}_chunk64_{suffix}")
+
+
+@pytest.mark.parametrize("op, K", [("gdn_bwd", 128), ("kda_bwd", 64)])
+def test_the_narrow_reverse_pass_over_one_long_sequence_with_states(narrow_reverse_on, op, K):
+    forward.run_bwd_case(op, [0, 8192], H=4, K=K, V=K, seed=72, plan=f"cutile_{op}_chunk64_{NARROW_REVERSE_FORMS[1]}")
+
+
+@pytest.mark.parametrize("op, gates", [("gdn_bwd", "softplus_beta_sigmoid"), ("kda_bwd", "bounded_neg_eigval")])
+def test_the_narrow_reverse_pass_with_grouped_value_heads_and_gate_options(narrow_reverse_on, op, gates):
+    gva.run_case(op, gva.SMALL, attrs=gva.GATES[gates], seed=73, plan=f"cutile_{op}_chunk64_{NARROW_REVERSE_FORMS[0]}",
+                 repeats=3)
+
+
 # the forms below the default (UNRANKED_BACKWARD_FORMS; each shape and a refused query are in the 16-bit scratch
 # tests above): the grouped value heads and gate options with repeated executions, a long batch with states
 @pytest.mark.parametrize("suffix", UNRANKED_BACKWARD_FORMS)
