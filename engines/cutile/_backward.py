@@ -276,8 +276,8 @@ OVERLAP_BASES = ("cute_all_io_all_w8", "cute_all_io_all_w8_tile_pass_bv8", "cute
 # whether the reverse state pass over 16 value columns a CTA (knob reverse_block_v; plans
 # cute_all_io_all_w8_tile_pass_bv8_rev16 / _bv16_rev16: where the forward runs its narrow pass, few sequences x
 # heads leave the reverse pass's 32-column CTAs on a few SMs, 64 at one 32k sequence, 16 heads, K = 128) has passed
-# its GPU tests (test_cutile_cute_kernels.py, "narrow reverse"): proposed only then; REVERSE_NARROW_FIRST: those timed faster than
-# their plan, which then rank just above it where it ranks first
+# its GPU tests (test_cutile_cute_kernels.py -k narrow_reverse): proposed only then. REVERSE_NARROW_FIRST: those
+# timed faster than their plan, which then rank just above it where it ranks first
 REVERSE_NARROW_GPU_TESTED = False
 REVERSE_NARROW_FIRST = ()
 # the reverse pass's widths: the CuTe pass's (engines/cute/_delta_state.WARPS_OF_BV), which the cuTile one takes too
