@@ -74,3 +74,16 @@ def reference_linear_attention_kernels(module_name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_by_path(package: str, folder: Path, *names: str) -> list:
+    """Modules ``names`` of ``folder`` imported as submodules of a stand-in package ``package`` (engine modules
+    that need none of cudnn_graph's compiled modules, loaded from the checkout)."""
+    import importlib
+    import sys
+    import types
+    if package not in sys.modules:
+        stand_in = types.ModuleType(package)
+        stand_in.__path__ = [str(folder)]
+        sys.modules[package] = stand_in
+    return [importlib.import_module(f"{package}.{name}") for name in names]

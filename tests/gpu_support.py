@@ -165,17 +165,15 @@ def gpu_run(builder, host_inputs, out_names, producer="cupy", **kwargs):
     return runs[0], g
 
 
-def gpu_runs(builder, host_inputs, out_names, times, producer="cupy", **kwargs):
-    """``gpu_run`` executing the built graph ``times`` times on the same inputs, the outputs zeroed before
-    each: ``([{name: array}, ...], graph)`` (to pin that a plan is deterministic)."""
-    cp = pytest.importorskip("cupy")
-    g, t = build_gpu(builder, **kwargs)
+def device_pack(cp, g, t, host_inputs, out_names, producer="cupy"):
+    """The execute pack of built graph ``g`` (tensors ``t`` by name): ``host_inputs`` on the device from
+    ``producer``, a zeroed CuPy buffer with the graph's strides for each of ``out_names``. Returns (pack, what
+    keeps the inputs alive, {output name: (CuPy array, host dtype)})."""
     pack, keep, outs = {}, [], {}
     for name, tensor in t.items():
         if name in out_names:
             np_dtype = host_dtype(g.view.data_type(tensor))
-            host = empty_like_strided(np_dtype, tensor.dim, tensor.stride)
-            dev = cupy_from_host(cp, host)
+            dev = cupy_from_host(cp, empty_like_strided(np_dtype, tensor.dim, tensor.stride))
             outs[name] = (dev, np_dtype)
             exotic = np.dtype(np_dtype).kind == "V" or np.dtype(np_dtype).name in (
                 "bfloat16", "float8_e4m3fn", "float8_e5m2")
@@ -184,6 +182,27 @@ def gpu_runs(builder, host_inputs, out_names, times, producer="cupy", **kwargs):
             obj, alive = _device_input(producer, host_inputs[name])
             pack[tensor] = obj
             keep.append(alive)
+    return pack, keep, outs
+
+
+def sm90_with_the_dsl(why: str):
+    """CuPy, where an sm_90 GPU and the CuTe DSL are here; else the test skips, saying ``why`` it needs them."""
+    cp = pytest.importorskip("cupy")
+    if cp.cuda.runtime.getDeviceCount() == 0:
+        pytest.skip("no CUDA GPU visible")
+    capability = cp.cuda.Device(0).compute_capability
+    if capability != "90":
+        pytest.skip(f"{why} (sm_90); this GPU is sm_{capability}")
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    return cp
+
+
+def gpu_runs(builder, host_inputs, out_names, times, producer="cupy", **kwargs):
+    """``gpu_run`` executing the built graph ``times`` times on the same inputs, the outputs zeroed before
+    each: ``([{name: array}, ...], graph)`` (to pin that a plan is deterministic)."""
+    cp = pytest.importorskip("cupy")
+    g, t = build_gpu(builder, **kwargs)
+    pack, keep, outs = device_pack(cp, g, t, host_inputs, out_names, producer)
     runs = []
     for _ in range(times):
         for dev, _ in outs.values():

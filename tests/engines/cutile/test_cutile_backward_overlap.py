@@ -152,13 +152,8 @@ gpu = pytest.mark.gpu
 
 @pytest.fixture
 def sm90(overlap_on):
-    cp = pytest.importorskip("cupy")
-    if cp.cuda.runtime.getDeviceCount() == 0:
-        pytest.skip("no CUDA GPU visible")
-    if cp.cuda.Device(0).compute_capability != "90":
-        pytest.skip("the overlapping plans run the CuTe backward kernels (sm_90)")
-    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
-    return cp
+    import gpu_support
+    return gpu_support.sm90_with_the_dsl("the overlapping plans run the CuTe backward kernels")
 
 
 @gpu
@@ -197,31 +192,20 @@ def _call(op, plan, monkeypatch, *, c_launch=True, capture=False) -> dict:
     builder, out_names = _builder(op, host, plan)
     g, t = gpu_support.build_gpu(builder)
     assert g.selected_plan.label == plan, g.selected_plan
-    pack, keep, outs = {}, [], {}
-    for name, tensor in t.items():
-        if name in out_names:
-            np_dtype = gpu_support.host_dtype(g.view.data_type(tensor))
-            dev = gpu_support.cupy_from_host(cp, gpu_support.empty_like_strided(np_dtype, tensor.dim, tensor.stride))
-            outs[name] = dev
-            exotic = np.dtype(np_dtype).name == "bfloat16"
-            pack[tensor] = gpu_support._CupyBits(dev, "bfloat16").slot() if exotic else dev
-        else:
-            obj, alive = gpu_support._device_input("cupy", host[name])
-            pack[tensor] = obj
-            keep.append(alive)
+    pack, keep, outs = gpu_support.device_pack(cp, g, t, host, out_names)
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         g.execute(pack, stream=stream.ptr)      # compiles, and makes the stream's workspace and side stream
         if capture:
             stream.synchronize()
-            for dev in outs.values():
+            for dev, _ in outs.values():
                 dev.fill(0)
             stream.begin_capture()
             g.execute(pack, stream=stream.ptr)
             graph = stream.end_capture()
             graph.launch(stream)
     stream.synchronize()
-    return {name: cp.asnumpy(dev).tobytes() for name, dev in outs.items()}
+    return {name: cp.asnumpy(dev).tobytes() for name, (dev, _) in outs.items()}
 
 
 @gpu

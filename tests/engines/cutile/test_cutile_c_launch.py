@@ -431,25 +431,14 @@ def _run(op, c_launch, monkeypatch, executes=2, plan=None):
     g, t = gpu_support.build_gpu(builder)
     assert g.selected_plan.engine_id == 20_200, g.selected_plan
     assert plan is None or g.selected_plan.label == plan, g.selected_plan
-    pack, keep, outs = {}, [], {}
-    for name, tensor in t.items():
-        if name in out_names:
-            np_dtype = gpu_support.host_dtype(g.view.data_type(tensor))
-            dev = gpu_support.cupy_from_host(cp, gpu_support.empty_like_strided(np_dtype, tensor.dim, tensor.stride))
-            outs[name] = dev
-            exotic = np.dtype(np_dtype).name == "bfloat16"
-            pack[tensor] = gpu_support._CupyBits(dev, "bfloat16").slot() if exotic else dev
-        else:
-            obj, alive = gpu_support._device_input("cupy", host[name])
-            pack[tensor] = obj
-            keep.append(alive)
+    pack, keep, outs = gpu_support.device_pack(cp, g, t, host, out_names)
     results = []
     for _ in range(executes):
-        for dev in outs.values():
+        for dev, _ in outs.values():
             dev.fill(0)
         g.execute(pack)
         cp.cuda.Device().synchronize()
-        results.append({n: cp.asnumpy(d).tobytes() for n, d in outs.items()})
+        results.append({n: cp.asnumpy(d).tobytes() for n, (d, _) in outs.items()})
     return results, g.fast_executor
 
 

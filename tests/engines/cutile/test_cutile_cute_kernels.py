@@ -28,13 +28,8 @@ SEEDS = {"gdn": 20, "kda": 30}
 
 @pytest.fixture(autouse=True)
 def _sm90_with_the_dsl():
-    cp = pytest.importorskip("cupy")
-    if cp.cuda.runtime.getDeviceCount() == 0:
-        pytest.skip("no CUDA GPU visible")
-    major = cp.cuda.Device(0).compute_capability
-    if major != "90":
-        pytest.skip(f"the CuTe kernels are built for sm_90; this GPU is sm_{major}")
-    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    import gpu_support
+    gpu_support.sm90_with_the_dsl("the CuTe kernels are built for it")
 
 
 @pytest.mark.parametrize("op, plan", OP_PLANS)

@@ -9,34 +9,23 @@ kernel modules by path, so they do not need cudnn_graph's compiled modules eithe
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.util
 import io
 import os
 import math
-import pathlib
-import sys
 import types
 
 import numpy as np
 
 import pytest
-from _helpers import REPO_ROOT, reference_linear_attention_kernels
+from _helpers import REPO_ROOT, load_by_path, reference_linear_attention_kernels
 
 ROOT = REPO_ROOT
 CUTILE = ROOT / "engines" / "cutile"
 ARCHS = ("sm_80", "sm_90", "sm_100")
 
 
-def _load_by_path(package: str, folder: pathlib.Path, *names: str) -> list:
-    if package not in sys.modules:
-        pkg = types.ModuleType(package)
-        pkg.__path__ = [str(folder)]
-        sys.modules[package] = pkg
-    return [importlib.import_module(f"{package}.{name}") for name in names]
-
-
-_toolchain, _variants = _load_by_path("_cutile_under_test", CUTILE, "_toolchain", "_variants")
+_toolchain, _variants = load_by_path("_cutile_under_test", CUTILE, "_toolchain", "_variants")
 MISSING = _toolchain.missing()
 needs_cutile = pytest.mark.skipif(MISSING is not None, reason=f"cannot compile cuTile kernels: {MISSING}")
 

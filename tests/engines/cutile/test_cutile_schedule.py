@@ -3,22 +3,13 @@ launch of a serial list on the side stream between the launch it waits for and t
 compiled module and no GPU: the module is loaded by path."""
 from __future__ import annotations
 
-import importlib
-import sys
-import types
-
 import pytest
 
-from _helpers import REPO_ROOT
+from _helpers import REPO_ROOT, load_by_path
 
 
 def _schedule_module():
-    package = "_cutile_schedule_under_test"
-    if package not in sys.modules:
-        pkg = types.ModuleType(package)
-        pkg.__path__ = [str(REPO_ROOT / "engines" / "cutile")]
-        sys.modules[package] = pkg
-    return importlib.import_module(f"{package}._schedule")
+    return load_by_path("_cutile_under_test", REPO_ROOT / "engines" / "cutile", "_schedule")[0]
 
 
 def _launches(*names):

@@ -15,7 +15,7 @@ import types
 
 import pytest
 
-from _helpers import REPO_ROOT
+from _helpers import REPO_ROOT, load_by_path
 
 
 def _package():
@@ -111,14 +111,7 @@ def test_each_segment_views_its_own_chunks_and_the_states_chain_them(T, S):
 
 def _segments_module():
     """engines/cutile/_segments loaded by path (it needs no compiled module)."""
-    import importlib
-    import sys
-    package = "_cutile_segments_under_test"
-    if package not in sys.modules:
-        pkg = types.ModuleType(package)
-        pkg.__path__ = [str(REPO_ROOT / "engines" / "cutile")]
-        sys.modules[package] = pkg
-    return importlib.import_module(f"{package}._segments")
+    return load_by_path("_cutile_under_test", REPO_ROOT / "engines" / "cutile", "_segments")[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,13 +209,8 @@ gpu = pytest.mark.gpu
 
 @pytest.fixture
 def sm90(segments_on):
-    cp = pytest.importorskip("cupy")
-    if cp.cuda.runtime.getDeviceCount() == 0:
-        pytest.skip("no CUDA GPU visible")
-    if cp.cuda.Device(0).compute_capability != "90":
-        pytest.skip("the segmented plans run the CuTe prepare and output (sm_90)")
-    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
-    return cp
+    import gpu_support
+    return gpu_support.sm90_with_the_dsl("the segmented plans run the CuTe prepare and output")
 
 
 def _forward():
