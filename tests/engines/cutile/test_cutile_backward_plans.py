@@ -207,6 +207,7 @@ def test_a_float16_backward_ranks_every_cute_kernel_first_once_its_gpu_tests_pas
 
 def _build_pinned_backward(cg, knobs: dict, monkeypatch, io: str = "BFLOAT16"):
     """Build a gdn_bwd plan of ``knobs`` with the device checks stubbed (no GPU here to query)."""
+    pytest.importorskip("cuda.tile", reason="a cuTile plan's kernels need cuda.tile (extra 'cutile')")
     from cudnn_graph.engines.base import ExecutionContext, PlanConfig
     from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
     from cudnn_graph.engines.cutile import engine as cutile_engine
