@@ -273,12 +273,15 @@ def ours_backward(torch, op: str, x: dict, variant: str = "", kept=None):
     x = dict(x, **backward_seeds(torch, x), **(kept or {}))
     given = {"checkpoint_every_n_tokens": CHECKPOINT_EVERY} if kept else {}
     name = None if not variant else f"cutile_{op}_bwd_chunk64" + ("" if variant == "cutile" else f"_{variant}")
-    if variant.endswith("_overlap") or "_rev16" in variant:
-        # an overlapping backward, or one with the narrow reverse pass, named to be timed: proposed even before its
-        # GPU tests have passed
+    gates = {"_overlap": "OVERLAP_GPU_TESTED", "_rev16": "REVERSE_NARROW_GPU_TESTED",
+             "_seg": "BACKWARD_SEGMENTS_GPU_TESTED"}
+    if any(part in variant for part in gates):
+        # an overlapping or segmented backward, or one with the narrow reverse pass, named to be timed: proposed
+        # even before its GPU tests have passed
         from cudnn_graph.engines.cutile import _backward
-        _backward.OVERLAP_GPU_TESTED = _backward.OVERLAP_GPU_TESTED or variant.endswith("_overlap")
-        _backward.REVERSE_NARROW_GPU_TESTED = _backward.REVERSE_NARROW_GPU_TESTED or "_rev16" in variant
+        for part, gate in gates.items():
+            if part in variant:
+                setattr(_backward, gate, True)
     types = _graph_types(torch, cudnn, x)
     g = cudnn.pygraph(io_data_type=types["q"], compute_data_type=F.FLOAT, device="cuda",
                       router=_Prefer(name) if name else None)

@@ -185,6 +185,25 @@ def device_pack(cp, g, t, host_inputs, out_names, producer="cupy"):
     return pack, keep, outs
 
 
+def run_on_own_stream(cp, g, pack: dict, outs: dict, capture: bool = False) -> dict:
+    """Execute built graph ``g`` on a non-blocking CuPy stream of its own (what a plan takes for its caller's
+    stream, with a side stream beside it where its launches overlap); with ``capture`` that execute only warms up
+    (compiles, makes the stream's workspace and side stream), the outputs are zeroed and the next execute is
+    captured into a CUDA graph of the stream and replayed. ``outs``: device_pack's. {output name: host array}."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        g.execute(pack, stream=stream.ptr)
+        if capture:
+            stream.synchronize()
+            for dev, _ in outs.values():
+                dev.fill(0)
+            stream.begin_capture()
+            g.execute(pack, stream=stream.ptr)
+            stream.end_capture().launch(stream)
+    stream.synchronize()
+    return {name: cp.asnumpy(dev) for name, (dev, _) in outs.items()}
+
+
 def sm90_with_the_dsl(why: str):
     """CuPy, where an sm_90 GPU and the CuTe DSL are here; else the test skips, saying ``why`` it needs them."""
     cp = pytest.importorskip("cupy")

@@ -8,15 +8,15 @@ import dataclasses
 from ..base import GraphView, PlanConfig
 from ...data_type import DataType
 from ...errors import GraphNotSupportedError
-from . import _c_launch
+from . import _c_launch, _segments
 from ._cute_launch import CuteLaunch
 from ._schedule import side_lane
 from ._variants import BLOCK_WARPS, CHUNK, Variant
 from ._geometry import BACKWARD_OPS, _Geometry, _cdiv
 from .engine import (BACKWARD_BLOCK_V, FLOAT16_BACKWARD_GPU_TESTED, FORWARD_BLOCK_VS, MMA_TYPES, SCRATCH_FORMS,
-                     VARIANT_KNOBS, _IO_TYPES, CutileForwardPlan, _cute_kernels_reason, _forward_priority,
-                     _kernel_source, backward_workspace_size, checkpoint_port, checkpoint_reason, logger,
-                     state_pass_ctas, variant_of)
+                     SEGMENTS_FIRST_FROM, VARIANT_KNOBS, _IO_TYPES, CutileForwardPlan, _cute_kernels_reason,
+                     _forward_priority, _kernel_source, backward_workspace_size, checkpoint_port, checkpoint_reason,
+                     logger, state_pass_ctas, variant_of)
 
 
 class CutileBackwardPlan(CutileForwardPlan):
@@ -64,6 +64,22 @@ class CutileBackwardPlan(CutileForwardPlan):
         self._group_sum = _kernels.group_sum
         self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
         self._gate_activation_bwd = _kernels.gate_activation_bwd
+        # segments: segment_bounds, and the CuTe launches bounded to a segment's chunks (_segments, made at first use)
+        self.segment_kernels = {"bounds": _kernels.segment_bounds} if variant.segments else {}
+        self._reverse_passes = {(variant.has_dht, variant.has_h0): self._bwd_state_pass}
+
+    def reverse_pass_for(self, v: Variant):
+        """The reverse state pass taking ``v``'s state flags (a segment's: whether it starts from a dS and hands one
+        on), made once each; the cuTile kernel takes them as constants."""
+        if not isinstance(self._bwd_state_pass, CuteLaunch):
+            return self._bwd_state_pass
+        key = (v.has_dht, v.has_h0)
+        found = self._reverse_passes.get(key)
+        if found is None:
+            from . import _kernels
+            found = self._reverse_passes[key] = CuteLaunch.bwd_state_pass(v, self._geometry,
+                                                                          _kernels.chunk_bwd_state_pass)
+        return found
 
     def _gradient_targets(self, slot, sc) -> dict:
         """Where chunk_bwd_grads writes dq, dk, dg and dbeta: the ports, or scratch that group_sum /
@@ -95,10 +111,23 @@ class CutileBackwardPlan(CutileForwardPlan):
         return launches
 
     def _launch_list(self, slot, sc) -> list:
-        v = self.variant
+        if self.variant.segments:
+            return _segments.segmented_backward_launches(self, slot, sc)
+        launches = self._serial_launch_list(slot, sc)
+        if self.variant.overlap:
+            # the recompute's state pass on the side stream from the prepare on: chunk_bwd_intra and the reverse pass
+            # neither read its states and deltas nor write what it reads (the prepare's w, u, kd, gate sums), and
+            # chunk_bwd_values, the first to read hs, waits for it
+            return side_lane(launches, "state_pass", after="prepare", join="bwd_values")
+        return launches
+
+    def _serial_launch_list(self, slot, sc, v: Variant | None = None) -> list:
+        """The plan's launches in order on one stream; ``v``: the variant whose constants and state flags they
+        take (a segment's, ``_segments``; default the plan's)."""
+        v = v or self.variant
         q, k, val, cu, do = (slot(p) for p in ("q", "k", "v", "cu_seqlens", "dO"))
         dummy = sc["state_dummy"]
-        launches, g, beta, wgate = self._recompute_launches(slot, sc, dummy)
+        launches, g, beta, wgate = self._recompute_launches(slot, sc, dummy, v)
         out = self._gradient_targets(slot, sc)
         dht = slot("d_final_state") if v.has_dht else dummy
         dh0 = slot("d_initial_state") if v.has_h0 else dummy
@@ -125,11 +154,6 @@ class CutileBackwardPlan(CutileForwardPlan):
             self._read_chunk_cache(launches, slot("chunk_cache"), sc)
         if self._f32_twin is not None:
             self._check_io_scratch(launches)
-        if v.overlap:
-            # the recompute's state pass on the side stream from the prepare on: chunk_bwd_intra and the reverse pass
-            # neither read its states and deltas nor write what it reads (the prepare's w, u, kd, gate sums), and
-            # chunk_bwd_values, the first to read hs, waits for it
-            return side_lane(launches, "state_pass", after="prepare", join="bwd_values")
         return launches
 
     def _check_io_scratch(self, launches: list) -> None:
@@ -280,6 +304,14 @@ OVERLAP_BASES = ("cute_all_io_all_w8", "cute_all_io_all_w8_tile_pass_bv8", "cute
 # timed faster than their plan, which then rank just above it where it ranks first
 REVERSE_NARROW_GPU_TESTED = False
 REVERSE_NARROW_FIRST = ()
+# whether a segmented backward (knob segments, 4 or 8: one long sequence's reverse pass in segments on a side stream,
+# each segment's chunk_bwd_values and chunk_bwd_grads behind it and the recompute's state pass beside it; plans
+# <base>_seg4 / _seg8 of SEGMENT_BASES; _segments.segmented_backward_launches) has passed its GPU tests
+# (test_cutile_backward_overlap.py): proposed only then. BACKWARD_SEGMENTS_FIRST: the plans timed faster than their
+# base, which then rank just above it where it ranks first, from SEGMENTS_FIRST_FROM tokens
+BACKWARD_SEGMENTS_GPU_TESTED = False
+BACKWARD_SEGMENTS_FIRST = ()
+SEGMENT_BASES = OVERLAP_BASES
 # the reverse pass's widths: the CuTe pass's (engines/cute/_delta_state.WARPS_OF_BV), which the cuTile one takes too
 REVERSE_BLOCK_VS = (16, 32, 64)
 
@@ -400,7 +432,35 @@ def backward_variants(graph, node) -> list:
                  for suffix, knobs, priority in variants if suffix in ("", "cute_prepare_intra")]
     if OVERLAP_GPU_TESTED and checkpoint_port(graph, node) is None:
         variants += _overlap_variants(variants)
+    if BACKWARD_SEGMENTS_GPU_TESTED:
+        variants += _segment_variants(graph, node, variants)
     return variants
+
+
+def backward_segments_reason(graph, node, segments: int) -> str | None:
+    """Why ``segments`` cannot apply to this backward (None: it can): one sequence long enough, whose states it
+    recomputes (no checkpoints or chunk cache to read)."""
+    if checkpoint_port(graph, node) is not None or node.inputs.get("chunk_cache") is not None:
+        return f"segments={segments} recomputes the states; this backward reads the forward's checkpoints"
+    return _segments.segments_reason(node, segments)
+
+
+def _segment_variants(graph, node, variants: list) -> list:
+    """The ``_seg4`` / ``_seg8`` twins of the SEGMENT_BASES plans among ``variants``, where the graph is one
+    sequence long enough: just above their plan where it ranks first, the twin is in BACKWARD_SEGMENTS_FIRST and
+    the sequence is at least SEGMENTS_FIRST_FROM tokens, else below the default (to pin or time)."""
+    best = max(rank for _, _, rank in variants)
+    long_enough = node.inputs["q"].dim[0] >= SEGMENTS_FIRST_FROM
+    out = []
+    for suffix, knobs, rank in variants:
+        if suffix not in SEGMENT_BASES:
+            continue
+        for count in (4, 8):
+            if backward_segments_reason(graph, node, count) is None:
+                name = f"{suffix}_seg{count}"
+                first = name in BACKWARD_SEGMENTS_FIRST and rank == best and long_enough
+                out.append((name, {**knobs, "segments": count}, rank + 0.3 if first else 1.74))
+    return out
 
 
 def _overlap_variants(variants: list) -> list:
@@ -461,9 +521,18 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
             raise GraphNotSupportedError(f"reverse_block_v={reverse_width}: the reverse state pass's value columns a "
                                          f"CTA, one of {', '.join(map(str, REVERSE_BLOCK_VS))} dividing V={V}")
         variant = dataclasses.replace(variant, reverse_block_v=reverse_width)
+    segments = int(plan.knobs.get("segments", 0))
+    if segments:
+        why = backward_segments_reason(graph, node, segments)
+        if why is not None:
+            raise GraphNotSupportedError(f"node '{node.name}' ({node.op}): {why}")
+        variant = dataclasses.replace(variant, segments=segments)
     overlap = plan.knobs.get("overlap", False)
     if overlap not in (False, True):
         raise GraphNotSupportedError(f"overlap={overlap!r}; expected True or False")
+    if overlap and segments:
+        raise GraphNotSupportedError(f"segments={segments} runs the recompute's state pass beside the reverse pass "
+                                     "already; overlap=True is the unsegmented backward's")
     variant = dataclasses.replace(variant, overlap=bool(overlap))
     scratch = plan.knobs.get("scratch", "f32")
     if scratch not in SCRATCH_FORMS:
@@ -487,7 +556,8 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
         if variant.state_pass == "cute":
             raise GraphNotSupportedError("state_pass='cute' in a backward reads the recompute's scratch in the "
                                          "input type: it needs scratch='io'")
-        return CutileBackwardPlan(plan, graph, node, reading_checkpoints(variant), _Geometry(node, backward=True))
+        return CutileBackwardPlan(plan, graph, node, reading_checkpoints(variant),
+                                  _Geometry(node, backward=True, segments=variant.segments))
     # the backward's cuTile kernels read f32 scratch: with 16-bit scratch every kernel is CuTe but the recompute's
     # state pass (the forward's cuTile one reads 16-bit scratch)
     cutile = [kernel for kernel, source in sources.items() if source != "cute" and kernel != "state_pass"]
@@ -495,10 +565,11 @@ def backward_plan(graph, node, plan: PlanConfig) -> CutileBackwardPlan:
         raise GraphNotSupportedError(f"scratch={scratch!r} in a backward needs every kernel but the state pass in "
                                      f"CuTe; {', '.join(cutile)} are 'cutile'")
     twin = CutileBackwardPlan(plan, graph, node, reading_checkpoints(dataclasses.replace(variant, state_pass="cutile")),
-                              _Geometry(node, backward=True))
+                              _Geometry(node, backward=True, segments=variant.segments))
     own = scratch == "io_all"
-    geometry = _Geometry(node, backward=True, io_scratch=variant.io_dtype, io_backward=own)
-    geometry.workspace_size = backward_workspace_size(node, variant.io_dtype, scratch)   # room for the twin's too
+    geometry = _Geometry(node, backward=True, io_scratch=variant.io_dtype, io_backward=own, segments=variant.segments)
+    # room for the twin's too
+    geometry.workspace_size = backward_workspace_size(node, variant.io_dtype, scratch, variant.segments)
     # a cuTile state pass on 16-bit scratch takes products of the scratch's type, as the forward's plans with it
     products = {"low_mma": True, "fp16_products": variant.io_dtype == "float16"} if variant.state_pass == "cutile" \
         else {}

@@ -8,6 +8,8 @@ from ...data_type import DataType
 from ._variants import CHUNK, OP_FEATURES
 
 BACKWARD_OPS = {"gdn_bwd": "gdn", "kda_bwd": "kda", "gdn2_bwd": "gdn2"}     # backward op -> its forward
+# the per-chunk regions (chunk-major: a segment's chunks are one slice of them) that a segmented plan views by segment
+SEGMENT_VIEWED = ("w", "u", "kd", "d", "hs", "dhs", "dd", "qg", "da", "dbeta_v", "dq_pre", "dk_pre")
 _ALIGN = 256
 ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4}     # a region's type -> its element's bytes
 
@@ -115,12 +117,13 @@ class _Geometry:
         return self.segment_tokens // CHUNK
 
     def _add_segment_views(self) -> None:
-        """Per segment s, views into the regions (no bytes of their own): ``w@s``, ``u@s``, ``kd@s``, ``d@s``
-        and ``hs@s`` over its chunks, ``cu@s`` its two bounds and ``state@s`` the state it ends with (s below
-        segments - 1)."""
+        """Per segment s, views into the regions (no bytes of their own): ``<region>@s`` over its chunks for each
+        per-chunk region the plan has (SEGMENT_VIEWED: the forward's w, u, kd, d and hs, and a backward's own),
+        ``cu@s`` its two bounds and ``state@s`` the state that chains it to the next segment (s below segments - 1:
+        a forward's state at its end, a backward's dS there)."""
         per = self.segment_chunks
         for s in range(self.segments):
-            for name in ("w", "u", "kd", "d", "hs"):
+            for name in (n for n in SEGMENT_VIEWED if n in self.regions):
                 offset, shape = self.regions[name]
                 row = ITEM_BYTES[self.dtypes[name]] * math.prod(shape[1:])
                 self.regions[f"{name}@{s}"] = (offset + s * per * row, (per, *shape[1:]))

@@ -1,4 +1,5 @@
-"""One long sequence's forward in segments, overlapping: the launches and the order between them.
+"""One long sequence's forward, and its backward, in segments, overlapping: the launches and the order between them
+(the backward's: ``segmented_backward_launches``).
 
 Where the graph holds one sequence, the forward's state pass is one chain of T / 64 dependent chunk steps on
 H x V / block_v CTAs that leave most of each SM idle for their whole length, while the prepare before it and
@@ -107,3 +108,85 @@ def segment_kernels(prepare, output, segment_chunks: int) -> dict:
         if hasattr(kernel, "over_chunks"):
             out[name] = kernel.over_chunks(segment_chunks)
     return out
+
+
+# ---- the backward: the reverse pass's segments on the side stream, each segment's gradients behind it ----------
+
+def segmented_backward_launches(plan, slot, sc) -> ScheduledLaunches:
+    """The launches of ``plan`` (a segmented CutileBackwardPlan) with its schedule. The forward recompute's prepare
+    and chunk_bwd_intra run whole, then ``segment_bounds`` (event 0); the recompute's state pass runs whole on the
+    caller's stream beside the reverse pass, which runs segment by segment, last first, on the side stream (event
+    1 + s after segment s), each segment's chunk_bwd_values and chunk_bwd_grads on the caller's stream behind its
+    event; then the whole call's launches after chunk_bwd_grads (group_sum, gate_activation_bwd)::
+
+        caller's stream:  prepare  intra  bounds (E0)  state pass  (wait R_last) values, grads last  ...  (wait R_0) ...
+        side stream:                      (wait E0) reverse last (R_last)  reverse last - 1  ...  reverse 0 (R_0)
+
+    The chunks of segment s are only its own launches' (views), the dS that chains segment s to s + 1 an f32
+    region (``state@s``), the token-indexed buffers are shared, each segment writing its own tokens."""
+    v, g = plan.variant, plan._geometry
+    S, per = v.segments, g.segment_chunks
+    whole = plan._serial_launch_list(slot, sc)
+    names = [name for name, *_ in whole]
+    if "state_pass" not in names:
+        raise ValueError(f"{plan.plan.label}: a segmented backward recomputes its states; its launches are {names}")
+    head = [launch for launch in whole[:names.index("bwd_state_pass")] if launch[0] != "state_pass"]
+    tail = whole[names.index("bwd_grads") + 1:]
+    launches = [*head, ("segment_bounds", (S, 1, 1), plan.segment_kernels["bounds"],
+                        (slot("cu_seqlens"), sc["segment_bounds"], g.segment_tokens)), whole[names.index("state_pass")]]
+    schedule = [(0, -1, -1)] * len(head) + [(0, -1, 0), (0, -1, -1)]
+    for s in reversed(range(S)):
+        launches += _backward_parts(plan, slot, sc, s, per)
+        schedule += [(1, 0 if s == S - 1 else -1, 1 + s), (0, 1 + s, -1), (0, -1, -1)]
+    launches += tail
+    schedule += [(0, -1, -1)] * len(tail)
+    return ScheduledLaunches(launches, schedule)
+
+
+def _backward_parts(plan, slot, sc, s: int, per: int) -> list:
+    """Segment s's (reverse pass, chunk_bwd_values, chunk_bwd_grads): the plan's own over its cu_seqlens row and
+    chunk views, the reverse pass from the dS at its end (the call's d_final_state, or none, for the last) to the
+    one at its start (the call's d_initial_state, or none, for the first)."""
+    v, last = plan.variant, plan.variant.segments - 1
+    ports = {"cu_seqlens": sc[f"cu@{s}"]}
+    if s < last:
+        ports["d_final_state"] = sc[f"state@{s}"]
+    if s:
+        ports["d_initial_state"] = sc[f"state@{s - 1}"]
+        if not v.has_h0:
+            # the segment's variant has h0 for its dh0; its recompute launches, built and not launched, read this
+            ports["initial_state"] = sc["state_dummy"]
+
+    def segment_slot(port):
+        found = ports.get(port)
+        return slot(port) if found is None else found
+
+    views = {name: sc[f"{name}@{s}"] for name in _views_of(sc, s)}
+    variant = dataclasses.replace(v, has_dht=v.has_dht or s < last, has_h0=v.has_h0 or s > 0)
+    launches = {name: (grid, kernel, args) for name, grid, kernel, args in
+                plan._serial_launch_list(segment_slot, {**sc, **views}, variant)}
+    out = []
+    for name in ("bwd_state_pass", "bwd_values", "bwd_grads"):
+        grid, kernel, args = launches[name]
+        if name == "bwd_state_pass":
+            kernel = plan.reverse_pass_for(variant)          # its state flags are the segment's
+        else:
+            grid = (per, *grid[1:])                          # the segment's chunks, not the call's
+        out.append((name, grid, _bounded(plan, kernel, per), args))
+    return out
+
+
+def _views_of(sc, s: int) -> list:
+    return [name for name in sc if "@" not in name and f"{name}@{s}" in sc]
+
+
+def _bounded(plan, kernel, per: int):
+    """``kernel`` over one segment's chunks where it is a CuTe launch (cuTile kernels take their bounds from the
+    arrays), made once a plan and kernel."""
+    if not hasattr(kernel, "over_chunks"):
+        return kernel
+    bounded = plan.segment_kernels.setdefault("bounded", {})
+    found = bounded.get(id(kernel))
+    if found is None:
+        found = bounded[id(kernel)] = kernel.over_chunks(per)
+    return found

@@ -174,13 +174,15 @@ def _support_reason(graph, node) -> str | None:
     return None
 
 
-def backward_workspace_size(node, io_dtype: str, scratch: str) -> int:
+def backward_workspace_size(node, io_dtype: str, scratch: str, segments: int = 0) -> int:
     """A backward plan's workspace: its f32 scratch, or with scratch="io" / "io_all" room for its scratch in the
-    input type ``io_dtype`` and for its f32 twin's (``_backward``: the larger of the two)."""
-    f32 = _Geometry(node, backward=True).workspace_size
+    input type ``io_dtype`` and for its f32 twin's (``_backward``: the larger of the two); ``segments``: its one
+    sequence's segments' regions too (``_segments``)."""
+    f32 = _Geometry(node, backward=True, segments=segments).workspace_size
     if scratch == "f32":
         return f32
-    return max(f32, _Geometry(node, backward=True, io_scratch=io_dtype, io_backward=scratch == "io_all").workspace_size)
+    return max(f32, _Geometry(node, backward=True, io_scratch=io_dtype, io_backward=scratch == "io_all",
+                              segments=segments).workspace_size)
 
 
 class CutileForwardPlan(CompiledPlan):
@@ -584,11 +586,15 @@ class CutileLinearAttentionEngine(ToolchainGatedEngine):
         if node.op in BACKWARD_OPS:
             from ._backward import backward_variants
             io_dtype = _IO_TYPES[GraphView.of(graph).data_type(node.inputs["q"])]
-            sizes = {scratch: backward_workspace_size(node, io_dtype, scratch) for scratch in SCRATCH_FORMS}
+            variants, sizes = backward_variants(graph, node), {}
+            for _, knobs, _ in variants:
+                form = (knobs.get("scratch", "f32"), knobs.get("segments", 0))
+                sizes[form] = sizes.get(form) or backward_workspace_size(node, io_dtype, *form)
             return [PlanConfig(CUTILE_BASE, knobs={"block_v": BACKWARD_BLOCK_V, **knobs},
                                name=f"cutile_{node.op}_chunk64" + (f"_{suffix}" if suffix else ""),
-                               engine=self, priority=priority, workspace_size=sizes[knobs.get("scratch", "f32")])
-                    for suffix, knobs, priority in backward_variants(graph, node)]
+                               engine=self, priority=priority,
+                               workspace_size=sizes[knobs.get("scratch", "f32"), knobs.get("segments", 0)])
+                    for suffix, knobs, priority in variants]
         plans = []
         port = checkpoint_port(graph, node)
         if port is not None and port[0] != CHUNK:

@@ -193,19 +193,8 @@ def _call(op, plan, monkeypatch, *, c_launch=True, capture=False) -> dict:
     g, t = gpu_support.build_gpu(builder)
     assert g.selected_plan.label == plan, g.selected_plan
     pack, keep, outs = gpu_support.device_pack(cp, g, t, host, out_names)
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        g.execute(pack, stream=stream.ptr)      # compiles, and makes the stream's workspace and side stream
-        if capture:
-            stream.synchronize()
-            for dev, _ in outs.values():
-                dev.fill(0)
-            stream.begin_capture()
-            g.execute(pack, stream=stream.ptr)
-            graph = stream.end_capture()
-            graph.launch(stream)
-    stream.synchronize()
-    return {name: cp.asnumpy(dev).tobytes() for name, (dev, _) in outs.items()}
+    got = gpu_support.run_on_own_stream(cp, g, pack, outs, capture)
+    return {name: a.tobytes() for name, a in got.items()}
 
 
 @gpu

@@ -12,6 +12,22 @@ def _schedule_module():
     return load_by_path("_cutile_under_test", REPO_ROOT / "engines" / "cutile", "_schedule")[0]
 
 
+def concurrent_pairs(schedule: list) -> set:
+    """The pairs (i, j), i < j, of launches that ``schedule`` ((lane, wait, record) per launch) leaves unordered:
+    neither follows the other on one stream or through a chain of events."""
+    before, last_on_lane, recorded_by = [], {}, {}
+    for i, (lane, wait, record) in enumerate(schedule):
+        preds = set()
+        for j in (last_on_lane.get(lane), recorded_by.get(wait) if wait >= 0 else None):
+            if j is not None:
+                preds |= before[j] | {j}
+        before.append(preds)
+        last_on_lane[lane] = i
+        if record >= 0:
+            recorded_by[record] = i
+    return {(i, j) for j in range(len(schedule)) for i in range(j) if i not in before[j]}
+
+
 def _launches(*names):
     return [(name, (1, 1, 1), name.upper(), ()) for name in names]
 
@@ -33,6 +49,14 @@ def test_the_side_launch_waits_for_its_producer_and_the_join_waits_for_it():
     assert recorded == set(range(schedule.SIDE_LANE_EVENTS))
     # every launch after the join runs on the caller's stream after the side stream's work
     assert scheduled.schedule[-1][0] == 0
+
+
+def test_only_the_launches_between_the_side_launch_and_its_join_run_beside_it():
+    schedule = _schedule_module()
+    serial = _launches("gates", "prepare", "state_pass", "bwd_intra", "bwd_state_pass", "bwd_values", "bwd_grads")
+    scheduled = schedule.side_lane(serial, "state_pass", after="prepare", join="bwd_values")
+    assert concurrent_pairs(scheduled.schedule) == {(2, 3), (2, 4)}
+    assert concurrent_pairs([(0, -1, -1)] * 4) == set()
 
 
 def test_a_list_without_the_side_launch_is_returned_as_it_is():

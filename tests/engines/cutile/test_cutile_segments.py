@@ -242,39 +242,16 @@ def _call(plan, host, *, capture=False, c_launch=True, monkeypatch=None):
     """o and final_state of one gdn call with ``plan`` pinned on a CuPy stream of its own (the segmented plan's
     caller stream): executed, or recorded in a CUDA graph of that stream and replayed; ``c_launch`` False
     sends every launch through the Python path."""
-    import ml_dtypes
-    import numpy as np
     import gpu_support
     cp = pytest.importorskip("cupy")
-    forward = _forward()
     if not c_launch:
         from cudnn_graph.engines.cutile import engine as cutile_engine
         monkeypatch.setattr(cutile_engine, "C_LAUNCH", False)
-    builder = forward.builder_for("gdn", host, cudnn_data_type().BFLOAT16, True, True, plan)
+    builder = _forward().builder_for("gdn", host, cudnn_data_type().BFLOAT16, True, True, plan)
     g, t = gpu_support.build_gpu(builder)
     assert g.selected_plan.label == plan
-    pack = {t[name]: gpu_support.cupy_from_host(cp, host[name]) if host[name].dtype != ml_dtypes.bfloat16 else
-            gpu_support._CupyBits(gpu_support.cupy_from_host(cp, host[name]), "bfloat16").slot()
-            for name in host}
-    o = cp.zeros((host["q"].shape[0], host["q"].shape[1], host["v"].shape[2]), cp.uint16)
-    final = cp.zeros(host["initial_state"].shape, cp.float32)
-    pack[t["o"]] = gpu_support._CupyBits(o, "bfloat16").slot()
-    pack[t["final_state"]] = final
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        if capture:
-            g.execute(pack, stream=stream.ptr)      # compiles, and makes the stream's workspace and lanes
-            stream.synchronize()
-            o[...] = 0
-            final[...] = 0
-            stream.begin_capture()
-            g.execute(pack, stream=stream.ptr)
-            graph = stream.end_capture()
-            graph.launch(stream)
-        else:
-            g.execute(pack, stream=stream.ptr)
-    stream.synchronize()
-    return {"o": cp.asnumpy(o), "final_state": cp.asnumpy(final)}
+    pack, keep, outs = gpu_support.device_pack(cp, g, t, host, ["o", "final_state"])
+    return gpu_support.run_on_own_stream(cp, g, pack, outs, capture)
 
 
 def cudnn_data_type():
