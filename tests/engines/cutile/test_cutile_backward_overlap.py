@@ -135,6 +135,14 @@ def test_the_state_pass_runs_on_the_side_stream_beside_launches_that_leave_its_r
     # graph's cu_seqlens), and the stand-in for an absent state, which none of them reads or writes
     assert shared <= touched["prepare"] | {"state_dummy"}, shared
     assert {"hs", "d"} <= touched["state_pass"] and not {"hs", "d"} & set().union(*(touched[n] for n in beside))
+    # and by bytes, on the Python path's launches: every pair its schedule leaves unordered
+    import cudnn_graph as cg
+    from test_cutile_c_launch import _graph
+    from test_cutile_schedule import assert_unordered_launches_share_only
+    from test_cutile_segments_backward import _slot_launches
+    launches, base, ports = _slot_launches(cg, plan, _graph(cg, "gdn_bwd"))
+    assert_unordered_launches_share_only(launches, base, ports, plan._geometry, ("g", "w", "kd", "u", "state_dummy"),
+                                         {"q", "k", "v", "g", "beta", "dO", "cu_seqlens"})
 
 
 def test_a_backward_from_the_checkpoints_runs_its_launches_in_order(monkeypatch):

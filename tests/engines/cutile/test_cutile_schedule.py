@@ -28,6 +28,41 @@ def concurrent_pairs(schedule: list) -> set:
     return {(i, j) for j in range(len(schedule)) for i in range(j) if i not in before[j]}
 
 
+def assert_unordered_launches_share_only(launches, base: int, ports: dict, geometry, read_only: tuple,
+                                         inputs: set) -> None:
+    """Every pair of ``launches`` (a ScheduledLaunches over Slots: the workspace at ``base``, graph ports at the
+    addresses ``ports`` maps to their names) that its schedule leaves unordered shares only bytes of the workspace
+    regions ``read_only`` (of ``geometry``: ones no launch of the pair writes) and only the graph ports ``inputs``."""
+    import math
+    from cudnn_graph.engines.cutile._geometry import ITEM_BYTES
+    spans_of = {name: (offset, offset + ITEM_BYTES[geometry.dtypes[name]] * math.prod(shape))
+                for name, (offset, shape) in geometry.regions.items()}
+    allowed = [spans_of[name] for name in read_only]
+    names = [launch[0] for launch in launches]
+
+    def touched(args):
+        spans, used = [], set()
+        for a in args:
+            ptr = getattr(a, "data_ptr", None)
+            if ptr is None:
+                continue
+            if ptr in ports:
+                used.add(ports[ptr])
+            else:
+                spans.append((ptr - base, ptr - base + a.nbytes))
+        return spans, used
+
+    for i, j in concurrent_pairs(launches.schedule):
+        (a_spans, a_ports), (b_spans, b_ports) = touched(launches[i][3]), touched(launches[j][3])
+        assert a_ports & b_ports <= inputs, (names[i], i, names[j], j, a_ports & b_ports)
+        for a0, a1 in a_spans:
+            for b0, b1 in b_spans:
+                lo, hi = max(a0, b0), min(a1, b1)
+                if lo < hi:
+                    assert any(r0 <= lo and hi <= r1 for r0, r1 in allowed), (names[i], i, names[j], j, lo, hi)
+
+
+
 def _launches(*names):
     return [(name, (1, 1, 1), name.upper(), ()) for name in names]
 

@@ -187,6 +187,31 @@ def test_the_schedule_is_serially_correct_and_joins_the_callers_stream(S):
     assert [k for name, _, k, _ in launches if name == "output"] == ["OUTPUT"] * S
 
 
+@pytest.mark.parametrize("suffix", ["cute_bv8_seg4", "cute_bv8_seg8"])
+def test_launches_left_unordered_share_no_chunk_rows(segments_on, monkeypatch, suffix):
+    # the built plan's Python-path launches: each segment's state pass beside the next prepare and the last output
+    # shares with them only the gate sums' region (token-indexed: each prepare writes its own segment's rows) and
+    # graph inputs, never a chunk row of w, u, kd, the deltas or the states
+    pytest.importorskip("cutlass", reason="the CuTe DSL (extra 'cute') is not installed")
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    cg = _package()
+    from cudnn_graph.engines.base import ExecutionContext
+    from cudnn_graph.engines.cutile import CutileLinearAttentionEngine
+    from cudnn_graph.engines.cutile import engine as cutile_engine
+    from test_cutile_schedule import assert_unordered_launches_share_only
+    from test_cutile_segments_backward import _slot_launches
+    monkeypatch.setattr(cutile_engine, "_compute_capability", lambda ordinal: (9, 0))
+    g = _one_sequence_graph(cg, 8192)
+    engine = CutileLinearAttentionEngine()
+    engine.missing = None
+    config = next(p for p in engine.propose_plans(g) if p.label == f"cutile_gdn_chunk64_{suffix}")
+    plan = engine.build_plan(g, config, ExecutionContext())
+    launches, base, ports = _slot_launches(cg, plan, g)
+    assert [name for name, *_ in launches].count("state_pass") == plan.variant.segments
+    assert_unordered_launches_share_only(launches, base, ports, plan._geometry, ("g", "state_dummy"),
+                                         {"q", "k", "v", "g", "beta", "cu_seqlens", "initial_state"})
+
+
 def test_tile_launch_refuses_a_lane_without_lanes_and_a_lane_past_the_side_stream():
     _package()
     from cudnn_graph import PackLayout, TensorSpec

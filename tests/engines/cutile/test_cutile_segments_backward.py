@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from test_cutile_export import _package, _proposed
-from test_cutile_schedule import concurrent_pairs
+from test_cutile_schedule import assert_unordered_launches_share_only
 
 W8 = "cute_all_io_all_w8"
 
@@ -117,8 +117,8 @@ def test_the_segments_knob_is_refused_for_two_sequences_and_beside_overlap(segme
 
 
 def _slot_launches(cg, plan, g):
-    """The plan's Python-path launches on Slots: each graph port at an address of its own, the workspace at one
-    base; ([(name, grid, kernel, args)], schedule, base)."""
+    """The plan's Python-path launches on Slots, each graph port at an address of its own and the workspace at one
+    base: (the launches, the base, {port address: port name})."""
     from cudnn_graph import Slot
     node = g.nodes[0]
     names = {cg.data_type.BFLOAT16: "bfloat16", cg.data_type.FLOAT: "float32", cg.data_type.INT32: "int32"}
@@ -129,7 +129,7 @@ def _slot_launches(cg, plan, g):
     base = 0x7E0000000000
     launches = plan._launches_at(slots.__getitem__, base)
     ports = {s.data_ptr: port for port, s in slots.items()}
-    return launches, launches.schedule, base, ports
+    return launches, base, ports
 
 
 @pytest.mark.parametrize("suffix, states", [(f"{W8}_seg4", True), (f"{W8}_tile_pass_bv8_seg8", False)])
@@ -137,39 +137,18 @@ def test_launches_left_unordered_share_only_what_no_launch_after_the_prepare_wri
                                                                                      suffix, states):
     cg = _package()
     plan, g = _built(cg, monkeypatch, suffix, T=8192, states=states)
-    launches, schedule, base, ports = _slot_launches(cg, plan, g)
+    launches, base, ports = _slot_launches(cg, plan, g)
+    schedule = launches.schedule
     S = plan.variant.segments
     names = [name for name, *_ in launches]
     assert names.count("bwd_state_pass") == names.count("bwd_values") == names.count("bwd_grads") == S
     assert [lane for lane, _, _ in schedule].count(1) == S and schedule[-1][0] == 0
     regions = plan._geometry.regions
-    sizes = {name: np.dtype(plan._geometry.dtypes[name]).itemsize * int(np.prod(shape))
-             for name, (_, shape) in regions.items()}
     # the workspace regions written only up to segment_bounds' event (the prepare's and chunk_bwd_intra's are
     # rewritten per segment further on, by segment views, so only these are read by all)
-    read_only = [(regions[n][0], regions[n][0] + sizes[n]) for n in ("g", "w", "kd", "u", "state_dummy")]
-    inputs = {"q", "k", "v", "g", "beta", "dO", "cu_seqlens", "initial_state", "d_final_state"}
-
-    def touched(args):
-        spans, used = [], set()
-        for a in args:
-            ptr = getattr(a, "data_ptr", None)
-            if ptr is None:
-                continue
-            if ptr in ports:
-                used.add(ports[ptr])
-            else:
-                spans.append((ptr - base, ptr - base + a.nbytes))
-        return spans, used
-
-    for i, j in concurrent_pairs(schedule):
-        (a_spans, a_ports), (b_spans, b_ports) = touched(launches[i][3]), touched(launches[j][3])
-        assert a_ports & b_ports <= inputs, (names[i], names[j], a_ports & b_ports)
-        for a0, a1 in a_spans:
-            for b0, b1 in b_spans:
-                lo, hi = max(a0, b0), min(a1, b1)
-                if lo < hi:
-                    assert any(r0 <= lo and hi <= r1 for r0, r1 in read_only), (names[i], i, names[j], j, lo, hi)
+    assert_unordered_launches_share_only(launches, base, ports, plan._geometry, ("g", "w", "kd", "u", "state_dummy"),
+                                         {"q", "k", "v", "g", "beta", "dO", "cu_seqlens", "initial_state",
+                                          "d_final_state"})
     # each segment's launches take its own cu_seqlens row, and the dS that chains it, segment by segment
     starts = [args[5] for name, _, _, args in launches if name == "bwd_state_pass"]
     assert [a.data_ptr - base for a in starts] == [regions[f"cu@{s}"][0] for s in reversed(range(S))]
