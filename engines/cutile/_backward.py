@@ -307,7 +307,7 @@ REVERSE_NARROW_FIRST = ()
 # whether a segmented backward (knob segments, 4 or 8: one long sequence's reverse pass in segments on a side stream,
 # each segment's chunk_bwd_values and chunk_bwd_grads behind it and the recompute's state pass beside it; plans
 # <base>_seg4 / _seg8 of SEGMENT_BASES; _segments.segmented_backward_launches) has passed its GPU tests
-# (test_cutile_backward_overlap.py): proposed only then. BACKWARD_SEGMENTS_FIRST: the plans timed faster than their
+# (test_cutile_segments_backward.py): proposed only then. BACKWARD_SEGMENTS_FIRST: the plans timed faster than their
 # base, which then rank just above it where it ranks first, from SEGMENTS_FIRST_FROM tokens
 BACKWARD_SEGMENTS_GPU_TESTED = False
 BACKWARD_SEGMENTS_FIRST = ()
