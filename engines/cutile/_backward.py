@@ -64,8 +64,6 @@ class CutileBackwardPlan(CutileForwardPlan):
         self._group_sum = _kernels.group_sum
         self._group_sum_grid = (_cdiv(geometry.T, CHUNK), geometry.HQ, 1)
         self._gate_activation_bwd = _kernels.gate_activation_bwd
-        # segments: segment_bounds, and the CuTe launches bounded to a segment's chunks (_segments, made at first use)
-        self.segment_kernels = {"bounds": _kernels.segment_bounds} if variant.segments else {}
         self._reverse_passes = {(variant.has_dht, variant.has_h0): self._bwd_state_pass}
 
     def reverse_pass_for(self, v: Variant):

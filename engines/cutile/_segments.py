@@ -80,34 +80,27 @@ def _segment_parts(plan, slot, scratch, s: int, per: int) -> tuple:
         ports["initial_state"] = scratch[f"state@{s - 1}"]
     if s < last:
         ports["final_state"] = scratch[f"state@{s}"]
-
-    def segment_slot(port):
-        found = ports.get(port)
-        return slot(port) if found is None else found
-
-    views = {name: scratch[f"{name}@{s}"] for name in ("w", "u", "kd", "d", "hs")}
     variant = dataclasses.replace(v, has_h0=v.has_h0 or s > 0, store_ht=v.store_ht or s < last)
     launches = {name: (grid, kernel, args) for name, grid, kernel, args in
-                plan._forward_launches(segment_slot, {**scratch, **views}, variant)}
-    kernels = plan.segment_kernels
+                plan._forward_launches(*_segment_operands(slot, scratch, ports, s), variant)}
     out = []
     for name in ("prepare", "state_pass", "output"):
         grid, kernel, args = launches[name]
         if name != "state_pass":
-            grid = (per, *grid[1:])            # the segment's chunks, not the call's
-        out.append((name, grid, kernels.get(name, kernel), args))
+            grid, kernel = (per, *grid[1:]), _bounded(plan, kernel, per)     # the segment's chunks, not the call's
+        out.append((name, grid, kernel, args))
     return tuple(out)
 
 
-def segment_kernels(prepare, output, segment_chunks: int) -> dict:
-    """A segmented plan's own kernels: ``bounds`` (segment_bounds), and its CuTe prepare and output launches
-    bounded to one segment's chunks (the cuTile kernels take their bounds from the arrays)."""
-    from . import _kernels
-    out = {"bounds": _kernels.segment_bounds}
-    for name, kernel in (("prepare", prepare), ("output", output)):
-        if hasattr(kernel, "over_chunks"):
-            out[name] = kernel.over_chunks(segment_chunks)
-    return out
+def _segment_operands(slot, scratch: dict, ports: dict, s: int) -> tuple:
+    """(slot, scratch) of segment s: the graph's ports but those ``ports`` stands in for, the workspace regions
+    with each per-chunk one's view of the segment's chunks in its place."""
+    def segment_slot(port):
+        found = ports.get(port)
+        return slot(port) if found is None else found
+
+    views = {name: scratch[f"{name}@{s}"] for name in scratch if "@" not in name and f"{name}@{s}" in scratch}
+    return segment_slot, {**scratch, **views}
 
 
 # ---- the backward: the reverse pass's segments on the side stream, each segment's gradients behind it ----------
@@ -156,15 +149,9 @@ def _backward_parts(plan, slot, sc, s: int, per: int) -> list:
         if not v.has_h0:
             # the segment's variant has h0 for its dh0; its recompute launches, built and not launched, read this
             ports["initial_state"] = sc["state_dummy"]
-
-    def segment_slot(port):
-        found = ports.get(port)
-        return slot(port) if found is None else found
-
-    views = {name: sc[f"{name}@{s}"] for name in _views_of(sc, s)}
     variant = dataclasses.replace(v, has_dht=v.has_dht or s < last, has_h0=v.has_h0 or s > 0)
     launches = {name: (grid, kernel, args) for name, grid, kernel, args in
-                plan._serial_launch_list(segment_slot, {**sc, **views}, variant)}
+                plan._serial_launch_list(*_segment_operands(slot, sc, ports, s), variant)}
     out = []
     for name in ("bwd_state_pass", "bwd_values", "bwd_grads"):
         grid, kernel, args = launches[name]
@@ -176,17 +163,12 @@ def _backward_parts(plan, slot, sc, s: int, per: int) -> list:
     return out
 
 
-def _views_of(sc, s: int) -> list:
-    return [name for name in sc if "@" not in name and f"{name}@{s}" in sc]
-
-
 def _bounded(plan, kernel, per: int):
     """``kernel`` over one segment's chunks where it is a CuTe launch (cuTile kernels take their bounds from the
     arrays), made once a plan and kernel."""
     if not hasattr(kernel, "over_chunks"):
         return kernel
-    bounded = plan.segment_kernels.setdefault("bounded", {})
-    found = bounded.get(id(kernel))
+    found = plan.segment_bounded.get(id(kernel))
     if found is None:
-        found = bounded[id(kernel)] = kernel.over_chunks(per)
+        found = plan.segment_bounded[id(kernel)] = kernel.over_chunks(per)
     return found

@@ -213,9 +213,10 @@ class CutileForwardPlan(CompiledPlan):
             self._cache_prepares = (scores_form, CuteLaunch.prepare_inverse(
                 dataclasses.replace(variant, own_dtype=variant.io_dtype), geometry))
         self._cache_views = {}           # the chunk cache's address -> its region slots
-        # segments: the CuTe prepare / output bounded to a segment's chunks, and each caller stream's Lanes
-        self.segment_kernels = (_segments.segment_kernels(self._prepare, self._output, geometry.segment_chunks)
-                                if variant.segments else {})
+        # segments: segment_bounds, the CuTe launches bounded to a segment's chunks (by the whole call's launch:
+        # _segments, made at first use), and each caller stream's Lanes
+        self.segment_kernels = {"bounds": _kernels.segment_bounds} if variant.segments else {}
+        self.segment_bounded = {}
         self._lanes = {}
         self.variant = variant
         self._geometry = geometry

@@ -121,19 +121,30 @@ class _FakeVariant:
     store_ht: bool = False
 
 
+class _FakeCuteLaunch:
+    """A CuTe launch stand-in: bounded to a segment's chunks, it is the string the schedule test looks for."""
+
+    def over_chunks(self, chunks):
+        return "PREPARE_BOUNDED"
+
+
+_FAKE_PREPARE = _FakeCuteLaunch()
+
+
 class _FakePlan:
     """What segmented_launches reads of a plan: its variant, geometry, own kernels and launch builder."""
 
     def __init__(self, segments, head=()):
         self.variant = _FakeVariant(segments)
         self._geometry = types.SimpleNamespace(segment_chunks=16, segment_tokens=1024)
-        self.segment_kernels = {"bounds": "BOUNDS", "prepare": "PREPARE_BOUNDED"}
+        self.segment_kernels = {"bounds": "BOUNDS"}
+        self.segment_bounded = {}
         self._head = list(head)
         self.built = []
 
     def _forward_launches(self, slot, scratch, v=None):
         self.built.append((slot("cu_seqlens"), slot("initial_state"), slot("final_state"), scratch["w"], v))
-        return [*self._head, ("prepare", (99, 2, 1), "PREPARE", ("p", scratch["w"])),
+        return [*self._head, ("prepare", (99, 2, 1), _FAKE_PREPARE, ("p", scratch["w"])),
                 ("state_pass", (1, 2, 8), "STATE", ("s", scratch["hs"])),
                 ("output", (99, 2, 1), "OUTPUT", ("o", scratch["hs"]))]
 
